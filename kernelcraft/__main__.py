@@ -1,0 +1,3 @@
+from kernelcraft.cli import main
+
+main()

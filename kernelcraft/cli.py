@@ -1,0 +1,56 @@
+"""The `kernelcraft` command line.
+
+Each layer registers its own subcommands (a `register(subparsers)` function in its `commands`
+module); this file only assembles them and maps errors to exit codes: 0 success, 1 a negative
+verdict (a candidate that is not correct), 2 unusable arguments or files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from kernelcraft import __version__
+from kernelcraft.errors import KernelcraftError, UsageError
+
+EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelcraft",
+        description="Write fast, correct Triton kernels for PyTorch operators: an MCP server, "
+        "an evaluation engine and a driver agent.",
+    )
+    parser.add_argument("--version", action="version", version=f"kernelcraft {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Each layer adds its commands. Import inside the function keeps `kernelcraft --help` fast.
+    from kernelcraft.tools import commands as tool_commands
+
+    tool_commands.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code = args.func(args)
+    except UsageError as e:
+        print(f"kernelcraft: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except KernelcraftError as e:
+        print(f"kernelcraft: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_NEGATIVE)
+    except KeyboardInterrupt:
+        print("kernelcraft: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or EXIT_OK)

@@ -1,0 +1,61 @@
+"""Settings from flags and KERNELCRAFT_* environment variables.
+
+`KERNELCRAFT_HOME` (default `~/.kernelcraft`) holds the database (`kernelcraft.db`), the
+evaluator's scratch space and run directories. A flag given on the command line beats the
+environment, which beats the default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOME = Path("~/.kernelcraft")
+
+# Targets the ahead-of-time compiler knows. "host" means the machine's own GPU, if any.
+KNOWN_TARGETS = ("sm_80", "sm_89", "sm_90a", "sm_100", "gfx942")
+
+
+def home_dir() -> Path:
+    """The kernelcraft home directory, created if missing."""
+    home = Path(os.environ.get("KERNELCRAFT_HOME", str(DEFAULT_HOME))).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def default_db_path() -> Path:
+    """Where the database lives unless `--db` or `KERNELCRAFT_DB` says otherwise."""
+    explicit = os.environ.get("KERNELCRAFT_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    return home_dir() / "kernelcraft.db"
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer setting from the environment, with a clear error when it is not one."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as e:
+        from kernelcraft.errors import UsageError
+
+        raise UsageError(f"{name}={raw!r} is not an integer; unset it or give a whole number") from e
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the server and the CLI need to start. Built once, at start-up."""
+
+    db_path: Path
+    rule_activation_count: int = 3
+    max_code_bytes: int = 1_000_000
+
+    @classmethod
+    def from_env(cls, db_path: str | Path | None = None) -> Settings:
+        return cls(
+            db_path=Path(db_path).expanduser() if db_path else default_db_path(),
+            rule_activation_count=env_int("KERNELCRAFT_RULE_ACTIVATION", 3),
+        )

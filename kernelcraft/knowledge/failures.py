@@ -1,0 +1,140 @@
+"""The failure taxonomy, and the classifier that maps what a compiler, a runtime or the verifier
+said onto it.
+
+One fixed, documented set of classes names every way a candidate can fail. The evaluation engine
+puts one of them in every failed verdict; the rulebook stores it with every failure and maps
+classes to seed rules. Classification is deterministic: the same text always gets the same class.
+
+Taxonomy (value: meaning):
+
+  load_error                 the candidate module does not import: syntax error, missing ModelNew,
+                             an exception at import or construction time
+  forbidden_construct        static check: try/except around a launch, reaching for the reference
+                             Model, patching torch/triton/harness functions, side streams, threads
+  compile_arange_not_pow2    `tl.arange` with a range that is not a power of two
+  compile_not_constexpr      a value used where Triton needs a `tl.constexpr`
+  compile_dot                `tl.dot` shape or dtype problems (K < 16, mismatched dtypes, rank)
+  compile_unknown_api        an attribute or function Triton does not have (`tl.float32(x)`,
+                             `tl.math.tanh`, a torch function inside a kernel, ...)
+  compile_type_error         type errors in the kernel (incompatible types, bad casts, pointer math)
+  compile_out_of_shared_memory   the kernel needs more shared memory (LDS) than the target has
+  compile_out_of_registers   register allocation fails or spills beyond the limit
+  compile_unsupported        Python constructs Triton's frontend rejects (break/continue, return in
+                             loops, closures, keyword-only launch misuse, ...)
+  compile_error              any other compiler error
+  runtime_illegal_memory_access  CUDA illegal address / out-of-bounds access
+  runtime_misaligned_address misaligned address
+  runtime_out_of_resources   launch out of resources (too many threads/registers/shared memory)
+  runtime_out_of_memory      the device (or host) ran out of memory
+  runtime_timeout            the candidate did not finish within its wall-clock deadline
+  runtime_crash              the process died (segfault, abort, exit before reporting a verdict)
+  runtime_error              any other exception while running the candidate
+  wrong_shape                an output's shape differs from the reference's
+  wrong_dtype                an output's dtype differs from the reference's
+  numerical_mismatch         outputs differ beyond the tolerances
+  nan_or_inf                 NaN or Inf where the reference has finite values
+  inputs_mutated             the candidate changed its inputs
+  pytorch_fallback           PyTorch compute (matmul, reductions, activations, ...) ran in forward
+  no_triton_launch           forward launched no Triton kernel
+  nondeterministic           two runs on the same inputs with different memory underneath differ
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+
+class FailureClass(str, Enum):
+    LOAD_ERROR = "load_error"
+    FORBIDDEN_CONSTRUCT = "forbidden_construct"
+    COMPILE_ARANGE_NOT_POW2 = "compile_arange_not_pow2"
+    COMPILE_NOT_CONSTEXPR = "compile_not_constexpr"
+    COMPILE_DOT = "compile_dot"
+    COMPILE_UNKNOWN_API = "compile_unknown_api"
+    COMPILE_TYPE_ERROR = "compile_type_error"
+    COMPILE_OUT_OF_SHARED_MEMORY = "compile_out_of_shared_memory"
+    COMPILE_OUT_OF_REGISTERS = "compile_out_of_registers"
+    COMPILE_UNSUPPORTED = "compile_unsupported"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ILLEGAL_MEMORY_ACCESS = "runtime_illegal_memory_access"
+    RUNTIME_MISALIGNED_ADDRESS = "runtime_misaligned_address"
+    RUNTIME_OUT_OF_RESOURCES = "runtime_out_of_resources"
+    RUNTIME_OUT_OF_MEMORY = "runtime_out_of_memory"
+    RUNTIME_TIMEOUT = "runtime_timeout"
+    RUNTIME_CRASH = "runtime_crash"
+    RUNTIME_ERROR = "runtime_error"
+    WRONG_SHAPE = "wrong_shape"
+    WRONG_DTYPE = "wrong_dtype"
+    NUMERICAL_MISMATCH = "numerical_mismatch"
+    NAN_OR_INF = "nan_or_inf"
+    INPUTS_MUTATED = "inputs_mutated"
+    PYTORCH_FALLBACK = "pytorch_fallback"
+    NO_TRITON_LAUNCH = "no_triton_launch"
+    NONDETERMINISTIC = "nondeterministic"
+
+    @property
+    def stage(self) -> str:
+        """'load', 'compile', 'runtime' or 'verify': where in the pipeline this class arises."""
+        if self in (FailureClass.LOAD_ERROR, FailureClass.FORBIDDEN_CONSTRUCT):
+            return "load"
+        return self.value.split("_", 1)[0] if self.value.startswith(("compile", "runtime")) else "verify"
+
+    @property
+    def compiled(self) -> bool:
+        """Whether a candidate failing this way had compiled (the search tree's reward needs it)."""
+        return self.stage in ("runtime", "verify")
+
+
+COMPILE_CLASSES = frozenset(c for c in FailureClass if c.stage == "compile")
+RUNTIME_CLASSES = frozenset(c for c in FailureClass if c.stage == "runtime")
+
+# Ordered: the first pattern that matches wins. Specific before general.
+_PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = tuple(
+    (cls, re.compile(pattern, re.IGNORECASE | re.DOTALL))
+    for cls, pattern in (
+        (FailureClass.RUNTIME_TIMEOUT, r"timed out|deadline exceeded|did not finish within"),
+        (FailureClass.RUNTIME_ILLEGAL_MEMORY_ACCESS, r"illegal memory access|illegal address|cudaErrorIllegalAddress|out of bounds"),
+        (FailureClass.RUNTIME_MISALIGNED_ADDRESS, r"misaligned address"),
+        (FailureClass.RUNTIME_OUT_OF_RESOURCES, r"out of resources|too many resources requested"),
+        (FailureClass.COMPILE_OUT_OF_SHARED_MEMORY, r"shared memory|OutOfResources.*shared|LDS|local data share"),
+        (FailureClass.COMPILE_OUT_OF_REGISTERS, r"register(s)? .*(exceed|spill|allocation)|ran out of registers"),
+        (FailureClass.RUNTIME_OUT_OF_MEMORY, r"out of memory|CUDA error: out of memory|MemoryError|Cannot allocate memory"),
+        (FailureClass.COMPILE_ARANGE_NOT_POW2, r"arange's range must be a power of 2|range must be a power of 2"),
+        (FailureClass.COMPILE_NOT_CONSTEXPR, r"must be a constexpr|constexpr expected|is not a constexpr|must be constexpr"),
+        (FailureClass.COMPILE_DOT, r"tl\.dot|dot\(\)|\bdot\b.*(shape|dtype|>= 16|at least 16)|Input shapes should have M >= 16"),
+        (FailureClass.COMPILE_UNSUPPORTED, r"unsupported AST node|is not supported in triton|break.*not supported|continue.*not supported|Cannot call @triton\.jit'd outside"),
+        (FailureClass.COMPILE_UNKNOWN_API, r"has no attribute|is not defined|not callable|unsupported function|'dtype' object is not callable"),
+        (FailureClass.COMPILE_TYPE_ERROR, r"TypeError|incompatible type|cannot cast|invalid operand|unsupported tensor index"),
+    )
+)
+
+
+def classify(error_text: str, stage: str | None = None) -> FailureClass:
+    """Map an error text onto the taxonomy.
+
+    `stage` is what the caller knows of where the text came from: "load", "compile" or "runtime".
+    A compile-stage text never gets a runtime class and vice versa; without a stage, the text alone
+    decides. Deterministic: the same arguments always give the same class.
+    """
+    text = error_text or ""
+    for cls, pattern in _PATTERNS:
+        if stage == "compile" and cls in RUNTIME_CLASSES and cls is not FailureClass.RUNTIME_OUT_OF_RESOURCES:
+            continue
+        if stage == "runtime" and cls in COMPILE_CLASSES:
+            continue
+        if pattern.search(text):
+            if stage == "compile" and cls is FailureClass.RUNTIME_OUT_OF_RESOURCES:
+                return FailureClass.COMPILE_OUT_OF_SHARED_MEMORY
+            return cls
+    if stage == "compile":
+        return FailureClass.COMPILE_ERROR
+    if stage == "load":
+        return FailureClass.LOAD_ERROR
+    if re.search(r"Segmentation fault|SIGSEGV|SIGABRT|core dumped|exited with code|died", text, re.IGNORECASE):
+        return FailureClass.RUNTIME_CRASH
+    if stage == "runtime":
+        return FailureClass.RUNTIME_ERROR
+    if re.search(r"CompilationError|triton\.compiler", text):
+        return FailureClass.COMPILE_ERROR
+    return FailureClass.RUNTIME_ERROR

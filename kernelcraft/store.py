@@ -1,0 +1,282 @@
+"""The one SQLite database: rulebook, failures, hardware manuals, search trees.
+
+One file under KERNELCRAFT_HOME (or `--db`), opened through aiosqlite in WAL mode with a busy
+timeout, so several processes (a server, a CLI, a teammate's agent) can share it. The schema is a
+list of named migrations, each applied once and recorded in `_migrations`; a migration is never
+edited once released: add a new one at the end of `MIGRATIONS`.
+
+Code is content-addressed: `code.hash = sha256(source)`, inserted with ON CONFLICT DO NOTHING.
+
+Who writes what: the knowledge layer owns failures, rules, rule_evidence, documents and sections;
+the search layer owns trees and nodes. Candidate processes never get a connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import aiosqlite
+
+from kernelcraft.errors import StoreError
+
+logger = logging.getLogger(__name__)
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+def utcnow() -> str:
+    """Timestamps are ISO 8601 UTC strings with microseconds, so they sort as text."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def code_hash(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    apply: str | Callable[[aiosqlite.Connection], Awaitable[None]]
+
+
+M001_INITIAL = """
+CREATE TABLE code (
+    hash TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+
+CREATE TABLE failures (
+    id INTEGER PRIMARY KEY,
+    class TEXT NOT NULL,
+    error_text TEXT NOT NULL,
+    code_hash TEXT REFERENCES code(hash),
+    reference_hash TEXT REFERENCES code(hash),
+    task_hash TEXT,
+    arch TEXT,
+    client TEXT NOT NULL DEFAULT 'local',
+    created_at TEXT NOT NULL
+);
+CREATE INDEX failures_class ON failures(class);
+CREATE INDEX failures_arch ON failures(arch);
+
+CREATE TABLE rules (
+    id INTEGER PRIMARY KEY,
+    uid TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL,
+    norm_text TEXT NOT NULL UNIQUE,
+    reason TEXT,
+    count INTEGER NOT NULL DEFAULT 1,
+    status TEXT NOT NULL DEFAULT 'candidate' CHECK (status IN ('candidate', 'active', 'retired')),
+    dsl TEXT NOT NULL DEFAULT 'triton',
+    arch_family TEXT,
+    op_category TEXT,
+    failure_class TEXT,
+    seed INTEGER NOT NULL DEFAULT 0,
+    created_by TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    source_failure_id INTEGER REFERENCES failures(id)
+);
+CREATE INDEX rules_status ON rules(status, count DESC);
+
+CREATE TABLE rule_evidence (
+    rule_id INTEGER NOT NULL REFERENCES rules(id),
+    failure_id INTEGER NOT NULL REFERENCES failures(id),
+    PRIMARY KEY (rule_id, failure_id)
+);
+CREATE INDEX rule_evidence_failure ON rule_evidence(failure_id);
+
+CREATE VIRTUAL TABLE rules_fts USING fts5(
+    text, reason, content='rules', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER rules_ai AFTER INSERT ON rules BEGIN
+    INSERT INTO rules_fts(rowid, text, reason) VALUES (new.id, new.text, coalesce(new.reason, ''));
+END;
+CREATE TRIGGER rules_ad AFTER DELETE ON rules BEGIN
+    INSERT INTO rules_fts(rules_fts, rowid, text, reason) VALUES ('delete', old.id, old.text, coalesce(old.reason, ''));
+END;
+CREATE TRIGGER rules_au AFTER UPDATE OF text, reason ON rules BEGIN
+    INSERT INTO rules_fts(rules_fts, rowid, text, reason) VALUES ('delete', old.id, old.text, coalesce(old.reason, ''));
+    INSERT INTO rules_fts(rowid, text, reason) VALUES (new.id, new.text, coalesce(new.reason, ''));
+END;
+
+CREATE TABLE documents (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL,
+    arch TEXT,
+    sources TEXT NOT NULL DEFAULT '',
+    sha256 TEXT NOT NULL
+);
+
+CREATE TABLE sections (
+    id INTEGER PRIMARY KEY,
+    document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    ord INTEGER NOT NULL,
+    heading_path TEXT NOT NULL,
+    anchor TEXT NOT NULL,
+    arch TEXT,
+    body TEXT NOT NULL,
+    UNIQUE (document_id, ord)
+);
+CREATE VIRTUAL TABLE sections_fts USING fts5(
+    heading_path, body, content='sections', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER sections_ai AFTER INSERT ON sections BEGIN
+    INSERT INTO sections_fts(rowid, heading_path, body) VALUES (new.id, new.heading_path, new.body);
+END;
+CREATE TRIGGER sections_ad AFTER DELETE ON sections BEGIN
+    INSERT INTO sections_fts(sections_fts, rowid, heading_path, body) VALUES ('delete', old.id, old.heading_path, old.body);
+END;
+"""
+
+# Append-only. The search layer's tables arrive as a later migration.
+MIGRATIONS: list[Migration] = [
+    Migration("m001_initial", M001_INITIAL),
+]
+
+
+class Store:
+    """An open kernelcraft database. Open with `await Store.open(path)`; close with `aclose()`."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path | None) -> None:
+        self.conn = conn
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: str | Path, *, migrate: bool = True) -> Store:
+        """Open (creating if needed) the database at `path`; ':memory:' for a private one."""
+        in_memory = str(path) == ":memory:"
+        file_path = None if in_memory else Path(path).expanduser()
+        if file_path is not None:
+            if file_path.is_dir():
+                raise StoreError(f"{file_path} is a directory; give the path of a database file")
+            try:
+                file_path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create {file_path.parent}: {e.strerror}; choose another --db") from e
+        try:
+            conn = await aiosqlite.connect(":memory:" if in_memory else str(file_path), isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open database {file_path}: {e}; check the path and permissions") from e
+        conn.row_factory = aiosqlite.Row
+        store = cls(conn, file_path)
+        try:
+            await store._configure()
+            if migrate:
+                await store.migrate()
+        except BaseException:
+            await conn.close()
+            raise
+        return store
+
+    async def _configure(self) -> None:
+        try:
+            await self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if self.path is not None:
+                await self.conn.execute("PRAGMA journal_mode = WAL")
+                await self.conn.execute("PRAGMA synchronous = NORMAL")
+            await self.conn.execute("PRAGMA foreign_keys = ON")
+            tables = {r[0] for r in await self.conn.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as e:
+            raise StoreError(
+                f"{self.path} is not a SQLite database or is corrupt ({e}); move it aside or pass another --db"
+            ) from e
+        if tables and "_migrations" not in tables:
+            raise StoreError(
+                f"{self.path} is a SQLite database but not a kernelcraft one (it has tables "
+                f"{', '.join(sorted(tables)[:5])}); pass another --db"
+            )
+
+    async def migrate(self) -> list[str]:
+        """Apply the migrations not yet recorded, in order. Returns the names applied."""
+        await self.conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        done = {r[0] for r in await self.conn.execute_fetchall("SELECT name FROM _migrations")}
+        known = {m.name for m in MIGRATIONS}
+        unknown = done - known
+        if unknown:
+            raise StoreError(
+                f"{self.path} was written by a newer kernelcraft (migrations {sorted(unknown)}); upgrade kernelcraft"
+            )
+        applied = []
+        for m in MIGRATIONS:
+            if m.name in done:
+                continue
+            async with self.transaction():
+                if isinstance(m.apply, str):
+                    for statement in _split_sql(m.apply):
+                        await self.conn.execute(statement)
+                else:
+                    await m.apply(self.conn)
+                await self.conn.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (m.name, utcnow()))
+            applied.append(m.name)
+            logger.debug("applied migration %s", m.name)
+        return applied
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Disk-full becomes a StoreError."""
+        try:
+            await self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise _store_error(e) from e
+        try:
+            yield self.conn
+        except BaseException:
+            await self.conn.execute("ROLLBACK")
+            raise
+        try:
+            await self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as e:
+            await self.conn.execute("ROLLBACK")
+            raise _store_error(e) from e
+
+    async def put_code(self, source: str) -> str:
+        """Store a source text once; returns its sha256. Call inside or outside a transaction."""
+        digest = code_hash(source)
+        await self.conn.execute(
+            "INSERT INTO code (hash, source, created_at) VALUES (?, ?, ?) ON CONFLICT(hash) DO NOTHING",
+            (digest, source, utcnow()),
+        )
+        return digest
+
+    async def get_code(self, digest: str) -> str | None:
+        rows = await self.conn.execute_fetchall("SELECT source FROM code WHERE hash = ?", (digest,))
+        return rows[0][0] if rows else None
+
+    async def aclose(self) -> None:
+        await self.conn.close()
+
+
+def _store_error(e: sqlite3.OperationalError) -> StoreError:
+    text = str(e)
+    if "full" in text:
+        return StoreError(f"the disk holding the database is full ({text}); free space and retry — nothing was written")
+    if "locked" in text or "busy" in text:
+        return StoreError(f"the database stayed locked for {BUSY_TIMEOUT_MS / 1000:.0f} s ({text}); retry")
+    if "readonly" in text:
+        return StoreError(f"the database is read-only ({text}); check its permissions or pass another --db")
+    return StoreError(f"database error: {text}")
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements, keeping CREATE TRIGGER … END; blocks whole."""
+    statements: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                statements.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        statements.append(buf.strip())
+    return statements

@@ -1,0 +1,163 @@
+"""The results of the evaluation engine: compile, verify and profile, and the job that asks for them.
+
+These pydantic models cross every boundary: the CLI prints them with `--json`, the MCP tools
+return them as structured content, the search tree stores them. Field descriptions are written
+for a model reading the JSON schema.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from kernelcraft.knowledge.failures import FailureClass
+
+Target = Literal["sm_80", "sm_89", "sm_90a", "sm_100", "gfx942"]
+DEFAULT_TARGETS: tuple[Target, ...] = ("sm_80", "sm_90a", "sm_100", "gfx942")
+Stage = Literal["compile", "verify", "profile"]
+
+
+class Evidence(BaseModel):
+    """What a failed check saw. Only the fields that apply are set."""
+
+    message: str = Field(description="One sentence: which check failed and why.")
+    error_text: str | None = Field(default=None, description="Compiler or runtime error text, trimmed.")
+    trial: int | None = Field(default=None, description="Index of the trial (0-based) that failed.")
+    input_set: int | None = Field(default=None, description="Index of the input set (0 = get_inputs()).")
+    output_index: int | None = Field(default=None, description="Which output of forward() failed.")
+    first_mismatch_index: list[int] | None = Field(default=None, description="Multi-index of the first bad element.")
+    expected: float | None = Field(default=None, description="Reference value at that index.")
+    actual: float | None = Field(default=None, description="Candidate value at that index.")
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    relative_l2_error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
+    op: str | None = Field(default=None, description="The PyTorch op that fell back, or the forbidden construct.")
+    line: int | None = Field(default=None, description="Line in the candidate source, when known.")
+
+
+class KernelLaunch(BaseModel):
+    """One Triton kernel launched by the candidate's forward, as seen by intercepting the launch."""
+
+    name: str
+    signature: dict[str, str] = Field(description="Argument name -> Triton type (e.g. '*fp32', 'i32').")
+    constexprs: dict[str, int | float | bool | str | None] = Field(description="Constexpr argument values.")
+    grid: list[int] = Field(description="The launch grid (x, y, z).")
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+
+class KernelCompileInfo(BaseModel):
+    """Resource use of one compiled kernel on one target."""
+
+    name: str
+    registers: int | None = Field(default=None, description="Registers per thread (NVIDIA) or VGPRs (AMD).")
+    sgprs: int | None = Field(default=None, description="Scalar registers (AMD only).")
+    spills: int | None = Field(default=None, description="Registers spilled to local/scratch memory.")
+    shared_bytes: int | None = Field(default=None, description="Shared memory (NVIDIA) or LDS (AMD) in bytes.")
+    num_warps: int | None = None
+    num_stages: int | None = None
+    constexprs: dict[str, int | float | bool | str | None] = Field(default_factory=dict)
+
+
+class TargetCompileResult(BaseModel):
+    target: str = Field(description="sm_80, sm_90a, sm_100, gfx942, or 'host' for the local GPU's JIT.")
+    ok: bool
+    kernels: list[KernelCompileInfo] = Field(default_factory=list)
+    error: str | None = Field(default=None, description="The compiler's error text when ok is false.")
+    failure_class: FailureClass | None = None
+    seconds: float | None = None
+
+
+class CompileResult(BaseModel):
+    ok: bool = Field(description="True when every requested target compiled.")
+    launches: list[KernelLaunch] = Field(default_factory=list, description="Kernels forward() launches.")
+    targets: list[TargetCompileResult] = Field(default_factory=list)
+    failure_class: FailureClass | None = Field(default=None, description="Set when discovery or any target failed.")
+    evidence: Evidence | None = None
+    seconds: float = 0.0
+
+
+class VerifyResult(BaseModel):
+    correct: bool
+    status: str = Field(description="'passed', or the failure class (see FailureClass).")
+    failure_class: FailureClass | None = None
+    evidence: Evidence | None = None
+    trials: int = Field(description="Trials requested per input set.")
+    trials_passed: int = 0
+    input_sets: int = 1
+    device: str = Field(description="'cuda:N (NAME)' or 'cpu (Triton interpreter)'.")
+    interpreter: bool = Field(description="True when the kernels ran in Triton's CPU interpreter.")
+    kernels_launched: list[str] = Field(default_factory=list)
+    allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops the caller allowed.")
+    notes: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Timing(BaseModel):
+    """Wall time of one callable on the GPU, in microseconds."""
+
+    median_us: float
+    iqr_us: float = Field(description="Interquartile range (p75 - p25).")
+    min_us: float
+    reps: int
+    method: Literal["cuda_events", "cuda_graph"]
+
+
+class Roofline(BaseModel):
+    target: str
+    flops: float = Field(description="Floating-point operations of one forward, counted from the reference.")
+    bytes: float = Field(description="Fewest bytes one forward must move (inputs read, outputs written once).")
+    peak_tflops: float
+    peak_gbps: float
+    floor_us: float = Field(description="max(flops/peak, bytes/bandwidth): no kernel runs much faster.")
+    bound: Literal["memory", "compute"]
+
+
+class ProfileResult(BaseModel):
+    available: bool = Field(description="False without a GPU: then only the roofline floor is given.")
+    message: str = ""
+    device: str | None = None
+    candidate: Timing | None = None
+    reference_eager: Timing | None = None
+    reference_compiled: Timing | None = Field(default=None, description="Reference under torch.compile.")
+    speedup_vs_eager: float | None = None
+    speedup_vs_compiled: float | None = None
+    achieved_gbps: float | None = None
+    achieved_tflops: float | None = None
+    roofline_fraction: float | None = Field(default=None, description="floor_us / candidate median.")
+    roofline: Roofline | None = None
+    failure_class: FailureClass | None = None
+    evidence: Evidence | None = None
+    seconds: float = 0.0
+
+
+class EvalJob(BaseModel):
+    """One request to the evaluator. Sources travel as text: nothing is imported by the caller."""
+
+    task_source: str = Field(description="KernelBench-format module: Model, get_inputs, get_init_inputs.")
+    candidate_source: str = Field(description="Module with class ModelNew launching @triton.jit kernels.")
+    task_name: str = "task.py"
+    candidate_name: str = "candidate.py"
+    stages: list[Stage] = Field(default_factory=lambda: ["verify"])
+    targets: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
+    trials: int = Field(default=5, ge=1, le=100)
+    timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops forward() may use.")
+    roofline_target: str = "sm_90a"
+
+
+class EvalResult(BaseModel):
+    """What the evaluator answers: one result per requested stage."""
+
+    compile: CompileResult | None = None
+    verify: VerifyResult | None = None
+    profile: ProfileResult | None = None
+    seconds: float = 0.0
+
+    @property
+    def failure_class(self) -> FailureClass | None:
+        for part in (self.compile, self.verify, self.profile):
+            if part is not None and part.failure_class is not None:
+                return part.failure_class
+        return None
