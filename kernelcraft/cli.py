@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelcraft.tools import commands as tool_commands
 
     tool_commands.register(sub)
+    from kernelcraft.knowledge import commands as knowledge_commands
+
+    knowledge_commands.register(sub)
+    from kernelcraft.server import commands as server_commands
+
+    server_commands.register(sub)
     return parser
 
 

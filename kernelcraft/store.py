@@ -13,6 +13,7 @@ the search layer owns trees and nodes. Candidate processes never get a connectio
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import sqlite3
@@ -138,9 +139,89 @@ CREATE TRIGGER sections_ad AFTER DELETE ON sections BEGIN
 END;
 """
 
-# Append-only. The search layer's tables arrive as a later migration.
+# The knowledge layer's additions after m001: its database id (the origin written into exported
+# rules) and per-origin imported counts, which make `rules import` of the same file idempotent.
+M003_KNOWLEDGE_IMPORTS = """
+CREATE TABLE knowledge_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE rule_imports (
+    rule_id INTEGER NOT NULL REFERENCES rules(id) ON DELETE CASCADE,
+    origin TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (rule_id, origin)
+);
+"""
+
+# The search layer's tables (kernelcraft/search/tree.py): trees, their nodes, and the leases that
+# hand one step of a tree to one client. Budget counts evaluated candidates, the seed excluded.
+M002_SEARCH_TREE = """
+CREATE TABLE trees (
+    id INTEGER PRIMARY KEY,
+    task_hash TEXT NOT NULL REFERENCES code(hash),
+    task_key TEXT NOT NULL,
+    task_name TEXT NOT NULL,
+    target TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    params TEXT NOT NULL,
+    budget INTEGER NOT NULL CHECK (budget >= 1),
+    seed INTEGER NOT NULL,
+    steps_issued INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'done')),
+    warm_start TEXT,
+    created_by TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX trees_task_hash ON trees(task_hash, target);
+CREATE INDEX trees_task_key ON trees(task_key, target);
+
+CREATE TABLE nodes (
+    id INTEGER PRIMARY KEY,
+    tree_id INTEGER NOT NULL REFERENCES trees(id),
+    parent_id INTEGER REFERENCES nodes(id),
+    kind TEXT NOT NULL CHECK (kind IN ('root', 'large', 'small')),
+    seed INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'evaluated')),
+    step_index INTEGER,
+    reason TEXT,
+    context_ids TEXT,
+    code_hash TEXT REFERENCES code(hash),
+    verdict TEXT,
+    outcome TEXT CHECK (outcome IN ('not_compiled', 'wrong', 'correct')),
+    failure_class TEXT,
+    speedup REAL,
+    reward REAL,
+    visits INTEGER NOT NULL DEFAULT 0,
+    value_sum REAL NOT NULL DEFAULT 0,
+    max_reward REAL NOT NULL DEFAULT 0,
+    client TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    evaluated_at TEXT
+);
+CREATE INDEX nodes_tree ON nodes(tree_id, status);
+CREATE INDEX nodes_parent ON nodes(parent_id);
+
+CREATE TABLE leases (
+    node_id INTEGER PRIMARY KEY REFERENCES nodes(id),
+    tree_id INTEGER NOT NULL REFERENCES trees(id),
+    client TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    issued_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    released_at TEXT
+);
+CREATE INDEX leases_tree ON leases(tree_id, released_at, expires_at);
+"""
+
+# Append-only: names are identifiers, the list order is the order applied. The search layer
+# appends its m002 migration; the knowledge layer's m003 does not depend on it.
 MIGRATIONS: list[Migration] = [
     Migration("m001_initial", M001_INITIAL),
+    Migration("m003_knowledge_imports", M003_KNOWLEDGE_IMPORTS),
+    Migration("m002_search_tree", M002_SEARCH_TREE),
 ]
 
 
@@ -150,6 +231,10 @@ class Store:
     def __init__(self, conn: aiosqlite.Connection, path: Path | None) -> None:
         self.conn = conn
         self.path = path
+        # One connection serves every coroutine of the process; without this lock two concurrent
+        # tool calls would nest BEGIN IMMEDIATE on it ("cannot start a transaction within a
+        # transaction"). Not reentrant: never open a transaction inside another.
+        self._tx_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: str | Path, *, migrate: bool = True) -> Store:
@@ -162,7 +247,9 @@ class Store:
             try:
                 file_path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise StoreError(f"cannot create {file_path.parent}: {e.strerror}; choose another --db") from e
+                raise StoreError(
+                    f"cannot create {file_path.parent}: {e.strerror}; choose another --db"
+                ) from e
         try:
             conn = await aiosqlite.connect(":memory:" if in_memory else str(file_path), isolation_level=None)
         except sqlite3.Error as e:
@@ -185,7 +272,10 @@ class Store:
                 await self.conn.execute("PRAGMA journal_mode = WAL")
                 await self.conn.execute("PRAGMA synchronous = NORMAL")
             await self.conn.execute("PRAGMA foreign_keys = ON")
-            tables = {r[0] for r in await self.conn.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = {
+                r[0]
+                for r in await self.conn.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+            }
         except sqlite3.DatabaseError as e:
             raise StoreError(
                 f"{self.path} is not a SQLite database or is corrupt ({e}); move it aside or pass another --db"
@@ -198,7 +288,9 @@ class Store:
 
     async def migrate(self) -> list[str]:
         """Apply the migrations not yet recorded, in order. Returns the names applied."""
-        await self.conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        await self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
         done = {r[0] for r in await self.conn.execute_fetchall("SELECT name FROM _migrations")}
         known = {m.name for m in MIGRATIONS}
         unknown = done - known
@@ -216,7 +308,9 @@ class Store:
                         await self.conn.execute(statement)
                 else:
                     await m.apply(self.conn)
-                await self.conn.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (m.name, utcnow()))
+                await self.conn.execute(
+                    "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (m.name, utcnow())
+                )
             applied.append(m.name)
             logger.debug("applied migration %s", m.name)
         return applied
@@ -224,20 +318,21 @@ class Store:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Disk-full becomes a StoreError."""
-        try:
-            await self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            raise _store_error(e) from e
-        try:
-            yield self.conn
-        except BaseException:
-            await self.conn.execute("ROLLBACK")
-            raise
-        try:
-            await self.conn.execute("COMMIT")
-        except sqlite3.OperationalError as e:
-            await self.conn.execute("ROLLBACK")
-            raise _store_error(e) from e
+        async with self._tx_lock:
+            try:
+                await self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                raise _store_error(e) from e
+            try:
+                yield self.conn
+            except BaseException:
+                await self.conn.execute("ROLLBACK")
+                raise
+            try:
+                await self.conn.execute("COMMIT")
+            except sqlite3.OperationalError as e:
+                await self.conn.execute("ROLLBACK")
+                raise _store_error(e) from e
 
     async def put_code(self, source: str) -> str:
         """Store a source text once; returns its sha256. Call inside or outside a transaction."""
@@ -249,7 +344,7 @@ class Store:
         return digest
 
     async def get_code(self, digest: str) -> str | None:
-        rows = await self.conn.execute_fetchall("SELECT source FROM code WHERE hash = ?", (digest,))
+        rows = list(await self.conn.execute_fetchall("SELECT source FROM code WHERE hash = ?", (digest,)))
         return rows[0][0] if rows else None
 
     async def aclose(self) -> None:
@@ -259,7 +354,9 @@ class Store:
 def _store_error(e: sqlite3.OperationalError) -> StoreError:
     text = str(e)
     if "full" in text:
-        return StoreError(f"the disk holding the database is full ({text}); free space and retry — nothing was written")
+        return StoreError(
+            f"the disk holding the database is full ({text}); free space and retry — nothing was written"
+        )
     if "locked" in text or "busy" in text:
         return StoreError(f"the database stayed locked for {BUSY_TIMEOUT_MS / 1000:.0f} s ({text}); retry")
     if "readonly" in text:

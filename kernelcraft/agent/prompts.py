@@ -1,0 +1,127 @@
+"""The driver's prompts: one system prompt for the run, one user message per call.
+
+The system prompt is the same for every call of a run (so it is cached with the tool definitions);
+everything that changes — the step's instructions from the search tree, the kernels, the errors,
+the rules — goes into the user message. The tree's `instructions` already say what to do with its
+context; these prompts add the answer contract of each call (which tool, what shape).
+"""
+
+from __future__ import annotations
+
+from kernelcraft.search.tree import ContextKernel, NextStep
+
+SYSTEM = """\
+You are an expert GPU kernel engineer writing Triton kernels that replace PyTorch operators.
+A task is a PyTorch module `Model` (with get_inputs() and get_init_inputs()); a candidate is a Python
+module defining `class ModelNew(nn.Module)` with the same constructor arguments, whose forward computes
+the same outputs by launching @triton.jit kernels. Parameters are created under the same random seed in
+both, so create them in the same order with the same modules. Candidates are checked on fresh random
+inputs against the reference with tight tolerances (fp32: 1e-4), must not modify their inputs, and
+must not do PyTorch compute in forward (allocating outputs and taking views is fine).
+Write code that runs as is: complete modules, no placeholders, no markdown fences. Obey every rule
+listed under "Common pitfalls": each one was learnt from kernels that failed.
+Always answer by calling the tool you are asked to call.
+"""
+
+
+def _kernel_block(title: str, code: str) -> str:
+    return f"{title}:\n```python\n{code.rstrip()}\n```"
+
+
+def _rules_text(step: NextStep) -> str:
+    if not step.rules:
+        return ""
+    return "\n\nCommon pitfalls (active rules for this task; obey every one):\n" + "\n".join(
+        f"- {r.text}" for r in step.rules
+    )
+
+
+def _timing(k: ContextKernel) -> str:
+    parts = []
+    if k.speedup is not None:
+        parts.append(f"{k.speedup:.2f}x vs PyTorch")
+    if k.candidate_us is not None:
+        parts.append(f"{k.candidate_us:.1f} us")
+    return ", ".join(parts) or "speed not measured"
+
+
+def describe_kernel(k: ContextKernel) -> str:
+    if k.outcome == "correct":
+        return f"node {k.node_id}: correct, {_timing(k)}"
+    label = "did not compile" if k.outcome == "not_compiled" else "compiled but wrong"
+    cls = f" [{k.failure_class.value}]" if k.failure_class is not None else ""
+    err = (k.error or "").strip()
+    return f"node {k.node_id}: {label}{cls}\n{err[:1500]}"
+
+
+def large_step(step: NextStep) -> str:
+    """The proposer: one call writing a whole ModelNew that must beat the pool."""
+    parts = [step.instructions, _kernel_block("The task (PyTorch reference)", step.task_source)]
+    for k in step.pool:
+        parts.append(_kernel_block(f"Pool kernel — {describe_kernel(k)}", k.code))
+    parts.append("Call submit_kernel with the complete new module." + _rules_text(step))
+    return "\n\n".join(parts)
+
+
+def reviser(step: NextStep) -> str:
+    """The reviser: 1–3 concrete improvements from the chain, its errors and its timings."""
+    parts = [
+        f"You review a Triton kernel for the task `{step.task_name}` (target {step.target}) and decide "
+        "what to change next.",
+        _kernel_block("The task (PyTorch reference)", step.task_source),
+        "Refinement history, oldest first:\n" + "\n".join(f"- {describe_kernel(k)}" for k in step.chain),
+        _kernel_block("The current kernel (the one to change)", step.start_code or ""),
+    ]
+    if not step.speedup_measured:
+        parts.append("No GPU timing is available: only correctness is checked, so keep every change safe.")
+    parts.append(
+        "Call propose_improvements with 1 to 3 concrete changes to the current kernel, most promising "
+        "first. If the last version failed, the first item must fix that failure. Do not repeat a change "
+        "the history shows failed." + _rules_text(step)
+    )
+    return "\n\n".join(parts)
+
+
+def tuner(step: NextStep, improvements: list[str], retry_reason: str | None = None) -> str:
+    """The tuner: old/new edits that apply the improvements to the parent kernel."""
+    items = "\n".join(f"{i}. {text}" for i, text in enumerate(improvements, 1))
+    parts = [
+        f"Apply these improvements to the current kernel for the task `{step.task_name}` "
+        f"(target {step.target}):\n{items}",
+        _kernel_block("The task (PyTorch reference)", step.task_source),
+        _kernel_block("The current kernel", step.start_code or ""),
+        "Call submit_edits with a list of edits. Each edit's `old` must be copied exactly from the current "
+        "kernel (whitespace included) and occur exactly once in it; `new` replaces it. Edits apply in "
+        "order, each to the result of the ones before. Keep everything else unchanged." + _rules_text(step),
+    ]
+    if retry_reason:
+        parts.append(f"Your previous edits could not be applied: {retry_reason}")
+    return "\n\n".join(parts)
+
+
+def rule_proposal(code: str, error: str, failure_class: str | None) -> str:
+    """AdaExplore's rule distillation: one 'You cannot …' sentence grounded in the log, or none."""
+    cls = f" (failure class: {failure_class})" if failure_class else ""
+    return "\n\n".join(
+        [
+            "A Triton kernel candidate failed" + cls + ".",
+            _kernel_block("The candidate", code),
+            f"The error log:\n```\n{error.strip()[:4000]}\n```",
+            "Call propose_rule with exactly one sentence that starts with 'You cannot' and states the "
+            "constraint this kernel broke, as a general rule for Triton kernels: minimal, grounded in the "
+            "log, no fix, no explanation (e.g. 'You cannot call tl.float32 as a function inside a Triton "
+            "kernel.'). If the log does not show a clear, general constraint — for example a plain "
+            "numerical mismatch — answer exactly 'no guidance'.",
+        ]
+    )
+
+
+def normalize_rule(text: str) -> str | None:
+    """The rule to record, or None for 'no guidance' and anything that is not a 'You cannot' rule."""
+    t = " ".join(text.strip().split())
+    if not t or t.lower().strip(".") == "no guidance":
+        return None
+    if not t.lower().startswith("you cannot"):
+        return None
+    first = t.split(". ")[0].rstrip(".")
+    return first + "."

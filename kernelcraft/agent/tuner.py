@@ -1,0 +1,485 @@
+"""The offline tuner: launch-configuration search over a kernel's source, with no LLM.
+
+1. `find_params(source)` reads the module with `ast` and finds the integer literals that set a
+   launch configuration: `num_warps=`/`num_stages=` and UPPERCASE (or `tl.constexpr`) meta-parameters
+   at launch sites `kernel[grid](..., BLOCK_SIZE=128, num_warps=4)`, constexpr arguments passed by
+   position, `tl.constexpr` defaults of `@triton.jit` functions that no launch overrides, and integer
+   constants (module-level or local to the launching function) that a launch passes by name.
+   Only powers of two are tuned: a non-power-of-two constexpr is a shape, not a tile.
+2. `Space` gives each parameter its candidate values: num_warps in {1, 2, 4, 8, 16}, num_stages in
+   1..5, meta-parameters the powers of two within a factor 8 of the current value (2 .. 65536), the
+   product of a launch's meta-parameters at most 2**20 elements (Triton's tensor limit).
+3. `Observation`s (a configuration, its time or its failure, the compile results' shared-memory use)
+   bound the space: a failed configuration prunes the values at and beyond it in the direction it
+   moved away from a working one (out of shared memory at BLOCK=256 → nothing ≥ 256), and a config
+   whose estimated shared memory exceeds the target's is never proposed.
+4. `next_config` is a deterministic pattern search (coordinate descent in log2 space): one step up or
+   down in one parameter from the start (the parent kernel) and then from the best configuration
+   seen, then pairs of parameters moved together (tiles and warps interact), then seeded random
+   points of the space. `tune()` runs it against an objective for a budget of evaluations.
+5. `apply_config` rewrites exactly the literals' text spans; every other byte stays as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ParamKind = Literal["num_warps", "num_stages", "meta"]
+Config = dict[str, int]
+
+NUM_WARPS = (1, 2, 4, 8, 16)
+NUM_STAGES = (1, 2, 3, 4, 5)
+META_FACTOR = 8
+META_MIN, META_MAX = 2, 1 << 16  # 1 is a flag value, not a tile: find_params skips it
+MAX_TENSOR_NUMEL = 1 << 20
+
+# Shared memory (LDS) per block a kernel may use, in bytes, per compile target.
+SHARED_LIMIT_BYTES = {"sm_80": 166_912, "sm_89": 101_376, "sm_90a": 232_448, "sm_100": 232_448, "gfx942": 65_536}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable integer literal. `start:end` is its character span in the source."""
+
+    key: str
+    kind: ParamKind
+    value: int
+    start: int
+    end: int
+    line: int
+    launch: str  # the kernel whose launch it configures ("" for a constant used by several)
+
+
+def _is_pow2(v: int) -> bool:
+    return v >= 1 and (v & (v - 1)) == 0
+
+
+def _int_const(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _is_constexpr_annotation(node: ast.AST | None) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr == "constexpr"
+    if isinstance(node, ast.Name):
+        return node.id == "constexpr"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.endswith("constexpr")
+    return False
+
+
+def _decorator_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+@dataclass
+class _JitFn:
+    params: list[str]
+    constexpr: set[str]
+    defaults: dict[str, ast.expr]
+    autotuned: bool
+
+
+def _jit_functions(tree: ast.Module) -> dict[str, _JitFn]:
+    out: dict[str, _JitFn] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        names = {_decorator_name(d) for d in node.decorator_list}
+        if "jit" not in names:
+            continue
+        args = node.args.posonlyargs + node.args.args
+        defaults = dict(zip([a.arg for a in args][len(args) - len(node.args.defaults) :], node.args.defaults, strict=True))
+        out[node.name] = _JitFn(
+            params=[a.arg for a in args],
+            constexpr={a.arg for a in args if _is_constexpr_annotation(a.annotation)},
+            defaults=defaults,
+            autotuned=bool(names & {"autotune", "heuristics"}),
+        )
+    return out
+
+
+class _Offsets:
+    """ast positions (line, UTF-8 byte column) to character offsets in the source string."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def at(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", errors="replace"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.at(node.lineno, node.col_offset), self.at(node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[attr-defined]
+
+
+def _kind_for(name: str) -> ParamKind:
+    return "num_warps" if name == "num_warps" else "num_stages" if name == "num_stages" else "meta"
+
+
+def _tunable(kind: ParamKind, value: int) -> bool:
+    if kind == "num_warps":
+        return value in NUM_WARPS
+    if kind == "num_stages":
+        return value in NUM_STAGES
+    return _is_pow2(value) and value >= 2
+
+
+def _launch_name(call: ast.Call) -> str | None:
+    func = call.func
+    if not isinstance(func, ast.Subscript):
+        return None
+    target = func.value
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return None
+
+
+def _int_assignments(body: Iterable[ast.stmt]) -> dict[str, list[ast.Assign]]:
+    found: dict[str, list[ast.Assign]] = {}
+    for stmt in body:
+        for node in ast.walk(stmt) if not isinstance(stmt, ast.FunctionDef | ast.ClassDef) else ():
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                found.setdefault(node.targets[0].id, []).append(node)
+    return found
+
+
+def find_params(source: str) -> list[Param]:
+    """The tunable literals of a candidate module, in source order. Raises SyntaxError."""
+    tree = ast.parse(source)
+    offsets = _Offsets(source)
+    jit = _jit_functions(tree)
+    module_assigns = _int_assignments(tree.body)
+    params: dict[tuple[int, int], Param] = {}
+    used_keys: dict[str, int] = {}
+    passed: dict[str, set[str]] = {}
+
+    def key_for(base: str) -> str:
+        n = used_keys.get(base, 0) + 1
+        used_keys[base] = n
+        return base if n == 1 else f"{base}#{n}"
+
+    def add_literal(node: ast.expr, base: str, name: str, launch: str) -> None:
+        value = _int_const(node)
+        kind = _kind_for(name)
+        if value is None or not _tunable(kind, value):
+            return
+        start, end = offsets.span(node)
+        if (start, end) not in params:
+            params[(start, end)] = Param(key_for(base), kind, value, start, end, node.lineno, launch)
+
+    def add_named(name_node: ast.Name, name: str, launch: str, local: dict[str, list[ast.Assign]], scope: str) -> None:
+        for assigns, where in ((local, scope), (module_assigns, "")):
+            if name_node.id in assigns:
+                defs = assigns[name_node.id]
+                if len(defs) == 1:  # a name assigned twice is not a constant
+                    base = f"{where}.{name_node.id}" if where else name_node.id
+                    # a constant shared by several launches configures all of them
+                    value_node = defs[0].value
+                    if (offsets.span(value_node)) in params:
+                        return
+                    add_literal(value_node, base, name, launch if where else "")
+                return
+
+    scopes: list[tuple[str, ast.AST]] = [("", tree)]
+    scopes += [(n.name, n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in jit]
+    for scope_name, scope in scopes:
+        local = _int_assignments(scope.body) if isinstance(scope, ast.FunctionDef) else {}
+        nodes = ast.walk(scope) if scope_name else (n for stmt in tree.body if not isinstance(stmt, ast.FunctionDef | ast.ClassDef) for n in ast.walk(stmt))
+        for node in nodes:
+            if not isinstance(node, ast.Call):
+                continue
+            kernel = _launch_name(node)
+            if kernel is None:
+                continue
+            fn = jit.get(kernel)
+            if fn is not None and fn.autotuned:
+                continue  # @triton.autotune picks its own configs
+            passed.setdefault(kernel, set())
+            pairs: list[tuple[str, ast.expr]] = []
+            if fn is not None:
+                pairs += [(fn.params[i], a) for i, a in enumerate(node.args) if i < len(fn.params)]
+            pairs += [(kw.arg, kw.value) for kw in node.keywords if kw.arg is not None]
+            for name, value in pairs:
+                passed[kernel].add(name)
+                if name in ("num_warps", "num_stages"):
+                    is_meta = True
+                elif fn is not None:
+                    is_meta = name in fn.constexpr
+                else:  # a kernel imported from elsewhere: go by the UPPERCASE convention
+                    is_meta = name.isupper()
+                if not is_meta:
+                    continue
+                if isinstance(value, ast.Name):
+                    add_named(value, name, kernel, local, scope_name)
+                else:
+                    add_literal(value, f"{kernel}.{name}", name, kernel)
+    for kernel, fn in jit.items():
+        if fn.autotuned:
+            continue
+        for name in sorted(fn.constexpr - passed.get(kernel, set())):
+            if name in fn.defaults:
+                add_literal(fn.defaults[name], f"{kernel}.{name}", name, kernel)
+    return sorted(params.values(), key=lambda p: p.start)
+
+
+def current_config(params: list[Param]) -> Config:
+    return {p.key: p.value for p in params}
+
+
+def apply_config(source: str, params: list[Param], config: Config) -> str:
+    """Rewrite the literals named in `config`; every other character is kept."""
+    out, pos = [], 0
+    for p in sorted(params, key=lambda p: p.start):
+        if p.key in config and config[p.key] != p.value:
+            out.append(source[pos : p.start])
+            out.append(str(config[p.key]))
+            pos = p.end
+    out.append(source[pos:])
+    return "".join(out)
+
+
+def family_of(source: str, params: list[Param]) -> str:
+    """The source with its tunable literals masked, hashed: kernels that differ only in their
+    configuration share a family, and so share what the tuner has learnt."""
+    masked = apply_config(source, params, {p.key: -1 for p in params})
+    return hashlib.sha256(masked.encode()).hexdigest()[:16]
+
+
+def config_key(config: Config) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+@dataclass
+class Observation:
+    """What one evaluated configuration gave. `time_us` None: failed, or no GPU to time it."""
+
+    config: Config
+    ok: bool
+    time_us: float | None = None
+    failure_class: str | None = None
+    shared_fraction: float | None = None  # max over targets of shared bytes / the target's limit
+
+
+@dataclass
+class Space:
+    params: list[Param]
+    values: dict[str, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, params: list[Param]) -> Space:
+        values: dict[str, list[int]] = {}
+        for p in params:
+            if p.kind == "num_warps":
+                values[p.key] = list(NUM_WARPS)
+            elif p.kind == "num_stages":
+                values[p.key] = list(NUM_STAGES)
+            else:
+                lo = max(META_MIN, p.value // META_FACTOR)
+                hi = min(META_MAX, p.value * META_FACTOR)
+                values[p.key] = [1 << e for e in range(lo.bit_length() - 1, hi.bit_length())]
+        return cls(params, values)
+
+    def size(self) -> int:
+        return math.prod(len(v) for v in self.values.values()) if self.values else 0
+
+    def grid(self) -> list[Config]:
+        keys = list(self.values)
+        configs: list[Config] = [{}]
+        for k in keys:
+            configs = [{**c, k: v} for c in configs for v in self.values[k]]
+        return [c for c in configs if self.structurally_valid(c)]
+
+    def structurally_valid(self, config: Config) -> bool:
+        per_launch: dict[str, int] = {}
+        for p in self.params:
+            if p.kind == "meta" and p.launch:
+                per_launch[p.launch] = per_launch.get(p.launch, 1) * config.get(p.key, p.value)
+        return all(n <= MAX_TENSOR_NUMEL for n in per_launch.values())
+
+
+def _step(values: list[int], current: int, delta: int) -> int | None:
+    if current in values:
+        i = values.index(current) + delta
+        return values[i] if 0 <= i < len(values) else None
+    return None
+
+
+@dataclass
+class Bounds:
+    """Limits learnt from observations: per parameter, values allowed strictly inside (lo, hi)."""
+
+    lo: dict[str, int] = field(default_factory=dict)
+    hi: dict[str, int] = field(default_factory=dict)
+    base: Config | None = None
+    base_shared: float | None = None
+
+    @classmethod
+    def learn(cls, space: Space, observations: list[Observation]) -> Bounds:
+        b = cls()
+        good = [o for o in observations if o.ok]
+        for o in observations:
+            if o.ok:
+                continue
+            for g in good:
+                diff = [k for k in o.config if o.config.get(k) != g.config.get(k)]
+                if len(diff) != 1:
+                    continue
+                k = diff[0]
+                bad, fine = o.config[k], g.config[k]
+                if bad > fine:
+                    b.hi[k] = min(b.hi.get(k, bad), bad)
+                else:
+                    b.lo[k] = max(b.lo.get(k, bad), bad)
+        with_shared = [o for o in good if o.shared_fraction]
+        if with_shared:
+            b.base = with_shared[-1].config
+            b.base_shared = with_shared[-1].shared_fraction
+        return b
+
+    def allows(self, space: Space, config: Config) -> bool:
+        for k, v in config.items():
+            if k in self.hi and v >= self.hi[k]:
+                return False
+            if k in self.lo and v <= self.lo[k]:
+                return False
+        if self.base is not None and self.base_shared:
+            scale = 1.0
+            for p in space.params:
+                if p.kind in ("meta", "num_stages") and p.key in config and p.key in self.base:
+                    scale *= config[p.key] / self.base[p.key]
+            if self.base_shared * scale > 1.0:
+                return False
+        return space.structurally_valid(config)
+
+
+def best_observation(observations: list[Observation]) -> Observation | None:
+    timed = [o for o in observations if o.ok and o.time_us is not None]
+    return min(timed, key=lambda o: o.time_us or math.inf) if timed else None
+
+
+def next_config(
+    space: Space,
+    start: Config,
+    observations: list[Observation],
+    seed: int = 0,
+    *,
+    jump: bool = False,
+    wander: bool = True,
+) -> Config | None:
+    """The next configuration to evaluate, or None when there is none left to try.
+
+    Deterministic in its arguments. `jump=True` (a large step) skips the local moves and proposes a
+    seeded random point of the space: a different region, not a neighbour. `wander=False` stops at a
+    local optimum (every neighbour and pair move of the start and the best tried) instead of
+    sampling the rest of the space.
+    """
+    tried = {config_key(o.config) for o in observations}
+    bounds = Bounds.learn(space, observations)
+    keys = [p.key for p in space.params]
+    order = list(keys)
+    random.Random(seed).shuffle(order)
+
+    def fresh(c: Config) -> bool:
+        return config_key(c) not in tried and bounds.allows(space, c)
+
+    def neighbours(center: Config) -> Iterable[Config]:
+        for k in order:
+            for delta in (1, -1):
+                v = _step(space.values[k], center[k], delta)
+                if v is not None:
+                    yield {**center, k: v}
+
+    def pairs(center: Config) -> Iterable[Config]:
+        for i, a in enumerate(order):
+            for b in order[i + 1 :]:
+                for da in (1, -1):
+                    for db in (1, -1):
+                        va, vb = _step(space.values[a], center[a], da), _step(space.values[b], center[b], db)
+                        if va is not None and vb is not None:
+                            yield {**center, a: va, b: vb}
+
+    if not keys:
+        return None
+    best = best_observation(observations)
+    centers = [start] if best is None or config_key(best.config) == config_key(start) else [best.config, start]
+    if not jump:
+        for center in centers:
+            for c in neighbours(center):
+                if fresh(c):
+                    return c
+        for center in centers:
+            for c in pairs(center):
+                if fresh(c):
+                    return c
+        if not wander:
+            return None
+    rng = random.Random(f"{seed}:{len(observations)}")
+    grid_size = space.size()
+    if grid_size <= 4096:
+        remaining = [c for c in space.grid() if fresh(c)]
+        return rng.choice(remaining) if remaining else None
+    for _ in range(2000):
+        c = {k: rng.choice(space.values[k]) for k in keys}
+        if fresh(c):
+            return c
+    return None
+
+
+Objective = Callable[[str, Config], Awaitable[Observation]]
+
+
+@dataclass
+class TuneResult:
+    best: Observation | None
+    observations: list[Observation]
+    evaluations: int
+
+
+async def tune(source: str, objective: Objective, *, budget: int, seed: int = 0) -> TuneResult:
+    """Search the launch configurations of `source` for the fastest, using at most `budget`
+    evaluations of `objective` (which compiles, checks and times one rewritten source). Stops
+    early at a local optimum: no untried neighbour or pair move of the best configuration."""
+    params = find_params(source)
+    space = Space.of(params)
+    start = current_config(params)
+    observations: list[Observation] = []
+    if not params:
+        return TuneResult(None, observations, 0)
+    observations.append(await objective(source, start))
+    while len(observations) < budget:
+        best = best_observation(observations)
+        center = best.config if best is not None else start
+        config = next_config(space, center, observations, seed, wander=False)
+        if config is None:
+            break
+        observations.append(await objective(apply_config(source, params, config), config))
+    return TuneResult(best_observation(observations), observations, len(observations))
+
+
+def describe(params: list[Param]) -> list[dict[str, Any]]:
+    return [{"key": p.key, "kind": p.kind, "value": p.value, "line": p.line} for p in params]

@@ -1,0 +1,152 @@
+"""`kernelcraft rules …` and `kernelcraft docs …`: the rulebook and the manuals from a shell.
+
+Each command opens the database (`--db`, else KERNELCRAFT_DB / KERNELCRAFT_HOME), imports the seed
+rules if they are missing (as the server does at start), does one thing and closes it. `--json`
+prints the same pydantic models the MCP tools return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kernelcraft.config import Settings
+from kernelcraft.knowledge.docs import DocSection, HwDocs
+from kernelcraft.knowledge.rulebook import Rulebook, RuleOut
+from kernelcraft.store import Store
+
+T = TypeVar("T")
+
+
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--db",
+        default=None,
+        help="database file (default: $KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db)",
+    )
+
+
+def register(sub: Any) -> None:
+    """Add the `rules` and `docs` command groups to the CLI's subparsers."""
+    rules = sub.add_parser("rules", help="the shared rulebook: query, list, export, import")
+    rsub = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+
+    p = rsub.add_parser("query", help="rank active rules for a context (a task, a kernel, an error text)")
+    p.add_argument("text", help="the context; '-' reads it from stdin")
+    p.add_argument("--arch", default=None, help="target or family: sm_80, sm_90a, gfx942, nvidia, amd")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _add_db(p)
+    p.set_defaults(func=_rules_query)
+
+    p = rsub.add_parser("list", help="list rules, most counted first")
+    p.add_argument("--status", choices=["candidate", "active", "retired"], default=None)
+    p.add_argument("--arch", default=None)
+    p.add_argument("--json", action="store_true")
+    _add_db(p)
+    p.set_defaults(func=_rules_list)
+
+    p = rsub.add_parser("export", help="write every rule to a JSON Lines file (stable ids)")
+    p.add_argument("file", type=Path)
+    _add_db(p)
+    p.set_defaults(func=_rules_export)
+
+    p = rsub.add_parser("import", help="merge rules from a JSON Lines file (counts add; re-import is safe)")
+    p.add_argument("file", type=Path)
+    p.add_argument("--client", default="import", help="recorded as created_by for new rules without one")
+    _add_db(p)
+    p.set_defaults(func=_rules_import)
+
+    docs = sub.add_parser("docs", help="the hardware manuals: search")
+    dsub = docs.add_subparsers(dest="docs_command", metavar="ACTION", required=True)
+    p = dsub.add_parser("search", help="search the manuals' sections")
+    p.add_argument("text")
+    p.add_argument("--arch", default=None, help="sm_80, sm_89, sm_90a, sm_100, gfx942, nvidia or amd")
+    p.add_argument("--limit", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    _add_db(p)
+    p.set_defaults(func=_docs_search)
+
+
+def _run(args: argparse.Namespace, body: Callable[[Store, Rulebook], Awaitable[T]]) -> T:
+    settings = Settings.from_env(args.db)
+
+    async def go() -> T:
+        store = await Store.open(settings.db_path)
+        try:
+            rulebook = Rulebook(store, settings.rule_activation_count)
+            await rulebook.import_seed()
+            return await body(store, rulebook)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(go())
+
+
+def _print_rules(rules: list[RuleOut], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in rules], indent=2))
+        return
+    if not rules:
+        print("no rules match")
+    for r in rules:
+        scope = r.scope.arch_family or "any arch"
+        score = f" score {r.score:.2f}" if r.score else ""
+        print(f"[{r.uid}] ({r.status}, count {r.count}, {scope}{score})\n  {r.text}")
+        if r.reason:
+            print(f"  why: {r.reason}")
+
+
+def _rules_query(args: argparse.Namespace) -> int:
+    text = _stdin_or(args.text)
+    rules = _run(args, lambda _s, rb: rb.query_rules(text, arch=args.arch, limit=args.limit))
+    _print_rules(rules, args.json)
+    return 0
+
+
+def _rules_list(args: argparse.Namespace) -> int:
+    rules = _run(args, lambda _s, rb: rb.list_rules(status=args.status, arch=args.arch))
+    _print_rules(rules, args.json)
+    return 0
+
+
+def _rules_export(args: argparse.Namespace) -> int:
+    n = _run(args, lambda _s, rb: rb.export_jsonl(args.file))
+    print(f"wrote {n} rules to {args.file}")
+    return 0
+
+
+def _rules_import(args: argparse.Namespace) -> int:
+    res = _run(args, lambda _s, rb: rb.import_jsonl(args.file, client=args.client))
+    print(f"{res.lines} lines: {res.created} new rules, {res.merged} merged, {res.unchanged} unchanged")
+    return 0
+
+
+def _docs_search(args: argparse.Namespace) -> int:
+    async def body(store: Store, _rb: Rulebook) -> list[DocSection]:
+        docs = HwDocs(store)
+        await docs.index()
+        return await docs.search_hw_docs(args.text, arch=args.arch, limit=args.limit)
+
+    sections = _run(args, body)
+    if args.json:
+        print(json.dumps([s.model_dump(mode="json") for s in sections], indent=2))
+        return 0
+    if not sections:
+        print("no sections match")
+    for s in sections:
+        print(f"[{s.id}] {s.heading_path}  ({s.file}, {s.arch}, score {s.score:.2f})")
+        print("  " + s.snippet[:300].replace("\n", "\n  "))
+    return 0
+
+
+def _stdin_or(text: str) -> str:
+    if text == "-":
+        import sys
+
+        return sys.stdin.read()
+    return text

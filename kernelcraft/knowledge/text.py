@@ -1,0 +1,110 @@
+"""Text helpers shared by the rulebook and the manual search: FTS5 query building, rule
+normalisation and the near-duplicate test.
+
+FTS5 has its own query language (quotes, `AND`, `NEAR`, `*`, column filters), so a raw context
+(kernel source, an error message with parentheses and colons) must never reach `MATCH`. Every
+query goes through `fts_query`, which keeps only word tokens, quotes each, and OR-joins them.
+"""
+
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+
+# Words that appear in nearly every rule ("You cannot … in a Triton kernel") or any English text.
+# Dropping them keeps the match set small (speed) and BM25 focused on what distinguishes rules.
+STOPWORDS = frozenset(
+    """
+    a an the and or but if then else of to in into inside within on at by for from with without as is are
+    was were be been being it its this that these those there here you your we our they their can cannot
+    cant not no do does did done use used using when where which who what how than so such may might must
+    should would will shall triton kernel kernels jit def return self none true false
+    """.split()
+)
+
+# Matches FTS5's unicode61 tokenizer: runs of letters and digits; '_' and '.' separate.
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+MAX_QUERY_TERMS = 24
+
+
+def fts_terms(text: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
+    """Distinct lower-case word tokens of `text` worth searching for, in first-seen order.
+
+    Stopwords, one-character tokens and pure numbers are dropped; at most `max_terms` are kept,
+    so a whole kernel as context costs about as much as a sentence.
+    """
+    seen: dict[str, None] = {}
+    for match in _WORD.finditer(text.lower()):
+        tok = match.group(0)
+        if len(tok) < 2 or tok in STOPWORDS or tok.isdigit() or tok in seen:
+            continue
+        seen[tok] = None
+        if len(seen) >= max_terms:
+            break
+    return list(seen)
+
+
+def fts_query(text: str, *, max_terms: int = MAX_QUERY_TERMS) -> str | None:
+    """A safe FTS5 MATCH expression (quoted tokens, OR-joined), or None when nothing is left."""
+    terms = fts_terms(text, max_terms=max_terms)
+    if not terms:
+        return None
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+def normalize_rule(text: str) -> str:
+    """The form rules are compared and stored unique by: lower case, no quotes or backticks,
+    `f()` written `f`, single spaces, no trailing punctuation."""
+    t = text.strip().lower()
+    t = re.sub(r"[`'\"“”‘’]", "", t)
+    t = re.sub(r"\(\s*\)", "", t)
+    t = re.sub(r"\s+", " ", t)
+    return t.rstrip(" .!;:")
+
+
+_RULE_TOKEN = re.compile(r"[a-z0-9_]+(?:\.[a-z0-9_]+)*")
+
+
+def _content_tokens(norm: str) -> list[str]:
+    out = []
+    for tok in _RULE_TOKEN.findall(norm):
+        if tok in STOPWORDS:
+            continue
+        # A light stemmer: "functions" ~ "function", "indexes" ~ "index".
+        if len(tok) > 4 and "." not in tok and "_" not in tok:
+            tok = re.sub(r"(es|s)$", "", tok)
+        out.append(tok)
+    return out
+
+
+def _identifiers(tokens: list[str]) -> frozenset[str]:
+    """Tokens that name code: dotted (`tl.float32`), snake_case, or containing a digit."""
+    return frozenset(t for t in tokens if "." in t or "_" in t or any(c.isdigit() for c in t))
+
+
+# Near-duplicate thresholds on SequenceMatcher's ratio over content tokens (stopwords removed).
+# Two rules naming the same code identifiers (`tl.float32`, `tl.math.tanh`) are duplicates at a
+# lower ratio than two rules in plain words, and rules naming different identifiers never are:
+# "You cannot call tl.float32 as a function" and "… tl.float16 …" are different mistakes.
+SIMILARITY_WITH_IDENTIFIERS = 0.5
+SIMILARITY_PLAIN = 0.8
+
+
+def rule_similarity(a_norm: str, b_norm: str) -> float:
+    """0..1: how alike two normalised rules are; 0 when they name different code identifiers."""
+    ta, tb = _content_tokens(a_norm), _content_tokens(b_norm)
+    if not ta or not tb:
+        return 1.0 if a_norm == b_norm else 0.0
+    if _identifiers(ta) != _identifiers(tb):
+        return 0.0
+    return SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+
+
+def is_near_duplicate(a_norm: str, b_norm: str) -> bool:
+    """Whether two normalised rules say the same thing (see the thresholds above)."""
+    if a_norm == b_norm:
+        return True
+    ratio = rule_similarity(a_norm, b_norm)
+    has_ids = bool(_identifiers(_content_tokens(a_norm)))
+    return ratio >= (SIMILARITY_WITH_IDENTIFIERS if has_ids else SIMILARITY_PLAIN)

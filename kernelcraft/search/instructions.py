@@ -1,0 +1,109 @@
+"""The words of a next step, for a model that has never seen the tree.
+
+A step carries its data in fields (`start_code`, `chain`, `pool`, `rules`); these instructions say
+what to do with them and what the answer must look like. Kept apart from the service so that the
+wording can be read, and changed, in one place.
+"""
+
+from __future__ import annotations
+
+from kernelcraft.knowledge.rulebook import RuleOut
+from kernelcraft.search.tree import ContextKernel
+
+ANSWER_FORMAT = (
+    "Answer with one complete Python module: `import torch`, `import torch.nn as nn`, `import triton`, "
+    "`import triton.language as tl`, your @triton.jit kernels, and `class ModelNew(nn.Module)` whose "
+    "constructor takes the same arguments as the task's Model and whose forward computes the same "
+    "outputs by launching your kernels. Do not call the task's Model, and do no PyTorch compute in "
+    "forward (allocating outputs and reshaping views is fine)."
+)
+
+
+def _describe(k: ContextKernel) -> str:
+    if k.outcome == "correct":
+        if k.speedup is not None:
+            timing = f", {k.candidate_us:.1f} µs" if k.candidate_us is not None else ""
+            return f"node {k.node_id} ({k.kind}): correct, {k.speedup:.2f}× vs PyTorch{timing}"
+        return f"node {k.node_id} ({k.kind}): correct (speed not measured)"
+    label = "did not compile" if k.outcome == "not_compiled" else "compiled but wrong"
+    cls = f" [{k.failure_class.value}]" if k.failure_class is not None else ""
+    first = (k.error or "no error text").strip().splitlines()
+    return f"node {k.node_id} ({k.kind}): {label}{cls}: {first[0] if first else ''}"
+
+
+def _rules_block(rules: list[RuleOut]) -> str:
+    if not rules:
+        return ""
+    lines = "\n".join(f"- {r.text}" for r in rules)
+    return f"\n\nCommon pitfalls learnt from earlier failures (each has caused failures; obey them):\n{lines}"
+
+
+def small_step(
+    *,
+    task_name: str,
+    target: str,
+    tree_id: int,
+    node_id: int,
+    parent_id: int,
+    chain: list[ContextKernel],
+    rules: list[RuleOut],
+    speedup_measured: bool,
+) -> str:
+    last = chain[-1]
+    if last.outcome == "correct":
+        goal = (
+            "It is correct. Make it faster: propose one to three concrete improvements (fusing work, "
+            "block sizes, num_warps/num_stages, memory access patterns, fewer launches) and apply them."
+            if speedup_measured
+            else "It is correct. Make it faster with one to three concrete improvements, keeping it "
+            "correct: only correctness is checked here (no GPU), so a change that breaks it is wasted."
+        )
+    else:
+        goal = f"It fails ({_describe(last)}). Fix that failure first; keep the rest of the design."
+    history = "\n".join(f"  {i + 1}. {_describe(k)}" for i, k in enumerate(chain))
+    return (
+        f"SMALL STEP — refine one Triton kernel for the task `{task_name}` (target {target}).\n\n"
+        f"The task's PyTorch reference is in `task_source`. Start from the kernel in `start_code` "
+        f"(node {parent_id}, the last of `chain`). {goal}\n\n"
+        f"`chain` holds this kernel's refinement history since it was first written, oldest first, "
+        f"with each version's verdict; do not repeat a change that already failed:\n{history}\n\n"
+        f"{ANSWER_FORMAT}{_rules_block(rules)}\n\n"
+        f"Submit the module for tree {tree_id}, node {node_id}."
+    )
+
+
+def large_step(
+    *,
+    task_name: str,
+    target: str,
+    tree_id: int,
+    node_id: int,
+    pool: list[ContextKernel],
+    speedup_to_beat: float | None,
+    rules: list[RuleOut],
+    speedup_measured: bool,
+) -> str:
+    if not pool:
+        body = (
+            "No correct kernel exists yet on this branch. Write a correct Triton implementation of the "
+            "task's forward, as fast as you can make it: fuse the whole forward into as few kernels as "
+            "possible and choose block sizes for the target."
+        )
+    else:
+        listing = "\n".join(f"  - {_describe(k)}" for k in pool)
+        beat = f" (the best runs at {speedup_to_beat:.2f}× vs PyTorch)" if speedup_to_beat is not None else ""
+        body = (
+            f"Write a NEW kernel that OUTPERFORMS every kernel in `pool`{beat}. The pool holds the best "
+            f"correct kernel of each distinct design tried so far:\n{listing}\n"
+            "Do not copy one and tweak it: take a different approach (a different decomposition of "
+            "the work, more fusion, a different tiling or parallelisation, a persistent kernel, "
+            "a different data layout), and keep what the pool shows is necessary for correctness."
+        )
+        if not speedup_measured:
+            body += " Only correctness is checked here (no GPU): above all, stay correct."
+    return (
+        f"LARGE STEP — write a new Triton kernel for the task `{task_name}` (target {target}).\n\n"
+        f"The task's PyTorch reference is in `task_source`. {body}\n\n"
+        f"{ANSWER_FORMAT}{_rules_block(rules)}\n\n"
+        f"Submit the module for tree {tree_id}, node {node_id}."
+    )

@@ -1,0 +1,442 @@
+"""Selection policies of the search tree: which node to expand next, and with a small or a large step.
+
+Everything here is a pure function over a `Snapshot`, an in-memory copy of one tree read inside
+the transaction that issues the step, so each decision can be checked by hand.
+
+The AdaExplore policy follows the paper's released code (`agent/mcts.py`, see
+`reference/papers.md` §1 Stage 2):
+
+- Reward: not compiled 0, compiled but wrong 0.05, correct: speedup clipped to [0.1, 10] mapped
+  linearly onto [0.4, 1.6]. Without a GPU the speedup is unknown; a correct kernel then counts as
+  parity (speedup 1.0, reward ≈ 0.509), so correct still beats wrong.
+- Selection: from the root, descend by UCB1 = mean value + c·sqrt(ln N_parent / n) (c = 0.3; an
+  unvisited child scores +inf); at each node compare with a virtual "expand" action scored
+  max child mean + c_exp·sqrt(ln N / n_children²) (c_exp = 0.3; +inf with no child; no bonus
+  while N = 0) and stop where expand wins strictly.
+- Step kind: the root always gets a large step. Otherwise, when the node's latest step failed
+  (its candidate did not compile, or its lease lapsed with nothing submitted) the other kind;
+  else large when the node has ≥ 2 small children, else large with probability 0.2.
+- Context: a small step gets the chain from the nearest large-step ancestor to the node, the
+  last 5 nodes; a large step gets the pool — the best correct kernel of each large-step branch
+  (the large-step node and its small-step descendants) on the path to the root, at most 5,
+  sampled with the tree's seeded generator when there are more.
+
+Two departures, both forced by many clients writing one tree: a node whose step is in flight
+(an open lease) is a child that cannot be descended into; it counts towards n_children of the
+expand action and adds a virtual visit with reward 0 to every ancestor (virtual loss), so
+concurrent clients spread out. And the seed candidate is the root's first large-step child
+(AdaExplore puts it on the root itself), so it is refined and enters the pool.
+
+Greedy best-first and beam search implement the same `Policy` protocol.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelcraft.errors import UsageError
+from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.tools.models import EvalResult
+
+StepKind = Literal["root", "large", "small"]
+Outcome = Literal["not_compiled", "wrong", "correct"]
+
+REWARD_NOT_COMPILED = 0.0
+REWARD_COMPILED_BUT_WRONG = 0.05
+REWARD_MIN, REWARD_MAX = 0.4, 1.6
+SPEEDUP_MIN, SPEEDUP_MAX = 0.1, 10.0
+# A correct kernel whose speedup could not be measured (no GPU) is scored as parity.
+UNKNOWN_SPEEDUP_AS = 1.0
+
+
+# ---------------------------------------------------------------------------------------- reward
+
+
+def reward_for(outcome: Outcome, speedup: float | None) -> float:
+    """AdaExplore's reward: 0 not compiled, 0.05 wrong, correct → clip(speedup, 0.1, 10) onto [0.4, 1.6]."""
+    if outcome == "not_compiled":
+        return REWARD_NOT_COMPILED
+    if outcome == "wrong":
+        return REWARD_COMPILED_BUT_WRONG
+    s = UNKNOWN_SPEEDUP_AS if speedup is None else min(max(speedup, SPEEDUP_MIN), SPEEDUP_MAX)
+    return REWARD_MIN + (REWARD_MAX - REWARD_MIN) * (s - SPEEDUP_MIN) / (SPEEDUP_MAX - SPEEDUP_MIN)
+
+
+def outcome_of(
+    result: EvalResult, baseline: Literal["eager", "compiled"] = "eager"
+) -> tuple[Outcome, float | None]:
+    """The outcome of an evaluation and the measured speedup against `baseline` (None if unmeasured)."""
+    if result.verify is not None and result.verify.correct:
+        speedup = None
+        profile = result.profile
+        if profile is not None and profile.available:
+            speedup = profile.speedup_vs_eager if baseline == "eager" else profile.speedup_vs_compiled
+        return "correct", speedup
+    fc = result.failure_class
+    if fc is None:
+        # No stage named a failure class yet verify did not pass (or did not run): it compiled.
+        compiled = result.compile is None or result.compile.ok
+        return ("wrong" if compiled else "not_compiled"), None
+    return ("wrong" if FailureClass(fc).compiled else "not_compiled"), None
+
+
+def failure_text(result: EvalResult) -> str | None:
+    """The error text (or, failing that, the one-sentence message) of the stage that failed."""
+    for part in (result.compile, result.verify, result.profile):
+        if part is None or part.failure_class is None:
+            continue
+        if part.evidence is not None:
+            return part.evidence.error_text or part.evidence.message
+    if result.compile is not None:
+        for t in result.compile.targets:
+            if not t.ok and t.error:
+                return t.error
+    return None
+
+
+# -------------------------------------------------------------------------------------- snapshot
+
+
+@dataclass
+class SnapNode:
+    """One node as the policy sees it. `in_flight`: pending with an open lease."""
+
+    id: int
+    parent_id: int | None
+    kind: StepKind
+    status: Literal["pending", "evaluated"] = "evaluated"
+    in_flight: bool = False
+    seed: bool = False
+    outcome: Outcome | None = None
+    speedup: float | None = None
+    reward: float | None = None
+    visits: int = 0
+    value_sum: float = 0.0
+    max_reward: float = 0.0
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def evaluated(self) -> bool:
+        return self.status == "evaluated"
+
+    @property
+    def lapsed(self) -> bool:
+        """Pending, and its lease expired: a step that produced nothing (so far)."""
+        return self.status == "pending" and not self.in_flight
+
+
+class Snapshot:
+    """An in-memory tree. Children are kept in id order (the order they were created)."""
+
+    def __init__(self, nodes: list[SnapNode]) -> None:
+        self.nodes: dict[int, SnapNode] = {}
+        for n in sorted(nodes, key=lambda n: n.id):
+            n.children = []
+            self.nodes[n.id] = n
+        roots = [n.id for n in self.nodes.values() if n.parent_id is None]
+        if len(roots) != 1:
+            raise ValueError(f"a tree has exactly one root, found {len(roots)}")
+        self.root_id = roots[0]
+        for n in self.nodes.values():
+            if n.parent_id is not None:
+                self.nodes[n.parent_id].children.append(n.id)
+        # Virtual loss: each in-flight node adds one visit of reward 0 to every ancestor.
+        self.inflight_below: dict[int, int] = dict.fromkeys(self.nodes, 0)
+        for n in self.nodes.values():
+            if n.in_flight:
+                for a in self.path_to_root(n.id)[:-1]:
+                    self.inflight_below[a] += 1
+
+    def __getitem__(self, node_id: int) -> SnapNode:
+        return self.nodes[node_id]
+
+    def path_to_root(self, node_id: int) -> list[int]:
+        """Root first, `node_id` last."""
+        path = [node_id]
+        while (parent := self.nodes[path[-1]].parent_id) is not None:
+            path.append(parent)
+        return path[::-1]
+
+    def visits(self, node_id: int) -> int:
+        """Visits including virtual ones for steps in flight below the node."""
+        return self.nodes[node_id].visits + self.inflight_below[node_id]
+
+    def mean(self, node_id: int) -> float:
+        v = self.visits(node_id)
+        return self.nodes[node_id].value_sum / v if v else 0.0
+
+    def evaluated_children(self, node_id: int) -> list[int]:
+        return [c for c in self.nodes[node_id].children if self.nodes[c].evaluated]
+
+    def live_children(self, node_id: int) -> list[int]:
+        """Evaluated children and those in flight; lapsed steps are not children any more."""
+        return [c for c in self.nodes[node_id].children if not self.nodes[c].lapsed]
+
+    def evaluated(self) -> list[SnapNode]:
+        return [n for n in self.nodes.values() if n.evaluated and n.kind != "root"]
+
+    def best(self) -> SnapNode | None:
+        """Highest reward, the earliest on ties; None before any candidate is evaluated."""
+        done = [n for n in self.evaluated() if n.reward is not None]
+        return max(done, key=lambda n: (n.reward, -n.id)) if done else None
+
+
+# --------------------------------------------------------------------------------- AdaExplore math
+
+
+def ucb1(snap: Snapshot, node_id: int, c: float) -> float:
+    """mean + c·sqrt(ln N_parent / n); +inf when unvisited; no bonus while the parent is unvisited."""
+    n = snap.visits(node_id)
+    if n == 0:
+        return math.inf
+    parent = snap[node_id].parent_id
+    exploit = snap.mean(node_id)
+    if parent is None or snap.visits(parent) == 0:
+        return exploit
+    return exploit + c * math.sqrt(math.log(snap.visits(parent)) / n)
+
+
+def expand_score(snap: Snapshot, node_id: int, c_exp: float) -> float:
+    """The virtual expand action: max child mean + c_exp·sqrt(ln N / n_children²)."""
+    live = snap.live_children(node_id)
+    if not live:
+        return math.inf
+    if c_exp <= 0:
+        return -math.inf
+    evaluated = [ch for ch in live if snap[ch].evaluated]
+    q = max((snap.mean(ch) for ch in evaluated), default=0.0)
+    n_visits = snap.visits(node_id)
+    if n_visits == 0:
+        return q
+    return q + c_exp * math.sqrt(math.log(n_visits) / len(live) ** 2)
+
+
+def select_node(snap: Snapshot, c: float, c_exp: float) -> int:
+    """Descend from the root by UCB1 until the expand action wins (or no child can be entered)."""
+    node = snap.root_id
+    while True:
+        children = snap.evaluated_children(node)
+        if not children:
+            return node
+        # max() keeps the first of equal scores: the earliest child wins ties.
+        best = max(children, key=lambda ch: ucb1(snap, ch, c))
+        if expand_score(snap, node, c_exp) > ucb1(snap, best, c):
+            return node
+        node = best
+
+
+def latest_step_failed(snap: Snapshot, node_id: int) -> SnapNode | None:
+    """The node's most recent finished step if it failed (not compiled, or lapsed unsubmitted)."""
+    finished = [snap[c] for c in snap[node_id].children if not snap[c].in_flight]
+    if not finished:
+        return None
+    last = finished[-1]
+    if last.lapsed or last.outcome == "not_compiled":
+        return last
+    return None
+
+
+def choose_kind(
+    snap: Snapshot, node_id: int, rng: random.Random, *, p_large: float, small_step_limit: int
+) -> tuple[Literal["large", "small"], str]:
+    """Small or large step for `node_id`, with the reason in words.
+
+    The random draw is taken on every call (even when a rule decides) so that a decision never
+    shifts the generator of a later one.
+    """
+    draw = rng.random()
+    node = snap[node_id]
+    if node.kind == "root":
+        return "large", "the root always gets a large step"
+    failed = latest_step_failed(snap, node_id)
+    if failed is not None and failed.kind in ("large", "small"):
+        other: Literal["large", "small"] = "small" if failed.kind == "large" else "large"
+        why = "its lease lapsed with nothing submitted" if failed.lapsed else "its kernel did not compile"
+        return other, f"the last {failed.kind} step from node {node_id} failed ({why}): trying a {other} step"
+    small = sum(1 for c in snap.live_children(node_id) if snap[c].kind == "small")
+    if small >= small_step_limit:
+        return "large", f"node {node_id} already has {small} small-step children (limit {small_step_limit})"
+    if draw < p_large:
+        return "large", f"random draw {draw:.3f} < p_large {p_large}"
+    return "small", f"random draw {draw:.3f} ≥ p_large {p_large}"
+
+
+# ------------------------------------------------------------------------------------- contexts
+
+
+def small_chain(snap: Snapshot, node_id: int, memory: int) -> list[int]:
+    """The path from the nearest large-step ancestor (inclusive) down to `node_id`, last `memory`."""
+    path = [node_id]
+    while snap[path[-1]].kind != "large" and snap[path[-1]].parent_id is not None:
+        path.append(snap[path[-1]].parent_id)  # type: ignore[arg-type]
+    path = [n for n in path[::-1] if snap[n].kind != "root"]
+    return path[-memory:]
+
+
+def branch_component(snap: Snapshot, large_id: int) -> list[int]:
+    """A large-step node and every node reachable from it through small-step edges."""
+    out, queue = [], [large_id]
+    while queue:
+        n = queue.pop(0)
+        out.append(n)
+        queue.extend(c for c in snap[n].children if snap[c].kind == "small")
+    return out
+
+
+def large_pool(snap: Snapshot, node_id: int, pool_size: int, rng: random.Random) -> list[int]:
+    """The best correct kernel of each large-step branch on the path to the root, at most `pool_size`.
+
+    Best = highest reward, earliest on ties. With more branches than `pool_size`, a seeded random
+    sample (as AdaExplore), kept in path order.
+    """
+    picked = []
+    for n in snap.path_to_root(node_id):
+        if snap[n].kind != "large":
+            continue
+        correct = [snap[m] for m in branch_component(snap, n) if snap[m].outcome == "correct"]
+        if correct:
+            picked.append(max(correct, key=lambda m: (m.reward or 0.0, -m.id)).id)
+    if len(picked) > pool_size:
+        keep = set(rng.sample(picked, pool_size))
+        picked = [p for p in picked if p in keep]
+    return picked
+
+
+# ------------------------------------------------------------------------------------- policies
+
+
+class CommonParams(BaseModel):
+    """Parameters every policy has. Unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: int = Field(default=5, ge=1, le=50, description="Small-step context: last nodes of the chain.")
+    pool_size: int = Field(
+        default=5, ge=1, le=20, description="Large-step context: kernels to beat, at most."
+    )
+    lease_seconds: float = Field(default=1800.0, gt=0, le=7 * 86400, description="How long a step is held.")
+    baseline: Literal["eager", "compiled"] = Field(default="eager", description="Speedup measured against.")
+    warm_start: bool = Field(
+        default=True, description="Seed from the best kernel of an earlier matching tree."
+    )
+
+
+class AdaExploreParams(CommonParams):
+    c: float = Field(default=0.3, ge=0, description="UCB1 exploration weight.")
+    c_exp: float = Field(default=0.3, ge=0, description="Exploration weight of the virtual expand action.")
+    p_large: float = Field(default=0.2, ge=0, le=1, description="Probability of a large step.")
+    small_step_limit: int = Field(
+        default=2, ge=1, description="Small children after which a node goes large."
+    )
+
+
+class GreedyParams(CommonParams):
+    max_children: int = Field(default=2, ge=1, description="Refinements of one node before the next best.")
+
+
+class BeamParams(CommonParams):
+    width: int = Field(default=4, ge=1, description="Kernels kept in the beam (and first drafts written).")
+    max_children: int = Field(default=2, ge=1, description="Refinements of one beam member.")
+
+
+@dataclass(frozen=True)
+class Decision:
+    parent_id: int
+    kind: Literal["large", "small"]
+    reason: str
+
+
+class Policy(Protocol):
+    """Decides the next step of a tree from its snapshot. `rng` is seeded per tree and step."""
+
+    name: ClassVar[str]
+    params: CommonParams
+
+    def decide(self, snap: Snapshot, rng: random.Random) -> Decision: ...
+
+
+@dataclass
+class AdaExplore:
+    params: AdaExploreParams
+    name: ClassVar[str] = "adaexplore"
+
+    def decide(self, snap: Snapshot, rng: random.Random) -> Decision:
+        p = self.params
+        node = select_node(snap, p.c, p.c_exp)
+        kind, why = choose_kind(snap, node, rng, p_large=p.p_large, small_step_limit=p.small_step_limit)
+        return Decision(node, kind, f"UCB1 selected node {node}; {why}")
+
+
+def _refinable(snap: Snapshot, limit: int) -> list[SnapNode]:
+    return [n for n in snap.evaluated() if len(snap.live_children(n.id)) < limit]
+
+
+@dataclass
+class Greedy:
+    """Best-first: refine the best kernel that has room; a new draft from the root when none has."""
+
+    params: GreedyParams
+    name: ClassVar[str] = "greedy"
+
+    def decide(self, snap: Snapshot, rng: random.Random) -> Decision:
+        room = _refinable(snap, self.params.max_children)
+        if not room:
+            return Decision(
+                snap.root_id, "large", "no evaluated kernel has room for a refinement: a new draft"
+            )
+        best = max(room, key=lambda n: (n.reward or 0.0, -n.id))
+        return Decision(
+            best.id, "small", f"node {best.id} is the best kernel with room (reward {best.reward:.3f})"
+        )
+
+
+@dataclass
+class Beam:
+    """Draft `width` kernels, then refine the top `width` by reward, the least-expanded first."""
+
+    params: BeamParams
+    name: ClassVar[str] = "beam"
+
+    def decide(self, snap: Snapshot, rng: random.Random) -> Decision:
+        p = self.params
+        drafts = [c for c in snap.live_children(snap.root_id) if snap[c].kind == "large"]
+        if len(drafts) < p.width:
+            return Decision(snap.root_id, "large", f"draft {len(drafts) + 1} of {p.width}")
+        beam = sorted(snap.evaluated(), key=lambda n: (-(n.reward or 0.0), n.id))[: p.width]
+        room = [n for n in beam if len(snap.live_children(n.id)) < p.max_children]
+        if not room:
+            return Decision(snap.root_id, "large", "every kernel in the beam has been refined: a new draft")
+        pick = min(room, key=lambda n: (len(snap.live_children(n.id)), -(n.reward or 0.0), n.id))
+        return Decision(pick.id, "small", f"node {pick.id} is in the beam (reward {pick.reward:.3f})")
+
+
+POLICIES: dict[str, tuple[type[CommonParams], type]] = {
+    "adaexplore": (AdaExploreParams, AdaExplore),
+    "greedy": (GreedyParams, Greedy),
+    "beam": (BeamParams, Beam),
+}
+
+
+def make_policy(name: str, params: dict[str, object] | None = None) -> Policy:
+    """The policy `name` with `params` validated; a UsageError names what is allowed."""
+    if name not in POLICIES:
+        raise UsageError(f"unknown policy {name!r}; use one of: {', '.join(POLICIES)}")
+    params_cls, policy_cls = POLICIES[name]
+    try:
+        parsed = params_cls.model_validate(params or {})
+    except ValidationError as e:
+        allowed = ", ".join(params_cls.model_fields)
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise UsageError(f"bad parameters for policy {name!r} ({problems}); allowed keys: {allowed}") from e
+    policy: Policy = policy_cls(parsed)
+    return policy
+
+
+def step_rng(seed: int, step_index: int) -> random.Random:
+    """The generator of one step: the same tree seed and step index always draw the same numbers."""
+    return random.Random(f"{seed}:{step_index}")

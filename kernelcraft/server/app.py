@@ -1,0 +1,142 @@
+"""The MCP server: one `MCPServer` whose lifespan owns the database and the evaluator.
+
+`create_server(settings)` builds the server; the transports (`commands.py`) only run it. The
+lifespan opens the one Store, the rulebook (importing the seed rules on first start), the
+hardware-manual index, the evaluator and the search service, and closes them in reverse order;
+the tools (`tools.py`), resources and prompts (`resources.py`) reach them through `AppState`.
+
+Only this process writes to the database on behalf of clients; candidate code never runs here
+(the evaluator runs it in worker processes), so a crashing candidate is a verdict, not a fault.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, InputRequiredResult
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kernelcraft import __version__
+from kernelcraft.config import Settings
+from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.search.service import SearchService
+from kernelcraft.server.auth import HttpAuth
+from kernelcraft.server.resources import register_rule_resources
+from kernelcraft.server.state import AppState, StateSlot
+from kernelcraft.server.tools import register_engine_tools, register_knowledge_tools, register_search_tool
+from kernelcraft.store import Store
+from kernelcraft.tools.evaluator import Evaluator
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "kernelcraft"
+
+INSTRUCTIONS = """\
+kernelcraft helps you write fast, correct Triton kernels for PyTorch operators.
+A task is a KernelBench-format module (class Model, get_inputs, get_init_inputs); a candidate is a
+module with class ModelNew whose forward launches @triton.jit kernels. Pass both as source text.
+Before writing a kernel, call query_rules with the task (rules learnt from earlier failures) and
+search_hw_docs for the target's hardware facts. Check a candidate with verify_against_reference;
+when it fails, call record_failure with the error so the rulebook learns. For a full optimisation,
+use search_tree_step (start, then submit one candidate per step, following each next_step).
+"""
+
+EvaluatorFactory = Callable[[Settings], Evaluator]
+
+
+class KernelcraftServer(MCPServer[AppState]):
+    """MCPServer whose argument errors and unknown-tool errors tell the model how to recover."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[AppState, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        if self._tool_manager.get_tool(name) is None:
+            known = ", ".join(t.name for t in self._tool_manager.list_tools())
+            raise ToolError(f"unknown tool {name!r}; this server has: {known}")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as e:
+            if isinstance(e.__cause__, ValidationError):
+                raise ToolError(describe_invalid_arguments(name, e.__cause__)) from e.__cause__
+            raise
+
+
+def describe_invalid_arguments(tool: str, error: ValidationError) -> str:
+    """One line per bad argument, then what to do."""
+    problems = []
+    for err in error.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "arguments"
+        problems.append(f"{where}: {err['msg']}")
+    return (
+        f"Error executing tool {tool}: invalid arguments ({'; '.join(problems)}). "
+        "Fix them to match the tool's input schema and call it again"
+    )
+
+
+def default_evaluator_factory(settings: Settings) -> Evaluator:
+    from kernelcraft.tools.local import LocalEvaluator
+
+    return LocalEvaluator()
+
+
+def create_server(
+    settings: Settings,
+    evaluator_factory: EvaluatorFactory = default_evaluator_factory,
+    *,
+    auth: HttpAuth | None = None,
+) -> MCPServer[AppState]:
+    """Build the kernelcraft MCP server.
+
+    `evaluator_factory(settings)` makes the evaluator when the server starts (tests may pass a
+    lighter one); `auth` turns on bearer-token checks for the HTTP transport (see `auth.py`).
+    """
+    slot = StateSlot()
+
+    @asynccontextmanager
+    async def lifespan(server: MCPServer[AppState]) -> AsyncIterator[AppState]:
+        async with AsyncExitStack() as stack:
+            store = await Store.open(settings.db_path)
+            stack.push_async_callback(store.aclose)
+            evaluator = evaluator_factory(settings)
+            stack.push_async_callback(evaluator.aclose)
+            rulebook = Rulebook(store, activation_count=settings.rule_activation_count)
+            added = await rulebook.import_seed()
+            if added:
+                logger.info("imported %d seed rules", added)
+            search = SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes)
+            state = AppState(
+                settings=settings, store=store, evaluator=evaluator, rulebook=rulebook, search=search
+            )
+            slot.stack.append(state)
+            stack.callback(slot.stack.remove, state)
+            logger.info("kernelcraft server ready (database %s)", settings.db_path)
+            yield state
+
+    mcp = KernelcraftServer(
+        SERVER_NAME,
+        title="kernelcraft",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        lifespan=lifespan,
+        token_verifier=auth.verifier if auth else None,
+        auth=auth.settings if auth else None,
+        log_level="INFO",
+    )
+
+    register_knowledge_tools(mcp)
+    register_engine_tools(mcp)
+    register_search_tool(mcp)
+    register_rule_resources(mcp, slot)
+
+    @mcp.custom_route("/health", methods=["GET"])
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "server": SERVER_NAME, "version": __version__})
+
+    return mcp

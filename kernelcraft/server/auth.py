@@ -1,0 +1,193 @@
+"""Who may talk to the HTTP server, and who is talking.
+
+A team's server checks static bearer tokens, each naming a client: `KERNELCRAFT_TOKENS` holds
+`token=name` pairs separated by commas (`KERNELCRAFT_TOKENS="s3cr3t-a=alice,s3cr3t-b=bob"`), a
+tokens file holds one `token=name` pair a line (blank lines and `#` comments ignored). The name is
+what the server records as the author of every failure, rule and search-tree node a client writes;
+over stdio (one user, one process) the author is "local".
+
+`plan_http` decides, before anything listens, whether a host/auth combination is allowed: tokens
+are required off loopback, and a server without auth needs an explicit `--no-auth` on loopback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.transport_security import TransportSecuritySettings
+
+from kernelcraft.errors import UsageError
+
+LOCAL_CLIENT = "local"
+SCOPE = "kernelcraft"
+TOKENS_ENV = "KERNELCRAFT_TOKENS"
+TOKENS_FORMAT = "token=name pairs, e.g. KERNELCRAFT_TOKENS='s3cr3t-a=alice,s3cr3t-b=bob'"
+
+
+def client_name() -> str:
+    """The name of the client making the current request: its token's name over HTTP, else "local"."""
+    token = get_access_token()
+    return token.client_id if token is not None else LOCAL_CLIENT
+
+
+def parse_tokens(text: str, *, source: str = TOKENS_ENV, separator: str = ",") -> dict[str, str]:
+    """Parse `token=name` pairs into {token: name}. Raises UsageError naming the bad entry."""
+    tokens: dict[str, str] = {}
+    for number, raw in enumerate(text.split(separator), start=1):
+        entry = raw.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        token, sep, name = entry.partition("=")
+        token, name = token.strip(), name.strip()
+        where = f"{source} entry {number}" if separator == "," else f"{source}:{number}"
+        if not sep or not token or not name:
+            raise UsageError(f"{where} is not a token=name pair; write {TOKENS_FORMAT}")
+        if len(token) < 8:
+            raise UsageError(
+                f"{where}: the token for {name!r} is shorter than 8 characters; use a long random one"
+            )
+        if token in tokens and tokens[token] != name:
+            raise UsageError(
+                f"{where}: the same token is given to {tokens[token]!r} and {name!r}; give each its own"
+            )
+        tokens[token] = name
+    return tokens
+
+
+def load_tokens_file(path: Path) -> dict[str, str]:
+    """Read a tokens file: one `token=name` pair a line."""
+    try:
+        text = path.expanduser().read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read tokens file {path}: {e.strerror}; check the path") from e
+    tokens = parse_tokens(text, source=str(path), separator="\n")
+    if not tokens:
+        raise UsageError(f"tokens file {path} holds no token=name line; add one or drop --tokens-file")
+    return tokens
+
+
+class StaticTokenVerifier:
+    """Checks a bearer token against a fixed table. Tokens are kept as SHA-256 digests, so a lookup
+    compares digests, not the secrets themselves."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._by_digest = {_digest(token): name for token, name in tokens.items()}
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        name = self._by_digest.get(_digest(token))
+        if name is None:
+            return None
+        return AccessToken(token=token, client_id=name, scopes=[SCOPE])
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class HttpAuth:
+    """Bearer-token auth for the HTTP transport: the verifier and the SDK's resource-server settings."""
+
+    verifier: StaticTokenVerifier
+    settings: AuthSettings
+    clients: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HttpPlan:
+    """Everything `kernelcraft serve --transport http` decided before listening."""
+
+    host: str
+    port: int
+    auth: HttpAuth | None
+    security: TransportSecuritySettings
+    public_url: str
+
+
+def plan_http(
+    host: str,
+    port: int,
+    *,
+    tokens: Mapping[str, str],
+    no_auth: bool,
+    allowed_hosts: list[str] | None = None,
+    public_url: str | None = None,
+) -> HttpPlan:
+    """Check a host/auth combination and build the auth and DNS-rebinding settings.
+
+    Raises UsageError (before anything listens) for: tokens missing off loopback, `--no-auth`
+    off loopback, and a loopback server with neither tokens nor an explicit `--no-auth`.
+    """
+    loopback = is_loopback(host)
+    if no_auth and not loopback:
+        raise UsageError(
+            f"--no-auth is only allowed on a loopback address, not {host}; drop --no-auth and set "
+            f"{TOKENS_ENV} or --tokens-file"
+        )
+    if not tokens and not no_auth:
+        if loopback:
+            raise UsageError(
+                f"no tokens given: set {TOKENS_ENV} ({TOKENS_FORMAT}) or --tokens-file, or pass --no-auth "
+                "to serve this loopback address without authentication"
+            )
+        raise UsageError(
+            f"refusing to serve on {host} without tokens: anyone who can reach it could run code on this "
+            f"machine; set {TOKENS_ENV} ({TOKENS_FORMAT}) or --tokens-file"
+        )
+    url_host = f"[{host}]" if ":" in host else host
+    base = (public_url or f"http://{url_host}:{port}").rstrip("/")
+    security = _transport_security(host, allowed_hosts or [], base)
+    auth = None
+    if not no_auth:
+        auth = HttpAuth(
+            verifier=StaticTokenVerifier(tokens),
+            settings=AuthSettings(
+                # Static tokens are issued out of band; the server names itself as the issuer so the
+                # protected-resource metadata is well-formed.
+                issuer_url=base,  # type: ignore[arg-type]
+                resource_server_url=f"{base}/mcp",  # type: ignore[arg-type]
+                required_scopes=[SCOPE],
+                validate_token_resource=False,
+            ),
+            clients=tuple(sorted(set(tokens.values()))),
+        )
+    return HttpPlan(host=host, port=port, auth=auth, security=security, public_url=base)
+
+
+def _transport_security(host: str, extra_hosts: list[str], public_url: str) -> TransportSecuritySettings:
+    """DNS-rebinding protection stays on: only Host headers naming this server are accepted."""
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    if host in ("0.0.0.0", "::"):
+        names |= {socket.gethostname(), socket.getfqdn()}
+    elif not is_loopback(host):
+        names.add(f"[{host}]" if ":" in host else host)
+    names |= set(extra_hosts)
+    public = urlsplit(public_url)
+    # "name:*" matches any port; the bare name matches a Host header without one (port 80/443).
+    allowed_hosts = {f"{n}:*" for n in names} | names | {public.netloc}
+    allowed_origins = {f"{scheme}://{h}" for h in allowed_hosts for scheme in ("http", "https")}
+    allowed_origins.add(f"{public.scheme}://{public.netloc}")
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(allowed_hosts),
+        allowed_origins=sorted(allowed_origins),
+    )

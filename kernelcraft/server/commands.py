@@ -1,0 +1,116 @@
+"""`kernelcraft serve`: run the MCP server over stdio (the default) or streamable HTTP.
+
+stdio is what desktop clients launch: one user, one process, every write recorded as "local".
+HTTP is for a team: bearer tokens name the clients (see `auth.py` for the token formats), and the
+server refuses to start where it would be reachable without them. Everything is checked before
+the transport opens, so a bad flag is an error message, never a half-started server. Logs go to
+stderr; stdout belongs to the stdio protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+import anyio
+
+from kernelcraft.config import Settings
+from kernelcraft.errors import UsageError
+from kernelcraft.server.auth import (
+    TOKENS_ENV,
+    TOKENS_FORMAT,
+    HttpPlan,
+    load_tokens_file,
+    parse_tokens,
+    plan_http,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8765
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the MCP server (stdio by default; --transport http for a team)",
+        description="Run the kernelcraft MCP server. stdio (default) is what Claude Desktop and Claude Code "
+        "launch; --transport http serves a team over streamable HTTP at http://HOST:PORT/mcp with bearer "
+        f"tokens from {TOKENS_ENV} ({TOKENS_FORMAT}) or --tokens-file (one token=name a line).",
+    )
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
+    p.add_argument(
+        "--db", type=Path, default=None, help="database file (default: $KERNELCRAFT_DB or ~/.kernelcraft)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP: port (default {DEFAULT_PORT})")
+    p.add_argument("--tokens-file", type=Path, default=None, help="HTTP: file of token=name lines")
+    p.add_argument(
+        "--no-auth", action="store_true", help="HTTP: serve without authentication (loopback addresses only)"
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="HTTP: another Host header clients use to reach this server (repeatable; DNS-rebinding protection)",
+    )
+    p.add_argument(
+        "--public-url", default=None, help="HTTP: the base URL clients use, if not http://HOST:PORT"
+    )
+    p.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    settings = Settings.from_env(args.db)
+    if args.transport == "stdio":
+        serve_stdio(settings)
+    else:
+        serve_http(settings, http_plan_from_args(args))
+    return 0
+
+
+def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:
+    """Read the tokens and check the host/auth combination; raises UsageError before listening."""
+    tokens: dict[str, str] = {}
+    if args.tokens_file is not None:
+        if args.no_auth:
+            raise UsageError("--no-auth and --tokens-file contradict each other; give one of them")
+        tokens.update(load_tokens_file(args.tokens_file))
+    env_tokens = os.environ.get(TOKENS_ENV, "")
+    if env_tokens.strip():
+        if args.no_auth:
+            logger.warning("%s is set but --no-auth was given: serving without authentication", TOKENS_ENV)
+        else:
+            tokens.update(parse_tokens(env_tokens))
+    return plan_http(
+        args.host,
+        args.port,
+        tokens=tokens,
+        no_auth=args.no_auth,
+        allowed_hosts=args.allowed_host,
+        public_url=args.public_url,
+    )
+
+
+def serve_stdio(settings: Settings) -> None:
+    from kernelcraft.server.app import create_server
+
+    server = create_server(settings)
+    anyio.run(server.run_stdio_async)
+
+
+def serve_http(settings: Settings, plan: HttpPlan) -> None:
+    import uvicorn
+
+    from kernelcraft.server.app import create_server
+
+    server = create_server(settings, auth=plan.auth)
+    app = server.streamable_http_app(host=plan.host, transport_security=plan.security)
+    who = f"clients {', '.join(plan.auth.clients)}" if plan.auth else "no authentication (loopback only)"
+    logger.info("serving MCP at %s/mcp for %s", plan.public_url, who)
+    # log_config=None: uvicorn's own config sends access logs to stdout; ours sends everything to stderr.
+    config = uvicorn.Config(app, host=plan.host, port=plan.port, log_config=None, lifespan="on")
+    anyio.run(uvicorn.Server(config).serve)

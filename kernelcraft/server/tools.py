@@ -1,0 +1,431 @@
+"""The MCP tools: thin handlers over the layers below.
+
+Each handler validates what the schema cannot (code size), calls one layer and returns that
+layer's pydantic model as structured content. A `KernelcraftError` becomes a `ToolError` whose
+sentence says what to do; a candidate that fails is a verdict in the result, never an error.
+Writes are attributed to the calling client (`auth.client_name()`: the token's name over HTTP,
+"local" over stdio).
+
+Registration is per layer (`register_knowledge_tools`, `register_engine_tools`, ...), so the
+server only lists tools whose layer exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Literal, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from kernelcraft.errors import KernelcraftError
+from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.knowledge.rulebook import FailureRecorded, RuleOut
+from kernelcraft.search.tree import StartResult, SubmitResult, TreeStatus
+from kernelcraft.server.auth import client_name
+from kernelcraft.server.state import AppState
+from kernelcraft.store import code_hash
+from kernelcraft.tools.evaluator import ProgressCallback
+from kernelcraft.tools.models import (
+    DEFAULT_TARGETS,
+    CompileResult,
+    EvalJob,
+    EvalResult,
+    ProfileResult,
+    Target,
+    VerifyResult,
+)
+
+T = TypeVar("T")
+SearchAction = Literal["start", "submit", "status"]
+
+# Queries and evaluations change nothing a later call can see; open_world false: they touch only
+# this server's database and workers, never the internet.
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+# Writes that add (a failure, a node) and never delete or overwrite; repeating one adds again.
+APPENDS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+
+ReferenceCode = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="The task as Python source text, in KernelBench format: a module defining "
+        "class Model(nn.Module) (the PyTorch reference), get_inputs() and get_init_inputs().",
+    ),
+]
+CandidateCode = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="Your kernel as Python source text: a module defining class ModelNew(nn.Module) "
+        "with the same __init__ arguments as Model, whose forward launches @triton.jit kernels.",
+    ),
+]
+Arch = Annotated[
+    str | None,
+    Field(
+        description="Target architecture: sm_80 (A100), sm_89 (L40S), sm_90a (H100/H200), sm_100 (B200), "
+        "gfx942 (MI300X), or a family (nvidia, amd). Omit for any.",
+    ),
+]
+
+DEFAULT_TIMEOUT_S = 120.0
+Timeout = Annotated[
+    float,
+    Field(
+        gt=0,
+        le=600,
+        description="Wall-clock limit in seconds for the whole evaluation; the worker is killed after it.",
+    ),
+]
+AllowedOps = Annotated[
+    list[str] | None,
+    Field(
+        description="PyTorch ops forward() may run besides Triton kernels (e.g. ['aten::mm'] to keep a "
+        "matmul in cuBLAS). Omit to allow none: any PyTorch compute is then a 'pytorch_fallback' failure.",
+    ),
+]
+
+
+class RuleList(BaseModel):
+    """Rules ranked for a context, most relevant first."""
+
+    rules: list[RuleOut] = Field(description="Active rules, best match first. Follow every one.")
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """Turn our expected errors into the tool error a model reads (is_error + the sentence)."""
+    try:
+        yield
+    except KernelcraftError as e:
+        raise ToolError(str(e)) from e
+
+
+def check_size(state: AppState, name: str, code: str | None) -> None:
+    """Refuse source over the configured limit (1 MB) before it reaches a layer."""
+    if code is None:
+        return
+    size = len(code.encode("utf-8"))
+    limit = state.settings.max_code_bytes
+    if size > limit:
+        raise ToolError(
+            f"{name} is {size:,} bytes, over the {limit:,}-byte limit; send only the module itself "
+            "(no embedded data or generated tables) and retry"
+        )
+
+
+def app_state(ctx: Context[AppState]) -> AppState:
+    return ctx.request_context.lifespan_context
+
+
+def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
+    @mcp.tool(title="Query the rulebook", annotations=READ_ONLY)
+    async def query_rules(
+        ctx: Context[AppState],
+        context: Annotated[
+            str,
+            Field(
+                description="What you are working on: the task source, your kernel, or an error message. "
+                "Empty returns the rules most often broken for the arch.",
+            ),
+        ] = "",
+        arch: Arch = None,
+        dsl: Annotated[str, Field(description="Kernel language of the rules.")] = "triton",
+        limit: Annotated[int, Field(ge=1, le=50, description="How many rules to return.")] = 10,
+    ) -> RuleList:
+        """Rules learnt from earlier failed kernels (one sentence each, 'You cannot ...'), ranked for
+        your context. Read them before writing or fixing a kernel and follow them."""
+        state = app_state(ctx)
+        check_size(state, "context", context)
+        with tool_errors():
+            rules = await state.rulebook.query_rules(context, arch=arch, dsl=dsl, limit=limit)
+        return RuleList(rules=rules)
+
+    @mcp.tool(title="Record a failed kernel", annotations=APPENDS)
+    async def record_failure(
+        ctx: Context[AppState],
+        candidate_code: CandidateCode,
+        error: Annotated[
+            str,
+            Field(
+                min_length=1,
+                description="What went wrong: the compiler or runtime error text, or the verdict.",
+            ),
+        ],
+        reference_code: Annotated[
+            str | None, Field(description="The task source (KernelBench format), when there is one.")
+        ] = None,
+        arch: Arch = None,
+        rule: Annotated[
+            str | None,
+            Field(
+                description="One sentence starting 'You cannot ...' stating the general mistake, so that "
+                "later kernels avoid it (e.g. 'You cannot call tl.float32 as a function inside a Triton "
+                "kernel.'), or 'no guidance'. Omit to let the failure class pick the rule.",
+            ),
+        ] = None,
+        failure_class: Annotated[
+            FailureClass | None,
+            Field(
+                description="The failure class if you know it (from a verify result); omit to classify the error."
+            ),
+        ] = None,
+    ) -> FailureRecorded:
+        """Record a failed candidate so the shared rulebook learns from it. A proposed rule seen
+        often enough (3 times) becomes active and is given to every later query_rules call."""
+        state = app_state(ctx)
+        for name, code in (
+            ("candidate_code", candidate_code),
+            ("reference_code", reference_code),
+            ("error", error),
+        ):
+            check_size(state, name, code)
+        with tool_errors():
+            return await state.rulebook.record_failure(
+                candidate_code,
+                error,
+                reference_code=reference_code,
+                arch=arch,
+                rule=rule,
+                failure_class=failure_class,
+                task_hash=code_hash(reference_code) if reference_code is not None else None,
+                client=client_name(),
+            )
+
+
+def progress_to(ctx: Context[AppState]) -> ProgressCallback:
+    """Forward the evaluator's progress (queued at position k, compiling, trial i of n, timing) to
+    the client; the SDK sends it only when the client passed a progress token."""
+
+    # MCP requires progress to increase with every notification; stages restart their own counts.
+    highest = 0.0
+
+    async def report(fraction: float, message: str) -> None:
+        nonlocal highest
+        highest = max(highest, min(fraction, 1.0))
+        await ctx.report_progress(highest, 1.0, message)
+
+    return report
+
+
+async def evaluate(ctx: Context[AppState], job: EvalJob) -> EvalResult:
+    """One job through the evaluator's queue. Awaiting never blocks the event loop (the work runs in
+    worker processes); if the client goes away the cancellation reaches the evaluator, which kills
+    the job's worker."""
+    state = app_state(ctx)
+    check_size(state, "reference_code", job.task_source)
+    check_size(state, "candidate_code", job.candidate_source)
+    with tool_errors():
+        return await state.evaluator.submit(job, progress=progress_to(ctx))
+
+
+def register_engine_tools(mcp: MCPServer[AppState]) -> None:
+    @mcp.tool(title="Compile a Triton kernel for GPU targets", annotations=READ_ONLY)
+    async def compile_kernel(
+        ctx: Context[AppState],
+        reference_code: ReferenceCode,
+        candidate_code: CandidateCode,
+        targets: Annotated[
+            list[Target] | None,
+            Field(
+                min_length=1,
+                description="GPU targets to compile for: sm_80 (A100), sm_89 (L40S), sm_90a (H100/H200), "
+                "sm_100 (B200), gfx942 (MI300X). Omit for sm_80, sm_90a, sm_100 and gfx942. "
+                "No GPU is needed.",
+            ),
+        ] = None,
+        timeout_s: Timeout = DEFAULT_TIMEOUT_S,
+    ) -> CompileResult:
+        """Find the Triton kernels the candidate's forward launches (on the task's inputs) and
+        compile each ahead of time for every target: per kernel registers, spills, shared memory,
+        num_warps and num_stages, or the compiler's error text. Does not check correctness."""
+        job = EvalJob(
+            task_source=reference_code,
+            candidate_source=candidate_code,
+            stages=["compile"],
+            targets=list(targets) if targets else list(DEFAULT_TARGETS),
+            timeout_s=timeout_s,
+        )
+        result = await evaluate(ctx, job)
+        return _stage(result.compile, "compile")
+
+    @mcp.tool(title="Verify a kernel against its PyTorch reference", annotations=READ_ONLY)
+    async def verify_against_reference(
+        ctx: Context[AppState],
+        reference_code: ReferenceCode,
+        candidate_code: CandidateCode,
+        trials: Annotated[
+            int, Field(ge=1, le=100, description="Correctness trials, each on fresh random inputs.")
+        ] = 5,
+        timeout_s: Timeout = DEFAULT_TIMEOUT_S,
+        allowed_ops: AllowedOps = None,
+    ) -> VerifyResult:
+        """Check that ModelNew computes what Model computes, in an isolated process: fresh secret
+        inputs per trial, dtype-aware tolerances, inputs unchanged, at least one Triton kernel
+        launched, no PyTorch compute in forward unless allowed. A failing candidate is a verdict
+        (correct=false, a failure class and evidence), not an error. Without a GPU the kernels run
+        in Triton's interpreter."""
+        job = EvalJob(
+            task_source=reference_code,
+            candidate_source=candidate_code,
+            stages=["verify"],
+            trials=trials,
+            timeout_s=timeout_s,
+            allowed_ops=allowed_ops or [],
+        )
+        result = await evaluate(ctx, job)
+        return _stage(result.verify, "verify")
+
+    @mcp.tool(title="Time a kernel against its reference", annotations=READ_ONLY)
+    async def profile_kernel(
+        ctx: Context[AppState],
+        reference_code: ReferenceCode,
+        candidate_code: CandidateCode,
+        roofline_target: Annotated[
+            Target, Field(description="The GPU whose roofline (peak FLOP/s and bandwidth) to compare with.")
+        ] = "sm_90a",
+        timeout_s: Timeout = DEFAULT_TIMEOUT_S,
+        allowed_ops: AllowedOps = None,
+    ) -> ProfileResult:
+        """Median time of the candidate against the reference in eager mode and under torch.compile,
+        speedups, achieved bandwidth and FLOP rate, and the fraction of the roofline. Verify first:
+        timing an incorrect kernel means nothing. Without a GPU it says so and gives the roofline
+        floor only."""
+        job = EvalJob(
+            task_source=reference_code,
+            candidate_source=candidate_code,
+            stages=["profile"],
+            timeout_s=timeout_s,
+            allowed_ops=allowed_ops or [],
+            roofline_target=roofline_target,
+        )
+        result = await evaluate(ctx, job)
+        return _stage(result.profile, "profile")
+
+
+def _stage(part: T | None, stage: str) -> T:
+    if part is None:
+        # The evaluator answered without the stage it was asked for: a fault of ours, logged by the SDK.
+        raise RuntimeError(f"the evaluator returned no {stage} result")
+    return part
+
+
+class SearchStep(BaseModel):
+    """What search_tree_step answers: exactly one of start, submit, status is set, per the action."""
+
+    action: SearchAction
+    start: StartResult | None = Field(
+        default=None, description="For action 'start': the new tree and its first step."
+    )
+    submit: SubmitResult | None = Field(
+        default=None, description="For action 'submit': the candidate's verdict and your next step."
+    )
+    status: TreeStatus | None = Field(
+        default=None,
+        description="For action 'status': the best kernel so far, counts, budget and your next step.",
+    )
+
+
+def _require(action: str, **given: object) -> None:
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        raise ToolError(
+            f"action {action!r} needs {', '.join(missing)}; pass them and call search_tree_step again"
+        )
+
+
+def register_search_tool(mcp: MCPServer[AppState]) -> None:
+    @mcp.tool(title="Step a kernel search tree", annotations=APPENDS)
+    async def search_tree_step(
+        ctx: Context[AppState],
+        action: Annotated[
+            SearchAction,
+            Field(
+                description="'start': a new tree for reference_code (returns tree id and your first step); "
+                "'submit': the candidate_code you wrote for a step (tree_id, node_id) → its verdict and your "
+                "next step; 'status': tree_id → best kernel so far, budget left and your next step.",
+            ),
+        ],
+        reference_code: Annotated[
+            str | None,
+            Field(
+                description="start: the task, a KernelBench-format module (class Model, get_inputs(), "
+                "get_init_inputs()) as source text.",
+            ),
+        ] = None,
+        candidate_code: Annotated[
+            str | None,
+            Field(
+                description="submit: your kernel for the step (a module with class ModelNew launching "
+                "@triton.jit kernels). start: an optional seed kernel to begin from.",
+            ),
+        ] = None,
+        tree_id: Annotated[
+            int | None, Field(description="submit, status: the tree's id (from start).")
+        ] = None,
+        node_id: Annotated[
+            int | None, Field(description="submit: the node_id of the step you wrote the candidate for.")
+        ] = None,
+        target: Annotated[
+            Target, Field(description="start: the GPU the kernels are for (sm_90a = H100/H200).")
+        ] = "sm_90a",
+        policy: Annotated[
+            str,
+            Field(description="start: 'adaexplore' (AdaExplore's tree search, default), 'greedy' or 'beam'."),
+        ] = "adaexplore",
+        budget: Annotated[
+            int, Field(ge=1, le=10_000, description="start: how many candidates the tree evaluates.")
+        ] = 50,
+        seed: Annotated[int, Field(description="start: seed of the tree's random choices (replayable).")] = 0,
+        policy_params: Annotated[
+            dict[str, int | float | str | bool] | None,
+            Field(
+                description="start: policy parameters, e.g. {'c': 0.3, 'p_large': 0.2}; omit for the defaults."
+            ),
+        ] = None,
+        task_name: Annotated[str, Field(description="start: a short name for the task.")] = "task.py",
+    ) -> SearchStep:
+        """A tree search over kernels (AdaExplore): the server decides what to try next, you write the
+        code. Call 'start' with the task, then loop: write the candidate the next_step asks for
+        (follow its instructions, start_code, pool and rules) and 'submit' it with the step's tree_id
+        and node_id; each submit returns the verdict and the next step, until the budget is spent.
+        'status' returns the best kernel so far (and re-offers your open step)."""
+        state = app_state(ctx)
+        client = client_name()
+        for name, code in (("reference_code", reference_code), ("candidate_code", candidate_code)):
+            check_size(state, name, code)
+        with tool_errors():
+            if action == "start":
+                _require(action, reference_code=reference_code)
+                assert reference_code is not None
+                started = await state.search.start(
+                    reference_code,
+                    task_name=task_name,
+                    seed_candidate=candidate_code,
+                    target=target,
+                    policy=policy,
+                    params=dict(policy_params) if policy_params else None,
+                    budget=budget,
+                    seed=seed,
+                    client=client,
+                    progress=progress_to(ctx),
+                )
+                return SearchStep(action=action, start=started)
+            if action == "submit":
+                _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
+                assert tree_id is not None and node_id is not None and candidate_code is not None
+                submitted = await state.search.submit(
+                    tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
+                )
+                return SearchStep(action=action, submit=submitted)
+            _require(action, tree_id=tree_id)
+            assert tree_id is not None
+            return SearchStep(action=action, status=await state.search.status(tree_id, client=client))

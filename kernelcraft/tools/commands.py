@@ -1,0 +1,159 @@
+"""The `verify`, `compile` and `profile` subcommands.
+
+    kernelcraft verify TASK CANDIDATE [--trials N] [--timeout S] [--allow-op OP ...] [--json]
+    kernelcraft compile TASK CANDIDATE --target T [--target T ...] [--json]
+    kernelcraft profile TASK CANDIDATE [--target T] [--json]
+
+`--json` prints the pydantic result model (`VerifyResult`, `CompileResult`, `ProfileResult`) as
+one JSON object on stdout; otherwise a short human summary. Exit codes: 0 correct / compiled /
+profiled, 1 not (crashes and timeouts included), 2 unusable arguments or files (`TaskError`).
+Logs and progress go to stderr. Each command runs one job on a fresh `LocalEvaluator`.
+
+Written by the evaluation engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from kernelcraft.config import KNOWN_TARGETS
+from kernelcraft.errors import UsageError
+from kernelcraft.tools.loading import check_candidate, check_task, read_source
+from kernelcraft.tools.models import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
+
+EXIT_OK, EXIT_NEGATIVE = 0, 1
+
+
+def register(sub: Any) -> None:
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)")
+        p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
+        p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="deadline in seconds (default 300)")
+        p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+        p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help=argparse.SUPPRESS)
+
+    p = sub.add_parser("verify", help="check a candidate against its task's reference (isolated, anti-cheat)")
+    common(p)
+    p.add_argument("--trials", type=int, default=5, metavar="N", help="trials per input set (default 5)")
+    p.add_argument(
+        "--allow-op", action="append", default=[], metavar="OP", help="an aten op forward may use (e.g. mm); repeatable"
+    )
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("compile", help="compile the kernels a candidate launches for GPU targets (no GPU needed)")
+    common(p)
+    p.add_argument(
+        "--target", action="append", default=[], metavar="T", help=f"target ({', '.join(KNOWN_TARGETS)}); repeatable"
+    )
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("profile", help="time a candidate against the reference (eager and torch.compile)")
+    common(p)
+    p.add_argument("--target", default="sm_90a", metavar="T", help="roofline target without a GPU (default sm_90a)")
+    p.set_defaults(func=cmd_profile)
+
+
+def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
+    task_source = read_source(args.task)
+    candidate_source = read_source(args.candidate)
+    check_task(task_source, args.task)
+    check_candidate(candidate_source, args.candidate)
+    if args.timeout <= 0 or args.timeout > 3600:
+        raise UsageError(f"--timeout must be in (0, 3600] seconds, not {args.timeout:g}")
+    return EvalJob(
+        task_source=task_source,
+        candidate_source=candidate_source,
+        task_name=args.task,
+        candidate_name=args.candidate,
+        stages=stages,  # type: ignore[arg-type]
+        timeout_s=args.timeout,
+        **extra,
+    )
+
+
+def _run(job: EvalJob, device: str) -> EvalResult:
+    from kernelcraft.tools.local import LocalEvaluator
+
+    async def progress(fraction: float, message: str) -> None:
+        print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    async def main() -> EvalResult:
+        async with LocalEvaluator(workers=3 if "compile" in job.stages else 2, device=device) as ev:  # type: ignore[arg-type]
+            return await ev.submit(job, progress)
+
+    return asyncio.run(main())
+
+
+def _emit(model: VerifyResult | CompileResult | ProfileResult, as_json: bool, summary: str) -> None:
+    if as_json:
+        print(model.model_dump_json())
+    else:
+        print(summary)
+        ev = getattr(model, "evidence", None)
+        if ev is not None:
+            print(f"  {ev.message}")
+            if ev.error_text:
+                print("  " + ev.error_text.strip().replace("\n", "\n  ")[-2000:])
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    if not 1 <= args.trials <= 100:
+        raise UsageError(f"--trials must be between 1 and 100, not {args.trials}")
+    job = _job(args, ["verify"], trials=args.trials, allowed_ops=list(args.allow_op))
+    v = _run(job, args.device).verify
+    assert v is not None
+    where = f"on {v.device}"
+    summary = (
+        f"PASSED {v.trials_passed} trials over {v.input_sets} input set(s) {where} in {v.seconds:.1f} s"
+        if v.correct
+        else f"FAILED: {v.status} {where} (after {v.trials_passed} passing trials)"
+    )
+    _emit(v, args.json, summary)
+    return EXIT_OK if v.correct else EXIT_NEGATIVE
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    targets = args.target or ["sm_90a"]
+    unknown = [t for t in targets if t not in KNOWN_TARGETS and t != "host"]
+    if unknown:
+        raise UsageError(f"unknown target {', '.join(unknown)}; choose from {', '.join(KNOWN_TARGETS)}")
+    job = _job(args, ["compile"], targets=targets)
+    c = _run(job, args.device).compile
+    assert c is not None
+    lines = [f"{'OK' if c.ok else 'FAILED'}: {len(c.launches)} launch(es)"]
+    for t in c.targets:
+        lines.append(f"  {t.target}: {'ok' if t.ok else 'failed'}")
+        lines.extend(
+            f"    {k.name}: registers={k.registers} spills={k.spills} shared={k.shared_bytes} B "
+            f"warps={k.num_warps} stages={k.num_stages}"
+            for k in t.kernels
+        )
+        if t.error:
+            lines.append("    " + t.error.strip()[:1500])
+    _emit(c, args.json, "\n".join(lines))
+    return EXIT_OK if c.ok else EXIT_NEGATIVE
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    job = _job(args, ["verify", "profile"], roofline_target=args.target, trials=1)
+    result = _run(job, args.device)
+    p = result.profile
+    assert p is not None
+    if p.available and p.candidate and p.reference_eager:
+        summary = (
+            f"candidate {p.candidate.median_us:.1f} µs, eager {p.reference_eager.median_us:.1f} µs "
+            f"(x{p.speedup_vs_eager or 0:.2f})"
+        )
+        if p.reference_compiled:
+            summary += f", torch.compile {p.reference_compiled.median_us:.1f} µs (x{p.speedup_vs_compiled or 0:.2f})"
+    else:
+        summary = f"not timed: {p.message}"
+    if p.roofline:
+        r = p.roofline
+        summary += f"\nroofline on {r.target}: {r.flops:.3g} FLOP, {r.bytes:.3g} B, floor {r.floor_us:.2f} µs ({r.bound}-bound)"
+    _emit(p, args.json, summary)
+    ok = p.available or (p.failure_class is None and "needs a CUDA GPU" in p.message)
+    return EXIT_OK if ok else EXIT_NEGATIVE

@@ -1,0 +1,152 @@
+"""Dynamic anti-cheat checks, installed in the candidate worker around `ModelNew.forward`.
+
+- Launches are counted with `kernelcraft.tools.launches.intercept_launches(execute=True)` (the
+  worker wraps forward in it); zero launches means `no_triton_launch`.
+- `OpRecorder` is a `TorchDispatchMode` that records every aten op forward runs outside a Triton
+  launch; anything but allocation, views, layout copies and fills is `pytorch_fallback` unless the
+  caller allowed it. Recording is suspended inside launches: the interpreter copies tensors
+  to and from the CPU with aten ops that are not the candidate's.
+- `Integrity` captures the functions the harness relies on before the candidate is imported and
+  reports any that were replaced afterwards (`forbidden_construct`).
+
+These run in the candidate's own process, so a determined candidate can defeat them; they catch
+what the static checks miss. The verdict on the numbers never depends on them: outputs are
+compared in the trusted reference worker.
+
+Written by the evaluation engine only.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernelcraft.tools.launches import in_triton_launch
+
+# aten overload packets (without the "aten::" prefix) a candidate's forward may use freely.
+ALLOWED_OPS = frozenset(
+    """
+    empty empty_like empty_strided empty_permuted new_empty new_empty_strided zeros zeros_like new_zeros
+    ones ones_like new_ones full full_like new_full fill fill_ zero_ arange scalar_tensor
+    view _unsafe_view view_as reshape _reshape_alias permute transpose transpose_ t t_ contiguous clone
+    copy_ copy _to_copy to as_strided as_strided_ expand expand_as squeeze squeeze_ unsqueeze unsqueeze_
+    detach detach_ alias lift_fresh lift_fresh_copy slice select narrow split split_with_sizes chunk
+    unbind flatten unflatten movedim swapaxes resize_ set_ _local_scalar_dense is_nonzero
+    sym_size sym_stride sym_numel sym_storage_offset record_stream
+    """.split()
+)
+
+
+def op_name(func: Any) -> str:
+    """'add' for aten.add.Tensor."""
+    packet = getattr(func, "overloadpacket", func)
+    name = getattr(packet, "__name__", str(packet))
+    return name.split("::")[-1]
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records compute ops run outside Triton launches."""
+
+    def __init__(self, allowed: frozenset[str]) -> None:
+        super().__init__()
+        self.allowed = ALLOWED_OPS | allowed
+        self.fallbacks: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if not in_triton_launch():
+            name = op_name(func)
+            if name not in self.allowed and name not in self.fallbacks:
+                self.fallbacks.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _watched() -> dict[str, Callable[[], Any]]:
+    """Functions the harness relies on, each read fresh by a lambda at check time."""
+    import triton
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from kernelcraft.tools import channel, launches, tensors
+
+    watched: dict[str, Callable[[], Any]] = {
+        "torch.allclose": lambda: torch.allclose,
+        "torch.isclose": lambda: torch.isclose,
+        "torch.equal": lambda: torch.equal,
+        "torch.testing.assert_close": lambda: torch.testing.assert_close,
+        "torch.manual_seed": lambda: torch.manual_seed,
+        "torch.rand": lambda: torch.rand,
+        "torch.randn": lambda: torch.randn,
+        "torch.randint": lambda: torch.randint,
+        "torch.empty": lambda: torch.empty,
+        "torch.empty_like": lambda: torch.empty_like,
+        "torch.Tensor.clone": lambda: torch.Tensor.clone,
+        "torch.Tensor.copy_": lambda: torch.Tensor.copy_,
+        "torch.Tensor.contiguous": lambda: torch.Tensor.contiguous,
+        "torch.Tensor.fill_": lambda: torch.Tensor.fill_,
+        "torch.Tensor.__eq__": lambda: torch.Tensor.__eq__,
+        "torch.nn.Module.__call__": lambda: torch.nn.Module.__call__,
+        "torch.nn.Module._call_impl": lambda: torch.nn.Module._call_impl,
+        "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
+        "torch.cuda.Event": lambda: torch.cuda.Event,
+        "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
+        "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
+        "torch.utils._python_dispatch.TorchDispatchMode": lambda: TorchDispatchMode,
+        "TorchDispatchMode.__torch_dispatch__": lambda: OpRecorder.__torch_dispatch__,
+        "triton.jit": lambda: triton.jit,
+        "JITFunction.run": lambda: JITFunction.run,
+        "InterpretedFunction.run": lambda: InterpretedFunction.run,
+        "time.perf_counter": lambda: time.perf_counter,
+        "time.time": lambda: time.time,
+        "json.dumps": lambda: json.dumps,
+        "os._exit": lambda: os._exit,
+        "socket.socket.sendall": lambda: socket.socket.sendall,
+        "builtins.isinstance": lambda: builtins.isinstance,
+        "builtins.type": lambda: builtins.type,
+        "threading.active_count": lambda: threading.active_count,
+        "channel.send_frame": lambda: channel.send_frame,
+        "tensors.pack": lambda: tensors.pack,
+        "launches.in_triton_launch": lambda: launches.in_triton_launch,
+        "launches.intercept_launches": lambda: launches.intercept_launches,
+    }
+    for name in ("kernelcraft.tools.worker", "kernelcraft.tools.compare", "kernelcraft.tools.launches"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            for attr, value in list(vars(mod).items()):
+                if callable(value) and getattr(value, "__module__", None) == name:
+                    watched[f"{name}.{attr}"] = (lambda m=mod, a=attr: getattr(m, a, None))  # type: ignore[misc]
+    return watched
+
+
+class Integrity:
+    """A snapshot of harness functions; `changed()` names those replaced since."""
+
+    def __init__(self) -> None:
+        # Importing torch._dynamo (which entering a dispatch mode does lazily) rewraps
+        # torch.manual_seed and friends: do it before taking the snapshot.
+        import torch._dynamo  # noqa: F401
+
+        with OpRecorder(frozenset()):
+            torch.ones(1).add(1)
+        self._getters = _watched()
+        self._snapshot = {name: get() for name, get in self._getters.items()}
+
+    def changed(self) -> list[str]:
+        out = []
+        for name, get in self._getters.items():
+            try:
+                now = get()
+            except Exception:  # an attribute deleted by the candidate counts as a change
+                now = None
+            if now is not self._snapshot[name]:
+                out.append(name)
+        return out

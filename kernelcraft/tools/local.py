@@ -1,0 +1,634 @@
+"""`LocalEvaluator`: compile, verify and profile candidates on this machine, in isolated workers.
+
+    async with LocalEvaluator(workers=2) as ev:          # device="auto": the GPU if there is one
+        result = await ev.submit(EvalJob(task_source=..., candidate_source=..., stages=["verify"]))
+
+Per job: the sources are checked in this process with `ast` (unusable files raise `TaskError`
+before any process starts; forbidden constructs become a `forbidden_construct` verdict). Then two
+pre-started workers take roles (see `worker.py`): a trusted **reference** worker that makes the
+inputs from secret seeds (`secrets`), computes and keeps the reference outputs and compares; and
+a **candidate** worker that imports the candidate and runs it. Frames between them pass through
+this process as opaque bytes; no tensor and no candidate object is ever decoded here. A candidate
+that dies, exits early or hangs gets `runtime_crash` / `runtime_timeout` (its process group is
+killed at the deadline); one that outgrows the memory limit `runtime_out_of_memory`.
+
+Concurrency: any number of jobs may be submitted at once. Loading, importing and compiling run
+concurrently (up to the pool's size); the trials and the timing of a job run under a per-GPU lock,
+so one GPU serves one job at a time. Without a GPU, verify runs in Triton's CPU interpreter and
+there is no lock. The job's `timeout_s` counts from the moment its workers are assigned, minus
+the time spent waiting for the GPU.
+
+Only the evaluator owns its worker processes; callers hold one `LocalEvaluator` and `aclose()` it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import secrets
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kernelcraft.errors import TaskError, UsageError
+from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.tools.channel import Frame
+from kernelcraft.tools.evaluator import ProgressCallback
+from kernelcraft.tools.loading import check_candidate, check_task
+from kernelcraft.tools.models import (
+    CompileResult,
+    EvalJob,
+    EvalResult,
+    Evidence,
+    KernelLaunch,
+    ProfileResult,
+    Roofline,
+    TargetCompileResult,
+    Timing,
+    VerifyResult,
+)
+from kernelcraft.tools.pool import WorkerPool, WorkerProcess
+from kernelcraft.tools.static import check_candidate_source
+
+log = logging.getLogger(__name__)
+
+SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
+WATCH_INTERVAL_S = 0.25
+PROFILE_ROUNDS = 5
+NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
+
+
+class _Stop(Exception):
+    """The candidate failed: stop the job with this verdict."""
+
+    def __init__(self, cls: FailureClass, evidence: Evidence) -> None:
+        super().__init__(evidence.message)
+        self.cls = cls
+        self.evidence = evidence
+
+
+def _protect_environ() -> None:
+    """Make this process non-dumpable, so that same-user processes (a candidate worker) cannot
+    read its secrets from /proc/<pid>/environ or attach a debugger. Linux only; best effort."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_DUMPABLE = 4
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError) as e:
+        log.warning("could not make the evaluator non-dumpable: %s", e)
+
+
+@dataclass
+class _Device:
+    kind: Literal["cuda", "cpu"]
+    index: int | None
+    pool: WorkerPool
+    lock: asyncio.Lock
+    jobs: int = 0
+
+
+class LocalEvaluator:
+    """Runs `EvalJob`s in pre-started, single-use worker processes on this machine.
+
+    workers: workers kept started per device (each job uses two; three on a CPU-only machine
+      when it also asks for the compile stage). Default 4 per GPU, 2 without one.
+    device: "auto" (a GPU when torch sees one), "cuda" or "cpu".
+    memory_limit_gb: per candidate process: address-space limit on the CPU (RLIMIT_AS over what
+      the warm worker already maps), a CUDA caching-allocator cap on a GPU, plus a resident-memory
+      watchdog on both. None: no limit.
+    scratch_dir: where worker directories (Triton caches, logs) go; a fresh temp dir by default.
+    protect_environ: make this process non-dumpable (see `_protect_environ`).
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        device: Literal["auto", "cuda", "cpu"] = "auto",
+        memory_limit_gb: float | None = 8.0,
+        scratch_dir: str | Path | None = None,
+        protect_environ: bool = True,
+    ) -> None:
+        if device not in ("auto", "cuda", "cpu"):
+            raise UsageError(f"device must be 'auto', 'cuda' or 'cpu', not {device!r}")
+        gpus = 0
+        if device != "cpu":
+            import torch
+
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if device == "cuda" and gpus == 0:
+                raise UsageError("device='cuda' was asked for but torch sees no CUDA GPU; use device='auto'")
+        self._gpus = gpus
+        self._workers = workers or (4 if gpus else 2)
+        self._memory_limit = int(memory_limit_gb * 1024**3) if memory_limit_gb else None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if scratch_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kernelcraft-eval-")
+            self._scratch = Path(self._tmp.name)
+        else:
+            self._scratch = Path(scratch_dir)
+            self._scratch.mkdir(parents=True, exist_ok=True)
+        self._devices: list[_Device] | None = None
+        self._closed = False
+        if protect_environ:
+            _protect_environ()
+
+    @property
+    def has_gpu(self) -> bool:
+        return self._gpus > 0
+
+    def _ensure_started(self) -> list[_Device]:
+        if self._closed:
+            raise UsageError("this LocalEvaluator is closed; create a new one")
+        if self._devices is None:
+            if self._gpus:
+                self._devices = [
+                    _Device("cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), asyncio.Lock())
+                    for i in range(self._gpus)
+                ]
+            else:
+                self._devices = [_Device("cpu", None, WorkerPool(self._workers, "cpu", self._scratch), asyncio.Lock())]
+            for d in self._devices:
+                d.pool.fill()
+        return self._devices
+
+    async def start(self) -> None:
+        """Start the worker pools now instead of at the first `submit` (optional)."""
+        self._ensure_started()
+
+    async def __aenter__(self) -> LocalEvaluator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._devices:
+            await asyncio.gather(*(d.pool.aclose() for d in self._devices), return_exceptions=True)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
+        start = time.perf_counter()
+        devices = self._ensure_started()
+        check_task(job.task_source, job.task_name)
+        tree = check_candidate(job.candidate_source, job.candidate_name)
+        findings = check_candidate_source(tree)
+        device = min(devices, key=lambda d: d.jobs)
+        device.jobs += 1
+        try:
+            if findings:
+                f = findings[0]
+                ev = Evidence(message=f"{job.candidate_name}:{f.line}: {f.message}", op=f.construct, line=f.line)
+                result = _all_failed(job, FailureClass.FORBIDDEN_CONSTRUCT, ev, device)
+            else:
+                result = await _Job(self, job, device, progress).run()
+        finally:
+            device.jobs -= 1
+        result.seconds = round(time.perf_counter() - start, 3)
+        return result
+
+
+def _device_label(device: _Device, info: dict[str, Any] | None = None) -> str:
+    if device.kind == "cpu":
+        return "cpu (Triton interpreter)"
+    name = (info or {}).get("device", "cuda:0").split("(", 1)
+    return f"cuda:{device.index} ({name[1]}" if len(name) == 2 else f"cuda:{device.index}"
+
+
+def _all_failed(job: EvalJob, cls: FailureClass, ev: Evidence, device: _Device) -> EvalResult:
+    result = EvalResult()
+    if "compile" in job.stages:
+        result.compile = CompileResult(ok=False, failure_class=cls, evidence=ev)
+    if "verify" in job.stages:
+        result.verify = _verify_result(job, device, cls, ev)
+    if "profile" in job.stages:
+        result.profile = ProfileResult(available=False, message=f"not profiled: {ev.message}", failure_class=cls, evidence=ev)
+    return result
+
+
+def _verify_result(job: EvalJob, device: _Device, cls: FailureClass | None, ev: Evidence | None, **kw: Any) -> VerifyResult:
+    return VerifyResult(
+        correct=cls is None,
+        status="passed" if cls is None else cls.value,
+        failure_class=cls,
+        evidence=ev,
+        trials=job.trials,
+        device=kw.pop("device_label", _device_label(device)),
+        interpreter=device.kind == "cpu",
+        allowed_ops=list(job.allowed_ops),
+        **kw,
+    )
+
+
+def _evidence(raw: Any, fallback: str) -> Evidence:
+    """Evidence from a worker's message; a malformed one becomes a plain message."""
+    if isinstance(raw, dict):
+        with contextlib.suppress(ValueError, TypeError):
+            return Evidence.model_validate(raw)
+    return Evidence(message=fallback)
+
+
+class _Job:
+    """One submitted job: its workers, its deadline, and the stage logic."""
+
+    def __init__(self, ev: LocalEvaluator, job: EvalJob, device: _Device, progress: ProgressCallback | None) -> None:
+        self.ev = ev
+        self.job = job
+        self.device = device
+        self.progress_cb = progress
+        self.deadline = float("inf")
+        self.workers: list[WorkerProcess] = []
+        self.ref: WorkerProcess | None = None
+        self.input_sets = 1
+        self.ref_has_inputs = False
+        self.kernels: list[str] = []
+        self.notes: list[str] = []
+
+    async def progress(self, fraction: float, message: str) -> None:
+        if self.progress_cb is not None:
+            try:
+                await self.progress_cb(min(1.0, max(0.0, fraction)), message)
+            except Exception:  # a broken progress callback must not break the evaluation
+                log.exception("progress callback failed")
+
+    @property
+    def interpret(self) -> bool:
+        return self.device.kind == "cpu"
+
+    # ---- workers ----
+
+    async def acquire(self) -> WorkerProcess:
+        w = await self.device.pool.acquire()
+        self.workers.append(w)
+        return w
+
+    async def recv(self, w: WorkerProcess, *, candidate: bool) -> Frame:
+        """The next frame from `w`, enforcing the deadline and the memory watchdog."""
+        limit = self.ev._memory_limit
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                w.kill("timeout")
+                who = "the candidate" if candidate else "the reference"
+                raise _Stop(
+                    FailureClass.RUNTIME_TIMEOUT,
+                    Evidence(message=f"{who} did not finish within the {self.job.timeout_s:g} s deadline; its process was killed"),
+                )
+            try:
+                frame = await asyncio.wait_for(w.frames.get(), min(remaining, WATCH_INTERVAL_S))
+            except asyncio.TimeoutError:
+                if candidate and limit and w.rss_bytes() > limit:
+                    w.kill("memory")
+                    raise _Stop(
+                        FailureClass.RUNTIME_OUT_OF_MEMORY,
+                        Evidence(message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory and was killed"),
+                    ) from None
+                continue
+            if frame is None:
+                raise await self.died(w, candidate=candidate)
+            if frame.header.get("type") == "progress":
+                await self.progress(0.0, str(frame.header.get("message", ""))[:200])
+                continue
+            return frame
+
+    async def died(self, w: WorkerProcess, *, candidate: bool) -> _Stop:
+        await w.wait_exit(5)
+        if w.killed_for == "timeout":
+            return _Stop(FailureClass.RUNTIME_TIMEOUT, Evidence(message="the deadline passed; the process was killed"))
+        if w.killed_for == "memory":
+            return _Stop(FailureClass.RUNTIME_OUT_OF_MEMORY, Evidence(message="the process used too much memory and was killed"))
+        how = w.exit_description()
+        who = "the candidate's process" if candidate else "the reference process"
+        return _Stop(
+            FailureClass.RUNTIME_CRASH,
+            Evidence(
+                message=f"{who} {how} before reporting a result (output and exit codes are not results)",
+                error_text=w.tail(2000) or None,
+            ),
+        )
+
+    async def load(self, w: WorkerProcess, role: str, *, interpret: bool) -> Frame:
+        header: dict[str, Any] = {
+            "role": role,
+            "workdir": str(w.dir),
+            "task_source": self.job.task_source,
+            "seed0": SEED0,
+            "interpret": interpret,
+        }
+        if role == "candidate":
+            header["candidate_source"] = self.job.candidate_source
+            header["allowed_ops"] = list(self.job.allowed_ops)
+            header["memory_limit_bytes"] = self.ev._memory_limit
+        await w.send(header)
+        frame = await self.recv(w, candidate=role == "candidate")
+        self.task_error(frame)
+        return frame
+
+    def task_error(self, frame: Frame) -> None:
+        if frame.header.get("type") == "task_error":
+            raise TaskError(
+                f"the task failed while building Model or its inputs: {frame.header.get('summary', '')}\n"
+                f"{frame.header.get('error', '')}",
+                path=self.job.task_name,
+            )
+
+    def candidate_verdict(self, frame: Frame, expected: str) -> None:
+        """Raise `_Stop` unless the candidate's frame is of the expected type."""
+        t = frame.header.get("type")
+        if t == expected:
+            return
+        if t == "verdict":
+            try:
+                cls = FailureClass(frame.header.get("failure_class"))
+            except ValueError:
+                cls = FailureClass.RUNTIME_CRASH
+            raise _Stop(cls, _evidence(frame.header.get("evidence"), "the candidate failed"))
+        raise _Stop(FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate's process sent {str(t)[:40]!r} instead of {expected!r}"))
+
+    async def inputs(self, input_set: int) -> Frame:
+        assert self.ref is not None
+        await self.ref.send({"op": "inputs", "set": input_set, "seed": secrets.randbits(62)})
+        frame = await self.recv(self.ref, candidate=False)
+        self.task_error(frame)
+        self.ref_has_inputs = True
+        return frame
+
+    # ---- the job ----
+
+    async def run(self) -> EvalResult:
+        job = self.job
+        result = EvalResult()
+        try:
+            self.deadline = float("inf")
+            await self.progress(0.0, "waiting for workers")
+            self.ref = await self.acquire()
+            self.deadline = time.monotonic() + job.timeout_s
+            ready = await self.load(self.ref, "reference", interpret=self.interpret)
+            self.input_sets = int(ready.header.get("input_sets", 1))
+            gpu_candidate: WorkerProcess | None = None
+            if "compile" in job.stages:
+                result.compile = await self.compile_stage()
+                if not self.interpret:
+                    gpu_candidate = self.compile_worker
+            if "verify" in job.stages or "profile" in job.stages:
+                cand = gpu_candidate
+                if cand is None:
+                    cand = await self.acquire()
+                    await self.progress(0.05, "loading the candidate")
+                    try:
+                        self.candidate_verdict(await self.load(cand, "candidate", interpret=self.interpret), "loaded")
+                    except _Stop as stop:
+                        self.fill_failed(result, stop)
+                        return result
+                async with self.gpu_lock():
+                    if "verify" in job.stages:
+                        result.verify = await self.verify_stage(cand)
+                    if "profile" in job.stages:
+                        if result.verify is not None and not result.verify.correct:
+                            cls = result.verify.failure_class
+                            result.profile = ProfileResult(
+                                available=False,
+                                message=f"not profiled: verify failed ({result.verify.status})",
+                                failure_class=cls,
+                                evidence=result.verify.evidence,
+                            )
+                        else:
+                            result.profile = await self.profile_stage(cand)
+        except _Stop as stop:
+            self.fill_failed(result, stop)
+        finally:
+            await asyncio.gather(*(self.device.pool.release(w) for w in self.workers), return_exceptions=True)
+        return result
+
+    def fill_failed(self, result: EvalResult, stop: _Stop) -> None:
+        job = self.job
+        if "compile" in job.stages and result.compile is None:
+            result.compile = CompileResult(ok=False, failure_class=stop.cls, evidence=stop.evidence)
+        if "verify" in job.stages and result.verify is None:
+            result.verify = _verify_result(job, self.device, stop.cls, stop.evidence, kernels_launched=self.kernels)
+        if "profile" in job.stages and result.profile is None:
+            result.profile = ProfileResult(
+                available=False, message=f"not profiled: {stop.evidence.message}", failure_class=stop.cls, evidence=stop.evidence
+            )
+
+    @contextlib.asynccontextmanager
+    async def gpu_lock(self) -> Any:
+        if self.device.kind == "cpu":
+            yield
+            return
+        waited = time.monotonic()
+        if self.device.lock.locked():
+            await self.progress(0.1, "waiting for the GPU")
+        async with self.device.lock:
+            self.deadline += time.monotonic() - waited
+            yield
+
+    # ---- compile ----
+
+    compile_worker: WorkerProcess | None = None
+
+    async def compile_stage(self) -> CompileResult:
+        """Discover launches (no kernel runs) and compile them for each target. On a CPU machine
+        this worker imports the candidate without the interpreter, so real Triton compiles it."""
+        start = time.perf_counter()
+        w = await self.acquire()
+        self.compile_worker = w
+        await self.progress(0.05, "loading the candidate")
+        try:
+            self.candidate_verdict(await self.load(w, "candidate", interpret=False), "loaded")
+            inputs = await self.inputs(0)
+            await self.progress(0.1, f"compiling for {', '.join(self.job.targets)}")
+            await w.send({"op": "compile", "targets": list(self.job.targets), "inputs": inputs.header["inputs"]}, inputs.blobs)
+            frame = await self.recv(w, candidate=True)
+            self.candidate_verdict(frame, "compiled")
+        except _Stop as stop:
+            if not self.interpret:
+                raise
+            return CompileResult(ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start)
+        h = frame.header
+        if "error" in h:
+            from kernelcraft.knowledge.failures import classify
+
+            text = str(h.get("error", ""))
+            cls = classify(text, "compile")
+            return CompileResult(
+                ok=False,
+                failure_class=cls,
+                evidence=Evidence(message=f"launch discovery failed: {str(h.get('summary', ''))[:300]}", error_text=text),
+                seconds=time.perf_counter() - start,
+            )
+        try:
+            launches = [KernelLaunch.model_validate(x) for x in h.get("launches", [])]
+            targets = [TargetCompileResult.model_validate(x) for x in h.get("targets", [])]
+        except ValueError:
+            return CompileResult(ok=False, failure_class=FailureClass.RUNTIME_CRASH, evidence=Evidence(message="the compile worker sent a malformed result"))
+        failed = next((t for t in targets if not t.ok), None)
+        if not launches:
+            return CompileResult(
+                ok=False,
+                launches=[],
+                targets=targets,
+                failure_class=FailureClass.NO_TRITON_LAUNCH,
+                evidence=Evidence(message="forward launched no Triton kernel"),
+                seconds=time.perf_counter() - start,
+            )
+        return CompileResult(
+            ok=failed is None,
+            launches=launches,
+            targets=targets,
+            failure_class=failed.failure_class if failed else None,
+            evidence=Evidence(message=f"{failed.target}: compilation failed", error_text=failed.error) if failed else None,
+            seconds=round(time.perf_counter() - start, 3),
+        )
+
+    # ---- verify ----
+
+    async def verify_stage(self, cand: WorkerProcess) -> VerifyResult:
+        assert self.ref is not None
+        job = self.job
+        total = self.input_sets * job.trials
+        done = 0
+        try:
+            for s in range(self.input_sets):
+                for t in range(job.trials):
+                    await self.progress(0.1 + 0.8 * done / total, f"trial {done + 1} of {total}")
+                    frame = await self.inputs(s)
+                    await cand.send(
+                        {"op": "run", "inputs": frame.header["inputs"], "determinism": s == 0 and t == 0}, frame.blobs
+                    )
+                    out = await self.recv(cand, candidate=True)
+                    self.candidate_verdict(out, "outputs")
+                    h = out.header
+                    names = h.get("kernels")
+                    if isinstance(names, list):
+                        self.kernels = list(dict.fromkeys([*self.kernels, *(str(n)[:200] for n in names)]))
+                    await self.ref.send({"op": "compare", "outputs": h.get("outputs"), "inputs_after": h.get("inputs_after")}, out.blobs)
+                    cmp = await self.recv(self.ref, candidate=False)
+                    if cmp.header.get("type") != "compared":
+                        self.task_error(cmp)
+                        raise _Stop(FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs"))
+                    if cmp.header.get("failure_class"):
+                        ev = _evidence(cmp.header.get("evidence"), "outputs differ")
+                        ev.trial, ev.input_set = t, s
+                        return _verify_result(
+                            job,
+                            self.device,
+                            FailureClass(cmp.header["failure_class"]),
+                            ev,
+                            trials_passed=done,
+                            input_sets=self.input_sets,
+                            kernels_launched=self.kernels,
+                            device_label=_device_label(self.device, cand.info),
+                        )
+                    done += 1
+        except _Stop as stop:
+            stop.evidence.trial = stop.evidence.trial if stop.evidence.trial is not None else done % job.trials
+            return _verify_result(
+                job,
+                self.device,
+                stop.cls,
+                stop.evidence,
+                trials_passed=done,
+                input_sets=self.input_sets,
+                kernels_launched=self.kernels,
+                device_label=_device_label(self.device, cand.info),
+            )
+        notes = list(self.notes)
+        if self.interpret:
+            notes.append("ran in Triton's CPU interpreter: races, out-of-bounds reads, TF32 and speed are not checked")
+        await self.progress(0.9, "verified")
+        return _verify_result(
+            job,
+            self.device,
+            None,
+            None,
+            trials_passed=done,
+            input_sets=self.input_sets,
+            kernels_launched=self.kernels,
+            notes=notes,
+            device_label=_device_label(self.device, cand.info),
+        )
+
+    # ---- profile ----
+
+    async def roofline(self) -> tuple[Roofline | None, str | None]:
+        assert self.ref is not None
+        if not self.ref_has_inputs:
+            await self.inputs(0)
+        await self.ref.send({"op": "roofline", "target": self.job.roofline_target})
+        frame = await self.recv(self.ref, candidate=False)
+        raw = frame.header.get("roofline")
+        if raw is None:
+            return None, str(frame.header.get("error", "the roofline could not be computed"))
+        return Roofline.model_validate(raw), None
+
+    async def profile_stage(self, cand: WorkerProcess) -> ProfileResult:
+        start = time.perf_counter()
+        roof, roof_error = await self.roofline()
+        if self.device.kind == "cpu":
+            message = NO_GPU_MESSAGE.format(target=self.job.roofline_target)
+            if roof_error:
+                message += f" (roofline unavailable: {roof_error[:300]})"
+            return ProfileResult(available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3))
+        return await self.time_on_gpu(cand, roof, start)
+
+    async def time_on_gpu(self, cand: WorkerProcess, roof: Roofline | None, start: float) -> ProfileResult:
+        """Interleave rounds of candidate and reference timing (each in its own process, on the
+        same inputs), then summarise each side's samples."""
+        assert self.ref is not None
+        from kernelcraft.tools import timing
+
+        samples: dict[str, list[float]] = {"candidate": [], "eager": [], "compiled": []}
+        methods: dict[str, str] = {}
+        for r in range(PROFILE_ROUNDS):
+            await self.progress(0.9 + 0.1 * r / PROFILE_ROUNDS, f"timing, round {r + 1} of {PROFILE_ROUNDS}")
+            await cand.send({"op": "time_candidate"})
+            frame = await self.recv(cand, candidate=True)
+            self.candidate_verdict(frame, "timed")
+            if "error" in frame.header:
+                raise _Stop(FailureClass.RUNTIME_ERROR, Evidence(message="timing the candidate failed", error_text=str(frame.header["error"])))
+            samples["candidate"] += [float(x) for x in frame.header["candidate"]["times_us"]]
+            methods["candidate"] = str(frame.header["candidate"]["method"])
+            await self.ref.send({"op": "time_reference"})
+            frame = await self.recv(self.ref, candidate=False)
+            if "error" in frame.header:
+                return ProfileResult(available=False, message=f"timing the reference failed: {str(frame.header['error'])[-500:]}", roofline=roof)
+            for k in ("eager", "compiled"):
+                samples[k] += [float(x) for x in frame.header[k]["times_us"]]
+                methods[k] = str(frame.header[k]["method"])
+        cand_t: Timing = timing.summarize(samples["candidate"], methods["candidate"])
+        eager: Timing = timing.summarize(samples["eager"], methods["eager"])
+        compiled: Timing = timing.summarize(samples["compiled"], methods["compiled"])
+        result = ProfileResult(
+            available=True,
+            device=_device_label(self.device, cand.info),
+            candidate=cand_t,
+            reference_eager=eager,
+            reference_compiled=compiled,
+            speedup_vs_eager=eager.median_us / cand_t.median_us if cand_t.median_us > 0 else None,
+            speedup_vs_compiled=compiled.median_us / cand_t.median_us if cand_t.median_us > 0 else None,
+            roofline=roof,
+            seconds=round(time.perf_counter() - start, 3),
+        )
+        if roof is not None and cand_t.median_us > 0:
+            result.achieved_gbps = roof.bytes / cand_t.median_us / 1e3
+            result.achieved_tflops = roof.flops / cand_t.median_us / 1e6
+            result.roofline_fraction = roof.floor_us / cand_t.median_us
+            if cand_t.median_us < 0.5 * roof.floor_us:
+                result.message = (
+                    f"suspicious: the candidate's median {cand_t.median_us:.1f} µs is below half the roofline floor "
+                    f"{roof.floor_us:.1f} µs; the timing was measured in the candidate's process"
+                )
+        return result

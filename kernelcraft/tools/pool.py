@@ -1,0 +1,282 @@
+"""Pre-started, single-use worker processes.
+
+A `WorkerPool` keeps `size` workers started (torch and Triton imported, CUDA initialised on a GPU)
+and hands each out once; every hand-out starts a replacement in the background. A `WorkerProcess`
+is one `python -m kernelcraft.tools.worker` child: its own session (process group), a scrubbed
+environment, its own scratch directory (Triton cache included), stdout/stderr to a log file, and
+a socket pair as the only channel. `kill()` kills the whole process group.
+
+Only `local.py` uses this module; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kernelcraft.errors import KernelcraftError
+from kernelcraft.tools.channel import ChannelError, Frame, read_frame, write_frame
+
+log = logging.getLogger(__name__)
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^ANTHROPIC_|^OPENAI_", re.IGNORECASE)
+_DROPPED = ("TRITON_OVERRIDE_DIR", "TRITON_DUMP_DIR", "TRITON_ALWAYS_COMPILE", "TRITON_KERNEL_OVERRIDE", "PYTHONSTARTUP")
+STARTUP_TIMEOUT_S = 180.0
+TAIL_BYTES = 4000
+
+
+class WorkerError(KernelcraftError):
+    """A worker process could not be started or broke the protocol. A fault of the evaluator or
+    of this machine (missing torch, out of memory), not a verdict on a candidate."""
+
+
+def scrubbed_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment without secrets (names holding KEY, TOKEN, SECRET, PASSWORD; ANTHROPIC_*,
+    OPENAI_*) or Triton variables that substitute or dump kernels."""
+    env = dict(os.environ if base is None else base)
+    return {k: v for k, v in env.items() if not _SECRET_NAME.search(k) and k not in _DROPPED}
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+class WorkerProcess:
+    """One worker child and its channel. Frames it sends are queued by a reader task."""
+
+    def __init__(self, device: str, base_dir: Path, gpu: int | None) -> None:
+        self.device = device
+        self.gpu = gpu
+        self.dir = Path(tempfile.mkdtemp(prefix="worker-", dir=base_dir))
+        self.log_path = self.dir / "output.log"
+        self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self.info: dict[str, Any] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.killed_for: str | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        env = scrubbed_env()
+        env["TRITON_CACHE_DIR"] = str(self.dir / "triton-cache")
+        env["TRITON_HOME"] = str(self.dir)
+        env["KERNELCRAFT_WORKER_DEVICE"] = self.device
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+        env["HOME"] = str(self.dir)
+        env.pop("TRITON_INTERPRET", None)
+        if self.device == "cuda" and self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
+        if self.device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kernelcraft.tools.worker", str(child_sock.fileno())],
+                pass_fds=(child_sock.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.dir,
+                start_new_session=True,
+            )
+        child_sock.close()
+        reader, self._writer = await asyncio.open_unix_connection(sock=parent_sock)
+        self._reader_task = asyncio.create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                await self.frames.put(await read_frame(reader))
+        except ChannelError as e:
+            log.debug("worker %s channel closed: %s", self.pid, e)
+        finally:
+            await self.frames.put(None)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def send(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        if self._writer is None:
+            raise WorkerError("worker not started")
+        await write_frame(self._writer, header, blobs)
+
+    async def wait_ready(self, timeout: float) -> None:
+        try:
+            frame = await asyncio.wait_for(self.frames.get(), timeout)
+        except asyncio.TimeoutError as e:
+            self.kill()
+            raise WorkerError(f"a worker did not start within {timeout:.0f} s; log tail: {self.tail()}") from e
+        if frame is None or frame.header.get("type") != "ready":
+            self.kill()
+            await self.wait_exit(5)
+            raise WorkerError(
+                f"a worker exited while starting ({self.exit_description()}); is torch/triton importable "
+                f"by {sys.executable}? Log tail: {self.tail()}"
+            )
+        self.info = frame.header
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the worker's process group leader (0 when unknown)."""
+        try:
+            with open(f"/proc/{self.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def kill(self, reason: str | None = None) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if reason and self.killed_for is None:
+            self.killed_for = reason
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        proc = self.proc
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(None, proc.wait), timeout)
+        except asyncio.TimeoutError:
+            self.kill()
+            return await loop.run_in_executor(None, proc.wait)
+
+    def exit_description(self) -> str:
+        code = self.proc.poll() if self.proc else None
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def tail(self, limit: int = TAIL_BYTES) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    async def close(self) -> None:
+        """Kill the process group, reap it, and remove its scratch directory."""
+        self.kill()
+        await self.wait_exit(10)
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class WorkerPool:
+    """`size` pre-started workers for one device; each is handed out once."""
+
+    def __init__(self, size: int, device: str, base_dir: Path, gpu: int | None = None) -> None:
+        self.size = max(1, size)
+        self.device = device
+        self.gpu = gpu
+        self.base_dir = base_dir
+        self._ready: asyncio.Queue[WorkerProcess] = asyncio.Queue()
+        self._starting: set[asyncio.Task[None]] = set()
+        self._failures = 0
+        self._error: WorkerError | None = None
+        self._closed = False
+        self._all: set[WorkerProcess] = set()
+
+    def fill(self) -> None:
+        """Start workers until `size` are ready or starting."""
+        while not self._closed and self._ready.qsize() + len(self._starting) < self.size:
+            task = asyncio.create_task(self._start_one())
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _start_one(self) -> None:
+        w = WorkerProcess(self.device, self.base_dir, self.gpu)
+        self._all.add(w)
+        try:
+            await w.start()
+            await w.wait_ready(STARTUP_TIMEOUT_S)
+        except (WorkerError, OSError) as e:
+            self._all.discard(w)
+            await w.close()
+            self._failures += 1
+            log.warning("worker start failed (%d in a row): %s", self._failures, e)
+            if self._failures >= 3:
+                self._error = e if isinstance(e, WorkerError) else WorkerError(str(e))
+                self._wake()
+            else:
+                self.fill()
+            return
+        self._failures = 0
+        if self._closed:
+            self._all.discard(w)
+            await w.close()
+            return
+        await self._ready.put(w)
+
+    def _wake(self) -> None:
+        # Unblock acquirers after repeated start failures; they re-check `_error`.
+        for _ in range(self.size * 2):
+            self._ready.put_nowait(_BROKEN)  # type: ignore[arg-type]
+
+    async def acquire(self) -> WorkerProcess:
+        """A ready worker (waiting for one to start if none is); starts a replacement."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                raise WorkerError("the evaluator is closed")
+            self.fill()
+            try:
+                w = await asyncio.wait_for(self._ready.get(), STARTUP_TIMEOUT_S + 30)
+            except asyncio.TimeoutError as e:
+                raise WorkerError(f"no worker became ready within {STARTUP_TIMEOUT_S + 30:.0f} s") from e
+            if w is _BROKEN:
+                continue
+            if not w.alive():
+                self._all.discard(w)
+                await w.close()
+                continue
+            self.fill()
+            return w
+
+    async def release(self, w: WorkerProcess) -> None:
+        self._all.discard(w)
+        await w.close()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for task in list(self._starting):
+            task.cancel()
+        for task in list(self._starting):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await asyncio.gather(*(w.close() for w in list(self._all)), return_exceptions=True)
+        self._all.clear()
+
+
+_BROKEN: Any = object()

@@ -1,0 +1,117 @@
+"""A scripted evaluator for the search-tree tests, and the tiny task they search over.
+
+`ScriptedEvaluator` implements the `Evaluator` protocol without running anything: each candidate
+carries its verdict in a marker line, so tests can drive a tree through known outcomes quickly
+(concurrency, replay, resume). Tests of real verdicts use `LocalEvaluator` instead.
+
+    # verdict: correct 2.5        correct, 2.5x faster (speedup ignored when has_gpu is False)
+    # verdict: correct            correct, no timing
+    # verdict: wrong              compiled, numerical mismatch
+    # verdict: compile            compile error (not compiled)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.tools.evaluator import ProgressCallback
+from kernelcraft.tools.models import (
+    CompileResult,
+    EvalJob,
+    EvalResult,
+    Evidence,
+    ProfileResult,
+    Timing,
+    VerifyResult,
+)
+
+TASK = '''"""Add two vectors."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+N = 1000
+
+
+def get_inputs():
+    return [torch.randn(N), torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+_MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile)(?:\s+([0-9.]+))?")
+
+
+def candidate(verdict: str, tag: str = "") -> str:
+    """A candidate source whose scripted verdict is `verdict` ("correct 2.5", "wrong", "compile")."""
+    return f"# verdict: {verdict}\n# {tag}\nclass ModelNew:\n    pass\n"
+
+
+class ScriptedEvaluator:
+    """Answers each job from the candidate's `# verdict:` line. Records the jobs it saw."""
+
+    def __init__(self, *, has_gpu: bool = False) -> None:
+        self._gpu = has_gpu
+        self.jobs: list[EvalJob] = []
+
+    @property
+    def has_gpu(self) -> bool:
+        return self._gpu
+
+    async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
+        self.jobs.append(job)
+        await asyncio.sleep(0)  # yield, as a real evaluation would, so concurrent clients interleave
+        m = _MARKER.search(job.candidate_source)
+        if m is None:
+            raise AssertionError("scripted candidates carry a '# verdict:' line")
+        kind, speed = m.group(1), m.group(2)
+        device = "cuda:0 (scripted)" if self._gpu else "cpu (Triton interpreter)"
+        if kind == "compile":
+            return EvalResult(
+                compile=CompileResult(
+                    ok=False,
+                    failure_class=FailureClass.COMPILE_UNKNOWN_API,
+                    evidence=Evidence(
+                        message="the kernel does not compile",
+                        error_text="AttributeError: module 'triton.language' has no attribute 'tanh'",
+                    ),
+                )
+            )
+        if kind == "wrong":
+            return EvalResult(
+                verify=VerifyResult(
+                    correct=False,
+                    status="numerical_mismatch",
+                    failure_class=FailureClass.NUMERICAL_MISMATCH,
+                    evidence=Evidence(message="output 0 differs at [3]: expected 1.0, got 2.0", max_abs_error=1.0),
+                    trials=job.trials,
+                    device=device,
+                    interpreter=not self._gpu,
+                )
+            )
+        verify = VerifyResult(
+            correct=True,
+            status="passed",
+            trials=job.trials,
+            trials_passed=job.trials,
+            device=device,
+            interpreter=not self._gpu,
+        )
+        if not self._gpu or "profile" not in job.stages:
+            return EvalResult(verify=verify)
+        s = float(speed) if speed else 1.0
+        timing = Timing(median_us=100.0 / s, iqr_us=1.0, min_us=90.0 / s, reps=100, method="cuda_events")
+        profile = ProfileResult(available=True, device=device, candidate=timing, speedup_vs_eager=s)
+        return EvalResult(compile=CompileResult(ok=True), verify=verify, profile=profile)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,52 @@
+"""Shared pieces of the MCP server tests (tests/test_server_*.py)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from kernelcraft.config import Settings
+from kernelcraft.tools.evaluator import ProgressCallback
+from kernelcraft.tools.models import EvalJob, EvalResult
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class NoEvaluations:
+    """For tests that never evaluate a kernel: starting the real evaluator's worker pool would only
+    cost time on a 2-core machine. Any job is a test bug, so it fails loudly."""
+
+    has_gpu = False
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.closed = False
+
+    async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
+        raise AssertionError("this test server has no evaluator; use the LocalEvaluator fixture")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def settings_for(tmp_path: Path) -> Settings:
+    return Settings(db_path=tmp_path / "kernelcraft.db")
+
+
+def failure_clients(db_path: Path) -> list[str]:
+    """Who the database says wrote each failure, oldest first."""
+    with sqlite3.connect(db_path) as conn:
+        return [r[0] for r in conn.execute("SELECT client FROM failures ORDER BY id")]
+
+
+def subprocess_env(db_path: Path, **extra: str) -> dict[str, str]:
+    """The environment a `kernelcraft serve` child needs: the stdio client passes only a whitelist."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", str(db_path.parent)),
+        "PYTHONPATH": str(REPO),
+        "KERNELCRAFT_DB": str(db_path),
+        "KERNELCRAFT_HOME": str(db_path.parent / "home"),
+    }
+    env.update(extra)
+    return env

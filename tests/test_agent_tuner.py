@@ -1,0 +1,191 @@
+"""The offline tuner: what it finds in a kernel's source, what it proposes, how it rewrites."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from kernelcraft.agent.edits import Edit, EditError, apply_edits, parse_edits
+from kernelcraft.agent.tuner import (
+    Observation,
+    Space,
+    apply_config,
+    current_config,
+    family_of,
+    find_params,
+    next_config,
+    tune,
+)
+
+SAMPLE = '''import torch
+import triton
+import triton.language as tl
+
+ROWS_PER_PROGRAM = 4  # réglage: rows per program
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, scale, BLOCK_SIZE: tl.constexpr, EVEN: tl.constexpr = 1, GROUP: tl.constexpr = 8):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * scale, mask=mask)
+
+
+@triton.jit
+def rows_kernel(x_ptr, y_ptr, n_cols, ROWS: tl.constexpr, N_COLS: tl.constexpr):
+    pass
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def tuned_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = x.numel()
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)
+        scale_kernel[grid](x, y, n, 2.0, BLOCK_SIZE=1024, num_warps=4)
+        TILE = 64
+        rows_kernel[(1,)](x, y, 784, ROWS_PER_PROGRAM, N_COLS=784, num_stages=2)
+        tuned_kernel[(1,)](x, n)
+        return y
+'''
+
+
+def test_tuner_finds_launch_options_constexpr_defaults_and_constants_but_not_shapes_or_autotuned_kernels() -> None:
+    found = [(p.key, p.kind, p.value, p.line) for p in find_params(SAMPLE)]
+    assert found == [
+        ("ROWS_PER_PROGRAM", "meta", 4, 5),  # module constant passed by position to a constexpr
+        ("scale_kernel.GROUP", "meta", 8, 9),  # constexpr default no launch overrides
+        ("scale_kernel.BLOCK_SIZE", "meta", 1024, 32),
+        ("scale_kernel.num_warps", "num_warps", 4, 32),
+        ("rows_kernel.num_stages", "num_stages", 2, 34),
+    ]
+    # not found: EVEN=1 (a flag), N_COLS=784 (a shape, not a power of two), TILE (no launch uses it),
+    # tuned_kernel's BLOCK (@triton.autotune chooses it)
+
+
+def test_tuner_first_proposals_are_exactly_the_one_step_neighbours_within_valid_ranges() -> None:
+    params = find_params(SAMPLE)
+    space = Space.of(params)
+    start = current_config(params)
+    assert space.values["scale_kernel.num_warps"] == [1, 2, 4, 8, 16]
+    assert space.values["rows_kernel.num_stages"] == [1, 2, 3, 4, 5]
+    assert space.values["scale_kernel.BLOCK_SIZE"] == [128, 256, 512, 1024, 2048, 4096, 8192]
+    observations: list[Observation] = [Observation(start, ok=True)]
+    proposed = []
+    for _ in range(10):
+        c = next_config(space, start, observations, seed=7)
+        assert c is not None
+        observations.append(Observation(c, ok=True))  # on a CPU: correct, but no time
+        proposed.append(tuple(sorted((k, v) for k, v in c.items() if v != start[k])))
+    assert set(proposed) == {
+        (("ROWS_PER_PROGRAM", 8),),
+        (("ROWS_PER_PROGRAM", 2),),
+        (("scale_kernel.GROUP", 16),),
+        (("scale_kernel.GROUP", 4),),
+        (("scale_kernel.BLOCK_SIZE", 2048),),
+        (("scale_kernel.BLOCK_SIZE", 512),),
+        (("scale_kernel.num_warps", 8),),
+        (("scale_kernel.num_warps", 2),),
+        (("rows_kernel.num_stages", 3),),
+        (("rows_kernel.num_stages", 1),),
+    }
+    # the next ones move two parameters together
+    c = next_config(space, start, observations, seed=7)
+    assert c is not None and sum(c[k] != start[k] for k in c) == 2
+
+
+def test_tuner_proposals_replay_with_the_same_seed_and_differ_with_another() -> None:
+    params = find_params(SAMPLE)
+    space, start = Space.of(params), current_config(params)
+
+    def sequence(seed: int) -> list[dict[str, int]]:
+        obs: list[Observation] = []
+        out = []
+        for _ in range(6):
+            c = next_config(space, start, obs, seed=seed)
+            assert c is not None
+            obs.append(Observation(c, ok=True))
+            out.append(c)
+        return out
+
+    assert sequence(3) == sequence(3)
+    assert sequence(3) != sequence(4)
+
+
+def test_a_compile_failure_bounds_the_parameter_and_shared_memory_use_caps_the_tiles() -> None:
+    params = find_params(SAMPLE)
+    space, start = Space.of(params), current_config(params)
+    big = {**start, "scale_kernel.BLOCK_SIZE": 2048}
+    obs = [
+        Observation(start, ok=True, shared_fraction=0.3),
+        Observation(big, ok=False, failure_class="compile_out_of_shared_memory"),
+    ]
+    for _ in range(40):
+        c = next_config(space, start, obs, seed=1)
+        if c is None:
+            break
+        assert c["scale_kernel.BLOCK_SIZE"] < 2048
+        # shared memory scales with the tiles and stages: 0.3 * (ratio product) must stay <= 1
+        ratio = 1.0
+        for k in ("ROWS_PER_PROGRAM", "scale_kernel.GROUP", "scale_kernel.BLOCK_SIZE", "rows_kernel.num_stages"):
+            ratio *= c[k] / start[k]
+        assert 0.3 * ratio <= 1.0
+        obs.append(Observation(c, ok=True))
+
+
+def test_applying_a_config_rewrites_only_the_literals() -> None:
+    params = find_params(SAMPLE)
+    new = apply_config(SAMPLE, params, {"scale_kernel.BLOCK_SIZE": 256, "ROWS_PER_PROGRAM": 16})
+    assert new == SAMPLE.replace("BLOCK_SIZE=1024", "BLOCK_SIZE=256").replace(
+        "ROWS_PER_PROGRAM = 4", "ROWS_PER_PROGRAM = 16"
+    )
+    assert current_config(find_params(new))["scale_kernel.BLOCK_SIZE"] == 256
+    assert family_of(new, find_params(new)) == family_of(SAMPLE, params)
+    assert family_of(SAMPLE.replace("* scale", "* scale * 1.0"), params) != family_of(SAMPLE, params)
+
+
+def test_tune_finds_the_grid_optimum_of_a_smooth_objective_with_a_quarter_of_the_evaluations() -> None:
+    params = find_params(SAMPLE)
+    space = Space.of(params)
+    optimum = {"ROWS_PER_PROGRAM": 16, "scale_kernel.GROUP": 4, "scale_kernel.BLOCK_SIZE": 256,
+               "scale_kernel.num_warps": 8, "rows_kernel.num_stages": 4}
+
+    def time_of(config: dict[str, int]) -> float:
+        return 10.0 + sum((math.log2(config[k]) - math.log2(v)) ** 2 for k, v in optimum.items())
+
+    async def objective(source: str, config: dict[str, int]) -> Observation:
+        assert current_config(find_params(source)) == config
+        return Observation(config, ok=True, time_us=time_of(config))
+
+    grid = space.grid()
+    result = asyncio.run(tune(SAMPLE, objective, budget=len(grid) // 4, seed=0))
+    assert result.best is not None
+    assert result.best.time_us == min(time_of(c) for c in grid)
+    # it stops at the optimum once no neighbour or pair move improves: far under the budget
+    assert result.evaluations < 100 < len(grid) // 4
+
+
+def test_edits_apply_in_order_and_a_missing_or_ambiguous_old_text_says_why() -> None:
+    src = "a = 1\nb = 2\nb = 2\n"
+    assert apply_edits(src, [Edit("a = 1", "a = 3"), Edit("a = 3\nb", "a = 4\nb")]) == "a = 4\nb = 2\nb = 2\n"
+    try:
+        apply_edits(src, [Edit("c = 1", "c = 2")])
+        raise AssertionError("should not apply")
+    except EditError as e:
+        assert "edit 1 does not apply" in str(e)
+    try:
+        apply_edits(src, [Edit("b = 2", "b = 3")])
+        raise AssertionError("should not apply")
+    except EditError as e:
+        assert "occurs 2 times" in str(e)
+    try:
+        parse_edits([{"old": "x"}])
+        raise AssertionError("should not parse")
+    except EditError as e:
+        assert "`old` and `new`" in str(e)

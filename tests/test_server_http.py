@@ -1,0 +1,181 @@
+"""The streamable HTTP transport through its ASGI app: bearer tokens, 401 with the protected-resource
+metadata, DNS-rebinding protection, /health, client names on writes, and refusals to start."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from server_support import NoEvaluations, failure_clients, settings_for
+
+from kernelcraft.errors import UsageError
+from kernelcraft.server import commands
+from kernelcraft.server.app import create_server
+from kernelcraft.server.auth import HttpPlan, load_tokens_file, parse_tokens, plan_http
+
+BASE = "http://127.0.0.1:8765"
+ALICE, BOB = "alice-secret-token", "bob-secret-token-2"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def http_app(tmp_path: Path, plan: HttpPlan) -> AsyncIterator[httpx2.AsyncClient]:
+    server = create_server(settings_for(tmp_path), NoEvaluations, auth=plan.auth)
+    app = server.streamable_http_app(host=plan.host, transport_security=plan.security)
+    async with app.router.lifespan_context(app):
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=BASE) as http:
+            yield http
+
+
+def with_tokens() -> HttpPlan:
+    return plan_http("127.0.0.1", 8765, tokens={ALICE: "alice", BOB: "bob"}, no_auth=False)
+
+
+async def record_one_failure(http: httpx2.AsyncClient, token: str | None) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(
+        transport=http._transport, base_url=BASE, headers=headers, timeout=30
+    ) as authed:
+        async with Client(streamable_http_client(f"{BASE}/mcp", http_client=authed)) as client:
+            result = await client.call_tool(
+                "record_failure", {"candidate_code": "class ModelNew: ...", "error": "illegal memory access"}
+            )
+            assert not result.is_error, result.content
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.mark.anyio
+async def test_a_request_without_a_token_gets_401_pointing_at_the_resource_metadata(tmp_path: Path) -> None:
+    async with http_app(tmp_path, with_tokens()) as http:
+        response = await http.post("/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+        assert response.status_code == 401
+        challenge = response.headers["www-authenticate"]
+        assert challenge.startswith("Bearer")
+        assert f'resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp"' in challenge
+
+        metadata = await http.get("/.well-known/oauth-protected-resource/mcp")
+        assert metadata.status_code == 200
+        assert metadata.json()["resource"] == f"{BASE}/mcp"
+
+
+@pytest.mark.anyio
+async def test_a_wrong_token_gets_401(tmp_path: Path) -> None:
+    async with http_app(tmp_path, with_tokens()) as http:
+        response = await http.post(
+            "/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": "Bearer not-a-known-token"}
+        )
+        assert response.status_code == 401
+
+
+@pytest.mark.anyio
+async def test_each_client_is_recorded_by_its_token_name(tmp_path: Path) -> None:
+    async with http_app(tmp_path, with_tokens()) as http:
+        await record_one_failure(http, ALICE)
+        await record_one_failure(http, BOB)
+    assert failure_clients(tmp_path / "kernelcraft.db") == ["alice", "bob"]
+
+
+@pytest.mark.anyio
+async def test_health_answers_without_a_token(tmp_path: Path) -> None:
+    async with http_app(tmp_path, with_tokens()) as http:
+        response = await http.get("/health")
+        assert response.status_code == 200
+        assert response.json()["status"] == "ok"
+
+
+@pytest.mark.anyio
+async def test_a_foreign_host_header_is_refused_against_dns_rebinding(tmp_path: Path) -> None:
+    async with http_app(tmp_path, with_tokens()) as http:
+        response = await http.post(
+            "/mcp",
+            json=INITIALIZE,
+            headers={**MCP_HEADERS, "Authorization": f"Bearer {ALICE}", "Host": "attacker.example:8765"},
+        )
+        assert response.status_code == 421
+
+
+@pytest.mark.anyio
+async def test_no_auth_on_loopback_serves_without_a_token_and_records_local(tmp_path: Path) -> None:
+    plan = plan_http("127.0.0.1", 8765, tokens={}, no_auth=True)
+    assert plan.auth is None and plan.security.enable_dns_rebinding_protection
+    async with http_app(tmp_path, plan) as http:
+        await record_one_failure(http, None)
+    assert failure_clients(tmp_path / "kernelcraft.db") == ["local"]
+
+
+def test_it_refuses_to_serve_on_all_interfaces_without_tokens() -> None:
+    with pytest.raises(UsageError, match="refusing to serve on 0.0.0.0 without tokens.*KERNELCRAFT_TOKENS"):
+        plan_http("0.0.0.0", 8765, tokens={}, no_auth=False)
+
+
+def test_no_auth_is_refused_off_loopback() -> None:
+    with pytest.raises(UsageError, match="only allowed on a loopback address"):
+        plan_http("0.0.0.0", 8765, tokens={}, no_auth=True)
+
+
+def test_loopback_without_tokens_needs_an_explicit_no_auth() -> None:
+    with pytest.raises(UsageError, match="--no-auth"):
+        plan_http("127.0.0.1", 8765, tokens={}, no_auth=False)
+
+
+def test_a_public_server_with_tokens_keeps_dns_rebinding_protection_for_its_names() -> None:
+    plan = plan_http("0.0.0.0", 9000, tokens={ALICE: "alice"}, no_auth=False, allowed_hosts=["gpu-box.lan"])
+    assert plan.auth is not None and plan.auth.clients == ("alice",)
+    assert plan.security.enable_dns_rebinding_protection
+    assert "gpu-box.lan:*" in plan.security.allowed_hosts
+    assert "attacker.example:*" not in plan.security.allowed_hosts
+
+
+def serve_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    commands.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["serve", *argv])
+
+
+def test_serve_reads_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELCRAFT_TOKENS", f"{ALICE}=alice, {BOB}=bob")
+    plan = commands.http_plan_from_args(serve_args("--transport", "http", "--host", "0.0.0.0"))
+    assert plan.auth is not None and plan.auth.clients == ("alice", "bob")
+
+
+def test_serve_refuses_all_interfaces_without_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KERNELCRAFT_TOKENS", raising=False)
+    with pytest.raises(UsageError, match="refusing to serve on 0.0.0.0"):
+        commands.http_plan_from_args(serve_args("--transport", "http", "--host", "0.0.0.0"))
+
+
+def test_a_tokens_file_holds_one_token_name_pair_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"# team tokens\n{ALICE}=alice\n\n{BOB} = bob\n")
+    assert load_tokens_file(path) == {ALICE: "alice", BOB: "bob"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("justatoken", "not a token=name pair"),
+        ("short=alice", "shorter than 8 characters"),
+        (f"{ALICE}=alice,{ALICE}=bob", "same token"),
+    ],
+)
+def test_malformed_tokens_are_refused_with_the_format(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_tokens(text)
