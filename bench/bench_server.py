@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import statistics
@@ -63,7 +64,7 @@ def get_init_inputs():
     return [0.5]
 '''
 
-CANDIDATE = '''\
+CANDIDATE = """\
 import torch
 import torch.nn as nn
 import triton
@@ -91,10 +92,16 @@ class ModelNew(nn.Module):
         n = out.numel()
         scaled_add_kernel[(triton.cdiv(n, 128),)](x, y, out, n, self.scale, BLOCK=128)
         return out
-'''
+"""
 
 QUERY = {"context": TASK, "arch": "sm_90a", "limit": 10}
 TOKEN = "bench-token-0123456789"
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def log(message: str) -> None:
@@ -156,7 +163,9 @@ def child_env(home: Path, **extra: str) -> dict[str, str]:
 
 async def bench_stdio(home: Path, n: int) -> dict[str, float]:
     env = child_env(home, KERNELCRAFT_DB=str(home / "stdio.db"))
-    params = StdioServerParameters(command=sys.executable, args=["-m", "kernelcraft", "serve"], env=env, cwd=str(REPO))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "kernelcraft", "serve"], env=env, cwd=str(REPO)
+    )
     async with Client(params) as client:
         samples = await timed_calls(lambda: client.call_tool("query_rules", QUERY), n)
     return summary(samples)
@@ -230,7 +239,9 @@ async def bench_http_concurrent(base: str, clients: int, seconds: float) -> dict
         stop_at = time.perf_counter() + seconds
         go.set()
     out: dict[str, Any] = summary(samples)
-    out.update(clients=clients, seconds=seconds, errors=len(errors), calls_per_s=round(len(samples) / seconds, 1))
+    out.update(
+        clients=clients, seconds=seconds, errors=len(errors), calls_per_s=round(len(samples) / seconds, 1)
+    )
     if errors:
         out["first_error"] = errors[0]
     return out
@@ -251,7 +262,8 @@ async def bench_query_during_evaluation(base: str) -> dict[str, Any]:
                 nonlocal eval_seconds
                 start = time.perf_counter()
                 result = await evaluating.call_tool(
-                    "verify_against_reference", {"reference_code": TASK, "candidate_code": CANDIDATE, "trials": 3}
+                    "verify_against_reference",
+                    {"reference_code": TASK, "candidate_code": CANDIDATE, "trials": 3},
                 )
                 eval_seconds = time.perf_counter() - start
                 verdict.update(checked(result).structured_content or {})
@@ -266,12 +278,18 @@ async def bench_query_during_evaluation(base: str) -> dict[str, Any]:
                     samples.append(time.perf_counter() - start)
                     await anyio.sleep(0.01)
     out: dict[str, Any] = summary(samples)
-    out.update(evaluation_s=round(eval_seconds, 2), verdict=verdict.get("status"), correct=verdict.get("correct"))
+    out.update(
+        evaluation_s=round(eval_seconds, 2), verdict=verdict.get("status"), correct=verdict.get("correct")
+    )
     return out
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg()[0],
+    }
     with tempfile.TemporaryDirectory(prefix="kc-bench-") as tmp:
         home = Path(tmp)
         os.environ["KERNELCRAFT_HOME"] = str(home)
@@ -287,7 +305,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         try:
             await wait_healthy(base)
             log(f"3/4 {args.clients} concurrent HTTP clients for {args.http_seconds:g} s")
-            results["http_concurrent_query_rules"] = await bench_http_concurrent(base, args.clients, args.http_seconds)
+            results["http_concurrent_query_rules"] = await bench_http_concurrent(
+                base, args.clients, args.http_seconds
+            )
             log(f"    {results['http_concurrent_query_rules']}")
             log("4/4 query_rules while another client's evaluation runs")
             results["query_rules_during_evaluation"] = await bench_query_during_evaluation(base)
@@ -303,11 +323,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=500, help="calls per latency sample (1, 2)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--http-seconds", type=float, default=30.0)
     args = parser.parse_args()
+    # The server under test logs to its own file; here only the benchmark's progress is wanted.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    for name in ("httpx2", "mcp", "kernelcraft"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     results = anyio.run(main_async, args)
     print(json.dumps(results, indent=2))
 

@@ -140,7 +140,8 @@ END;
 """
 
 # The knowledge layer's additions after m001: its database id (the origin written into exported
-# rules) and per-origin imported counts, which make `rules import` of the same file idempotent.
+# rules) and per-origin imported counts, which make `rules import` of the same file idempotent;
+# the index finds the rules a failure class maps to.
 M003_KNOWLEDGE_IMPORTS = """
 CREATE TABLE knowledge_meta (
     key TEXT PRIMARY KEY,
@@ -153,6 +154,8 @@ CREATE TABLE rule_imports (
     count INTEGER NOT NULL,
     PRIMARY KEY (rule_id, origin)
 );
+
+CREATE INDEX rules_failure_class ON rules(failure_class, status);
 """
 
 # The search layer's tables (kernelcraft/search/tree.py): trees, their nodes, and the leases that

@@ -66,7 +66,9 @@ class Script:
             elif tool in self.fallback:
                 item = self.fallback[tool]
             else:
-                item = HttpError(400, "invalid_request_error", f"the fake has no scripted reply left for {tool}")
+                item = HttpError(
+                    400, "invalid_request_error", f"the fake has no scripted reply left for {tool}"
+                )
             self.served.append((tool, "reply" if isinstance(item, Reply) else f"error {item.status}"))
             return item
 
@@ -109,7 +111,9 @@ def _anthropic(script: Script) -> Any:
         if item.text:
             content.append({"type": "text", "text": item.text})
         if item.tool_input is not None:
-            content.append({"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": tool, "input": item.tool_input})
+            content.append(
+                {"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": tool, "input": item.tool_input}
+            )
         return JSONResponse(
             {
                 "id": f"msg_{next(_ids):04d}",

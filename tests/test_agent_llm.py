@@ -31,13 +31,21 @@ ASK = [Message("user", "Write the kernel.")]
 
 def anthropic_llm(base: str, **kw: object) -> AnthropicLLM:
     return AnthropicLLM.create(
-        api_key="test-key", model="claude-sonnet-5-5", base_url=base, sdk_max_retries=0, retry=FAST_RETRY, **kw
+        api_key="test-key",
+        model="claude-sonnet-5-5",
+        base_url=base,
+        sdk_max_retries=0,
+        retry=FAST_RETRY,
+        **kw,
     )  # type: ignore[arg-type]
 
 
 def test_anthropic_backend_forces_the_answer_tool_caches_the_prefix_and_prices_the_call() -> None:
     script = Script().add(
-        "submit_kernel", Reply({"code": "class ModelNew: ...", "notes": "n"}, input_tokens=100, output_tokens=50, cache_read=2000)
+        "submit_kernel",
+        Reply(
+            {"code": "class ModelNew: ...", "notes": "n"}, input_tokens=100, output_tokens=50, cache_read=2000
+        ),
     )
     with serve(script) as base:
 
@@ -78,7 +86,11 @@ def test_anthropic_backend_retries_a_529_overload_and_a_429_then_answers() -> No
 
         reply = asyncio.run(go())
     assert reply.tool_call is not None and reply.tool_call.input["text"].startswith("You cannot")
-    assert script.served == [("propose_rule", "error 529"), ("propose_rule", "error 429"), ("propose_rule", "reply")]
+    assert script.served == [
+        ("propose_rule", "error 529"),
+        ("propose_rule", "error 429"),
+        ("propose_rule", "reply"),
+    ]
 
 
 def test_anthropic_backend_gives_up_after_its_bounded_retries_with_an_llm_error() -> None:
@@ -177,7 +189,9 @@ def test_a_missing_anthropic_key_is_an_error_naming_the_variable(monkeypatch: py
         make_llm(LLMConfig(kind="anthropic"))
 
 
-def test_a_missing_openai_key_names_the_variable_given_by_api_key_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_openai_key_names_the_variable_given_by_api_key_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("MY_VLLM_KEY", raising=False)
     with pytest.raises(LLMError, match=r"\$OPENAI_API_KEY"):

@@ -17,7 +17,7 @@ from kernelcraft.agent.tuner import (
     tune,
 )
 
-SAMPLE = '''import torch
+SAMPLE = """import torch
 import triton
 import triton.language as tl
 
@@ -53,10 +53,12 @@ class ModelNew(torch.nn.Module):
         rows_kernel[(1,)](x, y, 784, ROWS_PER_PROGRAM, N_COLS=784, num_stages=2)
         tuned_kernel[(1,)](x, n)
         return y
-'''
+"""
 
 
-def test_tuner_finds_launch_options_constexpr_defaults_and_constants_but_not_shapes_or_autotuned_kernels() -> None:
+def test_tuner_finds_launch_options_constexpr_defaults_and_constants_but_not_shapes_or_autotuned_kernels() -> (
+    None
+):
     found = [(p.key, p.kind, p.value, p.line) for p in find_params(SAMPLE)]
     assert found == [
         ("ROWS_PER_PROGRAM", "meta", 4, 5),  # module constant passed by position to a constexpr
@@ -133,7 +135,12 @@ def test_a_compile_failure_bounds_the_parameter_and_shared_memory_use_caps_the_t
         assert c["scale_kernel.BLOCK_SIZE"] < 2048
         # shared memory scales with the tiles and stages: 0.3 * (ratio product) must stay <= 1
         ratio = 1.0
-        for k in ("ROWS_PER_PROGRAM", "scale_kernel.GROUP", "scale_kernel.BLOCK_SIZE", "rows_kernel.num_stages"):
+        for k in (
+            "ROWS_PER_PROGRAM",
+            "scale_kernel.GROUP",
+            "scale_kernel.BLOCK_SIZE",
+            "rows_kernel.num_stages",
+        ):
             ratio *= c[k] / start[k]
         assert 0.3 * ratio <= 1.0
         obs.append(Observation(c, ok=True))
@@ -153,8 +160,13 @@ def test_applying_a_config_rewrites_only_the_literals() -> None:
 def test_tune_finds_the_grid_optimum_of_a_smooth_objective_with_a_quarter_of_the_evaluations() -> None:
     params = find_params(SAMPLE)
     space = Space.of(params)
-    optimum = {"ROWS_PER_PROGRAM": 16, "scale_kernel.GROUP": 4, "scale_kernel.BLOCK_SIZE": 256,
-               "scale_kernel.num_warps": 8, "rows_kernel.num_stages": 4}
+    optimum = {
+        "ROWS_PER_PROGRAM": 16,
+        "scale_kernel.GROUP": 4,
+        "scale_kernel.BLOCK_SIZE": 256,
+        "scale_kernel.num_warps": 8,
+        "rows_kernel.num_stages": 4,
+    }
 
     def time_of(config: dict[str, int]) -> float:
         return 10.0 + sum((math.log2(config[k]) - math.log2(v)) ** 2 for k, v in optimum.items())

@@ -57,7 +57,11 @@ INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
@@ -179,3 +183,17 @@ def test_a_tokens_file_holds_one_token_name_pair_a_line(tmp_path: Path) -> None:
 def test_malformed_tokens_are_refused_with_the_format(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_tokens(text)
+
+
+def test_kernelcraft_serve_exits_2_before_listening_on_all_interfaces_without_tokens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from kernelcraft import cli
+
+    monkeypatch.delenv("KERNELCRAFT_TOKENS", raising=False)
+    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path))
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--transport", "http", "--host", "0.0.0.0", "--db", str(tmp_path / "k.db")])
+    assert exited.value.code == 2
+    assert "refusing to serve on 0.0.0.0 without tokens" in capsys.readouterr().err
+    assert not (tmp_path / "k.db").exists()

@@ -40,6 +40,8 @@ async def test_kernelcraft_serve_speaks_mcp_over_stdio_and_records_writes_as_loc
             assert recorded.structured_content is not None
             assert recorded.structured_content["failure_class"] == "compile_arange_not_pow2"
 
-            rules = await client.call_tool("query_rules", {"context": "tl.arange power of two", "arch": "sm_90a"})
+            rules = await client.call_tool(
+                "query_rules", {"context": "tl.arange power of two", "arch": "sm_90a"}
+            )
             assert not rules.is_error, rules.content
     assert failure_clients(db) == ["local"]

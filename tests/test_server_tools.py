@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
-from server_support import REPO, NoEvaluations, failure_clients, settings_for
+from server_support import CANDIDATE, REPO, TASK, NoEvaluations, failure_clients, settings_for
 
 from kernelcraft.config import Settings
 from kernelcraft.server.app import create_server
+from kernelcraft.tools.evaluator import ProgressCallback
+from kernelcraft.tools.local import LocalEvaluator
+from kernelcraft.tools.models import EvalJob, EvalResult
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "list_tools.json"
 
@@ -22,7 +27,7 @@ SEED_RULE = "You cannot use tl.arange with a range whose length is not a power o
 ARANGE_ERROR = "ValueError: arange's range must be a power of 2"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
 
@@ -90,7 +95,9 @@ async def test_a_rule_recorded_three_times_becomes_active_and_query_rules_return
     assert result.structured_content["activated"] is True
     assert result.structured_content["failure_class"] == "compile_arange_not_pow2"
 
-    found = await client.call_tool("query_rules", {"context": "f-strings in my jitted function", "arch": "sm_90a"})
+    found = await client.call_tool(
+        "query_rules", {"context": "f-strings in my jitted function", "arch": "sm_90a"}
+    )
     assert not found.is_error, found.content
     assert found.structured_content is not None
     assert found.structured_content["rules"][0]["text"] == RULE
@@ -161,3 +168,324 @@ async def test_an_unknown_tool_is_a_tool_error_listing_the_tools(client: Client)
     result = await client.call_tool("write_kernel_for_me", {})
     text = error_text(result)
     assert "unknown tool 'write_kernel_for_me'" in text and "query_rules" in text
+
+
+# ---------------------------------------------------------------------------- hardware manuals
+
+
+@pytest.mark.anyio
+async def test_search_hw_docs_finds_the_section_for_a_question_and_its_whole_text_by_id(
+    client: Client,
+) -> None:
+    found = await client.call_tool(
+        "search_hw_docs", {"query": "shared memory per SM", "arch": "sm_90a", "limit": 3}
+    )
+    assert not found.is_error, found.content
+    assert found.structured_content is not None
+    top = found.structured_content["sections"][0]
+    assert top["arch"] == "sm_90a" and "Shared memory" in top["heading_path"]
+
+    whole = await client.call_tool("search_hw_docs", {"section_id": top["id"]})
+    assert whole.structured_content is not None
+    assert len(whole.structured_content["sections"][0]["snippet"]) >= len(top["snippet"])
+
+
+@pytest.mark.anyio
+async def test_search_hw_docs_needs_a_query_or_a_section_id(client: Client) -> None:
+    assert "pass either query" in error_text(await client.call_tool("search_hw_docs", {}))
+
+
+@pytest.mark.anyio
+async def test_an_unknown_section_id_is_a_tool_error_saying_to_search_first(client: Client) -> None:
+    text = error_text(await client.call_tool("search_hw_docs", {"section_id": 999_999}))
+    assert "no manual section with id 999999" in text and "search_hw_docs" in text
+
+
+# ---------------------------------------------------------------------------- the evaluation engine
+#
+# These run the real LocalEvaluator in Triton's interpreter on a 4x100 elementwise task. One
+# evaluator (two pre-started workers) serves the whole module, so its pool starts once.
+
+SEGFAULT = """
+import ctypes
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale=0.5):
+        super().__init__()
+
+    def forward(self, x, y):
+        return ctypes.string_at(0)
+"""
+
+
+def hanging_candidate(pid_file: Path) -> str:
+    return f"""
+import os
+import time
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale=0.5):
+        super().__init__()
+
+    def forward(self, x, y):
+        with open({str(pid_file)!r}, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+        return x
+"""
+
+
+class SharedEvaluator:
+    """Lends the module's LocalEvaluator to each test's server; the fixture closes it."""
+
+    def __init__(self, inner: LocalEvaluator) -> None:
+        self.inner = inner
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.inner.has_gpu
+
+    async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
+        return await self.inner.submit(job, progress)
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+async def local_evaluator() -> AsyncIterator[LocalEvaluator]:
+    evaluator = LocalEvaluator(workers=2, device="cpu")
+    try:
+        yield evaluator
+    finally:
+        await evaluator.aclose()
+
+
+@pytest.fixture
+async def engine(tmp_path: Path, local_evaluator: LocalEvaluator) -> AsyncIterator[Client]:
+    server = create_server(settings_for(tmp_path), lambda settings: SharedEvaluator(local_evaluator))
+    async with Client(server) as c:
+        yield c
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.anyio
+async def test_verify_passes_a_correct_kernel_in_the_interpreter_and_reports_progress(engine: Client) -> None:
+    messages: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append((progress, message))
+
+    with anyio.fail_after(120):
+        result = await engine.call_tool(
+            "verify_against_reference",
+            {"reference_code": TASK, "candidate_code": CANDIDATE, "trials": 2},
+            progress_callback=on_progress,
+        )
+    assert not result.is_error, result.content
+    verdict = result.structured_content
+    assert verdict is not None
+    assert verdict["correct"] is True and verdict["interpreter"] is True and verdict["trials_passed"] == 2
+    assert any(m and m.startswith("trial 1 of 2") for _, m in messages), messages
+    fractions = [p for p, _ in messages]
+    assert fractions == sorted(fractions), "MCP progress must never decrease"
+
+
+@pytest.mark.anyio
+async def test_a_candidate_that_segfaults_is_a_crash_verdict_not_a_server_error(engine: Client) -> None:
+    with anyio.fail_after(120):
+        result = await engine.call_tool(
+            "verify_against_reference", {"reference_code": TASK, "candidate_code": SEGFAULT, "trials": 1}
+        )
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert result.structured_content["correct"] is False
+    assert result.structured_content["failure_class"] == "runtime_crash"
+    # The server is still serving.
+    assert not (await engine.call_tool("query_rules", {"context": "segfault"})).is_error
+
+
+@pytest.mark.anyio
+async def test_compile_kernel_reports_registers_per_target(engine: Client) -> None:
+    with anyio.fail_after(120):
+        result = await engine.call_tool(
+            "compile_kernel",
+            {"reference_code": TASK, "candidate_code": CANDIDATE, "targets": ["sm_90a", "gfx942"]},
+        )
+    assert not result.is_error, result.content
+    compiled = result.structured_content
+    assert compiled is not None and compiled["ok"] is True
+    assert [t["target"] for t in compiled["targets"]] == ["sm_90a", "gfx942"]
+    assert compiled["targets"][0]["kernels"][0]["name"] == "scaled_add_kernel"
+    assert compiled["targets"][0]["kernels"][0]["registers"] > 0
+
+
+@pytest.mark.anyio
+async def test_an_unknown_target_is_a_tool_error_listing_the_known_ones(engine: Client) -> None:
+    result = await engine.call_tool(
+        "compile_kernel", {"reference_code": TASK, "candidate_code": CANDIDATE, "targets": ["sm_75"]}
+    )
+    text = error_text(result)
+    assert "targets.0" in text and "'sm_90a'" in text and "gfx942" in text
+
+
+@pytest.mark.anyio
+async def test_profile_without_a_gpu_says_timing_needs_one(engine: Client) -> None:
+    with anyio.fail_after(120):
+        result = await engine.call_tool(
+            "profile_kernel", {"reference_code": TASK, "candidate_code": CANDIDATE}
+        )
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert result.structured_content["available"] is False
+    assert "needs a CUDA GPU" in result.structured_content["message"]
+
+
+@pytest.mark.anyio
+async def test_a_task_without_model_is_a_tool_error_naming_what_is_missing(engine: Client) -> None:
+    result = await engine.call_tool(
+        "verify_against_reference",
+        {"reference_code": "def get_inputs():\n    return []\n", "candidate_code": CANDIDATE},
+    )
+    assert "Model" in error_text(result)
+
+
+@pytest.mark.anyio
+async def test_candidate_code_over_one_megabyte_is_refused_before_any_evaluation(engine: Client) -> None:
+    big = CANDIDATE + "#" * 1_000_000
+    result = await engine.call_tool(
+        "verify_against_reference", {"reference_code": TASK, "candidate_code": big}
+    )
+    assert "over the 1,000,000-byte limit" in error_text(result)
+
+
+@pytest.mark.anyio
+async def test_other_calls_are_served_during_an_evaluation_and_a_cancelled_one_leaves_no_worker(
+    engine: Client, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "candidate.pid"
+    arguments = {"reference_code": TASK, "candidate_code": hanging_candidate(pid_file), "timeout_s": 300}
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.call_tool, "verify_against_reference", arguments)
+            while not (pid_file.exists() and pid_file.read_text()):
+                await anyio.sleep(0.05)
+            pid = int(pid_file.read_text())
+
+            start = time.perf_counter()
+            rules = await engine.call_tool("query_rules", {"context": "softmax"})
+            assert not rules.is_error and time.perf_counter() - start < 1.0
+
+            tg.cancel_scope.cancel()  # the client gives up on the evaluation
+        while process_alive(pid):
+            await anyio.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------- the search tree
+
+
+@pytest.mark.anyio
+async def test_search_tree_step_starts_submits_and_reports_the_best_kernel(engine: Client) -> None:
+    started = await engine.call_tool(
+        "search_tree_step", {"action": "start", "reference_code": TASK, "target": "sm_90a", "budget": 3}
+    )
+    assert not started.is_error, started.content
+    assert started.structured_content is not None
+    step = started.structured_content["start"]["next_step"]
+    assert step["kind"] == "large" and step["instructions"]
+
+    with anyio.fail_after(180):
+        submitted = await engine.call_tool(
+            "search_tree_step",
+            {
+                "action": "submit",
+                "tree_id": step["tree_id"],
+                "node_id": step["node_id"],
+                "candidate_code": CANDIDATE,
+            },
+        )
+    assert not submitted.is_error, submitted.content
+    assert submitted.structured_content is not None
+    result = submitted.structured_content["submit"]
+    assert result["node"]["outcome"] == "correct" and result["new_best"] is True
+    assert result["node"]["client"] == "local"
+    assert result["budget_left"] == 2 and result["next_step"] is not None
+
+    status = await engine.call_tool("search_tree_step", {"action": "status", "tree_id": step["tree_id"]})
+    assert status.structured_content is not None
+    assert status.structured_content["status"]["best"]["id"] == step["node_id"]
+
+    tree = await engine.read_resource(f"trees://{step['tree_id']}")
+    document = json.loads(tree.contents[0].text)
+    assert document["best"]["code"] == CANDIDATE
+
+
+@pytest.mark.anyio
+async def test_an_unknown_tree_is_a_tool_error_saying_how_to_start_one(client: Client) -> None:
+    text = error_text(await client.call_tool("search_tree_step", {"action": "status", "tree_id": 4242}))
+    assert "no search tree 4242" in text and "start" in text
+
+
+@pytest.mark.anyio
+async def test_a_submit_without_its_node_is_a_tool_error_naming_what_is_missing(client: Client) -> None:
+    result = await client.call_tool(
+        "search_tree_step", {"action": "submit", "tree_id": 1, "candidate_code": "x"}
+    )
+    assert "action 'submit' needs node_id" in error_text(result)
+
+
+@pytest.mark.anyio
+async def test_an_unknown_action_is_a_tool_error_listing_the_actions(client: Client) -> None:
+    text = error_text(await client.call_tool("search_tree_step", {"action": "undo"}))
+    assert "'start', 'submit' or 'status'" in text
+
+
+# ---------------------------------------------------------------------------- resources and prompts
+
+
+@pytest.mark.anyio
+async def test_active_rules_are_readable_as_resources_for_all_and_per_arch(client: Client) -> None:
+    everything = json.loads((await client.read_resource("rules://active")).contents[0].text)
+    assert SEED_RULE in [rule["text"] for rule in everything["rules"]]
+    amd = json.loads((await client.read_resource("rules://active/gfx942")).contents[0].text)
+    assert amd["arch"] == "gfx942"
+    assert all(rule["scope"]["arch_family"] in (None, "amd") for rule in amd["rules"])
+
+
+@pytest.mark.anyio
+async def test_every_manual_section_is_listed_and_readable(client: Client) -> None:
+    listing = json.loads((await client.read_resource("hwdocs://sections")).contents[0].text)
+    assert len(listing["sections"]) >= 7
+    first = listing["sections"][0]
+    text = (await client.read_resource(first["uri"])).contents[0].text
+    assert text.startswith(f"# {first['heading_path']}") and "Sources:" in text
+
+
+@pytest.mark.anyio
+async def test_prompts_walk_through_the_tools_this_server_has(client: Client) -> None:
+    names = {tool.name for tool in (await client.list_tools()).tools}
+    optimize = await client.get_prompt("optimize-kernel", {"reference_code": TASK, "target": "gfx942"})
+    text = optimize.messages[0].content.text
+    assert "search_tree_step" in text and '"start"' in text and '"submit"' in text and "gfx942" in text
+    fix = await client.get_prompt("fix-failure", {"candidate_code": CANDIDATE, "error": ARANGE_ERROR})
+    fix_text = fix.messages[0].content.text
+    assert "record_failure" in fix_text and "query_rules" in fix_text and "You cannot" in fix_text
+    for tool in (
+        "search_tree_step",
+        "query_rules",
+        "search_hw_docs",
+        "record_failure",
+        "verify_against_reference",
+    ):
+        assert tool in names

@@ -52,7 +52,16 @@ def test_migrations_from_a_blank_database_apply_every_migration_once(tmp_path: P
     assert first == [m.name for m in MIGRATIONS]
     assert second == []
     tables = _tables(db)
-    for t in ("code", "failures", "rules", "rule_evidence", "rules_fts", "documents", "sections", "sections_fts"):
+    for t in (
+        "code",
+        "failures",
+        "rules",
+        "rule_evidence",
+        "rules_fts",
+        "documents",
+        "sections",
+        "sections_fts",
+    ):
         assert t in tables
     assert {"knowledge_meta", "rule_imports"} <= tables
     with sqlite3.connect(db) as conn:
@@ -70,7 +79,9 @@ def test_migrating_a_database_created_at_the_first_migration_keeps_its_rules(
         rb = Rulebook(s)
         # Without m003 a rulebook can still learn (record_failure needs only m001's tables).
         for _ in range(3):
-            await rb.record_failure("code", "boom", rule="You cannot use break inside a loop in a Triton kernel.")
+            await rb.record_failure(
+                "code", "boom", rule="You cannot use break inside a loop in a Triton kernel."
+            )
         await s.aclose()
 
     run(old())
@@ -141,7 +152,9 @@ def test_concurrent_coroutines_share_one_connection_without_nesting_transactions
     async def go() -> int:
         s = await Store.open(tmp_path / "k.db")
         rb = Rulebook(s)
-        await asyncio.gather(*(rb.record_failure(f"c{i}", f"e{i}", rule=f"You cannot do thing t{i}.") for i in range(30)))
+        await asyncio.gather(
+            *(rb.record_failure(f"c{i}", f"e{i}", rule=f"You cannot do thing t{i}.") for i in range(30))
+        )
         n = (await s.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]  # type: ignore[index]
         await s.aclose()
         return int(n)

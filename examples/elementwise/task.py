@@ -34,7 +34,7 @@ def get_cpu_inputs():
 
 
 def get_cpu_input_sets():
-    return [[torch.randn(3, 1000)]]
+    return [[torch.randn(3, 2000)]]
 
 
 def get_init_inputs():

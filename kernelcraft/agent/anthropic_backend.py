@@ -82,7 +82,9 @@ class AnthropicLLM:
     def model(self) -> str:
         return self.model_id
 
-    def request(self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str) -> dict[str, Any]:
+    def request(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str
+    ) -> dict[str, Any]:
         """The request body (exposed so tests can check caching and the tool choice)."""
         tool_defs: list[dict[str, Any]] = [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools
@@ -103,7 +105,9 @@ class AnthropicLLM:
             body["tool_choice"] = {"type": "tool", "name": force_tool}
         return body
 
-    async def call(self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str) -> LLMReply:
+    async def call(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str
+    ) -> LLMReply:
         body = self.request(system, messages, tools, force_tool)
         try:
             resp = await with_retries(

@@ -27,8 +27,14 @@ def parse_edits(raw: Any) -> list[Edit]:
         raise EditError("submit_edits needs a non-empty list `edits` of {old, new} objects")
     edits = []
     for i, item in enumerate(raw, 1):
-        if not isinstance(item, dict) or not isinstance(item.get("old"), str) or not isinstance(item.get("new"), str):
-            raise EditError(f"edit {i} is not an object with string fields `old` and `new`: {str(item)[:120]!r}")
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("old"), str)
+            or not isinstance(item.get("new"), str)
+        ):
+            raise EditError(
+                f"edit {i} is not an object with string fields `old` and `new`: {str(item)[:120]!r}"
+            )
         edits.append(Edit(item["old"], item["new"]))
     return edits
 

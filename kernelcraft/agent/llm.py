@@ -74,7 +74,12 @@ class Usage:
 
     @property
     def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
 
     def add(self, other: Usage) -> None:
         self.input_tokens += other.input_tokens
@@ -150,6 +155,7 @@ class UsageMeter:
 
 
 # --- prices -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Price:
@@ -245,12 +251,14 @@ async def with_retries(
     for attempt in range(policy.attempts):
         try:
             return await fn()
-        except Exception as e:  # classified right below; anything not transient is re-raised
+        except Exception as e:  # noqa: PERF203 -- retrying is the point; non-transient errors re-raise
             retry, retry_after = is_retryable(e)
             if not retry or attempt == policy.attempts - 1:
                 raise
             wait = policy.delay(attempt, rng, retry_after)
-            logger.warning("%s: %s; retry %d of %d in %.1f s", what, e, attempt + 1, policy.attempts - 1, wait)
+            logger.warning(
+                "%s: %s; retry %d of %d in %.1f s", what, e, attempt + 1, policy.attempts - 1, wait
+            )
             await asyncio.sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -268,7 +276,10 @@ SUBMIT_KERNEL = ToolSpec(
         "type": "object",
         "properties": {
             "code": {"type": "string", "description": "The whole candidate module, as Python source."},
-            "notes": {"type": "string", "description": "One or two sentences: what this kernel does differently."},
+            "notes": {
+                "type": "string",
+                "description": "One or two sentences: what this kernel does differently.",
+            },
         },
         "required": ["code"],
     },
@@ -289,7 +300,10 @@ SUBMIT_EDITS = ToolSpec(
                 "items": {
                     "type": "object",
                     "properties": {
-                        "old": {"type": "string", "description": "Exact text to replace; unique in the kernel."},
+                        "old": {
+                            "type": "string",
+                            "description": "Exact text to replace; unique in the kernel.",
+                        },
                         "new": {"type": "string", "description": "Replacement text."},
                     },
                     "required": ["old", "new"],
@@ -420,8 +434,8 @@ def make_llm(config: LLMConfig) -> LLM | None:
             key = require_env(
                 env,
                 backend="OpenAI-compatible",
-                hint=f"Export it, name another variable with --api-key-env VAR, or pass --api-key-env none "
-                f"for a local server that checks no key.",
+                hint="Export it, name another variable with --api-key-env VAR, or pass --api-key-env none "
+                "for a local server that checks no key.",
             )
         return OpenAICompatibleLLM.create(
             api_key=key,

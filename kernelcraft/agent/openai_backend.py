@@ -67,14 +67,18 @@ class OpenAICompatibleLLM:
         retry: RetryPolicy | None = None,
         timeout_s: float = 600.0,
     ) -> OpenAICompatibleLLM:
-        client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=sdk_max_retries, timeout=timeout_s)
+        client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, max_retries=sdk_max_retries, timeout=timeout_s
+        )
         return cls(client, model, max_tokens, retry or RetryPolicy())
 
     @property
     def model(self) -> str:
         return self.model_id
 
-    def request(self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str) -> dict[str, Any]:
+    def request(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str
+    ) -> dict[str, Any]:
         return {
             "model": self.model_id,
             "max_tokens": self.max_tokens,
@@ -90,7 +94,9 @@ class OpenAICompatibleLLM:
             "tool_choice": {"type": "function", "function": {"name": force_tool}},
         }
 
-    async def call(self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str) -> LLMReply:
+    async def call(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str
+    ) -> LLMReply:
         body = self.request(system, messages, tools, force_tool)
         try:
             resp = await with_retries(
@@ -110,7 +116,9 @@ class OpenAICompatibleLLM:
                 "--model and --base-url (it usually ends in /v1)"
             ) from e
         except openai.APIStatusError as e:
-            raise LLMError(f"the server at {self.client.base_url} refused the request ({e.status_code}): {e.message}") from e
+            raise LLMError(
+                f"the server at {self.client.base_url} refused the request ({e.status_code}): {e.message}"
+            ) from e
         except openai.APIConnectionError as e:
             raise LLMError(f"cannot reach {self.client.base_url}: {e}; is the server running?") from e
 

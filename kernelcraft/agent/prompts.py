@@ -57,8 +57,7 @@ def describe_kernel(k: ContextKernel) -> str:
 def large_step(step: NextStep) -> str:
     """The proposer: one call writing a whole ModelNew that must beat the pool."""
     parts = [step.instructions, _kernel_block("The task (PyTorch reference)", step.task_source)]
-    for k in step.pool:
-        parts.append(_kernel_block(f"Pool kernel — {describe_kernel(k)}", k.code))
+    parts.extend(_kernel_block(f"Pool kernel — {describe_kernel(k)}", k.code) for k in step.pool)
     parts.append("Call submit_kernel with the complete new module." + _rules_text(step))
     return "\n\n".join(parts)
 

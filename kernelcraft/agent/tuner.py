@@ -41,7 +41,13 @@ META_MIN, META_MAX = 2, 1 << 16  # 1 is a flag value, not a tile: find_params sk
 MAX_TENSOR_NUMEL = 1 << 20
 
 # Shared memory (LDS) per block a kernel may use, in bytes, per compile target.
-SHARED_LIMIT_BYTES = {"sm_80": 166_912, "sm_89": 101_376, "sm_90a": 232_448, "sm_100": 232_448, "gfx942": 65_536}
+SHARED_LIMIT_BYTES = {
+    "sm_80": 166_912,
+    "sm_89": 101_376,
+    "sm_90a": 232_448,
+    "sm_100": 232_448,
+    "gfx942": 65_536,
+}
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,9 @@ def _jit_functions(tree: ast.Module) -> dict[str, _JitFn]:
         if "jit" not in names:
             continue
         args = node.args.posonlyargs + node.args.args
-        defaults = dict(zip([a.arg for a in args][len(args) - len(node.args.defaults) :], node.args.defaults, strict=True))
+        defaults = dict(
+            zip([a.arg for a in args][len(args) - len(node.args.defaults) :], node.args.defaults, strict=True)
+        )
         out[node.name] = _JitFn(
             params=[a.arg for a in args],
             constexpr={a.arg for a in args if _is_constexpr_annotation(a.annotation)},
@@ -127,8 +135,9 @@ class _Offsets:
         line = self.lines[lineno - 1]
         return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", errors="replace"))
 
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        return self.at(node.lineno, node.col_offset), self.at(node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[attr-defined]
+    def span(self, node: ast.expr) -> tuple[int, int]:
+        end = self.at(node.end_lineno or node.lineno, node.end_col_offset or 0)
+        return self.at(node.lineno, node.col_offset), end
 
 
 def _kind_for(name: str) -> ParamKind:
@@ -192,7 +201,9 @@ def find_params(source: str) -> list[Param]:
         if (start, end) not in params:
             params[(start, end)] = Param(key_for(base), kind, value, start, end, node.lineno, launch)
 
-    def add_named(name_node: ast.Name, name: str, launch: str, local: dict[str, list[ast.Assign]], scope: str) -> None:
+    def add_named(
+        name_node: ast.Name, name: str, launch: str, local: dict[str, list[ast.Assign]], scope: str
+    ) -> None:
         for assigns, where in ((local, scope), (module_assigns, "")):
             if name_node.id in assigns:
                 defs = assigns[name_node.id]
@@ -209,7 +220,16 @@ def find_params(source: str) -> list[Param]:
     scopes += [(n.name, n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in jit]
     for scope_name, scope in scopes:
         local = _int_assignments(scope.body) if isinstance(scope, ast.FunctionDef) else {}
-        nodes = ast.walk(scope) if scope_name else (n for stmt in tree.body if not isinstance(stmt, ast.FunctionDef | ast.ClassDef) for n in ast.walk(stmt))
+        nodes = (
+            ast.walk(scope)
+            if scope_name
+            else (
+                n
+                for stmt in tree.body
+                if not isinstance(stmt, ast.FunctionDef | ast.ClassDef)
+                for n in ast.walk(stmt)
+            )
+        )
         for node in nodes:
             if not isinstance(node, ast.Call):
                 continue
@@ -426,7 +446,9 @@ def next_config(
     if not keys:
         return None
     best = best_observation(observations)
-    centers = [start] if best is None or config_key(best.config) == config_key(start) else [best.config, start]
+    centers = (
+        [start] if best is None or config_key(best.config) == config_key(start) else [best.config, start]
+    )
     if not jump:
         for center in centers:
             for c in neighbours(center):

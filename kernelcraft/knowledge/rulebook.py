@@ -32,7 +32,7 @@ import aiosqlite
 from pydantic import BaseModel, Field, ValidationError
 
 from kernelcraft.errors import UsageError
-from kernelcraft.knowledge.failures import FailureClass, classify
+from kernelcraft.knowledge.failures import FailureClass, classify, diagnosis
 from kernelcraft.knowledge.text import fts_query, is_near_duplicate, normalize_rule, rule_similarity
 from kernelcraft.store import Store, utcnow
 
@@ -335,23 +335,23 @@ class Rulebook:
         text matches none; None when several exist and none matches."""
         rows = await _rows(
             conn,
-            "SELECT id FROM rules WHERE failure_class = ? AND status != 'retired' ORDER BY count DESC, id LIMIT 2",
+            "SELECT id FROM rules WHERE failure_class = ? AND status != 'retired' ORDER BY count DESC, id LIMIT 200",
             (cls.value,),
         )
         if not rows:
             return None
-        q = fts_query(error)
-        if q is not None:
+        ids = [int(r[0]) for r in rows]
+        q = fts_query(diagnosis(error)) or fts_query(error)
+        if q is not None and len(ids) > 1:
+            marks = ",".join("?" * len(ids))
             hit = await _rows(
                 conn,
-                "SELECT r.id FROM rules_fts JOIN rules r ON r.id = rules_fts.rowid"
-                " WHERE rules_fts MATCH ? AND r.failure_class = ? AND r.status != 'retired'"
-                " ORDER BY rank LIMIT 1",
-                (q, cls.value),
+                f"SELECT rowid FROM rules_fts WHERE rules_fts MATCH ? AND rowid IN ({marks}) ORDER BY rank LIMIT 1",
+                (q, *ids),
             )
             if hit:
                 return int(hit[0][0])
-        return int(rows[0][0]) if len(rows) == 1 else None
+        return ids[0] if len(ids) == 1 else None
 
     async def _maybe_activate(self, conn: aiosqlite.Connection, rule_id: int) -> bool:
         cur = await conn.execute(
@@ -391,7 +391,10 @@ class Rulebook:
         if limit < 1:
             return []
         family = arch_family(arch)
-        q = fts_query(context or "")
+        # For a Triton error text, search with the diagnosis only: the kernel source a
+        # CompilationError quotes (pointers, offsets, masks) would outvote the few words that say
+        # what went wrong.
+        q = fts_query(diagnosis(context or "")) or fts_query(context or "")
         conn = self.store.conn
         if q is None:
             rows = await _rows(

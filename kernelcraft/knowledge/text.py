@@ -19,6 +19,7 @@ STOPWORDS = frozenset(
     was were be been being it its this that these those there here you your we our they their can cannot
     cant not no do does did done use used using when where which who what how than so such may might must
     should would will shall triton kernel kernels jit def return self none true false
+    compiler compilationerror interpretererror errors error exception traceback language
     """.split()
 )
 
@@ -31,13 +32,13 @@ MAX_QUERY_TERMS = 24
 def fts_terms(text: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     """Distinct lower-case word tokens of `text` worth searching for, in first-seen order.
 
-    Stopwords, one-character tokens and pure numbers are dropped; at most `max_terms` are kept,
+    Stopwords, one-character tokens and one-digit numbers are dropped (16 in "K >= 16" matters); at most `max_terms` are kept,
     so a whole kernel as context costs about as much as a sentence.
     """
     seen: dict[str, None] = {}
     for match in _WORD.finditer(text.lower()):
         tok = match.group(0)
-        if len(tok) < 2 or tok in STOPWORDS or tok.isdigit() or tok in seen:
+        if len(tok) < 2 or tok in STOPWORDS or tok in seen:
             continue
         seen[tok] = None
         if len(seen) >= max_terms:

@@ -3,7 +3,8 @@
 `create_server(settings)` builds the server; the transports (`commands.py`) only run it. The
 lifespan opens the one Store, the rulebook (importing the seed rules on first start), the
 hardware-manual index, the evaluator and the search service, and closes them in reverse order;
-the tools (`tools.py`), resources and prompts (`resources.py`) reach them through `AppState`.
+the tools (`tools.py`), resources (`resources.py`) and prompts (`prompts.py`) reach them through
+`AppState`; `cancellation.py` makes a client's cancellation reach the evaluator.
 
 Only this process writes to the database on behalf of clients; candidate code never runs here
 (the evaluator runs it in worker processes), so a crashing candidate is a verdict, not a fault.
@@ -25,12 +26,24 @@ from starlette.responses import JSONResponse, Response
 
 from kernelcraft import __version__
 from kernelcraft.config import Settings
+from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.service import SearchService
 from kernelcraft.server.auth import HttpAuth
-from kernelcraft.server.resources import register_rule_resources
+from kernelcraft.server.cancellation import CancellationSafeEvaluator
+from kernelcraft.server.prompts import register_prompts
+from kernelcraft.server.resources import (
+    register_doc_resources,
+    register_rule_resources,
+    register_tree_resources,
+)
 from kernelcraft.server.state import AppState, StateSlot
-from kernelcraft.server.tools import register_engine_tools, register_knowledge_tools, register_search_tool
+from kernelcraft.server.tools import (
+    register_docs_tool,
+    register_engine_tools,
+    register_knowledge_tools,
+    register_search_tool,
+)
 from kernelcraft.store import Store
 from kernelcraft.tools.evaluator import Evaluator
 
@@ -104,15 +117,28 @@ def create_server(
         async with AsyncExitStack() as stack:
             store = await Store.open(settings.db_path)
             stack.push_async_callback(store.aclose)
-            evaluator = evaluator_factory(settings)
+            evaluator = CancellationSafeEvaluator(evaluator_factory(settings))
             stack.push_async_callback(evaluator.aclose)
             rulebook = Rulebook(store, activation_count=settings.rule_activation_count)
             added = await rulebook.import_seed()
             if added:
                 logger.info("imported %d seed rules", added)
+            docs = HwDocs(store)
+            report = await docs.index()
+            if report.indexed or report.removed:
+                logger.info(
+                    "indexed hardware manuals: %s (%d sections)",
+                    ", ".join(report.indexed) or "-",
+                    report.sections,
+                )
             search = SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes)
             state = AppState(
-                settings=settings, store=store, evaluator=evaluator, rulebook=rulebook, search=search
+                settings=settings,
+                store=store,
+                evaluator=evaluator,
+                rulebook=rulebook,
+                docs=docs,
+                search=search,
             )
             slot.stack.append(state)
             stack.callback(slot.stack.remove, state)
@@ -133,7 +159,11 @@ def create_server(
     register_knowledge_tools(mcp)
     register_engine_tools(mcp)
     register_search_tool(mcp)
+    register_docs_tool(mcp)
     register_rule_resources(mcp, slot)
+    register_doc_resources(mcp, slot)
+    register_tree_resources(mcp)
+    register_prompts(mcp)
 
     @mcp.custom_route("/health", methods=["GET"])
     async def health(request: Request) -> Response:

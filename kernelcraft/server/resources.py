@@ -12,7 +12,9 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from pydantic import BaseModel, Field
 
 from kernelcraft.errors import KernelcraftError
+from kernelcraft.knowledge.docs import DocSection
 from kernelcraft.knowledge.rulebook import RuleOut
+from kernelcraft.search.tree import NodeInfo, TreeView
 from kernelcraft.server.state import AppState, StateSlot
 
 JSON = "application/json"
@@ -52,3 +54,106 @@ def register_rule_resources(mcp: MCPServer[AppState], slot: StateSlot) -> None:
         except KernelcraftError as e:
             raise ResourceError(str(e)) from e
         return RuleSet(arch=arch, rules=rules).model_dump_json(indent=2)
+
+
+class SectionEntry(BaseModel):
+    id: int
+    uri: str = Field(description="Read this URI for the section's whole text.")
+    heading_path: str
+    file: str
+    arch: str
+
+
+class SectionListing(BaseModel):
+    """Every section of the shipped hardware manuals."""
+
+    sections: list[SectionEntry]
+
+
+async def _list_sections(state: AppState) -> list[SectionEntry]:
+    # HwDocs has no listing call; this read-only query follows its tables (store.py m001).
+    rows = await state.store.conn.execute_fetchall(
+        "SELECT s.id, s.heading_path, s.arch, d.path, d.arch AS doc_arch FROM sections s"
+        " JOIN documents d ON d.id = s.document_id ORDER BY d.path, s.ord"
+    )
+    return [
+        SectionEntry(
+            id=r["id"],
+            uri=f"hwdocs://section/{r['id']}",
+            heading_path=r["heading_path"],
+            file=r["path"],
+            arch=r["arch"] or r["doc_arch"] or "any",
+        )
+        for r in rows
+    ]
+
+
+def section_markdown(section: DocSection) -> str:
+    sources = "".join(f"\n- {s}" for s in section.sources)
+    return (
+        f"# {section.heading_path}\n\n"
+        f"_File {section.file}; concerns {section.arch}._\n\n"
+        f"{section.snippet.strip()}\n\n"
+        f"Sources:{sources}\n"
+    )
+
+
+def register_doc_resources(mcp: MCPServer[AppState], slot: StateSlot) -> None:
+    @mcp.resource(
+        "hwdocs://sections",
+        name="hardware-manual-sections",
+        title="Hardware manual sections",
+        description="Every section of the hardware manuals (A100, L40S, H100/H200, B200, MI300X, the Triton "
+        "guide, the performance playbook), with the URI that reads it.",
+        mime_type=JSON,
+    )
+    async def sections() -> str:
+        return SectionListing(sections=await _list_sections(slot.current)).model_dump_json(indent=2)
+
+    @mcp.resource(
+        "hwdocs://section/{section_id}",
+        name="hardware-manual-section",
+        title="One hardware manual section",
+        description="The whole text of one manual section, with its heading path, arch and sources.",
+        mime_type="text/markdown",
+    )
+    async def section(section_id: str, ctx: Context[AppState]) -> str:
+        state = ctx.request_context.lifespan_context
+        if not section_id.isdigit():
+            raise ResourceError(f"section id {section_id!r} is not a number; list them at hwdocs://sections")
+        try:
+            return section_markdown(await state.docs.get_section(int(section_id)))
+        except KernelcraftError as e:
+            raise ResourceError(str(e)) from e
+
+
+class TreeDocument(BaseModel):
+    """A search tree: its settings, every node (without code), and its best kernel with code."""
+
+    view: TreeView
+    best: NodeInfo | None = Field(
+        description="The best node so far, with its code; null before any correct kernel."
+    )
+
+
+def register_tree_resources(mcp: MCPServer[AppState]) -> None:
+    @mcp.resource(
+        "trees://{tree_id}",
+        name="search-tree",
+        title="A kernel search tree",
+        description="One search tree (from search_tree_step): its task, policy and budget, every node with "
+        "its verdict, and the best kernel's code.",
+        mime_type=JSON,
+    )
+    async def tree(tree_id: str, ctx: Context[AppState]) -> str:
+        state = ctx.request_context.lifespan_context
+        if not tree_id.isdigit():
+            raise ResourceError(f"tree id {tree_id!r} is not a number; search_tree_step start returns one")
+        try:
+            view = await state.search.show(int(tree_id))
+        except KernelcraftError as e:
+            raise ResourceError(str(e)) from e
+        best = next((n for n in view.nodes if n.id == view.best_node_id), None)
+        if best is not None and best.code_hash is not None:
+            best = best.model_copy(update={"code": await state.store.get_code(best.code_hash)})
+        return TreeDocument(view=view, best=best).model_dump_json(indent=2)

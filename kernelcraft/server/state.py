@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernelcraft.config import Settings
+from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.service import SearchService
 from kernelcraft.store import Store
@@ -21,6 +22,7 @@ class AppState:
     store: Store
     evaluator: Evaluator
     rulebook: Rulebook
+    docs: HwDocs
     search: SearchService
 
 

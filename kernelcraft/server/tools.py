@@ -12,9 +12,10 @@ server only lists tools whose layer exists.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import inspect
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -22,6 +23,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from kernelcraft.errors import KernelcraftError
+from kernelcraft.knowledge.docs import DocSection
 from kernelcraft.knowledge.failures import FailureClass
 from kernelcraft.knowledge.rulebook import FailureRecorded, RuleOut
 from kernelcraft.search.tree import StartResult, SubmitResult, TreeStatus
@@ -40,6 +42,7 @@ from kernelcraft.tools.models import (
 )
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 SearchAction = Literal["start", "submit", "status"]
 
 # Queries and evaluations change nothing a later call can see; open_world false: they touch only
@@ -122,12 +125,19 @@ def check_size(state: AppState, name: str, code: str | None) -> None:
         )
 
 
+def cleaned(fn: F) -> F:
+    """Dedent the docstring the SDK publishes as the tool's description (Python < 3.13 keeps the indent)."""
+    fn.__doc__ = inspect.cleandoc(fn.__doc__ or "")
+    return fn
+
+
 def app_state(ctx: Context[AppState]) -> AppState:
     return ctx.request_context.lifespan_context
 
 
 def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
     @mcp.tool(title="Query the rulebook", annotations=READ_ONLY)
+    @cleaned
     async def query_rules(
         ctx: Context[AppState],
         context: Annotated[
@@ -150,6 +160,7 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
         return RuleList(rules=rules)
 
     @mcp.tool(title="Record a failed kernel", annotations=APPENDS)
+    @cleaned
     async def record_failure(
         ctx: Context[AppState],
         candidate_code: CandidateCode,
@@ -229,6 +240,7 @@ async def evaluate(ctx: Context[AppState], job: EvalJob) -> EvalResult:
 
 def register_engine_tools(mcp: MCPServer[AppState]) -> None:
     @mcp.tool(title="Compile a Triton kernel for GPU targets", annotations=READ_ONLY)
+    @cleaned
     async def compile_kernel(
         ctx: Context[AppState],
         reference_code: ReferenceCode,
@@ -258,6 +270,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         return _stage(result.compile, "compile")
 
     @mcp.tool(title="Verify a kernel against its PyTorch reference", annotations=READ_ONLY)
+    @cleaned
     async def verify_against_reference(
         ctx: Context[AppState],
         reference_code: ReferenceCode,
@@ -285,6 +298,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         return _stage(result.verify, "verify")
 
     @mcp.tool(title="Time a kernel against its reference", annotations=READ_ONLY)
+    @cleaned
     async def profile_kernel(
         ctx: Context[AppState],
         reference_code: ReferenceCode,
@@ -344,6 +358,7 @@ def _require(action: str, **given: object) -> None:
 
 def register_search_tool(mcp: MCPServer[AppState]) -> None:
     @mcp.tool(title="Step a kernel search tree", annotations=APPENDS)
+    @cleaned
     async def search_tree_step(
         ctx: Context[AppState],
         action: Annotated[
@@ -429,3 +444,48 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             _require(action, tree_id=tree_id)
             assert tree_id is not None
             return SearchStep(action=action, status=await state.search.status(tree_id, client=client))
+
+
+class DocResults(BaseModel):
+    """Sections of the hardware manuals, best match first."""
+
+    sections: list[DocSection] = Field(
+        description="Each with its heading path, file and arch; snippet is the section's start in search results "
+        "and its whole text when fetched by section_id."
+    )
+
+
+def register_docs_tool(mcp: MCPServer[AppState]) -> None:
+    @mcp.tool(title="Search the hardware manuals", annotations=READ_ONLY)
+    @cleaned
+    async def search_hw_docs(
+        ctx: Context[AppState],
+        query: Annotated[
+            str | None,
+            Field(
+                description="What you need to know, in words: e.g. 'shared memory per SM', 'wgmma', "
+                "'LDS size MI300X', 'tl.dot TF32 precision'.",
+            ),
+        ] = None,
+        arch: Arch = None,
+        limit: Annotated[int, Field(ge=1, le=20, description="How many sections to return.")] = 5,
+        section_id: Annotated[
+            int | None,
+            Field(
+                description="Instead of searching: the id of a section from an earlier result, to get its whole text."
+            ),
+        ] = None,
+    ) -> DocResults:
+        """Search the hardware manuals shipped with kernelcraft (A100, L40S, H100/H200, B200, MI300X,
+        a Triton guide and a performance playbook) for facts that decide a kernel's design: memory
+        sizes and bandwidths, tensor-core instructions, occupancy limits, Triton constructs that
+        fail. Each figure cites its source."""
+        state = app_state(ctx)
+        if (query is None or not query.strip()) == (section_id is None):
+            raise ToolError("pass either query (words to search for) or section_id (from an earlier result)")
+        with tool_errors():
+            if section_id is not None:
+                return DocResults(sections=[await state.docs.get_section(section_id)])
+            assert query is not None
+            check_size(state, "query", query)
+            return DocResults(sections=await state.docs.search_hw_docs(query, arch=arch, limit=limit))

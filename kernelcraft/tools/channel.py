@@ -101,7 +101,9 @@ async def read_frame(reader: asyncio.StreamReader) -> Frame:
     return Frame(header, blobs)
 
 
-async def write_frame(writer: asyncio.StreamWriter, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+async def write_frame(
+    writer: asyncio.StreamWriter, header: dict[str, Any], blobs: list[bytes] | None = None
+) -> None:
     try:
         writer.writelines(_encode(header, blobs or []))
         await writer.drain()

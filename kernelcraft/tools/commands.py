@@ -29,9 +29,13 @@ EXIT_OK, EXIT_NEGATIVE = 0, 1
 
 def register(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)")
+        p.add_argument(
+            "task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
+        )
         p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
-        p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="deadline in seconds (default 300)")
+        p.add_argument(
+            "--timeout", type=float, default=300.0, metavar="S", help="deadline in seconds (default 300)"
+        )
         p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
         p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help=argparse.SUPPRESS)
 
@@ -39,20 +43,32 @@ def register(sub: Any) -> None:
     common(p)
     p.add_argument("--trials", type=int, default=5, metavar="N", help="trials per input set (default 5)")
     p.add_argument(
-        "--allow-op", action="append", default=[], metavar="OP", help="an aten op forward may use (e.g. mm); repeatable"
+        "--allow-op",
+        action="append",
+        default=[],
+        metavar="OP",
+        help="an aten op forward may use (e.g. mm); repeatable",
     )
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("compile", help="compile the kernels a candidate launches for GPU targets (no GPU needed)")
+    p = sub.add_parser(
+        "compile", help="compile the kernels a candidate launches for GPU targets (no GPU needed)"
+    )
     common(p)
     p.add_argument(
-        "--target", action="append", default=[], metavar="T", help=f"target ({', '.join(KNOWN_TARGETS)}); repeatable"
+        "--target",
+        action="append",
+        default=[],
+        metavar="T",
+        help=f"target ({', '.join(KNOWN_TARGETS)}); repeatable",
     )
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("profile", help="time a candidate against the reference (eager and torch.compile)")
     common(p)
-    p.add_argument("--target", default="sm_90a", metavar="T", help="roofline target without a GPU (default sm_90a)")
+    p.add_argument(
+        "--target", default="sm_90a", metavar="T", help="roofline target without a GPU (default sm_90a)"
+    )
     p.set_defaults(func=cmd_profile)
 
 
@@ -148,7 +164,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
             f"(x{p.speedup_vs_eager or 0:.2f})"
         )
         if p.reference_compiled:
-            summary += f", torch.compile {p.reference_compiled.median_us:.1f} µs (x{p.speedup_vs_compiled or 0:.2f})"
+            summary += (
+                f", torch.compile {p.reference_compiled.median_us:.1f} µs (x{p.speedup_vs_compiled or 0:.2f})"
+            )
     else:
         summary = f"not timed: {p.message}"
     if p.roofline:

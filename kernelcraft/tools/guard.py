@@ -123,7 +123,7 @@ def _watched() -> dict[str, Callable[[], Any]]:
         if mod is not None:
             for attr, value in list(vars(mod).items()):
                 if callable(value) and getattr(value, "__module__", None) == name:
-                    watched[f"{name}.{attr}"] = (lambda m=mod, a=attr: getattr(m, a, None))  # type: ignore[misc]
+                    watched[f"{name}.{attr}"] = lambda m=mod, a=attr: getattr(m, a, None)  # type: ignore[misc]
     return watched
 
 

@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
 WATCH_INTERVAL_S = 0.25
 PROFILE_ROUNDS = 5
+PROFILE_BUDGET_MS = 60.0
 NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
 
 
@@ -92,6 +93,8 @@ class _Device:
     pool: WorkerPool
     lock: asyncio.Lock
     jobs: int = 0
+    compile_pool: WorkerPool | None = None
+    """CPU only: workers without the interpreter, for the compile stage (started on first use)."""
 
 
 class LocalEvaluator:
@@ -150,11 +153,21 @@ class LocalEvaluator:
         if self._devices is None:
             if self._gpus:
                 self._devices = [
-                    _Device("cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), asyncio.Lock())
+                    _Device(
+                        "cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), asyncio.Lock()
+                    )
                     for i in range(self._gpus)
                 ]
             else:
-                self._devices = [_Device("cpu", None, WorkerPool(self._workers, "cpu", self._scratch), asyncio.Lock())]
+                self._devices = [
+                    _Device(
+                        "cpu",
+                        None,
+                        WorkerPool(self._workers, "cpu", self._scratch, interpret=True),
+                        asyncio.Lock(),
+                        compile_pool=WorkerPool(1, "cpu", self._scratch, interpret=False),
+                    )
+                ]
             for d in self._devices:
                 d.pool.fill()
         return self._devices
@@ -175,7 +188,8 @@ class LocalEvaluator:
             return
         self._closed = True
         if self._devices:
-            await asyncio.gather(*(d.pool.aclose() for d in self._devices), return_exceptions=True)
+            pools = [p for d in self._devices for p in (d.pool, d.compile_pool) if p is not None]
+            await asyncio.gather(*(p.aclose() for p in pools), return_exceptions=True)
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -190,13 +204,17 @@ class LocalEvaluator:
         try:
             if findings:
                 f = findings[0]
-                ev = Evidence(message=f"{job.candidate_name}:{f.line}: {f.message}", op=f.construct, line=f.line)
+                ev = Evidence(
+                    message=f"{job.candidate_name}:{f.line}: {f.message}", op=f.construct, line=f.line
+                )
                 result = _all_failed(job, FailureClass.FORBIDDEN_CONSTRUCT, ev, device)
             else:
                 result = await _Job(self, job, device, progress).run()
         finally:
             device.jobs -= 1
         result.seconds = round(time.perf_counter() - start, 3)
+        if result.verify is not None and not result.verify.seconds:
+            result.verify.seconds = result.seconds
         return result
 
 
@@ -214,11 +232,15 @@ def _all_failed(job: EvalJob, cls: FailureClass, ev: Evidence, device: _Device) 
     if "verify" in job.stages:
         result.verify = _verify_result(job, device, cls, ev)
     if "profile" in job.stages:
-        result.profile = ProfileResult(available=False, message=f"not profiled: {ev.message}", failure_class=cls, evidence=ev)
+        result.profile = ProfileResult(
+            available=False, message=f"not profiled: {ev.message}", failure_class=cls, evidence=ev
+        )
     return result
 
 
-def _verify_result(job: EvalJob, device: _Device, cls: FailureClass | None, ev: Evidence | None, **kw: Any) -> VerifyResult:
+def _verify_result(
+    job: EvalJob, device: _Device, cls: FailureClass | None, ev: Evidence | None, **kw: Any
+) -> VerifyResult:
     return VerifyResult(
         correct=cls is None,
         status="passed" if cls is None else cls.value,
@@ -243,13 +265,15 @@ def _evidence(raw: Any, fallback: str) -> Evidence:
 class _Job:
     """One submitted job: its workers, its deadline, and the stage logic."""
 
-    def __init__(self, ev: LocalEvaluator, job: EvalJob, device: _Device, progress: ProgressCallback | None) -> None:
+    def __init__(
+        self, ev: LocalEvaluator, job: EvalJob, device: _Device, progress: ProgressCallback | None
+    ) -> None:
         self.ev = ev
         self.job = job
         self.device = device
         self.progress_cb = progress
         self.deadline = float("inf")
-        self.workers: list[WorkerProcess] = []
+        self.workers: list[tuple[WorkerPool, WorkerProcess]] = []
         self.ref: WorkerProcess | None = None
         self.input_sets = 1
         self.ref_has_inputs = False
@@ -269,9 +293,10 @@ class _Job:
 
     # ---- workers ----
 
-    async def acquire(self) -> WorkerProcess:
-        w = await self.device.pool.acquire()
-        self.workers.append(w)
+    async def acquire(self, pool: WorkerPool | None = None) -> WorkerProcess:
+        pool = pool or self.device.pool
+        w = await pool.acquire()
+        self.workers.append((pool, w))
         return w
 
     async def recv(self, w: WorkerProcess, *, candidate: bool) -> Frame:
@@ -284,7 +309,9 @@ class _Job:
                 who = "the candidate" if candidate else "the reference"
                 raise _Stop(
                     FailureClass.RUNTIME_TIMEOUT,
-                    Evidence(message=f"{who} did not finish within the {self.job.timeout_s:g} s deadline; its process was killed"),
+                    Evidence(
+                        message=f"{who} did not finish within the {self.job.timeout_s:g} s deadline; its process was killed"
+                    ),
                 )
             try:
                 frame = await asyncio.wait_for(w.frames.get(), min(remaining, WATCH_INTERVAL_S))
@@ -293,7 +320,9 @@ class _Job:
                     w.kill("memory")
                     raise _Stop(
                         FailureClass.RUNTIME_OUT_OF_MEMORY,
-                        Evidence(message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory and was killed"),
+                        Evidence(
+                            message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory and was killed"
+                        ),
                     ) from None
                 continue
             if frame is None:
@@ -306,9 +335,14 @@ class _Job:
     async def died(self, w: WorkerProcess, *, candidate: bool) -> _Stop:
         await w.wait_exit(5)
         if w.killed_for == "timeout":
-            return _Stop(FailureClass.RUNTIME_TIMEOUT, Evidence(message="the deadline passed; the process was killed"))
+            return _Stop(
+                FailureClass.RUNTIME_TIMEOUT, Evidence(message="the deadline passed; the process was killed")
+            )
         if w.killed_for == "memory":
-            return _Stop(FailureClass.RUNTIME_OUT_OF_MEMORY, Evidence(message="the process used too much memory and was killed"))
+            return _Stop(
+                FailureClass.RUNTIME_OUT_OF_MEMORY,
+                Evidence(message="the process used too much memory and was killed"),
+            )
         how = w.exit_description()
         who = "the candidate's process" if candidate else "the reference process"
         return _Stop(
@@ -355,7 +389,10 @@ class _Job:
             except ValueError:
                 cls = FailureClass.RUNTIME_CRASH
             raise _Stop(cls, _evidence(frame.header.get("evidence"), "the candidate failed"))
-        raise _Stop(FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate's process sent {str(t)[:40]!r} instead of {expected!r}"))
+        raise _Stop(
+            FailureClass.RUNTIME_CRASH,
+            Evidence(message=f"the candidate's process sent {str(t)[:40]!r} instead of {expected!r}"),
+        )
 
     async def inputs(self, input_set: int) -> Frame:
         assert self.ref is not None
@@ -388,10 +425,14 @@ class _Job:
                     cand = await self.acquire()
                     await self.progress(0.05, "loading the candidate")
                     try:
-                        self.candidate_verdict(await self.load(cand, "candidate", interpret=self.interpret), "loaded")
+                        self.candidate_verdict(
+                            await self.load(cand, "candidate", interpret=self.interpret), "loaded"
+                        )
                     except _Stop as stop:
                         self.fill_failed(result, stop)
                         return result
+                if not self.interpret:
+                    await self.warm_up(cand)
                 async with self.gpu_lock():
                     if "verify" in job.stages:
                         result.verify = await self.verify_stage(cand)
@@ -409,7 +450,7 @@ class _Job:
         except _Stop as stop:
             self.fill_failed(result, stop)
         finally:
-            await asyncio.gather(*(self.device.pool.release(w) for w in self.workers), return_exceptions=True)
+            await asyncio.gather(*(pool.release(w) for pool, w in self.workers), return_exceptions=True)
         return result
 
     def fill_failed(self, result: EvalResult, stop: _Stop) -> None:
@@ -417,10 +458,15 @@ class _Job:
         if "compile" in job.stages and result.compile is None:
             result.compile = CompileResult(ok=False, failure_class=stop.cls, evidence=stop.evidence)
         if "verify" in job.stages and result.verify is None:
-            result.verify = _verify_result(job, self.device, stop.cls, stop.evidence, kernels_launched=self.kernels)
+            result.verify = _verify_result(
+                job, self.device, stop.cls, stop.evidence, kernels_launched=self.kernels
+            )
         if "profile" in job.stages and result.profile is None:
             result.profile = ProfileResult(
-                available=False, message=f"not profiled: {stop.evidence.message}", failure_class=stop.cls, evidence=stop.evidence
+                available=False,
+                message=f"not profiled: {stop.evidence.message}",
+                failure_class=stop.cls,
+                evidence=stop.evidence,
             )
 
     @contextlib.asynccontextmanager
@@ -443,20 +489,25 @@ class _Job:
         """Discover launches (no kernel runs) and compile them for each target. On a CPU machine
         this worker imports the candidate without the interpreter, so real Triton compiles it."""
         start = time.perf_counter()
-        w = await self.acquire()
+        w = await self.acquire(self.device.compile_pool)
         self.compile_worker = w
         await self.progress(0.05, "loading the candidate")
         try:
             self.candidate_verdict(await self.load(w, "candidate", interpret=False), "loaded")
             inputs = await self.inputs(0)
             await self.progress(0.1, f"compiling for {', '.join(self.job.targets)}")
-            await w.send({"op": "compile", "targets": list(self.job.targets), "inputs": inputs.header["inputs"]}, inputs.blobs)
+            await w.send(
+                {"op": "compile", "targets": list(self.job.targets), "inputs": inputs.header["inputs"]},
+                inputs.blobs,
+            )
             frame = await self.recv(w, candidate=True)
             self.candidate_verdict(frame, "compiled")
         except _Stop as stop:
             if not self.interpret:
                 raise
-            return CompileResult(ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start)
+            return CompileResult(
+                ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start
+            )
         h = frame.header
         if "error" in h:
             from kernelcraft.knowledge.failures import classify
@@ -466,14 +517,20 @@ class _Job:
             return CompileResult(
                 ok=False,
                 failure_class=cls,
-                evidence=Evidence(message=f"launch discovery failed: {str(h.get('summary', ''))[:300]}", error_text=text),
+                evidence=Evidence(
+                    message=f"launch discovery failed: {str(h.get('summary', ''))[:300]}", error_text=text
+                ),
                 seconds=time.perf_counter() - start,
             )
         try:
             launches = [KernelLaunch.model_validate(x) for x in h.get("launches", [])]
             targets = [TargetCompileResult.model_validate(x) for x in h.get("targets", [])]
         except ValueError:
-            return CompileResult(ok=False, failure_class=FailureClass.RUNTIME_CRASH, evidence=Evidence(message="the compile worker sent a malformed result"))
+            return CompileResult(
+                ok=False,
+                failure_class=FailureClass.RUNTIME_CRASH,
+                evidence=Evidence(message="the compile worker sent a malformed result"),
+            )
         failed = next((t for t in targets if not t.ok), None)
         if not launches:
             return CompileResult(
@@ -489,9 +546,25 @@ class _Job:
             launches=launches,
             targets=targets,
             failure_class=failed.failure_class if failed else None,
-            evidence=Evidence(message=f"{failed.target}: compilation failed", error_text=failed.error) if failed else None,
+            evidence=Evidence(message=f"{failed.target}: compilation failed", error_text=failed.error)
+            if failed
+            else None,
             seconds=round(time.perf_counter() - start, 3),
         )
+
+    async def warm_up(self, cand: WorkerProcess) -> None:
+        """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when
+        profiling, torch.compile the reference."""
+        assert self.ref is not None
+        await self.progress(0.08, "compiling kernels")
+        frame = await self.inputs(0)
+        await cand.send({"op": "warmup", "inputs": frame.header["inputs"]}, frame.blobs)
+        warm = await self.recv(cand, candidate=True)
+        self.candidate_verdict(warm, "warm")
+        if "profile" in self.job.stages:
+            await self.progress(0.09, "compiling the reference with torch.compile")
+            await self.ref.send({"op": "warmup_reference"})
+            await self.recv(self.ref, candidate=False)
 
     # ---- verify ----
 
@@ -506,7 +579,8 @@ class _Job:
                     await self.progress(0.1 + 0.8 * done / total, f"trial {done + 1} of {total}")
                     frame = await self.inputs(s)
                     await cand.send(
-                        {"op": "run", "inputs": frame.header["inputs"], "determinism": s == 0 and t == 0}, frame.blobs
+                        {"op": "run", "inputs": frame.header["inputs"], "determinism": s == 0 and t == 0},
+                        frame.blobs,
                     )
                     out = await self.recv(cand, candidate=True)
                     self.candidate_verdict(out, "outputs")
@@ -514,11 +588,17 @@ class _Job:
                     names = h.get("kernels")
                     if isinstance(names, list):
                         self.kernels = list(dict.fromkeys([*self.kernels, *(str(n)[:200] for n in names)]))
-                    await self.ref.send({"op": "compare", "outputs": h.get("outputs"), "inputs_after": h.get("inputs_after")}, out.blobs)
+                    await self.ref.send(
+                        {"op": "compare", "outputs": h.get("outputs"), "inputs_after": h.get("inputs_after")},
+                        out.blobs,
+                    )
                     cmp = await self.recv(self.ref, candidate=False)
                     if cmp.header.get("type") != "compared":
                         self.task_error(cmp)
-                        raise _Stop(FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs"))
+                        raise _Stop(
+                            FailureClass.RUNTIME_CRASH,
+                            Evidence(message="the reference could not compare outputs"),
+                        )
                     if cmp.header.get("failure_class"):
                         ev = _evidence(cmp.header.get("evidence"), "outputs differ")
                         ev.trial, ev.input_set = t, s
@@ -534,7 +614,9 @@ class _Job:
                         )
                     done += 1
         except _Stop as stop:
-            stop.evidence.trial = stop.evidence.trial if stop.evidence.trial is not None else done % job.trials
+            stop.evidence.trial = (
+                stop.evidence.trial if stop.evidence.trial is not None else done % job.trials
+            )
             return _verify_result(
                 job,
                 self.device,
@@ -547,7 +629,9 @@ class _Job:
             )
         notes = list(self.notes)
         if self.interpret:
-            notes.append("ran in Triton's CPU interpreter: races, out-of-bounds reads, TF32 and speed are not checked")
+            notes.append(
+                "ran in Triton's CPU interpreter: races, out-of-bounds reads, TF32 and speed are not checked"
+            )
         await self.progress(0.9, "verified")
         return _verify_result(
             job,
@@ -567,7 +651,9 @@ class _Job:
         assert self.ref is not None
         if not self.ref_has_inputs:
             await self.inputs(0)
-        await self.ref.send({"op": "roofline", "target": self.job.roofline_target})
+        await self.ref.send(
+            {"op": "roofline", "target": self.job.roofline_target, "full_size": self.interpret}
+        )
         frame = await self.recv(self.ref, candidate=False)
         raw = frame.header.get("roofline")
         if raw is None:
@@ -581,7 +667,9 @@ class _Job:
             message = NO_GPU_MESSAGE.format(target=self.job.roofline_target)
             if roof_error:
                 message += f" (roofline unavailable: {roof_error[:300]})"
-            return ProfileResult(available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3))
+            return ProfileResult(
+                available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3)
+            )
         return await self.time_on_gpu(cand, roof, start)
 
     async def time_on_gpu(self, cand: WorkerProcess, roof: Roofline | None, start: float) -> ProfileResult:
@@ -594,23 +682,47 @@ class _Job:
         methods: dict[str, str] = {}
         for r in range(PROFILE_ROUNDS):
             await self.progress(0.9 + 0.1 * r / PROFILE_ROUNDS, f"timing, round {r + 1} of {PROFILE_ROUNDS}")
-            await cand.send({"op": "time_candidate"})
+            await cand.send(
+                {
+                    "op": "time_candidate",
+                    "budget_ms": PROFILE_BUDGET_MS,
+                    "method": methods.get("candidate", "auto"),
+                }
+            )
             frame = await self.recv(cand, candidate=True)
             self.candidate_verdict(frame, "timed")
             if "error" in frame.header:
-                raise _Stop(FailureClass.RUNTIME_ERROR, Evidence(message="timing the candidate failed", error_text=str(frame.header["error"])))
-            samples["candidate"] += [float(x) for x in frame.header["candidate"]["times_us"]]
-            methods["candidate"] = str(frame.header["candidate"]["method"])
-            await self.ref.send({"op": "time_reference"})
+                raise _Stop(
+                    FailureClass.RUNTIME_ERROR,
+                    Evidence(message="timing the candidate failed", error_text=str(frame.header["error"])),
+                )
+            try:
+                samples["candidate"] += [float(x) for x in frame.header["candidate"]["times_us"]]
+                methods["candidate"] = str(frame.header["candidate"]["method"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise _Stop(
+                    FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
+                ) from e
+            await self.ref.send(
+                {
+                    "op": "time_reference",
+                    "budget_ms": PROFILE_BUDGET_MS,
+                    "methods": {k: methods[k] for k in ("eager", "compiled") if k in methods},
+                }
+            )
             frame = await self.recv(self.ref, candidate=False)
             if "error" in frame.header:
-                return ProfileResult(available=False, message=f"timing the reference failed: {str(frame.header['error'])[-500:]}", roofline=roof)
+                return ProfileResult(
+                    available=False,
+                    message=f"timing the reference failed: {str(frame.header['error'])[-500:]}",
+                    roofline=roof,
+                )
             for k in ("eager", "compiled"):
                 samples[k] += [float(x) for x in frame.header[k]["times_us"]]
                 methods[k] = str(frame.header[k]["method"])
-        cand_t: Timing = timing.summarize(samples["candidate"], methods["candidate"])
-        eager: Timing = timing.summarize(samples["eager"], methods["eager"])
-        compiled: Timing = timing.summarize(samples["compiled"], methods["compiled"])
+        cand_t: Timing = timing.summarize(samples["candidate"], methods["candidate"])  # type: ignore[arg-type]
+        eager: Timing = timing.summarize(samples["eager"], methods["eager"])  # type: ignore[arg-type]
+        compiled: Timing = timing.summarize(samples["compiled"], methods["compiled"])  # type: ignore[arg-type]
         result = ProfileResult(
             available=True,
             device=_device_label(self.device, cand.info),

@@ -139,8 +139,8 @@ class EvalJob(BaseModel):
     candidate_source: str = Field(description="Module with class ModelNew launching @triton.jit kernels.")
     task_name: str = "task.py"
     candidate_name: str = "candidate.py"
-    stages: list[Stage] = Field(default_factory=lambda: ["verify"])
-    targets: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
+    stages: list[Stage] = Field(default_factory=lambda: ["verify"])  # type: ignore[arg-type]
+    targets: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGETS))  # type: ignore[arg-type]
     trials: int = Field(default=5, ge=1, le=100)
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops forward() may use.")

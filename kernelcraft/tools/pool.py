@@ -31,7 +31,13 @@ from kernelcraft.tools.channel import ChannelError, Frame, read_frame, write_fra
 log = logging.getLogger(__name__)
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^ANTHROPIC_|^OPENAI_", re.IGNORECASE)
-_DROPPED = ("TRITON_OVERRIDE_DIR", "TRITON_DUMP_DIR", "TRITON_ALWAYS_COMPILE", "TRITON_KERNEL_OVERRIDE", "PYTHONSTARTUP")
+_DROPPED = (
+    "TRITON_OVERRIDE_DIR",
+    "TRITON_DUMP_DIR",
+    "TRITON_ALWAYS_COMPILE",
+    "TRITON_KERNEL_OVERRIDE",
+    "PYTHONSTARTUP",
+)
 STARTUP_TIMEOUT_S = 180.0
 TAIL_BYTES = 4000
 
@@ -55,8 +61,9 @@ def _package_root() -> str:
 class WorkerProcess:
     """One worker child and its channel. Frames it sends are queued by a reader task."""
 
-    def __init__(self, device: str, base_dir: Path, gpu: int | None) -> None:
+    def __init__(self, device: str, base_dir: Path, gpu: int | None, interpret: bool = False) -> None:
         self.device = device
+        self.interpret = interpret
         self.gpu = gpu
         self.dir = Path(tempfile.mkdtemp(prefix="worker-", dir=base_dir))
         self.log_path = self.dir / "output.log"
@@ -75,7 +82,11 @@ class WorkerProcess:
         env["KERNELCRAFT_WORKER_DEVICE"] = self.device
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
         env["HOME"] = str(self.dir)
+        # Triton reads TRITON_INTERPRET when `@triton.jit` decorates, including triton.language's own
+        # helpers at `import triton`: it must be set (or not) before the worker starts.
         env.pop("TRITON_INTERPRET", None)
+        if self.interpret:
+            env["TRITON_INTERPRET"] = "1"
         if self.device == "cuda" and self.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
         if self.device == "cpu":
@@ -118,7 +129,9 @@ class WorkerProcess:
             frame = await asyncio.wait_for(self.frames.get(), timeout)
         except asyncio.TimeoutError as e:
             self.kill()
-            raise WorkerError(f"a worker did not start within {timeout:.0f} s; log tail: {self.tail()}") from e
+            raise WorkerError(
+                f"a worker did not start within {timeout:.0f} s; log tail: {self.tail()}"
+            ) from e
         if frame is None or frame.header.get("type") != "ready":
             self.kill()
             await self.wait_exit(5)
@@ -193,10 +206,14 @@ class WorkerProcess:
 
 
 class WorkerPool:
-    """`size` pre-started workers for one device; each is handed out once."""
+    """`size` pre-started workers for one device; each is handed out once. `interpret`: workers
+    run Triton's CPU interpreter (set before they import triton)."""
 
-    def __init__(self, size: int, device: str, base_dir: Path, gpu: int | None = None) -> None:
+    def __init__(
+        self, size: int, device: str, base_dir: Path, gpu: int | None = None, interpret: bool = False
+    ) -> None:
         self.size = max(1, size)
+        self.interpret = interpret
         self.device = device
         self.gpu = gpu
         self.base_dir = base_dir
@@ -215,7 +232,7 @@ class WorkerPool:
             task.add_done_callback(self._starting.discard)
 
     async def _start_one(self) -> None:
-        w = WorkerProcess(self.device, self.base_dir, self.gpu)
+        w = WorkerProcess(self.device, self.base_dir, self.gpu, self.interpret)
         self._all.add(w)
         try:
             await w.start()

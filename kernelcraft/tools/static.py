@@ -23,7 +23,16 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-BANNED_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "subprocess", "gc", "builtins", "importlib")
+BANNED_MODULES = (
+    "threading",
+    "_thread",
+    "multiprocessing",
+    "concurrent",
+    "subprocess",
+    "gc",
+    "builtins",
+    "importlib",
+)
 STREAM_ATTRS = ("Stream", "stream", "set_stream", "ExternalStream", "StreamContext")
 FRAME_ATTRS = ("_getframe", "currentframe", "stack", "getouterframes", "modules")
 EXIT_ATTRS = {("os", "_exit"), ("sys", "exit"), ("os", "kill"), ("os", "abort")}
@@ -67,14 +76,26 @@ def check_candidate_source(tree: ast.Module) -> list[Finding]:
             for a in node.names:
                 modules[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
                 if a.name.split(".")[0] in BANNED_MODULES:
-                    add(node, f"import {a.name}", f"imports {a.name}: threads, processes and introspection are not allowed")
+                    add(
+                        node,
+                        f"import {a.name}",
+                        f"imports {a.name}: threads, processes and introspection are not allowed",
+                    )
         elif isinstance(node, ast.ImportFrom):
             mod = node.module or ""
             if mod.split(".")[0] in BANNED_MODULES:
-                add(node, f"from {mod} import", f"imports from {mod}: threads, processes and introspection are not allowed")
+                add(
+                    node,
+                    f"from {mod} import",
+                    f"imports from {mod}: threads, processes and introspection are not allowed",
+                )
             for a in node.names:
                 if a.name == "Model" or mod.split(".")[0] in ("task", "reference", "__main__"):
-                    add(node, f"from {mod} import {a.name}", "imports the reference module; write the kernel instead")
+                    add(
+                        node,
+                        f"from {mod} import {a.name}",
+                        "imports the reference module; write the kernel instead",
+                    )
                 if mod in ("os", "sys") and (mod, a.name) in EXIT_ATTRS | ENV_ATTRS | {("sys", "modules")}:
                     add(node, f"from {mod} import {a.name}", f"uses {mod}.{a.name}")
                 modules.setdefault(a.asname or a.name, f"{mod}.{a.name}")
@@ -89,13 +110,26 @@ def check_candidate_source(tree: ast.Module) -> list[Finding]:
                     if isinstance(item, ast.FunctionDef) and item.name == "forward":
                         for n in ast.walk(item):
                             if isinstance(n, ast.Try):
-                                add(n, "try/except in forward", "try/except in forward can hide a fallback; let errors surface")
+                                add(
+                                    n,
+                                    "try/except in forward",
+                                    "try/except in forward can hide a fallback; let errors surface",
+                                )
         elif isinstance(node, ast.Try) and any(_launches(s) for s in node.body):
             add(node, "try/except around a launch", "try/except around a kernel launch can hide a fallback")
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id == "Model" and "Model" not in defined_classes:
                 add(node, "Model", "uses the reference Model; write the kernel instead")
-            elif node.id in ("__import__", "__builtins__", "exit", "quit", "exec", "eval", "compile", "globals"):
+            elif node.id in (
+                "__import__",
+                "__builtins__",
+                "exit",
+                "quit",
+                "exec",
+                "eval",
+                "compile",
+                "globals",
+            ):
                 add(node, node.id, f"uses {node.id}")
         elif isinstance(node, ast.Attribute):
             dotted = _dotted(node)
@@ -113,15 +147,17 @@ def check_candidate_source(tree: ast.Module) -> list[Finding]:
                 add(node, ".".join(dotted), "inspects the interpreter's frames or modules")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = (
-                node.targets
-                if isinstance(node, (ast.Assign, ast.Delete))
-                else [node.target]  # type: ignore[union-attr]
+                node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]  # type: ignore[union-attr]
             )
             for t in targets:
                 dotted = _dotted(t) if isinstance(t, ast.Attribute) else []
                 if dotted and dotted[0] in modules:
                     add(node, ".".join(dotted), f"patches {'.'.join(dotted)}; modules must not be modified")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+        ):
             first = node.args[0] if node.args else None
             if not (isinstance(first, ast.Name) and first.id == "self"):
                 add(node, node.func.id, f"{node.func.id} on something other than self can patch modules")

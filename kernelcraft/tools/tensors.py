@@ -84,7 +84,23 @@ def _ipc_record(t: torch.Tensor) -> dict[str, Any]:
     from torch.multiprocessing.reductions import reduce_tensor
 
     _, args = reduce_tensor(t)
-    (_, size, stride, offset, storage_cls, _, device, handle, nbytes, off_bytes, _, rc_handle, rc_off, ev, ev_sync) = args
+    (
+        _,
+        size,
+        stride,
+        offset,
+        storage_cls,
+        _,
+        device,
+        handle,
+        nbytes,
+        off_bytes,
+        _,
+        rc_handle,
+        rc_off,
+        ev,
+        ev_sync,
+    ) = args
 
     def b64(x: bytes | None) -> str | None:
         return None if x is None else base64.b64encode(x).decode()

@@ -1,0 +1,155 @@
+"""`kernelcraft optimize` and `kernelcraft adapt`: the driver agent's commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelcraft.agent.llm import LLMConfig
+from kernelcraft.config import KNOWN_TARGETS
+
+LLM_HELP = (
+    "anthropic (default; key in $ANTHROPIC_API_KEY), openai (any OpenAI-compatible server: OpenAI, vLLM, "
+    "Ollama, llama.cpp; with --base-url and --model) or none (the offline tuner only; needs a seed kernel)"
+)
+
+
+def _llm_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("language model")
+    g.add_argument("--llm", choices=["anthropic", "openai", "none"], default="anthropic", help=LLM_HELP)
+    g.add_argument("--model", help="model id (default for anthropic: claude-sonnet-5-5; required for openai)")
+    g.add_argument("--base-url", help="API base URL (openai: e.g. http://localhost:11434/v1 for Ollama)")
+    g.add_argument(
+        "--api-key-env",
+        help="environment variable holding the API key (default ANTHROPIC_API_KEY or OPENAI_API_KEY; "
+        "'none' for a local server that checks no key). A ./.env file is read if present; it never "
+        "overrides variables already set",
+    )
+    g.add_argument("--max-output-tokens", type=int, default=16_384, help="max tokens per LLM answer")
+    g.add_argument("--thinking-budget", type=int, help="anthropic: extended thinking with this many tokens")
+    g.add_argument("--max-tokens", type=int, help="stop the run once it has used this many tokens in all")
+    g.add_argument(
+        "--max-dollars", type=float, help="stop the run once it has cost this much (priced models)"
+    )
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server")
+    g.add_argument("--server", metavar="URL", help="a kernelcraft server over HTTP (default: in-process)")
+    g.add_argument("--token-env", metavar="VAR", help="variable holding the bearer token for --server")
+    g.add_argument(
+        "--db", type=Path, help="database of the in-process server (default $KERNELCRAFT_HOME/kernelcraft.db)"
+    )
+    g.add_argument("--target", choices=KNOWN_TARGETS, default="sm_90a", help="GPU the kernels are for")
+
+
+def llm_config(args: argparse.Namespace) -> LLMConfig:
+    return LLMConfig(
+        kind=args.llm,
+        model=args.model,
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        max_tokens=args.max_output_tokens,
+        thinking_budget=args.thinking_budget,
+    )
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from kernelcraft.agent.explore import OptimizeOptions, optimize
+
+    opts = OptimizeOptions(
+        task=args.task,
+        seed=args.seed,
+        steps=args.steps,
+        llm=llm_config(args),
+        out=args.out,
+        target=args.target,
+        server_url=args.server,
+        token_env=args.token_env,
+        db_path=args.db,
+        max_total_tokens=args.max_tokens,
+        max_dollars=args.max_dollars,
+        search_seed=args.search_seed,
+        progress=not args.quiet,
+        compile_check=not args.no_compile_check,
+    )
+    summary = asyncio.run(optimize(opts))
+    if args.json:
+        _print_json(summary)
+    return 0 if summary["best"] is not None else 1
+
+
+def cmd_adapt(args: argparse.Namespace) -> int:
+    from kernelcraft.agent.adapt import AdaptOptions, adapt
+
+    opts = AdaptOptions(
+        tasks_dir=args.tasks_dir,
+        steps=args.steps,
+        llm=llm_config(args),
+        out=args.out,
+        target=args.target,
+        server_url=args.server,
+        token_env=args.token_env,
+        db_path=args.db,
+        max_total_tokens=args.max_tokens,
+        max_dollars=args.max_dollars,
+        progress=not args.quiet,
+    )
+    report = asyncio.run(adapt(opts))
+    if args.json:
+        _print_json(report)
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "optimize",
+        help="optimise a task's kernel with the tree search (AdaExplore's Explore)",
+        description="Run the search tree on TASK: large steps write new kernels, small steps refine one; "
+        "failures grow the rulebook. Resumable: rerun with the same --out to continue.",
+    )
+    p.add_argument(
+        "task", type=Path, help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
+    )
+    p.add_argument(
+        "--seed", type=Path, help="seed kernel (ModelNew); default <task>_seed.py or seed.py beside task.py"
+    )
+    p.add_argument("--steps", type=int, default=10, help="candidates to evaluate (the tree's budget)")
+    p.add_argument("--out", type=Path, help="run directory (default ./kernelcraft-runs/<task>)")
+    p.add_argument("--search-seed", type=int, default=0, help="seed of the tree's and the tuner's choices")
+    p.add_argument(
+        "--no-compile-check",
+        action="store_true",
+        help="tuner: skip compiling proposals before submitting (CPU)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+    _llm_args(p)
+    _server_args(p)
+    p.set_defaults(func=cmd_optimize)
+
+    a = sub.add_parser(
+        "adapt",
+        help="grow the rulebook with short explores over a folder of tasks (AdaExplore's Adapt)",
+        description="Run a short optimize on every task in TASKS_DIR (KernelBench files work unchanged) "
+        "and print the rules learnt. Seeds: <name>_seed.py beside <name>.py, or seed.py beside "
+        "<folder>/task.py; a task without one needs an LLM (not --llm none).",
+    )
+    a.add_argument("tasks_dir", type=Path, help="folder of task files (or folders holding task.py)")
+    a.add_argument("--steps", type=int, default=5, help="candidates per task")
+    a.add_argument(
+        "--out", type=Path, help="folder for the per-task run directories (default ./kernelcraft-adapt)"
+    )
+    a.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    a.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+    _llm_args(a)
+    _server_args(a)
+    a.set_defaults(func=cmd_adapt)

@@ -1,0 +1,165 @@
+"""The driver's MCP client: the server's tools, typed.
+
+The driver does only what any assistant could do: it calls the server's tools. In-process by
+default (`mcp.Client(create_server(...))`, the database under KERNELCRAFT_HOME or `--db`), or over
+streamable HTTP to a team's server (`--server URL`, bearer token from the variable `--token-env`
+names). Tool errors (`is_error`) become `KernelcraftError`s carrying the server's sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mcp import Client
+from pydantic import BaseModel
+
+from kernelcraft.errors import BudgetError, KernelcraftError, UsageError
+from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.knowledge.rulebook import FailureRecorded
+from kernelcraft.search.tree import StartResult, SubmitResult, TreeStatus
+from kernelcraft.tools.models import CompileResult
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ServerToolError(KernelcraftError):
+    """A tool answered is_error; the message is the server's."""
+
+
+class ToolSession:
+    """Typed calls to the kernelcraft tools over one open MCP client."""
+
+    def __init__(self, client: Client, where: str) -> None:
+        self.client = client
+        self.where = where
+
+    async def _call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        result = await self.client.call_tool(name, {k: v for k, v in args.items() if v is not None})
+        if result.is_error:
+            text = " ".join(getattr(c, "text", "") for c in result.content).strip()
+            if "budget" in text and "spent" in text:
+                raise BudgetError(text)
+            raise ServerToolError(f"{name} failed on {self.where}: {text}")
+        if result.structured_content is not None:
+            return dict(result.structured_content)
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        return dict(json.loads(text))
+
+    async def _model(self, name: str, args: dict[str, Any], key: str | None, model: type[M]) -> M:
+        data = await self._call(name, args)
+        return model.model_validate(data[key] if key else data)
+
+    async def start(
+        self,
+        reference_code: str,
+        *,
+        task_name: str,
+        seed_code: str | None,
+        target: str,
+        budget: int,
+        seed: int,
+        policy: str,
+    ) -> StartResult:
+        return await self._model(
+            "search_tree_step",
+            {
+                "action": "start",
+                "reference_code": reference_code,
+                "candidate_code": seed_code,
+                "task_name": task_name,
+                "target": target,
+                "budget": budget,
+                "seed": seed,
+                "policy": policy,
+            },
+            "start",
+            StartResult,
+        )
+
+    async def submit(self, tree_id: int, node_id: int, code: str) -> SubmitResult:
+        return await self._model(
+            "search_tree_step",
+            {"action": "submit", "tree_id": tree_id, "node_id": node_id, "candidate_code": code},
+            "submit",
+            SubmitResult,
+        )
+
+    async def status(self, tree_id: int) -> TreeStatus:
+        return await self._model(
+            "search_tree_step", {"action": "status", "tree_id": tree_id}, "status", TreeStatus
+        )
+
+    async def compile(self, reference_code: str, code: str, targets: list[str]) -> CompileResult:
+        return await self._model(
+            "compile_kernel",
+            {"reference_code": reference_code, "candidate_code": code, "targets": targets},
+            None,
+            CompileResult,
+        )
+
+    async def record_failure(
+        self,
+        code: str,
+        error: str,
+        *,
+        reference_code: str,
+        arch: str,
+        rule: str | None,
+        failure_class: FailureClass | None,
+    ) -> FailureRecorded:
+        return await self._model(
+            "record_failure",
+            {
+                "candidate_code": code,
+                "error": error,
+                "reference_code": reference_code,
+                "arch": arch,
+                "rule": rule,
+                "failure_class": failure_class.value if failure_class else None,
+            },
+            None,
+            FailureRecorded,
+        )
+
+    async def rules(
+        self, context: str = "", arch: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        data = await self._call("query_rules", {"context": context, "arch": arch, "limit": limit})
+        return list(data.get("rules", []))
+
+
+@asynccontextmanager
+async def open_session(
+    *, server_url: str | None, token_env: str | None, db_path: Path | None
+) -> AsyncIterator[ToolSession]:
+    """An MCP session to the in-process server (default) or to `server_url`."""
+    if server_url:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        headers = {}
+        if token_env:
+            token = os.environ.get(token_env, "").strip()
+            if not token:
+                raise UsageError(
+                    f"--token-env {token_env}: the variable is not set; export {token_env}=<your bearer token> "
+                    "(the server's admin gives you one)"
+                )
+            headers["Authorization"] = f"Bearer {token}"
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=900.0)) as http:
+            async with Client(streamable_http_client(server_url, http_client=http)) as client:
+                yield ToolSession(client, server_url)
+        return
+
+    from kernelcraft.config import Settings
+    from kernelcraft.server.app import create_server
+
+    settings = Settings.from_env(db_path)
+    server = create_server(settings)
+    async with Client(server) as client:
+        yield ToolSession(client, f"the in-process server (database {settings.db_path})")

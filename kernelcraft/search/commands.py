@@ -1,0 +1,269 @@
+"""`kernelcraft tree start|submit|status|show`: step a search tree from a shell.
+
+    kernelcraft tree start TASK [--seed-candidate F] [--target T] [--policy P] [--param K=V ...]
+                               [--budget N] [--seed S] [--json]
+    kernelcraft tree submit TREE_ID NODE_ID CANDIDATE [--json]
+    kernelcraft tree status TREE_ID [--code] [--json]
+    kernelcraft tree show TREE_ID [--json]
+
+Each command opens the database (`--db`, else KERNELCRAFT_DB / KERNELCRAFT_HOME), does one thing
+and closes it; candidates are evaluated by a `LocalEvaluator` on this machine. `--json` prints the
+same pydantic models the MCP tool `search_tree_step` returns. Exit codes: 0, except `submit` of a
+candidate that is not correct (1); 2 for unusable arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from kernelcraft.config import KNOWN_TARGETS, Settings
+from kernelcraft.errors import UsageError
+from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.search.policy import POLICIES
+from kernelcraft.search.service import SearchService
+from kernelcraft.search.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
+from kernelcraft.store import Store
+
+T = TypeVar("T")
+EXIT_OK, EXIT_NEGATIVE = 0, 1
+
+
+def register(sub: Any) -> None:
+    """Add the `tree` command group to the CLI's subparsers."""
+    tree = sub.add_parser("tree", help="search trees over kernels (AdaExplore): start, submit, status, show")
+    tsub = tree.add_subparsers(dest="tree_command", metavar="ACTION", required=True)
+
+    p = tsub.add_parser("start", help="start a tree for a task and print its first step")
+    p.add_argument("task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)")
+    p.add_argument("--seed-candidate", metavar="F", default=None, help="a kernel file to start from")
+    p.add_argument("--target", default="sm_90a", choices=KNOWN_TARGETS, help="target arch (default sm_90a)")
+    p.add_argument("--policy", default="adaexplore", choices=sorted(POLICIES), help="default adaexplore")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a policy parameter, e.g. p_large=0.3 or lease_seconds=600; repeatable",
+    )
+    p.add_argument("--budget", type=int, default=50, metavar="N", help="candidates to evaluate (default 50)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the tree's random choices")
+    _common(p)
+    p.set_defaults(func=_start)
+
+    p = tsub.add_parser("submit", help="evaluate a candidate written for a step and print the next step")
+    p.add_argument("tree_id", type=int, metavar="TREE_ID")
+    p.add_argument("node_id", type=int, metavar="NODE_ID", help="the node_id of the step")
+    p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
+    _common(p)
+    p.set_defaults(func=_submit)
+
+    p = tsub.add_parser("status", help="best kernel, counts, budget left, and your next step")
+    p.add_argument("tree_id", type=int, metavar="TREE_ID")
+    p.add_argument("--code", action="store_true", help="also print the best kernel's code")
+    _common(p)
+    p.set_defaults(func=_status)
+
+    p = tsub.add_parser("show", help="every node of a tree")
+    p.add_argument("tree_id", type=int, metavar="TREE_ID")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    _add_db(p)
+    p.set_defaults(func=_show)
+
+
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--db", default=None, help="database file (default: $KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db)"
+    )
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--client", default="local", help="who is stepping the tree (default local)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help=argparse.SUPPRESS)
+    _add_db(p)
+
+
+def _read(path: str) -> str:
+    from kernelcraft.tools.loading import read_source
+
+    return read_source(path)
+
+
+def _params(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--param {pair!r} is not KEY=VALUE, e.g. --param p_large=0.3")
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    value = cast(raw)
+                    break
+                except ValueError:
+                    continue
+        out[key.strip()] = value
+    return out
+
+
+def _run(args: argparse.Namespace, body: Callable[[SearchService], Awaitable[T]]) -> T:
+    settings = Settings.from_env(args.db)
+
+    async def go() -> T:
+        from kernelcraft.tools.local import LocalEvaluator
+
+        store = await Store.open(settings.db_path)
+        evaluator = LocalEvaluator(device=getattr(args, "device", "auto"))
+        try:
+            rulebook = Rulebook(store, settings.rule_activation_count)
+            await rulebook.import_seed()
+            return await body(SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes))
+        finally:
+            await evaluator.aclose()
+            await store.aclose()
+
+    return asyncio.run(go())
+
+
+async def _progress(fraction: float, message: str) -> None:
+    print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+
+def _start(args: argparse.Namespace) -> int:
+    task = _read(args.task)
+    seed_code = _read(args.seed_candidate) if args.seed_candidate else None
+    params = _params(args.param)
+
+    async def body(svc: SearchService) -> StartResult:
+        return await svc.start(
+            task,
+            task_name=args.task,
+            seed_candidate=seed_code,
+            target=args.target,
+            policy=args.policy,
+            params=params or None,
+            budget=args.budget,
+            seed=args.seed,
+            client=args.client,
+            progress=_progress,
+        )
+
+    result = _run(args, body)
+    if args.json:
+        print(result.model_dump_json())
+    else:
+        print(result.message)
+        _print_step(result.next_step, None)
+    return EXIT_OK
+
+
+def _submit(args: argparse.Namespace) -> int:
+    code = _read(args.candidate)
+
+    async def body(svc: SearchService) -> SubmitResult:
+        return await svc.submit(args.tree_id, args.node_id, code, client=args.client, progress=_progress)
+
+    result = _run(args, body)
+    if args.json:
+        print(result.model_dump_json())
+    else:
+        print(result.message)
+        print(f"Budget left: {result.budget_left}.")
+        _print_step(result.next_step, result.next_step_note)
+    return EXIT_OK if result.node.outcome == "correct" else EXIT_NEGATIVE
+
+
+def _status(args: argparse.Namespace) -> int:
+    async def body(svc: SearchService) -> TreeStatus:
+        return await svc.status(args.tree_id, client=args.client)
+
+    st = _run(args, body)
+    if args.json:
+        print(st.model_dump_json())
+        return EXIT_OK
+    t = st.tree
+    c = st.counts
+    print(f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy}, {t.status}.")
+    print(f"Budget: {st.budget_used} of {t.budget} evaluated, {st.budget_left} left.")
+    print(
+        f"Outcomes: {c.correct} correct, {c.wrong} wrong, {c.not_compiled} not compiled, "
+        f"{c.pending} in progress, {c.lapsed} lapsed."
+    )
+    print(f"Best: {_node_line(st.best)}" if st.best else "Best: none yet.")
+    if args.code and st.best is not None and st.best.code:
+        print(st.best.code)
+    _print_step(st.next_step, st.next_step_note)
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    settings = Settings.from_env(args.db)
+
+    async def go() -> TreeView:
+        store = await Store.open(settings.db_path)
+        try:
+            # show reads only: no evaluator is ever started, the rulebook is not consulted.
+            return await SearchService(store, _NoEvaluator(), Rulebook(store)).show(args.tree_id)
+        finally:
+            await store.aclose()
+
+    view = asyncio.run(go())
+    if args.json:
+        print(view.model_dump_json())
+        return EXIT_OK
+    t = view.tree
+    print(f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy}, budget {t.budget}, seed {t.seed}, {t.status}.")
+    depth: dict[int, int] = {}
+    for n in view.nodes:
+        depth[n.id] = 0 if n.parent_id is None else depth[n.parent_id] + 1
+        best = "  ← best" if n.id == view.best_node_id else ""
+        print(f"{'  ' * depth[n.id]}{_node_line(n)}{best}")
+    return EXIT_OK
+
+
+class _NoEvaluator:
+    """`show` never evaluates; this satisfies the service's constructor without starting workers."""
+
+    has_gpu = False
+
+    async def submit(self, job: Any, progress: Any = None) -> Any:
+        raise UsageError("`tree show` does not evaluate candidates; use `kernelcraft tree submit`")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _node_line(n: NodeInfo) -> str:
+    if n.kind == "root":
+        return f"[{n.id}] root (visits {n.visits}, mean {n.mean_value:.3f})"
+    head = f"[{n.id}] {n.kind}{' seed' if n.seed else ''}"
+    if n.status != "evaluated":
+        return f"{head}: {n.status} (client {n.client})"
+    if n.outcome == "correct":
+        what = f"correct, {n.speedup:.2f}×" if n.speedup is not None else "correct (speed not measured)"
+    else:
+        what = f"{n.outcome} ({n.failure_class.value if n.failure_class else '?'})"
+    return f"{head}: {what}, reward {n.reward:.3f}, visits {n.visits}, mean {n.mean_value:.3f}"
+
+
+def _print_step(step: NextStep | None, note: str | None) -> None:
+    if step is None:
+        print(f"No next step: {note}" if note else "No next step.")
+        return
+    print(
+        f"\nNext step: {step.kind} step from node {step.parent_id}; write the candidate and run\n"
+        f"  kernelcraft tree submit {step.tree_id} {step.node_id} CANDIDATE.py\n"
+        f"(lease until {step.lease_expires_at}; {step.reason})\n"
+    )
+    print(step.instructions)
+    if step.start_code:
+        print(f"\n--- start_code (node {step.parent_id}) ---\n{step.start_code}")
+    for k in step.pool:
+        print(f"\n--- pool: node {k.node_id} ---\n{k.code}")

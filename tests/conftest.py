@@ -1,0 +1,81 @@
+"""Shared fixtures: one CPU `LocalEvaluator` for the session, driven from a background event loop.
+
+Secrets are planted in the environment before its workers start, so tests can check that no
+candidate ever sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+PLANTED_SECRETS = {
+    "KC_TEST_API_KEY": "sk-planted-secret-1f9a",
+    "ANTHROPIC_BASE_URL": "https://planted-secret-2b7c.example",
+    "KC_TEST_DB_PASSWORD": "planted-secret-3c1d",
+}
+
+
+class EvalRunner:
+    """Submits jobs to one LocalEvaluator running on a private event loop thread."""
+
+    def __init__(self) -> None:
+        from kernelcraft.tools.local import LocalEvaluator
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.evaluator = LocalEvaluator(workers=2, device="cpu", memory_limit_gb=2.0, protect_environ=False)
+        self.call(self.evaluator.start())
+
+    def call(self, coro, timeout: float = 300):  # type: ignore[no-untyped-def]
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def submit(self, job, progress=None):  # type: ignore[no-untyped-def]
+        return self.call(self.evaluator.submit(job, progress), timeout=job.timeout_s + 240)
+
+    def close(self) -> None:
+        self.call(self.evaluator.aclose(), timeout=60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def evaluator() -> Iterator[EvalRunner]:
+    saved = {k: os.environ.get(k) for k in PLANTED_SECRETS}
+    os.environ.update(PLANTED_SECRETS)
+    runner = EvalRunner()
+    try:
+        yield runner
+    finally:
+        runner.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def job_for() -> Callable[..., object]:
+    """job_for(task_path, candidate_path_or_source, **EvalJob fields)."""
+    from kernelcraft.tools.models import EvalJob
+
+    def make(task: Path, candidate: Path | str, **kw: object) -> EvalJob:
+        cand_src = candidate.read_text() if isinstance(candidate, Path) else candidate
+        name = candidate.name if isinstance(candidate, Path) else "candidate.py"
+        return EvalJob(
+            task_source=task.read_text(),
+            candidate_source=cand_src,
+            task_name=task.name,
+            candidate_name=name,
+            **kw,
+        )  # type: ignore[arg-type]
+
+    return make

@@ -1,0 +1,69 @@
+"""`kernelcraft verify|compile|profile` exit codes and JSON, through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EX = ROOT / "examples" / "elementwise"
+
+
+def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelcraft", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def test_verify_json_passes_a_correct_candidate_with_exit_0() -> None:
+    p = cli("verify", str(EX / "task.py"), str(EX / "seed.py"), "--trials", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["correct"] is True and out["status"] == "passed" and out["interpreter"] is True
+
+
+def test_verify_json_rejects_a_cheat_with_exit_1() -> None:
+    cheats = ROOT / "tests" / "cheats"
+    p = cli("verify", str(cheats / "task_scale.py"), str(cheats / "pytorch_only.py"), "--json")
+    assert p.returncode == 1, p.stderr
+    out = json.loads(p.stdout)
+    assert out["correct"] is False and out["status"] == "pytorch_fallback"
+
+
+def test_bad_files_exit_2_with_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "cand.py"
+    bad.write_text("import torch\n\ndef forward(:\n")
+    p = cli("verify", str(EX / "task.py"), str(bad), "--json")
+    assert p.returncode == 2 and f"{bad}:3" in p.stderr and p.stdout == ""
+    no_model = tmp_path / "nomodel.py"
+    no_model.write_text("x = 1\n")
+    p = cli("verify", str(EX / "task.py"), str(no_model))
+    assert p.returncode == 2 and "ModelNew" in p.stderr
+    p = cli("verify", str(tmp_path / "missing.py"), str(EX / "seed.py"))
+    assert p.returncode == 2 and "no such file" in p.stderr
+    p = cli("compile", str(EX / "task.py"), str(EX / "seed.py"), "--target", "sm_7x")
+    assert p.returncode == 2 and "unknown target" in p.stderr
+
+
+def test_compile_json_reports_each_target() -> None:
+    p = cli(
+        "compile",
+        str(EX / "task.py"),
+        str(EX / "seed.py"),
+        "--target",
+        "sm_80",
+        "--target",
+        "gfx942",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert [t["target"] for t in out["targets"]] == ["sm_80", "gfx942"]
+    assert all(t["ok"] and t["kernels"][0]["name"] == "gelu_residual_kernel" for t in out["targets"])
+    assert out["targets"][0]["kernels"][0]["registers"] > 0

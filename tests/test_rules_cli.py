@@ -1,0 +1,87 @@
+"""`kernelcraft rules …` and `kernelcraft docs search` from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelcraft.cli import EXIT_USAGE, main
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def test_rules_query_prints_the_matching_seed_rule_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "k.db")
+    code, out, _ = cli(
+        capsys, "rules", "query", "y = tl.float32(x)", "--arch", "sm_90a", "--json", "--db", db
+    )
+    assert code == 0
+    rules = json.loads(out)
+    assert "tl.float32" in rules[0]["text"] and rules[0]["seed"] and rules[0]["score"] > 0
+
+
+def test_rules_list_filters_by_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "k.db")
+    code, out, _ = cli(capsys, "rules", "list", "--status", "candidate", "--json", "--db", db)
+    assert code == 0 and json.loads(out) == []
+    code, out, _ = cli(capsys, "rules", "list", "--db", db)
+    assert code == 0 and "You cannot" in out and "(active, count 1" in out
+
+
+def test_rules_export_and_import_round_trip_between_databases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "team.jsonl"
+    code, out, _ = cli(capsys, "rules", "export", str(f), "--db", str(tmp_path / "a.db"))
+    assert code == 0 and out.startswith("wrote ")
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    assert len(lines) >= 40 and all(x["uid"].startswith("r-") for x in lines)
+    code, out, _ = cli(capsys, "rules", "import", str(f), "--db", str(tmp_path / "b.db"))
+    assert code == 0 and "merged" in out
+    code, out, _ = cli(capsys, "rules", "export", str(tmp_path / "b.jsonl"), "--db", str(tmp_path / "b.db"))
+    uids_b = {json.loads(x)["uid"] for x in (tmp_path / "b.jsonl").read_text().splitlines()}
+    assert uids_b == {x["uid"] for x in lines}
+
+
+def test_docs_search_prints_sections_with_their_heading_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(
+        capsys, "docs", "search", "wgmma", "--arch", "sm_90a", "--json", "--db", str(tmp_path / "k.db")
+    )
+    assert code == 0
+    hits = json.loads(out)
+    assert hits and "wgmma" in hits[0]["heading_path"] and hits[0]["arch"] == "sm_90a"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("rules", "query", "x", "--arch", "pentium"),
+        ("rules", "import", "/nonexistent/rules.jsonl"),
+        ("docs", "search", "L2", "--arch", "sm_70"),
+    ],
+)
+def test_unusable_arguments_exit_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    code, _, err = cli(capsys, *argv, "--db", str(tmp_path / "k.db"))
+    assert code == EXIT_USAGE and err.startswith("kernelcraft: error:")
+
+
+def test_a_corrupt_database_is_reported_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "k.db"
+    db.write_bytes(b"garbage" * 1000)
+    code, _, err = cli(capsys, "rules", "list", "--db", str(db))
+    assert code != 0 and "not a SQLite database or is corrupt" in err and "Traceback" not in err

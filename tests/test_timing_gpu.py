@@ -1,0 +1,144 @@
+"""GPU timing primitives. The `gpu` tests run on the H200 machine; the rest run anywhere."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernelcraft.tools import timing  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_summarize_gives_median_iqr_and_min() -> None:
+    t = timing.summarize([4.0, 1.0, 3.0, 2.0, 5.0], "cuda_events")
+    assert (t.median_us, t.min_us, t.reps, t.method) == (3.0, 1.0, 5, "cuda_events")
+    assert t.iqr_us == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        timing.summarize([], "cuda_events")
+
+
+def test_patched_timers_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert timing.timing_functions_intact() is None
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    assert timing.timing_functions_intact() == "time.perf_counter"
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, end: 0.001)
+    assert timing.timing_functions_intact() == "torch.cuda.Event.elapsed_time"
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    assert timing.timing_functions_intact() == "torch.cuda.synchronize"
+    monkeypatch.undo()
+    assert timing.timing_functions_intact() is None
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_large_copy_is_timed_with_events_within_the_spread_target_at_a_plausible_bandwidth() -> None:
+    src = torch.randn(64 * 1024 * 1024, device="cuda")  # 256 MB
+    dst = torch.empty_like(src)
+    t = timing.time_cuda(lambda: dst.copy_(src), min_reps=20, max_time_s=5.0)
+    assert t.method == "cuda_events"
+    gbps = 2 * src.numel() * 4 / (t.median_us * 1e-6) / 1e9
+    assert 500 < gbps < 6000, f"{gbps:.0f} GB/s is not a plausible device copy bandwidth"
+    assert t.iqr_us / t.median_us <= 0.02 or t.reps >= 20
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_median_agrees_with_triton_do_bench_within_five_percent() -> None:
+    import triton.testing
+
+    a = torch.randn(8192, 8192, device="cuda")
+    b = torch.randn(8192, 8192, device="cuda")
+    ours = timing.time_cuda(lambda: a + b, min_reps=50, max_time_s=5.0).median_us
+    theirs = triton.testing.do_bench(lambda: a + b, warmup=100, rep=500, return_mode="median") * 1000.0
+    assert abs(ours - theirs) / theirs < 0.05, (ours, theirs)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_tiny_kernel_is_timed_with_a_cuda_graph() -> None:
+    x = torch.randn(4096, device="cuda")
+    t = timing.time_cuda(lambda: x.mul_(1.0), min_reps=20, max_time_s=2.0)
+    assert t.method == "cuda_graph"
+    assert 0 < t.median_us < 15
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_work_hidden_on_a_side_stream_is_still_timed() -> None:
+    a = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+
+    def honest() -> torch.Tensor:
+        return a @ a
+
+    def hidden() -> None:
+        with torch.cuda.stream(side):  # returns at once; the matmul runs behind the timer's back
+            a @ a
+
+    t_honest = timing.time_cuda(honest, min_reps=20, max_time_s=3.0, method="cuda_events")
+    t_hidden = timing.time_cuda(hidden, min_reps=20, max_time_s=3.0, method="cuda_events")
+    assert t_hidden.median_us > 0.8 * t_honest.median_us, (t_hidden, t_honest)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_interleaved_rounds_merge_into_one_summary_with_input_rotation() -> None:
+    def make() -> list[torch.Tensor]:
+        return [torch.randn(1024, 1024, device="cuda")]
+
+    samples: list[float] = []
+    method = "auto"
+    for _ in range(3):
+        times, method = timing.sample(lambda x: x * 2.0, budget_ms=50, method=method, input_sets=make)
+        samples += times
+    t = timing.summarize(samples, method)
+    assert t.reps == len(samples) >= 15
+    assert t.median_us > 0
+
+
+class _HostEvent:
+    """Stands in for torch.cuda.Event on a CPU: record() reads the host clock."""
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.t = 0.0
+
+    def record(self, stream: object = None) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: _HostEvent) -> float:
+        return (end.t - self.t) * 1000.0
+
+
+def _busy(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def test_the_event_protocol_subtracts_the_sync_overhead_and_stops_at_the_spread_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The protocol's control flow, run on the host clock (no GPU): events become host timestamps.
+    monkeypatch.setattr(timing, "_Event", _HostEvent)
+    monkeypatch.setattr(timing, "_event_record", _HostEvent.record)
+    monkeypatch.setattr(timing, "_event_elapsed", _HostEvent.elapsed_time)
+    monkeypatch.setattr(timing, "_synchronize", lambda: None)
+    monkeypatch.setattr(timing, "_require_cuda", lambda: None)
+    flushes: list[int] = []
+    monkeypatch.setattr(timing, "_flush_l2", lambda: flushes.append(1))
+    monkeypatch.setattr(timing, "_overhead", [])
+    t = timing.time_cuda(lambda: _busy(300), min_reps=10, max_time_s=3.0, method="cuda_events")
+    assert t.method == "cuda_events" and t.reps >= 10
+    assert 250 < t.median_us < 600, t
+    assert len(flushes) >= t.reps
+    times, method = timing.sample(
+        lambda x: _busy(x), budget_ms=20, method="cuda_events", input_sets=[[100.0], [200.0]]
+    )
+    assert method == "cuda_events" and len(times) >= 5
+    assert min(times) > 50 and max(times) > 150  # both input sets were used

@@ -1,0 +1,117 @@
+"""The evaluator rejects deliberately broken and cheating candidates, each with the right class.
+
+Every fixture in tests/cheats/ runs through the real engine on the CPU (Triton's interpreter,
+tiny shapes): isolated workers, secret seeds, comparison in the trusted reference worker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PLANTED_SECRETS
+
+CHEATS = Path(__file__).parent / "cheats"
+TASK = CHEATS / "task_scale.py"
+
+# fixture -> (task, accepted failure classes)
+EXPECTED: dict[str, tuple[str, set[str]]] = {
+    "pytorch_only.py": ("task_scale.py", {"pytorch_fallback"}),
+    "decoy_kernel.py": ("task_scale.py", {"pytorch_fallback"}),
+    "try_except_fallback.py": ("task_scale.py", {"forbidden_construct"}),
+    "off_by_one_mask.py": ("task_scale.py", {"numerical_mismatch"}),
+    "writes_input.py": ("task_scale.py", {"inputs_mutated"}),
+    "caches_results.py": ("task_scale.py", {"numerical_mismatch"}),
+    "zeros_on_tiny.py": ("task_tiny.py", {"numerical_mismatch"}),
+    "exit_fake_verdict_static.py": ("task_scale.py", {"forbidden_construct"}),
+    "exit_fake_verdict.py": ("task_scale.py", {"runtime_crash"}),
+    "patch_allclose_static.py": ("task_scale.py", {"forbidden_construct"}),
+    "patch_allclose.py": ("task_scale.py", {"forbidden_construct"}),
+    "patch_rng_zeros.py": ("task_scale.py", {"forbidden_construct"}),
+    "segfault.py": ("task_scale.py", {"runtime_crash"}),
+    "nan_output.py": ("task_scale.py", {"nan_or_inf"}),
+    "wrong_shape.py": ("task_scale.py", {"wrong_shape"}),
+    "fp16_downgrade.py": ("task_scale.py", {"numerical_mismatch"}),
+    "fp16_output.py": ("task_scale.py", {"wrong_dtype"}),
+    "calls_reference_static.py": ("task_scale.py", {"forbidden_construct"}),
+    "calls_reference.py": ("task_scale.py", {"pytorch_fallback"}),
+    "uninitialised.py": ("task_scale.py", {"nan_or_inf", "numerical_mismatch", "nondeterministic"}),
+    "thread_after_return.py": ("task_scale.py", {"forbidden_construct"}),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(EXPECTED))
+def test_verify_rejects_cheat(evaluator, job_for, fixture: str) -> None:
+    task, classes = EXPECTED[fixture]
+    result = evaluator.submit(job_for(CHEATS / task, CHEATS / fixture, trials=3, timeout_s=60))
+    v = result.verify
+    assert v is not None
+    assert not v.correct, f"{fixture} passed: {v}"
+    assert v.status in classes, f"{fixture}: got {v.status}: {v.evidence}"
+    assert v.evidence is not None and v.evidence.message
+
+
+def test_verify_accepts_the_honest_version_of_the_cheats(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "good.py", trials=3)).verify
+    assert v is not None and v.correct, v
+    assert v.status == "passed" and v.trials_passed == 3 and v.kernels_launched == ["relu_affine_kernel"]
+    assert v.interpreter and "interpreter" in v.device
+
+
+def test_verify_names_the_fallback_op(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "decoy_kernel.py", trials=1)).verify
+    assert v is not None and v.evidence is not None
+    assert v.evidence.op in ("aten.relu", "aten.mul", "aten.add")
+
+
+def test_verify_allows_an_op_the_caller_named(evaluator, job_for) -> None:
+    src = (CHEATS / "good.py").read_text().replace("        return y\n", "        return y + 0.0\n")
+    v = evaluator.submit(job_for(TASK, src, trials=1, allowed_ops=["add"])).verify
+    assert v is not None and v.correct, v
+    v = evaluator.submit(job_for(TASK, src, trials=1)).verify
+    assert v is not None and v.status == "pytorch_fallback" and v.evidence and v.evidence.op == "aten.add"
+
+
+def test_verify_reports_mismatch_evidence(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "off_by_one_mask.py", trials=2)).verify
+    assert v is not None and v.evidence is not None
+    ev = v.evidence
+    assert ev.first_mismatch_index == [32, 64]  # the last element of the 33 x 65 output
+    assert ev.expected is not None and ev.actual == 0.0
+    assert ev.max_abs_error is not None and ev.max_abs_error > 0.9 and ev.relative_l2_error is not None
+
+
+def test_verify_reports_the_static_line(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "try_except_fallback.py")).verify
+    assert v is not None and v.evidence is not None and v.evidence.line is not None
+    src = (CHEATS / "try_except_fallback.py").read_text().splitlines()
+    assert src[v.evidence.line - 1].strip() == "try:"
+
+
+def test_verify_times_out_a_hang_and_kills_it(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "hang.py", trials=1, timeout_s=6)).verify
+    assert v is not None and v.status == "runtime_timeout", v
+
+
+def test_verify_stops_a_memory_hog(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "memory_hog.py", trials=1, timeout_s=60)).verify
+    assert v is not None and v.status == "runtime_out_of_memory", v
+
+
+def test_verify_never_shows_a_candidate_the_parents_secrets(evaluator, job_for) -> None:
+    result = evaluator.submit(job_for(TASK, CHEATS / "reads_secrets.py", trials=1))
+    v = result.verify
+    assert v is not None and v.status == "runtime_error"
+    text = result.model_dump_json()
+    assert "PATH" in text  # the candidate did dump its environment into the error text
+    for name, value in PLANTED_SECRETS.items():
+        assert value not in text and name not in text
+
+
+def test_fake_verdict_on_stdout_is_not_believed(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "exit_fake_verdict.py", trials=1)).verify
+    assert v is not None and not v.correct and v.status == "runtime_crash"
+    assert v.evidence is not None and "exited with code 0" in v.evidence.message
+    json.dumps(v.model_dump())
