@@ -305,9 +305,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         try:
             await wait_healthy(base)
             log(f"3/4 {args.clients} concurrent HTTP clients for {args.http_seconds:g} s")
-            results["http_concurrent_query_rules"] = await bench_http_concurrent(
-                base, args.clients, args.http_seconds
-            )
+            server_cpu, bench_cpu = process_cpu_s(server.pid), time.process_time()
+            concurrent = await bench_http_concurrent(base, args.clients, args.http_seconds)
+            # Where the CPU went: the server and the load generator share this machine's cores.
+            concurrent["server_cpu_s"] = round(process_cpu_s(server.pid) - server_cpu, 1)
+            concurrent["clients_cpu_s"] = round(time.process_time() - bench_cpu, 1)
+            results["http_concurrent_query_rules"] = concurrent
             log(f"    {results['http_concurrent_query_rules']}")
             log("4/4 query_rules while another client's evaluation runs")
             results["query_rules_during_evaluation"] = await bench_query_during_evaluation(base)

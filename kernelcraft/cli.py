@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelcraft.server import commands as server_commands
 
     server_commands.register(sub)
+    from kernelcraft.search import commands as search_commands
+
+    search_commands.register(sub)
     from kernelcraft.agent import commands as agent_commands
 
     agent_commands.register(sub)

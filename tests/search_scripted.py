@@ -92,7 +92,9 @@ class ScriptedEvaluator:
                     correct=False,
                     status="numerical_mismatch",
                     failure_class=FailureClass.NUMERICAL_MISMATCH,
-                    evidence=Evidence(message="output 0 differs at [3]: expected 1.0, got 2.0", max_abs_error=1.0),
+                    evidence=Evidence(
+                        message="output 0 differs at [3]: expected 1.0, got 2.0", max_abs_error=1.0
+                    ),
                     trials=job.trials,
                     device=device,
                     interpreter=not self._gpu,

@@ -139,7 +139,10 @@ def test_gpu_side_stream_work_is_not_hidden_from_the_timer(gpu_eval, job_for) ->
     honest = gpu_eval(job_for(task, seed, stages=["verify", "profile"], trials=1)).profile
     sneaky = gpu_eval(job_for(task, hidden, stages=["verify", "profile"], trials=1))
     if sneaky.verify.correct:
-        assert sneaky.profile.candidate.median_us >= 0.5 * honest.candidate.median_us, (sneaky.profile, honest)
+        assert sneaky.profile.candidate.median_us >= 0.5 * honest.candidate.median_us, (
+            sneaky.profile,
+            honest,
+        )
 
 
 @gpu

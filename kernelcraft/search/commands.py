@@ -25,8 +25,16 @@ from kernelcraft.errors import UsageError
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
-from kernelcraft.search.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
-from kernelcraft.store import Store
+from kernelcraft.search.tree import (
+    NextStep,
+    NodeInfo,
+    StartResult,
+    SubmitResult,
+    TreeStatus,
+    TreeView,
+    tree_view,
+)
+from kernelcraft.store import Store, utcnow
 
 T = TypeVar("T")
 EXIT_OK, EXIT_NEGATIVE = 0, 1
@@ -38,7 +46,9 @@ def register(sub: Any) -> None:
     tsub = tree.add_subparsers(dest="tree_command", metavar="ACTION", required=True)
 
     p = tsub.add_parser("start", help="start a tree for a task and print its first step")
-    p.add_argument("task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)")
+    p.add_argument(
+        "task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
+    )
     p.add_argument("--seed-candidate", metavar="F", default=None, help="a kernel file to start from")
     p.add_argument("--target", default="sm_90a", choices=KNOWN_TARGETS, help="target arch (default sm_90a)")
     p.add_argument("--policy", default="adaexplore", choices=sorted(POLICIES), help="default adaexplore")
@@ -76,7 +86,9 @@ def register(sub: Any) -> None:
 
 def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--db", default=None, help="database file (default: $KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db)"
+        "--db",
+        default=None,
+        help="database file (default: $KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db)",
     )
 
 
@@ -124,7 +136,9 @@ def _run(args: argparse.Namespace, body: Callable[[SearchService], Awaitable[T]]
         try:
             rulebook = Rulebook(store, settings.rule_activation_count)
             await rulebook.import_seed()
-            return await body(SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes))
+            return await body(
+                SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes)
+            )
         finally:
             await evaluator.aclose()
             await store.aclose()
@@ -209,8 +223,7 @@ def _show(args: argparse.Namespace) -> int:
     async def go() -> TreeView:
         store = await Store.open(settings.db_path)
         try:
-            # show reads only: no evaluator is ever started, the rulebook is not consulted.
-            return await SearchService(store, _NoEvaluator(), Rulebook(store)).show(args.tree_id)
+            return await tree_view(store.conn, args.tree_id, utcnow())
         finally:
             await store.aclose()
 
@@ -219,25 +232,19 @@ def _show(args: argparse.Namespace) -> int:
         print(view.model_dump_json())
         return EXIT_OK
     t = view.tree
-    print(f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy}, budget {t.budget}, seed {t.seed}, {t.status}.")
-    depth: dict[int, int] = {}
+    print(
+        f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy}, budget {t.budget}, seed {t.seed}, {t.status}."
+    )
+    children: dict[int | None, list[NodeInfo]] = {}
     for n in view.nodes:
-        depth[n.id] = 0 if n.parent_id is None else depth[n.parent_id] + 1
+        children.setdefault(n.parent_id, []).append(n)
+    stack = [(n, 0) for n in reversed(children.get(None, []))]
+    while stack:  # depth first, children in creation order
+        n, depth = stack.pop()
         best = "  ← best" if n.id == view.best_node_id else ""
-        print(f"{'  ' * depth[n.id]}{_node_line(n)}{best}")
+        print(f"{'  ' * depth}{_node_line(n)}{best}")
+        stack.extend((c, depth + 1) for c in reversed(children.get(n.id, [])))
     return EXIT_OK
-
-
-class _NoEvaluator:
-    """`show` never evaluates; this satisfies the service's constructor without starting workers."""
-
-    has_gpu = False
-
-    async def submit(self, job: Any, progress: Any = None) -> Any:
-        raise UsageError("`tree show` does not evaluate candidates; use `kernelcraft tree submit`")
-
-    async def aclose(self) -> None:
-        return None
 
 
 def _node_line(n: NodeInfo) -> str:

@@ -51,6 +51,7 @@ from kernelcraft.search.tree import (
     TreeStatus,
     TreeView,
     WarmStart,
+    best_node_id,
     context_kernel,
     insert_node,
     insert_tree,
@@ -60,6 +61,7 @@ from kernelcraft.search.tree import (
     record_evaluation,
     row_status,
     snapshot_from_rows,
+    tree_view,
 )
 from kernelcraft.store import Store
 from kernelcraft.tools.evaluator import Evaluator, ProgressCallback
@@ -451,15 +453,7 @@ class SearchService:
         Raises:
             NotFoundError: no such tree.
         """
-        conn = self.store.conn
-        tree = await load_tree(conn, tree_id)
-        now = _iso(self._now())
-        rows = await node_rows(conn, tree_id)
-        return TreeView(
-            tree=tree.info(),
-            best_node_id=await self._best_id(conn, tree_id),
-            nodes=[node_info(r, now) for r in rows],
-        )
+        return await tree_view(self.store.conn, tree_id, _iso(self._now()))
 
     # --------------------------------------------------------------------------- internals
 
@@ -554,14 +548,7 @@ class SearchService:
         return rows[0][0], rows[0][1]
 
     async def _best_id(self, conn: aiosqlite.Connection, tree_id: int) -> int | None:
-        rows = list(
-            await conn.execute_fetchall(
-                "SELECT id FROM nodes WHERE tree_id = ? AND status = 'evaluated' AND kind != 'root'"
-                " ORDER BY reward DESC, id LIMIT 1",
-                (tree_id,),
-            )
-        )
-        return rows[0][0] if rows else None
+        return await best_node_id(conn, tree_id)
 
     def _budget_spent(self, tree: TreeRow, used: int) -> str:
         return (

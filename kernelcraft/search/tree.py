@@ -512,3 +512,26 @@ def context_kernel(info: NodeInfo) -> ContextKernel:
         candidate_us=info.candidate_us,
         code=info.code,
     )
+
+
+async def best_node_id(conn: aiosqlite.Connection, tree_id: int) -> int | None:
+    """The evaluated node with the highest reward, the earliest on ties."""
+    rows = list(
+        await conn.execute_fetchall(
+            "SELECT id FROM nodes WHERE tree_id = ? AND status = 'evaluated' AND kind != 'root'"
+            " ORDER BY reward DESC, id LIMIT 1",
+            (tree_id,),
+        )
+    )
+    return rows[0][0] if rows else None
+
+
+async def tree_view(conn: aiosqlite.Connection, tree_id: int, now: str) -> TreeView:
+    """Every node of the tree without code, for `show` (reads only)."""
+    tree = await load_tree(conn, tree_id)
+    rows = await node_rows(conn, tree_id)
+    return TreeView(
+        tree=tree.info(),
+        best_node_id=await best_node_id(conn, tree_id),
+        nodes=[node_info(r, now) for r in rows],
+    )

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run on the H200 machine through the device tool, from the repository root:
+#   bash bench/h200.sh STEP...     (steps: setup verify gputests capture eval tuner server all)
+# Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
+# logs and JSON under $OUT. Everything it reports comes from this machine.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site" KERNELCRAFT_HOME=/tmp/kc-home
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c "import torch, triton, sys; print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])"
+run() { local name=$1; shift; echo "=== $name: $*"; local t0=$(date +%s); timeout "${STEP_TIMEOUT:-500}" "$@" >"$OUT/$name.log" 2>&1; local rc=$?; echo "=== $name rc=$rc $(( $(date +%s) - t0 ))s"; tail -n "${TAIL:-25}" "$OUT/$name.log"; }
+for step in "$@"; do
+  case $step in
+    verify)
+      run verify python3 -m kernelcraft verify examples/softmax/task.py examples/softmax/seed.py --json
+      run profile python3 -m kernelcraft profile examples/softmax/task.py examples/softmax/seed.py --json
+      run compile python3 -m kernelcraft compile examples/softmax/task.py examples/softmax/seed.py --target sm_90a --target gfx942 --json ;;
+    gputests) run gputests python3 -m pytest -m gpu -q -x -p no:cacheprovider tests ;;
+    capture) run capture python3 tests/fixtures/errors/capture.py; tar czf "$OUT/errors-3.6.tgz" tests/fixtures/errors/triton-3.6 2>/dev/null ;;
+    eval) run bench_eval python3 bench/bench_eval.py ;;
+    tuner) run bench_tuner python3 bench/bench_tuner.py ;;
+    server) run bench_server python3 bench/bench_server.py ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
