@@ -541,6 +541,17 @@ async def optimize(opts: OptimizeOptions) -> dict[str, Any]:
             f"(or seed.py beside a task.py) next to {opts.task}; the offline tuner tunes a kernel, it "
             "does not write one"
         )
+    if opts.llm.kind == "none" and seed_code is not None:
+        try:
+            tunable = find_params(seed_code)
+        except SyntaxError as e:
+            raise UsageError(f"the seed kernel {seed_path} does not parse: {e.msg} (line {e.lineno})") from e
+        if not tunable:
+            raise UsageError(
+                f"the seed kernel {seed_path} has no launch parameters the offline tuner can change (integer "
+                "BLOCK_*/num_warps/num_stages literals at a launch, or constants passed to one); give them "
+                "literal values, or use an LLM (--llm anthropic|openai)"
+            )
     if opts.steps < 1:
         raise UsageError("--steps must be at least 1")
     llm = make_llm(opts.llm)  # a missing key fails here, before anything starts

@@ -85,9 +85,10 @@ def large_step(
 ) -> str:
     if not pool:
         body = (
-            "No correct kernel exists yet on this branch. Write a correct Triton implementation of the "
-            "task's forward, as fast as you can make it: fuse the whole forward into as few kernels as "
-            "possible and choose block sizes for the target."
+            "This starts a new, independent design: no correct kernel exists on its path yet. Write a "
+            "correct Triton implementation of the task's forward from scratch, as fast as you can make "
+            "it: fuse the whole forward into as few kernels as possible and choose block sizes for the "
+            "target."
         )
     else:
         listing = "\n".join(f"  - {_describe(k)}" for k in pool)

@@ -1,0 +1,556 @@
+"""The search service over SQLite: steps, verdicts, back-propagation, concurrency, resume, errors.
+
+Candidates are judged by `ScriptedEvaluator` (their verdict is written in them) so that a tree can
+be driven through known outcomes quickly; one test runs the real `LocalEvaluator` in Triton's
+interpreter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from search_scripted import TASK, ScriptedEvaluator, candidate
+
+from kernelcraft.errors import BudgetError, NotFoundError, TaskError, UsageError
+from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.search.policy import reward_for
+from kernelcraft.search.service import SearchService
+from kernelcraft.search.tree import NextStep, TreeStatus, ancestors, siblings
+from kernelcraft.store import Store, code_hash
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Clock:
+    """A clock the test moves by hand (lease expiry without sleeping)."""
+
+    def __init__(self) -> None:
+        self.t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += timedelta(seconds=seconds)
+
+
+@asynccontextmanager
+async def service(
+    db: Path | str, *, gpu: bool = False, clock: Clock | None = None, seed_rules: bool = False
+) -> AsyncIterator[SearchService]:
+    store = await Store.open(db)
+    try:
+        rulebook = Rulebook(store)
+        if seed_rules:
+            await rulebook.import_seed()
+        yield SearchService(store, ScriptedEvaluator(has_gpu=gpu), rulebook, clock=clock)
+    finally:
+        await store.aclose()
+
+
+def scripted(svc: SearchService) -> ScriptedEvaluator:
+    assert isinstance(svc.evaluator, ScriptedEvaluator)
+    return svc.evaluator
+
+
+# -------------------------------------------------------------------------------- basic steps
+
+
+def test_start_without_a_seed_hands_out_a_large_step_from_the_root(tmp_path):
+    async def go():
+        async with service(tmp_path / "kc.db") as svc:
+            r = await svc.start(TASK, task_name="add.py", budget=5)
+            view = await svc.show(r.tree.id)
+            return r, view
+
+    r, view = asyncio.run(go())
+    step = r.next_step
+    assert step is not None and step.kind == "large" and step.pool == [] and step.start_code is None
+    assert step.parent_id == view.nodes[0].id and view.nodes[0].kind == "root"
+    assert [n.status for n in view.nodes] == ["evaluated", "pending"]
+    assert "the root always gets a large step" in step.reason
+    assert "Submit the module for tree" in step.instructions and "ModelNew" in step.instructions
+    assert step.task_source == TASK and r.tree.params["c"] == 0.3 and r.tree.params["c_exp"] == 0.3
+
+
+def test_submit_records_the_verdict_back_propagates_and_hands_out_the_next_step(tmp_path):
+    verdicts = ["correct 2.0", "wrong", "compile", "correct 3.0", "correct 0.5"]
+
+    async def go():
+        async with service(tmp_path / "kc.db", gpu=True) as svc:
+            r = await svc.start(TASK, seed_candidate=candidate("correct 1.5"), budget=10)
+            step = r.next_step
+            results = []
+            for v in verdicts:
+                assert step is not None
+                res = await svc.submit(r.tree.id, step.node_id, candidate(v))
+                results.append(res)
+                step = res.next_step
+            view = await svc.show(r.tree.id)
+            paths = {n.id: await ancestors(svc.store.conn, n.id) for n in view.nodes}
+            sibs = await siblings(svc.store.conn, results[0].node.id)
+            return r, results, view, paths, sibs
+
+    r, results, view, paths, sibs = asyncio.run(go())
+    assert [x.node.outcome for x in results] == ["correct", "wrong", "not_compiled", "correct", "correct"]
+    assert results[0].node.speedup == 2.0 and results[0].new_best
+    assert results[0].node.reward == pytest.approx(reward_for("correct", 2.0))
+    assert [x.budget_left for x in results] == [9, 8, 7, 6, 5]
+    evaluated = {n.id: n for n in view.nodes if n.status == "evaluated"}
+    # Every node's visits and value are those of its evaluated subtree (itself included).
+    for n in evaluated.values():
+        below = [m for m in evaluated.values() if n.id in paths[m.id] and m.kind != "root"]
+        assert n.visits == len(below)
+        assert n.mean_value * n.visits == pytest.approx(sum(m.reward or 0 for m in below))
+        assert n.max_reward == pytest.approx(max((m.reward or 0 for m in below), default=0))
+    assert view.best_node_id == results[3].node.id  # 3.0× is the best
+    assert paths[results[0].node.id][0] == view.nodes[0].id  # ancestors: root first
+    node0 = evaluated[results[0].node.id]
+    assert sibs == [n.id for n in view.nodes if n.parent_id == node0.parent_id and n.id != node0.id]
+
+
+def test_on_a_cpu_only_correctness_is_checked_and_the_speedup_is_unknown(tmp_path):
+    async def go():
+        async with service(tmp_path / "kc.db", gpu=False) as svc:
+            r = await svc.start(TASK, budget=3)
+            assert r.next_step is not None
+            res = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 4.0"))
+            return r, res, scripted(svc).jobs
+
+    r, res, jobs = asyncio.run(go())
+    assert jobs[-1].stages == ["verify"]
+    assert res.node.outcome == "correct" and res.node.speedup is None
+    assert res.node.reward == pytest.approx(reward_for("correct", 1.0))
+    assert "speedup unknown" in res.message and "speedup unknown: no GPU" in r.message
+    assert res.next_step is not None and not res.next_step.speedup_measured
+    assert "speedup unknown: no GPU" in res.next_step.instructions
+
+
+def test_on_a_gpu_candidates_are_compiled_verified_and_profiled_for_the_target(tmp_path):
+    async def go():
+        async with service(tmp_path / "kc.db", gpu=True) as svc:
+            r = await svc.start(TASK, budget=3, target="sm_80")
+            assert r.next_step is not None
+            res = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 2.5"))
+            return res, scripted(svc).jobs
+
+    res, jobs = asyncio.run(go())
+    assert jobs[-1].stages == ["compile", "verify", "profile"] and jobs[-1].targets == ["sm_80"]
+    assert res.node.speedup == 2.5 and res.node.candidate_us == pytest.approx(40.0)
+    assert "2.50× vs PyTorch" in res.message
+
+
+def test_a_failed_candidate_is_recorded_in_the_rulebook_with_class_code_and_error(tmp_path):
+    bad = candidate("compile", "uses tl.tanh")
+
+    async def go():
+        async with service(tmp_path / "kc.db") as svc:
+            r = await svc.start(TASK, budget=3)
+            assert r.next_step is not None
+            await svc.submit(r.tree.id, r.next_step.node_id, bad, client="alice")
+            rows = await svc.store.conn.execute_fetchall(
+                "SELECT class, error_text, code_hash, task_hash, arch, client FROM failures"
+            )
+            return r, [tuple(x) for x in rows]
+
+    r, rows = asyncio.run(go())
+    assert rows == [
+        (
+            "compile_unknown_api",
+            "AttributeError: module 'triton.language' has no attribute 'tanh'",
+            code_hash(bad),
+            r.tree.task_hash,
+            "sm_90a",
+            "alice",
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------- step contexts
+
+
+def test_a_small_step_carries_the_chain_with_verdicts_errors_and_timings(tmp_path):
+    # p_large = 0 and c_exp = 0: always small, always descend — root → seed → A → B.
+    async def go():
+        async with service(tmp_path / "kc.db", gpu=True, seed_rules=True) as svc:
+            r = await svc.start(
+                TASK, seed_candidate=candidate("correct 1.5"), params={"p_large": 0.0, "c_exp": 0.0}, budget=9
+            )
+            s1 = r.next_step
+            assert s1 is not None
+            a = await svc.submit(r.tree.id, s1.node_id, candidate("correct 2.0"))
+            assert a.next_step is not None
+            b = await svc.submit(r.tree.id, a.next_step.node_id, candidate("compile"))
+            return r, s1, a, b
+
+    r, s1, a, b = asyncio.run(go())
+    assert r.seed_node is not None
+    assert s1.kind == "small" and s1.parent_id == r.seed_node.id and s1.start_code == candidate("correct 1.5")
+    step = b.next_step
+    assert step is not None and step.kind == "small" and step.parent_id == b.node.id
+    assert [k.node_id for k in step.chain] == [r.seed_node.id, a.node.id, b.node.id]
+    assert [k.outcome for k in step.chain] == ["correct", "correct", "not_compiled"]
+    assert step.chain[1].speedup == 2.0 and step.chain[1].candidate_us == pytest.approx(50.0)
+    assert step.chain[2].failure_class is not None and step.chain[2].failure_class.value == "compile_unknown_api"
+    assert "no attribute 'tanh'" in (step.chain[2].error or "")
+    assert step.start_code == candidate("compile")
+    assert "Fix that failure first" in step.instructions and "SMALL STEP" in step.instructions
+    assert step.rules and all(rule.status == "active" for rule in step.rules)
+    assert step.rules[0].text in step.instructions
+
+
+def test_a_large_step_carries_the_pool_of_branch_bests_and_says_to_beat_them_all(tmp_path):
+    # p_large = 1 and c_exp = 0: every step below the root is large and selection descends.
+    async def go():
+        async with service(tmp_path / "kc.db", gpu=True) as svc:
+            r = await svc.start(
+                TASK, seed_candidate=candidate("correct 1.5"), params={"p_large": 1.0, "c_exp": 0.0}, budget=9
+            )
+            assert r.next_step is not None
+            l1 = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 3.0"))
+            return r, l1
+
+    r, l1 = asyncio.run(go())
+    assert r.seed_node is not None
+    first = r.next_step
+    assert first is not None and first.kind == "large" and [k.node_id for k in first.pool] == [r.seed_node.id]
+    step = l1.next_step
+    assert step is not None and step.kind == "large" and step.parent_id == l1.node.id
+    assert [k.node_id for k in step.pool] == [r.seed_node.id, l1.node.id]
+    assert step.speedup_to_beat == 3.0 and step.start_code is None
+    assert "OUTPERFORMS every kernel in `pool`" in step.instructions and "3.00×" in step.instructions
+
+
+# -------------------------------------------------------------------------------------- replay
+
+REPLAY_SCRIPT = ["correct 1.2", "wrong", "correct 2.0", "compile", "correct 0.8", "correct 2.5", "wrong"]
+
+
+async def drive(db: Path, seed: int, steps: int = 14) -> list[tuple[int, str]]:
+    """Run a tree for `steps` scripted steps; the sequence as (parent's position in the tree, kind)."""
+    async with service(db, gpu=True) as svc:
+        r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=steps, seed=seed)
+        step = r.next_step
+        order: list[int] = [r.seed_node.id - 1, r.seed_node.id] if r.seed_node else []
+        seq = []
+        for i in range(steps):
+            assert step is not None
+            seq.append((order.index(step.parent_id), step.kind))
+            order.append(step.node_id)
+            res = await svc.submit(r.tree.id, step.node_id, candidate(REPLAY_SCRIPT[i % len(REPLAY_SCRIPT)], str(i)))
+            step = res.next_step
+        return seq
+
+
+def test_the_same_seed_replays_the_same_sequence_of_steps(tmp_path):
+    first = asyncio.run(drive(tmp_path / "a.db", seed=5))
+    again = asyncio.run(drive(tmp_path / "b.db", seed=5))
+    other = asyncio.run(drive(tmp_path / "c.db", seed=6))
+    assert first == again
+    assert first != other
+    assert {k for _, k in first} == {"small", "large"}
+
+
+# --------------------------------------------------------------------------------- concurrency
+
+
+def test_eight_concurrent_clients_get_distinct_steps_and_no_node_is_lost(tmp_path):
+    db = tmp_path / "kc.db"
+    budget = 40
+
+    async def client(tree_id: int, name: str, k: int, first: NextStep | None = None) -> list[int]:
+        got: list[int] = []
+        async with service(db, gpu=True) as svc:  # each client its own connection
+            step = first or (await svc.next_step(tree_id, client=name))[0]
+            while step is not None:
+                got.append(step.node_id)
+                verdict = REPLAY_SCRIPT[(k + len(got)) % len(REPLAY_SCRIPT)]
+                res = await svc.submit(tree_id, step.node_id, candidate(verdict, f"{name}-{len(got)}"), client=name)
+                step = res.next_step
+        return got
+
+    async def go():
+        async with service(db, gpu=True) as svc:
+            r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=budget, client="c0")
+        got = await asyncio.gather(*(client(r.tree.id, f"c{k}", k, r.next_step if k == 0 else None) for k in range(8)))
+        async with service(db, gpu=True) as svc:
+            view = await svc.show(r.tree.id)
+            st = await svc.status(r.tree.id, client="observer")
+        return got, view, st
+
+    got, view, st = asyncio.run(go())
+    handed = [n for g in got for n in g]
+    assert len(handed) == len(set(handed)), "a step was handed to two clients"
+    evaluated = {n.id for n in view.nodes if n.status == "evaluated" and n.kind != "root" and not n.seed}
+    assert set(handed) == evaluated, "a submitted node was lost"
+    assert len(evaluated) == budget and not [n for n in view.nodes if n.status != "evaluated"]
+    assert sum(len(g) > 0 for g in got) >= 2, "the clients did not run concurrently"
+    assert view.nodes[0].visits == budget + 1  # every evaluation reached the root, the seed's too
+    assert st.budget_left == 0 and st.next_step is None and "budget is spent" in (st.next_step_note or "")
+
+
+# ----------------------------------------------------------------------------------- leases
+
+
+def test_a_late_submit_for_a_lapsed_lease_still_counts(tmp_path):
+    clock = Clock()
+
+    async def go():
+        async with service(tmp_path / "kc.db", clock=clock) as svc:
+            r = await svc.start(TASK, budget=3, params={"lease_seconds": 60})
+            assert r.next_step is not None
+            clock.advance(61)
+            st = await svc.status(r.tree.id, client="bob")
+            late = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"), client="alice")
+            return r, st, late
+
+    r, st, late = asyncio.run(go())
+    assert st.counts.lapsed == 1 and st.counts.pending == 1  # alice's lapsed, bob's new one
+    assert st.next_step is not None and st.next_step.node_id != r.next_step.node_id
+    assert late.node.status == "evaluated" and late.node.outcome == "correct" and late.budget_left == 2
+
+
+def test_a_lapsed_lease_whose_budget_was_handed_on_is_refused(tmp_path):
+    clock = Clock()
+
+    async def go():
+        async with service(tmp_path / "kc.db", clock=clock) as svc:
+            r = await svc.start(TASK, budget=2, params={"lease_seconds": 60})
+            assert r.next_step is not None
+            clock.advance(61)
+            b, _ = await svc.next_step(r.tree.id, client="b")
+            c, _ = await svc.next_step(r.tree.id, client="c")
+            d, note = await svc.next_step(r.tree.id, client="d")
+            with pytest.raises(BudgetError, match="held by 2 other open step"):
+                await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
+            assert b is not None and c is not None
+            await svc.submit(r.tree.id, b.node_id, candidate("correct"), client="b")
+            await svc.submit(r.tree.id, c.node_id, candidate("wrong"), client="c")
+            with pytest.raises(BudgetError, match="budget is spent: 2 of 2"):
+                await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
+            return d, note
+
+    d, note = asyncio.run(go())
+    assert d is None and "held by 2 open step" in (note or "")
+
+
+def test_status_re_offers_the_step_a_client_already_holds(tmp_path):
+    async def go():
+        async with service(tmp_path / "kc.db") as svc:
+            r = await svc.start(TASK, budget=5, client="alice")
+            again = await svc.status(r.tree.id, client="alice")
+            twice = await svc.status(r.tree.id, client="alice")
+            other = await svc.status(r.tree.id, client="bob")
+            return r, again, twice, other
+
+    r, again, twice, other = asyncio.run(go())
+    assert r.next_step is not None and again.next_step is not None and other.next_step is not None
+    assert again.next_step.node_id == r.next_step.node_id == twice.next_step.node_id  # type: ignore[union-attr]
+    assert other.next_step.node_id != r.next_step.node_id
+    assert other.counts.pending == 2
+
+
+# -------------------------------------------------------------------------------- warm start
+
+
+def test_a_tree_for_the_same_operator_and_shapes_on_the_same_arch_starts_from_the_earlier_best(tmp_path):
+    reformatted = TASK.replace('"""Add two vectors."""', "# the same task, written differently").replace(
+        "        return x + y", "        return x + y  # elementwise"
+    )
+    other_size = TASK.replace("N = 1000", "N = 2000")
+
+    async def go():
+        async with service(tmp_path / "kc.db", gpu=True) as svc:
+            first = await svc.start(TASK, budget=4)
+            step = first.next_step
+            for v in ["correct 1.5", "correct 4.0", "wrong"]:
+                assert step is not None
+                step = (await svc.submit(first.tree.id, step.node_id, candidate(v, "first tree"))).next_step
+            best = (await svc.status(first.tree.id)).best
+            same = await svc.start(TASK, budget=2)
+            moved = await svc.start(reformatted, budget=2)
+            arch = await svc.start(TASK, budget=2, target="sm_100")
+            size = await svc.start(other_size, budget=2)
+            off = await svc.start(TASK, budget=2, params={"warm_start": False})
+            return best, same, moved, arch, size, off
+
+    best, same, moved, arch, size, off = asyncio.run(go())
+    assert best is not None and best.speedup == 4.0
+    assert same.warm_start is not None and same.warm_start.match == "task_hash"
+    assert same.warm_start.node_id == best.id and same.warm_start.tree_id == best.tree_id
+    assert same.seed_node is not None and same.seed_node.outcome == "correct" and same.seed_node.seed
+    assert moved.warm_start is not None and moved.warm_start.match == "operator_and_shapes"
+    assert "Warm start" in moved.message
+    assert arch.warm_start is None and size.warm_start is None and off.warm_start is None
+    assert same.next_step is not None and same.next_step.parent_id == same.seed_node.id
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+def test_bad_input_gets_an_error_that_says_what_to_do(tmp_path):
+    async def go():
+        async with service(tmp_path / "kc.db") as svc:
+            a = await svc.start(TASK, budget=1)
+            b = await svc.start(TASK, budget=3, params={"warm_start": False})
+            assert a.next_step is not None and b.next_step is not None
+            with pytest.raises(NotFoundError, match="no search tree 999"):
+                await svc.submit(999, a.next_step.node_id, candidate("correct"))
+            with pytest.raises(NotFoundError, match="no search tree 999"):
+                await svc.status(999)
+            with pytest.raises(NotFoundError, match="no node 12345"):
+                await svc.submit(a.tree.id, 12345, candidate("correct"))
+            with pytest.raises(UsageError, match=f"belongs to tree {b.tree.id}, not tree {a.tree.id}"):
+                await svc.submit(a.tree.id, b.next_step.node_id, candidate("correct"))
+            with pytest.raises(UsageError, match="is the root"):
+                await svc.submit(a.tree.id, a.next_step.parent_id, candidate("correct"))
+            with pytest.raises(UsageError, match="candidate is empty"):
+                await svc.submit(a.tree.id, a.next_step.node_id, "  \n")
+            res = await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
+            assert res.next_step is None and "budget is spent: 1 of 1" in (res.next_step_note or "")
+            with pytest.raises(UsageError, match="already has a verdict"):
+                await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
+            st = await svc.status(a.tree.id)
+            assert st.tree.status == "done" and st.next_step is None
+            with pytest.raises(UsageError, match="unknown target 'sm_75'"):
+                await svc.start(TASK, target="sm_75")
+            with pytest.raises(UsageError, match="unknown policy"):
+                await svc.start(TASK, policy="random")
+            with pytest.raises(UsageError, match="budget must be between 1"):
+                await svc.start(TASK, budget=0)
+            with pytest.raises(TaskError, match="lacks get_inputs"):
+                await svc.start("import torch\nclass Model:\n    pass\ndef get_init_inputs():\n    return []\n")
+            with pytest.raises(TaskError, match="does not parse"):
+                await svc.start("class Model(:\n")
+
+    asyncio.run(go())
+
+
+def test_a_budget_already_spent_refuses_a_late_submit(tmp_path):
+    clock = Clock()
+
+    async def go():
+        async with service(tmp_path / "kc.db", clock=clock) as svc:
+            r = await svc.start(TASK, budget=1, params={"lease_seconds": 10})
+            assert r.next_step is not None
+            clock.advance(11)
+            other, _ = await svc.next_step(r.tree.id, client="b")
+            assert other is not None
+            await svc.submit(r.tree.id, other.node_id, candidate("correct"), client="b")
+            with pytest.raises(BudgetError, match="budget is spent: 1 of 1 candidates evaluated"):
+                await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
+
+    asyncio.run(go())
+
+
+# -------------------------------------------------------------------------------------- resume
+
+WORKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from search_scripted import ScriptedEvaluator, TASK, candidate
+    from kernelcraft.knowledge.rulebook import Rulebook
+    from kernelcraft.search.service import SearchService
+    from kernelcraft.store import Store
+
+    VERDICTS = ["correct 1.2", "wrong", "correct 2.0", "compile", "correct 0.8", "correct 2.5", "wrong"]
+
+    async def main(db):
+        store = await Store.open(db)
+        svc = SearchService(store, ScriptedEvaluator(has_gpu=True), Rulebook(store))
+        r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=1000, client="worker")
+        print("tree", r.tree.id, flush=True)
+        step = r.next_step
+        i = 0
+        while step is not None:
+            res = await svc.submit(r.tree.id, step.node_id, candidate(VERDICTS[i % 7], str(i)), client="worker")
+            i += 1
+            print("recorded", res.node.id, "best", res.best.id, res.best.reward, flush=True)
+            step = res.next_step
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+def _read_lines(proc: subprocess.Popen[str], until: int, timeout: float) -> list[str]:
+    """Lines from the child's stdout until `until` 'recorded' lines, or fail after `timeout` s."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while sum(line.startswith("recorded") for line in lines) < until:
+        left = deadline - time.monotonic()
+        if left <= 0 or not sel.select(left):
+            raise AssertionError(f"the worker did not record {until} nodes in {timeout} s: {lines}")
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the worker exited early: {lines}; stderr: {proc.stderr.read() if proc.stderr else ''}")
+        lines.append(line.strip())
+    return lines
+
+
+def test_a_tree_killed_mid_search_resumes_with_the_same_best_node(tmp_path):
+    db = tmp_path / "kc.db"
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        lines = _read_lines(proc, until=12, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    tree_id = int(lines[0].split()[1])
+    recorded = [line.split() for line in lines if line.startswith("recorded")]
+    last_best_id, last_best_reward = int(recorded[-1][3]), float(recorded[-1][4])
+
+    # A fresh process reads the state the killed one left.
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelcraft", "tree", "status", str(tree_id), "--db", str(db), "--json"]
+        + ["--client", "worker"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    fresh = TreeStatus.model_validate_json(out.stdout)
+    assert fresh.best is not None and fresh.best.reward is not None
+    assert fresh.best.reward >= last_best_reward
+    if fresh.best.reward == last_best_reward:
+        assert fresh.best.id == last_best_id
+    assert fresh.budget_used >= len(recorded)
+    assert fresh.best.code is not None and fresh.best.verdict is not None
+
+    async def resume():
+        async with service(db, gpu=True) as svc:
+            st = await svc.status(tree_id, client="worker")
+            assert st.best is not None and st.best.id == fresh.best.id  # type: ignore[union-attr]
+            assert st.next_step is not None
+            res = await svc.submit(tree_id, st.next_step.node_id, candidate("correct 9.0"), client="worker")
+            return st, res
+
+    st, res = asyncio.run(resume())
+    # The worker's open step (if the kill left one) is offered back rather than a new one.
+    assert st.next_step is not None
+    if fresh.next_step is not None:
+        assert st.next_step.node_id == fresh.next_step.node_id
+    assert res.new_best and res.budget_left == 1000 - st.budget_used - 1
+    assert json.loads(out.stdout)["tree"]["id"] == tree_id
