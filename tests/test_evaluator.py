@@ -82,6 +82,105 @@ def test_a_batch_submitted_at_once_gets_one_result_each(evaluator, job_for) -> N
     assert [r.verify.status for r in results] == ["passed", "nan_or_inf", "passed"]
 
 
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie (killed, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def test_a_cancelled_submit_kills_its_workers_even_when_cancelled_repeatedly(evaluator, job_for) -> None:
+    # anyio (the MCP server) cancels again at every await until the task ends: the job's cleanup
+    # must kill its workers before its first await, or they survive until shutdown.
+    import time
+
+    job = job_for(CHEATS / "task_scale.py", CHEATS / "hang.py", trials=1, timeout_s=600)
+    ev = evaluator.evaluator
+
+    async def cancel_mid_evaluation() -> list[int]:
+        before = set(ev.active_worker_pids())
+        task = asyncio.ensure_future(ev.submit(job))
+        pids: list[int] = []
+        for _ in range(600):  # wait until the candidate worker runs the hanging forward
+            await asyncio.sleep(0.05)
+            pids = [p for p in ev.active_worker_pids() if p not in before]
+            if len(pids) >= 2:
+                break
+        assert len(pids) >= 2, "the job never held its two workers"
+        await asyncio.sleep(1.0)
+        for _ in range(50):  # cancel over and over, as anyio does
+            task.cancel()
+            await asyncio.sleep(0)
+            if task.done():
+                break
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return pids
+
+    pids = evaluator.call(cancel_mid_evaluation())
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and not all(_dead(p) for p in pids):
+        time.sleep(0.05)
+    assert all(_dead(p) for p in pids), [p for p in pids if not _dead(p)]
+    assert not set(pids) & set(ev.active_worker_pids())
+    # The evaluator still works afterwards.
+    assert evaluator.submit(job_for(CHEATS / "task_scale.py", CHEATS / "good.py", trials=1)).verify.correct
+
+
+def test_obfuscated_side_streams_are_found_statically() -> None:
+    import ast
+
+    from kernelcraft.tools.static import check_candidate_source
+
+    def constructs(src: str) -> list[str]:
+        return [f.construct for f in check_candidate_source(ast.parse(src))]
+
+    assert constructs("import torch\ns = getattr(torch.cuda, 'Str' + 'eam')()\n") == ["torch.cuda.Stream"]
+    assert constructs("import torch\ngetattr(torch.cuda, f'set_{\"stream\"}')(s)\n") == [
+        "torch.cuda.set_stream"
+    ]
+    assert constructs("import torch as t\nwith t.cuda.stream(s):\n    pass\n") == ["t.cuda.stream"]
+    assert constructs("import torch\nname = 'set_stream'\ngetattr(torch.cuda, name)(s)\n") == [
+        "getattr(torch.cuda, ...)"
+    ]
+    assert constructs("from torch import cuda\ngetattr(cuda, ''.join(['Str', 'eam']))()\n") == ["cuda.Stream"]
+    assert constructs("import torch\ndt = getattr(torch, 'float16')\nx = getattr(self, 'w')\n") == []
+
+
+def _timing(median: float, method: str = "cuda_graph", sets: int = 8, clipped: int = 0):  # type: ignore[no-untyped-def]
+    from kernelcraft.tools.models import Timing
+
+    return Timing(
+        median_us=median, iqr_us=0.1, min_us=median, reps=20, method=method, sets=sets, clipped=clipped
+    )  # type: ignore[arg-type]
+
+
+def test_a_timing_below_the_physical_floor_is_rejected_not_reported() -> None:
+    from kernelcraft.tools import roofline
+    from kernelcraft.tools.local import _profile_result, physical_floor_us
+
+    # 8192 x 4000 fp32 softmax: 131 MB read, 131 MB written.
+    nbytes = 2 * 8192 * 4000 * 4
+    roof = roofline.roofline("sm_90a", flops=5 * 8192 * 4000, bytes=nbytes)
+    dev = "cuda:0 (NVIDIA H200)"
+    floor = physical_floor_us(roof, dev)
+    assert floor == pytest.approx(nbytes / (roofline.PEAKS["h200-measured"].gbps * 1e3))
+    ok = _profile_result(_timing(70.0), _timing(150.0, "cuda_events", 1), _timing(90.0), roof, dev, 1.0)
+    assert ok.failure_class is None and ok.speedup_vs_eager == pytest.approx(150 / 70)
+    assert ok.roofline_fraction is not None and ok.roofline_fraction <= 1.05
+    assert "candidate: cuda_graph, 8 rotating input sets" in ok.message
+    assert "L2 flushed before each repetition" in ok.message
+    for cand in (_timing(0.2 * floor), _timing(0.01, clipped=20)):
+        bad = _profile_result(cand, _timing(150.0), _timing(90.0), roof, dev, 1.0)
+        assert bad.available and bad.failure_class is not None
+        assert bad.failure_class.value == "forbidden_construct"
+        assert bad.evidence is not None and "below the physical floor" in bad.evidence.message
+        assert bad.speedup_vs_eager is None and bad.roofline_fraction is None and bad.achieved_gbps is None
+        assert bad.candidate is not None and bad.candidate.median_us > 0
+
+
 # ---- GPU cases (run on the H200; skipped without CUDA) ----
 
 gpu = pytest.mark.gpu
@@ -125,24 +224,73 @@ def test_gpu_seed_passes_and_profiles(gpu_eval, job_for) -> None:
     assert not r.verify.interpreter
 
 
+def _side_stream(seed: str, how: str) -> str:
+    """The softmax seed switching the current stream before its launch, written `how`."""
+    lines = {
+        "getattr": "    s = getattr(torch.cuda, 'Str' + 'eam')()\n    getattr(torch.cuda, 'set_' + 'stream')(s)\n",
+        # Hidden from the static check: only the worker's dynamic stream check can see it.
+        "attrgetter": "    import operator\n"
+        "    s = operator.attrgetter('Str' + 'eam')(torch.cuda)()\n"
+        "    operator.attrgetter('set_' + 'stream')(torch.cuda)(s)\n",
+    }[how]
+    out = seed.replace("    softmax_kernel[(n_rows,)](", lines + "    softmax_kernel[(n_rows,)](")
+    assert out != seed
+    return out
+
+
 @gpu
-def test_gpu_side_stream_work_is_not_hidden_from_the_timer(gpu_eval, job_for) -> None:
+@pytest.mark.parametrize("how", ["getattr", "attrgetter"])
+def test_gpu_side_stream_work_is_not_hidden_from_the_timer(gpu_eval, job_for, how: str) -> None:
+    # Seen on the H200 before the fix: median_us=0.0 (events recorded on the candidate's stream).
+    task = EXAMPLES / "softmax" / "task.py"
+    hidden = _side_stream((EXAMPLES / "softmax" / "seed.py").read_text(), how)
+    r = gpu_eval(job_for(task, hidden, stages=["verify", "profile"], trials=1))
+    assert not r.verify.correct and r.verify.status == "forbidden_construct", r.verify
+    if how == "attrgetter":
+        assert "changed the current CUDA stream" in r.verify.evidence.message, r.verify.evidence
+    assert r.profile.failure_class is not None and not r.profile.speedup_vs_eager, r.profile
+
+
+@gpu
+def test_gpu_side_stream_set_only_while_timing_is_rejected_by_the_timer(gpu_eval, job_for) -> None:
+    # forward switches streams only from its 5th call on (after the verify trials): the timer's
+    # own stream guard must catch it, and no timing may be reported.
     task = EXAMPLES / "softmax" / "task.py"
     seed = (EXAMPLES / "softmax" / "seed.py").read_text()
-    hidden = seed.replace(
+    sneaky = seed.replace(
         "    softmax_kernel[(n_rows,)](",
-        "    s = getattr(torch.cuda, 'Str' + 'eam')()\n"
-        "    getattr(torch.cuda, 'set_' + 'stream')(s)\n"
+        "    import operator\n"
+        "    _calls.append(1)\n"
+        "    if len(_calls) > 4:\n"
+        "        operator.attrgetter('set_' + 'stream')(torch.cuda)(operator.attrgetter('Str' + 'eam')(torch.cuda)())\n"
         "    softmax_kernel[(n_rows,)](",
     )
-    assert hidden != seed
-    honest = gpu_eval(job_for(task, seed, stages=["verify", "profile"], trials=1)).profile
-    sneaky = gpu_eval(job_for(task, hidden, stages=["verify", "profile"], trials=1))
-    if sneaky.verify.correct:
-        assert sneaky.profile.candidate.median_us >= 0.5 * honest.candidate.median_us, (
-            sneaky.profile,
-            honest,
+    sneaky = "_calls = []\n" + sneaky
+    r = gpu_eval(job_for(task, sneaky, stages=["verify", "profile"], trials=1))
+    assert r.profile is not None
+    assert r.profile.failure_class is not None and r.profile.failure_class.value == "forbidden_construct", (
+        r.profile
+    )
+    assert "CUDA stream" in r.profile.evidence.message
+    assert r.profile.speedup_vs_eager is None
+
+
+@gpu
+def test_gpu_softmax_timing_is_plausible_and_not_l2_hot(gpu_eval, job_for) -> None:
+    r = gpu_eval(
+        job_for(
+            EXAMPLES / "softmax" / "task.py", EXAMPLES / "softmax" / "seed.py", stages=["verify", "profile"]
         )
+    ).profile
+    assert r.available and r.failure_class is None, r
+    assert r.candidate.clipped == 0 and r.candidate.median_us > 0
+    # A hand-written row softmax against eager PyTorch on an H200: between 0.5x and 5x.
+    assert 0.5 < r.speedup_vs_eager < 5.0, r
+    # Timed from HBM (L2 flushed or inputs rotated), so it cannot beat the roofline floor.
+    assert r.roofline_fraction is not None and r.roofline_fraction <= 1.05, r
+    if r.candidate.method == "cuda_graph":
+        assert r.candidate.sets > 1 and "rotating input sets" in r.message, r.message
+    print(r.model_dump_json(indent=1))
 
 
 @gpu

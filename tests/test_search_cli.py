@@ -83,7 +83,9 @@ def test_tree_commands_step_a_search_with_real_verdicts(tmp_path: Path) -> None:
     assert step is not None and step.kind == "large" and "speedup unknown: no GPU" in step.instructions
     tree = str(started.tree.id)
 
-    p = cli("submit", tree, str(step.node_id), str(tmp_path / "good.py"), "--device", "cpu", "--db", db, "--json")
+    p = cli(
+        "submit", tree, str(step.node_id), str(tmp_path / "good.py"), "--device", "cpu", "--db", db, "--json"
+    )
     assert p.returncode == 0, p.stderr
     good = SubmitResult.model_validate_json(p.stdout)
     assert good.node.outcome == "correct" and good.node.speedup is None and good.new_best
@@ -91,7 +93,9 @@ def test_tree_commands_step_a_search_with_real_verdicts(tmp_path: Path) -> None:
     assert good.node.verdict.verify.interpreter and good.budget_left == 3
     assert good.next_step is not None
 
-    p = cli("submit", tree, str(good.next_step.node_id), str(tmp_path / "wrong.py"), "--device", "cpu", "--db", db)
+    p = cli(
+        "submit", tree, str(good.next_step.node_id), str(tmp_path / "wrong.py"), "--device", "cpu", "--db", db
+    )
     assert p.returncode == 1, p.stderr  # a candidate that is not correct
     assert "compiled but wrong (numerical_mismatch)" in p.stdout and "Next step:" in p.stdout
 

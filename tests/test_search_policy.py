@@ -87,7 +87,9 @@ def test_reward_is_zero_not_compiled_005_wrong_and_speedup_mapped_onto_04_16():
 def test_outcome_comes_from_verify_and_the_failure_class_stage():
     compile_fail = EvalResult(
         compile=CompileResult(
-            ok=False, failure_class=FailureClass.COMPILE_ERROR, evidence=Evidence(message="no", error_text="boom")
+            ok=False,
+            failure_class=FailureClass.COMPILE_ERROR,
+            evidence=Evidence(message="no", error_text="boom"),
         )
     )
     assert outcome_of(compile_fail) == ("not_compiled", None)
@@ -173,7 +175,9 @@ def test_selection_stops_where_the_expand_action_wins():
     # root (2 visits) ─ A (2 visits, value 0.1) ─ A1 (0.05)
     # expand(root) = 0.05 + 0.3·sqrt(ln 2 / 1) = 0.05 + 0.249766 = 0.299766
     # UCB(A)       = 0.05 + 0.3·sqrt(ln 2 / 2) = 0.05 + 0.176611 = 0.226611  → expand the root
-    snap = Snapshot([root(visits=2, value=0.1), node(2, 1, "large", visits=2, value=0.1, reward=0.05), node(3, 2)])
+    snap = Snapshot(
+        [root(visits=2, value=0.1), node(2, 1, "large", visits=2, value=0.1, reward=0.05), node(3, 2)]
+    )
     assert expand_score(snap, 1, C_EXP) == pytest.approx(0.299766, abs=1e-6)
     assert ucb1(snap, 2, C) == pytest.approx(0.226611, abs=1e-6)
     assert select_node(snap, C, C_EXP) == 1
@@ -230,7 +234,11 @@ def test_otherwise_large_with_probability_p_large():
 def test_after_a_failed_step_the_other_kind():
     # The last step from A was a small one that did not compile → large, whatever the draw.
     snap = Snapshot(
-        [root(2, 0.5), node(2, 1, "large", visits=2, value=0.5), node(3, 2, outcome="not_compiled", value=0.0)]
+        [
+            root(2, 0.5),
+            node(2, 1, "large", visits=2, value=0.5),
+            node(3, 2, outcome="not_compiled", value=0.0),
+        ]
     )
     assert kind(snap, 2, 0.99) == "large"
     # The last step was a large one whose lease lapsed with nothing submitted → small.
@@ -238,7 +246,9 @@ def test_after_a_failed_step_the_other_kind():
     snap = Snapshot([root(1, 0.5), node(2, 1, "large", visits=1, value=0.5), lapsed])
     assert kind(snap, 2, 0.0) == "small"
     # A wrong (but compiled) kernel is a result, not a failed step: the usual rule applies.
-    snap = Snapshot([root(2, 0.55), node(2, 1, "large", visits=2, value=0.55), node(3, 2, outcome="wrong", value=0.05)])
+    snap = Snapshot(
+        [root(2, 0.55), node(2, 1, "large", visits=2, value=0.55), node(3, 2, outcome="wrong", value=0.05)]
+    )
     assert kind(snap, 2, 0.99) == "small"
 
 

@@ -204,7 +204,9 @@ def test_a_small_step_carries_the_chain_with_verdicts_errors_and_timings(tmp_pat
     assert [k.node_id for k in step.chain] == [r.seed_node.id, a.node.id, b.node.id]
     assert [k.outcome for k in step.chain] == ["correct", "correct", "not_compiled"]
     assert step.chain[1].speedup == 2.0 and step.chain[1].candidate_us == pytest.approx(50.0)
-    assert step.chain[2].failure_class is not None and step.chain[2].failure_class.value == "compile_unknown_api"
+    assert (
+        step.chain[2].failure_class is not None and step.chain[2].failure_class.value == "compile_unknown_api"
+    )
     assert "no attribute 'tanh'" in (step.chain[2].error or "")
     assert step.start_code == candidate("compile")
     assert "Fix that failure first" in step.instructions and "SMALL STEP" in step.instructions
@@ -244,13 +246,16 @@ async def drive(db: Path, seed: int, steps: int = 14) -> list[tuple[int, str]]:
     async with service(db, gpu=True) as svc:
         r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=steps, seed=seed)
         step = r.next_step
-        order: list[int] = [r.seed_node.id - 1, r.seed_node.id] if r.seed_node else []
-        seq = []
+        assert r.seed_node is not None and r.seed_node.parent_id is not None
+        order: list[int] = [r.seed_node.parent_id, r.seed_node.id]
+        seq: list[tuple[int, str]] = []
         for i in range(steps):
             assert step is not None
             seq.append((order.index(step.parent_id), step.kind))
             order.append(step.node_id)
-            res = await svc.submit(r.tree.id, step.node_id, candidate(REPLAY_SCRIPT[i % len(REPLAY_SCRIPT)], str(i)))
+            res = await svc.submit(
+                r.tree.id, step.node_id, candidate(REPLAY_SCRIPT[i % len(REPLAY_SCRIPT)], str(i))
+            )
             step = res.next_step
         return seq
 
@@ -278,14 +283,18 @@ def test_eight_concurrent_clients_get_distinct_steps_and_no_node_is_lost(tmp_pat
             while step is not None:
                 got.append(step.node_id)
                 verdict = REPLAY_SCRIPT[(k + len(got)) % len(REPLAY_SCRIPT)]
-                res = await svc.submit(tree_id, step.node_id, candidate(verdict, f"{name}-{len(got)}"), client=name)
+                res = await svc.submit(
+                    tree_id, step.node_id, candidate(verdict, f"{name}-{len(got)}"), client=name
+                )
                 step = res.next_step
         return got
 
     async def go():
         async with service(db, gpu=True) as svc:
             r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=budget, client="c0")
-        got = await asyncio.gather(*(client(r.tree.id, f"c{k}", k, r.next_step if k == 0 else None) for k in range(8)))
+        got = await asyncio.gather(
+            *(client(r.tree.id, f"c{k}", k, r.next_step if k == 0 else None) for k in range(8))
+        )
         async with service(db, gpu=True) as svc:
             view = await svc.show(r.tree.id)
             st = await svc.status(r.tree.id, client="observer")
@@ -432,7 +441,9 @@ def test_bad_input_gets_an_error_that_says_what_to_do(tmp_path):
             with pytest.raises(UsageError, match="budget must be between 1"):
                 await svc.start(TASK, budget=0)
             with pytest.raises(TaskError, match="lacks get_inputs"):
-                await svc.start("import torch\nclass Model:\n    pass\ndef get_init_inputs():\n    return []\n")
+                await svc.start(
+                    "import torch\nclass Model:\n    pass\ndef get_init_inputs():\n    return []\n"
+                )
             with pytest.raises(TaskError, match="does not parse"):
                 await svc.start("class Model(:\n")
 
@@ -499,7 +510,9 @@ def _read_lines(proc: subprocess.Popen[str], until: int, timeout: float) -> list
             raise AssertionError(f"the worker did not record {until} nodes in {timeout} s: {lines}")
         line = proc.stdout.readline()
         if not line:
-            raise AssertionError(f"the worker exited early: {lines}; stderr: {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"the worker exited early: {lines}; stderr: {proc.stderr.read() if proc.stderr else ''}"
+            )
         lines.append(line.strip())
     return lines
 
@@ -510,7 +523,11 @@ def test_a_tree_killed_mid_search_resumes_with_the_same_best_node(tmp_path):
     script.write_text(WORKER)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script), str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         lines = _read_lines(proc, until=12, timeout=60)

@@ -130,6 +130,7 @@ def test_the_event_protocol_subtracts_the_sync_overhead_and_stops_at_the_spread_
     monkeypatch.setattr(timing, "_event_elapsed", _HostEvent.elapsed_time)
     monkeypatch.setattr(timing, "_synchronize", lambda: None)
     monkeypatch.setattr(timing, "_require_cuda", lambda: None)
+    monkeypatch.setattr(timing, "_current_stream", lambda: "harness")
     flushes: list[int] = []
     monkeypatch.setattr(timing, "_flush_l2", lambda: flushes.append(1))
     monkeypatch.setattr(timing, "_overhead", [])
@@ -142,3 +143,77 @@ def test_the_event_protocol_subtracts_the_sync_overhead_and_stops_at_the_spread_
     )
     assert method == "cuda_events" and len(times) >= 5
     assert min(times) > 50 and max(times) > 150  # both input sets were used
+
+
+def test_rotation_makes_the_sets_together_exceed_l2_within_the_memory_cap() -> None:
+    mb = 1024 * 1024
+    assert timing.rotation_sets(33 * mb) == 8  # the softmax example: 8 sets, 264 MB > 4x an H200's L2
+    assert timing.rotation_sets(300 * mb) == 1  # one set already exceeds it
+    assert timing.rotation_sets(1024) == timing.MAX_ROTATE_SETS
+    assert timing.rotation_sets(0) == 1
+    for size in (1, 3 * mb, 33 * mb, 100 * mb, 255 * mb):
+        n = timing.rotation_sets(size)
+        assert n * size <= max(size, timing.ROTATE_MEMORY_BYTES)
+        assert n * size >= timing.ROTATE_TOTAL_BYTES or n == timing.MAX_ROTATE_SETS
+
+
+def test_samples_never_drop_to_zero_after_the_overhead_subtraction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timing, "_Event", _HostEvent)
+    monkeypatch.setattr(timing, "_event_record", _HostEvent.record)
+    monkeypatch.setattr(timing, "_event_elapsed", _HostEvent.elapsed_time)
+    monkeypatch.setattr(timing, "_synchronize", lambda: None)
+    monkeypatch.setattr(timing, "_require_cuda", lambda: None)
+    monkeypatch.setattr(timing, "_flush_l2", lambda: None)
+    monkeypatch.setattr(timing, "_current_stream", lambda: "harness")
+    monkeypatch.setattr(timing, "_overhead", [1.0e6])  # an overhead far above any sample
+    times = timing._event_samples(lambda: None, [()], 10, True, 0)
+    assert all(t == timing.MIN_SAMPLE_US > 0 for t in times)
+    t = timing.summarize(times, "cuda_events")
+    assert t.median_us > 0 and t.clipped == t.reps == 10
+
+
+def test_a_callable_that_switches_the_current_stream_raises_and_the_stream_is_restored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    current = ["harness"]
+    monkeypatch.setattr(timing, "_current_stream", lambda: current[0])
+    monkeypatch.setattr(timing, "_set_stream", lambda s: current.__setitem__(0, s))
+
+    def sneaky() -> None:
+        current[0] = "side"
+
+    timing._guarded(lambda: None)()
+    with pytest.raises(timing.StreamChanged, match="changed the current CUDA stream"):
+        timing._guarded(sneaky)()
+    assert current[0] == "harness"
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_timer_rejects_a_callable_that_switches_streams_in_both_modes() -> None:
+    x = torch.randn(1 << 20, device="cuda")
+    harness = torch.cuda.current_stream()
+
+    def sneaky() -> torch.Tensor:
+        torch.cuda.set_stream(torch.cuda.Stream())
+        return x * 2
+
+    for method in ("cuda_events", "cuda_graph"):
+        with pytest.raises(timing.StreamChanged):
+            timing.sample_round(sneaky, budget_ms=10, method=method)  # type: ignore[arg-type]
+        assert torch.cuda.current_stream() == harness
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_graph_rotates_enough_input_sets_that_an_l2_sized_problem_is_timed_from_hbm() -> None:
+    # 2 x 16 MB in, 16 MB out: fits the H200's 60 MB L2. Hot-L2 timing would beat HBM bandwidth.
+    a = torch.randn(4 * 1024 * 1024, device="cuda")
+    b = torch.randn(4 * 1024 * 1024, device="cuda")
+    r = timing.sample_round(
+        torch.add, budget_ms=50, method="cuda_graph", input_sets=lambda: [a.clone(), b.clone()]
+    )
+    assert r.method == "cuda_graph" and r.sets == timing.rotation_sets(48 * 1024 * 1024) > 1
+    median = timing.summarize(r.times_us, r.method, r.sets).median_us
+    gbps = 48 * 1024 * 1024 / (median * 1e-6) / 1e9
+    assert gbps < 4800 * 1.05, f"{gbps:.0f} GB/s is above the H200's HBM bandwidth: L2-hot timing"

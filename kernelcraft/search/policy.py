@@ -180,11 +180,6 @@ class Snapshot:
     def evaluated(self) -> list[SnapNode]:
         return [n for n in self.nodes.values() if n.evaluated and n.kind != "root"]
 
-    def best(self) -> SnapNode | None:
-        """Highest reward, the earliest on ties; None before any candidate is evaluated."""
-        done = [n for n in self.evaluated() if n.reward is not None]
-        return max(done, key=lambda n: (n.reward, -n.id)) if done else None
-
 
 # --------------------------------------------------------------------------------- AdaExplore math
 

@@ -14,18 +14,20 @@ import logging
 import os
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import anyio
 
 from kernelcraft.config import Settings
 from kernelcraft.errors import UsageError
-from kernelcraft.server.auth import (
-    TOKENS_ENV,
-    TOKENS_FORMAT,
-    HttpPlan,
-    load_tokens_file,
-    parse_tokens,
-    plan_http,
-)
+
+if TYPE_CHECKING:
+    from kernelcraft.server.auth import HttpPlan
+
+# `kernelcraft.server.auth` imports mcp (~0.8 s): it is imported only when `serve` runs, so that
+# `kernelcraft --help` and `kernelcraft verify` stay fast. These two match auth.TOKENS_ENV/FORMAT.
+TOKENS_ENV = "KERNELCRAFT_TOKENS"
+TOKENS_FORMAT = "token=name pairs, e.g. KERNELCRAFT_TOKENS='s3cr3t-a=alice,s3cr3t-b=bob'"
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:
     """Read the tokens and check the host/auth combination; raises UsageError before listening."""
+    from kernelcraft.server.auth import load_tokens_file, parse_tokens, plan_http
+
     tokens: dict[str, str] = {}
     if args.tokens_file is not None:
         if args.no_auth:

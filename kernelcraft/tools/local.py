@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
 WATCH_INTERVAL_S = 0.25
+REAP_TIMEOUT_S = 15.0
+_REAPING: set[asyncio.Future[Any]] = set()  # shielded reaper tasks (kept referenced until done)
 PROFILE_ROUNDS = 5
 PROFILE_BUDGET_MS = 60.0
 NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
@@ -140,12 +142,17 @@ class LocalEvaluator:
             self._scratch.mkdir(parents=True, exist_ok=True)
         self._devices: list[_Device] | None = None
         self._closed = False
+        self._active: set[WorkerProcess] = set()
         if protect_environ:
             _protect_environ()
 
     @property
     def has_gpu(self) -> bool:
         return self._gpus > 0
+
+    def active_worker_pids(self) -> list[int]:
+        """Process ids of the workers that jobs hold right now (for tests and diagnostics)."""
+        return [w.pid for w in self._active if w.pid is not None]
 
     def _ensure_started(self) -> list[_Device]:
         if self._closed:
@@ -297,6 +304,7 @@ class _Job:
         pool = pool or self.device.pool
         w = await pool.acquire()
         self.workers.append((pool, w))
+        self.ev._active.add(w)
         return w
 
     async def recv(self, w: WorkerProcess, *, candidate: bool) -> Frame:
@@ -450,8 +458,28 @@ class _Job:
         except _Stop as stop:
             self.fill_failed(result, stop)
         finally:
-            await asyncio.gather(*(pool.release(w) for pool, w in self.workers), return_exceptions=True)
+            await self.release_workers()
         return result
+
+    async def release_workers(self) -> None:
+        """Kill every worker of this job, then reap them. The kill is synchronous and comes before
+        any await: under cancellation (anyio cancels again at every await until the task ends)
+        an await here may be cancelled at once, and the processes must be dead regardless. The
+        reaping (wait, close the channel, remove the scratch dir) runs in a shielded task, so a
+        repeated cancellation cannot stop it; we wait for it at most `REAP_TIMEOUT_S`."""
+        for _pool, w in self.workers:
+            w.kill()
+        for _pool, w in self.workers:
+            self.ev._active.discard(w)
+        if not self.workers:
+            return
+        reap = asyncio.ensure_future(
+            asyncio.gather(*(pool.release(w) for pool, w in self.workers), return_exceptions=True)
+        )
+        _REAPING.add(reap)
+        reap.add_done_callback(_REAPING.discard)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reap), REAP_TIMEOUT_S)
 
     def fill_failed(self, result: EvalResult, stop: _Stop) -> None:
         job = self.job
@@ -680,6 +708,7 @@ class _Job:
 
         samples: dict[str, list[float]] = {"candidate": [], "eager": [], "compiled": []}
         methods: dict[str, str] = {}
+        sets: dict[str, int] = {}
         for r in range(PROFILE_ROUNDS):
             await self.progress(0.9 + 0.1 * r / PROFILE_ROUNDS, f"timing, round {r + 1} of {PROFILE_ROUNDS}")
             await cand.send(
@@ -699,7 +728,8 @@ class _Job:
             try:
                 samples["candidate"] += [float(x) for x in frame.header["candidate"]["times_us"]]
                 methods["candidate"] = str(frame.header["candidate"]["method"])
-            except (KeyError, TypeError, ValueError) as e:
+                sets["candidate"] = int(frame.header["candidate"].get("sets", 1))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise _Stop(
                     FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
                 ) from e
@@ -720,27 +750,105 @@ class _Job:
             for k in ("eager", "compiled"):
                 samples[k] += [float(x) for x in frame.header[k]["times_us"]]
                 methods[k] = str(frame.header[k]["method"])
-        cand_t: Timing = timing.summarize(samples["candidate"], methods["candidate"])  # type: ignore[arg-type]
-        eager: Timing = timing.summarize(samples["eager"], methods["eager"])  # type: ignore[arg-type]
-        compiled: Timing = timing.summarize(samples["compiled"], methods["compiled"])  # type: ignore[arg-type]
-        result = ProfileResult(
-            available=True,
-            device=_device_label(self.device, cand.info),
-            candidate=cand_t,
-            reference_eager=eager,
-            reference_compiled=compiled,
-            speedup_vs_eager=eager.median_us / cand_t.median_us if cand_t.median_us > 0 else None,
-            speedup_vs_compiled=compiled.median_us / cand_t.median_us if cand_t.median_us > 0 else None,
-            roofline=roof,
-            seconds=round(time.perf_counter() - start, 3),
+                sets[k] = int(frame.header[k].get("sets", 1))
+        t = {
+            k: timing.summarize(samples[k], methods[k], sets.get(k, 1))  # type: ignore[arg-type]
+            for k in ("candidate", "eager", "compiled")
+        }
+        return _profile_result(
+            t["candidate"],
+            t["eager"],
+            t["compiled"],
+            roof,
+            _device_label(self.device, cand.info),
+            round(time.perf_counter() - start, 3),
         )
-        if roof is not None and cand_t.median_us > 0:
-            result.achieved_gbps = roof.bytes / cand_t.median_us / 1e3
-            result.achieved_tflops = roof.flops / cand_t.median_us / 1e6
-            result.roofline_fraction = roof.floor_us / cand_t.median_us
-            if cand_t.median_us < 0.5 * roof.floor_us:
-                result.message = (
-                    f"suspicious: the candidate's median {cand_t.median_us:.1f} µs is below half the roofline floor "
-                    f"{roof.floor_us:.1f} µs; the timing was measured in the candidate's process"
-                )
+
+
+PHYSICAL_FLOOR_FACTOR = 0.25
+_MIN_SAMPLE_US = 0.01  # timing.MIN_SAMPLE_US, without importing torch here
+"""A candidate median below this fraction of the physical floor is rejected (see ProfileResult)."""
+
+# The GPU a timing ran on (from its name) -> the roofline peaks used for the physical floor.
+# Measured ceilings where we have them (h200-measured), else datasheet peaks.
+_DEVICE_PEAKS = (
+    ("H200", "h200-measured"),
+    ("H100", "h100-sxm"),
+    ("A100", "sm_80"),
+    ("L40S", "sm_89"),
+    ("B200", "sm_100"),
+    ("MI300X", "gfx942"),
+)
+
+
+def physical_floor_us(roof: Roofline, device: str) -> float:
+    """The least time the reference's work can take on `device`: its bytes at the device's HBM
+    bandwidth or its FLOPs at the device's fastest rate (any dtype, tensor cores), whichever is
+    larger. Deliberately optimistic (fastest precision), so only impossible timings fall below it.
+    An unknown device uses the roofline target's peaks."""
+    from kernelcraft.tools.roofline import PEAKS
+
+    gbps, tflops = roof.peak_gbps, roof.peak_tflops
+    for needle, key in _DEVICE_PEAKS:
+        if needle.lower() in device.lower() and key in PEAKS:
+            gbps, tflops = PEAKS[key].gbps, max(PEAKS[key].tflops.values())
+            break
+    return max(roof.bytes / (gbps * 1e3), roof.flops / (tflops * 1e6))
+
+
+def _timing_note(name: str, t: Timing) -> str:
+    how = f"{t.method}, {t.sets} rotating input sets" if t.sets > 1 else t.method
+    if t.method == "cuda_events":
+        how += ", L2 flushed before each repetition"
+    if t.clipped:
+        how += f", {t.clipped} of {t.reps} samples at or below the harness overhead (clipped)"
+    return f"{name}: {how}"
+
+
+def _profile_result(
+    cand: Timing,
+    eager: Timing,
+    compiled: Timing,
+    roof: Roofline | None,
+    device: str,
+    seconds: float,
+) -> ProfileResult:
+    """The profile from the three merged timings; rejects a candidate timing below the physical
+    floor (`available=True`, `failure_class=forbidden_construct`, no speedups)."""
+    message = "; ".join(
+        _timing_note(n, t) for n, t in (("candidate", cand), ("eager", eager), ("compiled", compiled))
+    )
+    result = ProfileResult(
+        available=True,
+        message=message,
+        device=device,
+        candidate=cand,
+        reference_eager=eager,
+        reference_compiled=compiled,
+        roofline=roof,
+        seconds=seconds,
+    )
+    floor = physical_floor_us(roof, device) if roof is not None else 0.0
+    too_fast = cand.median_us < PHYSICAL_FLOOR_FACTOR * floor
+    if too_fast or cand.median_us <= _MIN_SAMPLE_US or cand.clipped * 2 >= cand.reps:
+        why = (
+            f"below {PHYSICAL_FLOOR_FACTOR:g}x the physical floor {floor:.2f} µs "
+            f"(the reference's bytes at {device}'s HBM bandwidth / FLOPs at its peak rate)"
+            if too_fast
+            else "at or below the harness's own overhead in most samples"
+        )
+        result.failure_class = FailureClass.FORBIDDEN_CONSTRUCT
+        result.evidence = Evidence(
+            message=f"timing below the physical floor: the candidate's median {cand.median_us:.3f} µs is {why}; "
+            "the kernel cannot be this fast (work hidden from the timer, or not done); rejected",
+            op="timing",
+        )
+        result.message = f"rejected: {result.evidence.message} ({message})"
         return result
+    result.speedup_vs_eager = eager.median_us / cand.median_us
+    result.speedup_vs_compiled = compiled.median_us / cand.median_us
+    if roof is not None:
+        result.achieved_gbps = roof.bytes / cand.median_us / 1e3
+        result.achieved_tflops = roof.flops / cand.median_us / 1e6
+        result.roofline_fraction = roof.floor_us / cand.median_us
+    return result

@@ -26,13 +26,17 @@ class Evidence(BaseModel):
     trial: int | None = Field(default=None, description="Index of the trial (0-based) that failed.")
     input_set: int | None = Field(default=None, description="Index of the input set (0 = get_inputs()).")
     output_index: int | None = Field(default=None, description="Which output of forward() failed.")
-    first_mismatch_index: list[int] | None = Field(default=None, description="Multi-index of the first bad element.")
+    first_mismatch_index: list[int] | None = Field(
+        default=None, description="Multi-index of the first bad element."
+    )
     expected: float | None = Field(default=None, description="Reference value at that index.")
     actual: float | None = Field(default=None, description="Candidate value at that index.")
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     relative_l2_error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
-    op: str | None = Field(default=None, description="The PyTorch op that fell back, or the forbidden construct.")
+    op: str | None = Field(
+        default=None, description="The PyTorch op that fell back, or the forbidden construct."
+    )
     line: int | None = Field(default=None, description="Line in the candidate source, when known.")
 
 
@@ -54,7 +58,9 @@ class KernelCompileInfo(BaseModel):
     registers: int | None = Field(default=None, description="Registers per thread (NVIDIA) or VGPRs (AMD).")
     sgprs: int | None = Field(default=None, description="Scalar registers (AMD only).")
     spills: int | None = Field(default=None, description="Registers spilled to local/scratch memory.")
-    shared_bytes: int | None = Field(default=None, description="Shared memory (NVIDIA) or LDS (AMD) in bytes.")
+    shared_bytes: int | None = Field(
+        default=None, description="Shared memory (NVIDIA) or LDS (AMD) in bytes."
+    )
     num_warps: int | None = None
     num_stages: int | None = None
     constexprs: dict[str, int | float | bool | str | None] = Field(default_factory=dict)
@@ -73,7 +79,9 @@ class CompileResult(BaseModel):
     ok: bool = Field(description="True when every requested target compiled.")
     launches: list[KernelLaunch] = Field(default_factory=list, description="Kernels forward() launches.")
     targets: list[TargetCompileResult] = Field(default_factory=list)
-    failure_class: FailureClass | None = Field(default=None, description="Set when discovery or any target failed.")
+    failure_class: FailureClass | None = Field(
+        default=None, description="Set when discovery or any target failed."
+    )
     evidence: Evidence | None = None
     seconds: float = 0.0
 
@@ -102,12 +110,24 @@ class Timing(BaseModel):
     min_us: float
     reps: int
     method: Literal["cuda_events", "cuda_graph"]
+    sets: int = Field(
+        default=1,
+        description="Distinct input/output sets the calls rotated through (cuda_graph keeps L2 cold this way; "
+        "cuda_events flushes L2 before every repetition instead).",
+    )
+    clipped: int = Field(
+        default=0,
+        description="Samples at or below the harness overhead, clipped to 0.01 µs (a timing is never 0). "
+        "Non-zero means the measurement is not trustworthy.",
+    )
 
 
 class Roofline(BaseModel):
     target: str
     flops: float = Field(description="Floating-point operations of one forward, counted from the reference.")
-    bytes: float = Field(description="Fewest bytes one forward must move (inputs read, outputs written once).")
+    bytes: float = Field(
+        description="Fewest bytes one forward must move (inputs read, outputs written once)."
+    )
     peak_tflops: float
     peak_gbps: float
     floor_us: float = Field(description="max(flops/peak, bytes/bandwidth): no kernel runs much faster.")
@@ -115,8 +135,21 @@ class Roofline(BaseModel):
 
 
 class ProfileResult(BaseModel):
+    """Timings of the candidate and the reference.
+
+    A rejected timing: `available=True` with `failure_class` set (e.g. `forbidden_construct`) and
+    `evidence` saying why, the measured `candidate` timing kept for inspection, but `speedup_*`,
+    `achieved_*` and `roofline_fraction` left None. This happens when forward changes the current
+    CUDA stream, or when the candidate's median is below `PHYSICAL_FLOOR_FACTOR` (0.25) times the
+    physical floor (its bytes at the GPU's HBM bandwidth, its FLOPs at the fastest tensor-core
+    rate): the kernel cannot be that fast, so the measurement was gamed or broken. Consumers must
+    treat any profile with `failure_class` set as having no speedup."""
+
     available: bool = Field(description="False without a GPU: then only the roofline floor is given.")
-    message: str = ""
+    message: str = Field(
+        default="",
+        description="How it was timed (method and rotating input sets per side), or why it was not.",
+    )
     device: str | None = None
     candidate: Timing | None = None
     reference_eager: Timing | None = None

@@ -5,7 +5,9 @@ Each finding is a `forbidden_construct` with the line and the construct. What is
 - try/except inside `forward` or around a kernel launch: a fallback to PyTorch when the kernel
   fails hides the failure (Kevin, arXiv 2507.11948).
 - side streams (`torch.cuda.Stream`, `torch.cuda.stream`, `set_stream`, ...): work hidden from the
-  timer's stream.
+  timer's stream; also `getattr(torch..., "set_" + "stream")` (literal names are folded) and any
+  `getattr` on a torch module with a name computed at run time. The worker backs this up: forward
+  leaving another stream current is `forbidden_construct` (see `timing.py`).
 - threads and processes (`threading`, `_thread`, `multiprocessing`, `concurrent`, `subprocess`):
   work done after forward returns.
 - reaching for the reference: importing `Model` or the task module, subclassing or naming a `Model`
@@ -60,6 +62,37 @@ def _dotted(node: ast.AST) -> list[str]:
         parts.append(node.id)
         return list(reversed(parts))
     return []
+
+
+def _const_str(node: ast.AST) -> str | None:
+    """The value of a string expression built only from literals ('set_' + 'stream',
+    f'{"Str"}eam', "".join(["Str", "eam"]) are folded), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _const_str(node.left), _const_str(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            inner = v.value if isinstance(v, ast.FormattedValue) else v
+            text = _const_str(inner)
+            if text is None:
+                return None
+            parts.append(text)
+        return "".join(parts)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and len(node.args) == 1
+        and isinstance(node.args[0], (ast.List, ast.Tuple))
+    ):
+        sep = _const_str(node.func.value)
+        items = [_const_str(e) for e in node.args[0].elts]
+        if sep is not None and all(i is not None for i in items):
+            return sep.join(i for i in items if i is not None)
+    return None
 
 
 def check_candidate_source(tree: ast.Module) -> list[Finding]:
@@ -153,6 +186,25 @@ def check_candidate_source(tree: ast.Module) -> list[Finding]:
                 dotted = _dotted(t) if isinstance(t, ast.Attribute) else []
                 if dotted and dotted[0] in modules:
                     add(node, ".".join(dotted), f"patches {'.'.join(dotted)}; modules must not be modified")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and modules.get((_dotted(node.args[0]) or [""])[0], "").startswith("torch")
+        ):
+            # getattr(torch.cuda, 'Str' + 'eam'): a stream attribute by a folded name, or any
+            # attribute of torch by a name the source computes at run time.
+            name = _const_str(node.args[1])
+            target = ".".join(_dotted(node.args[0]))
+            if name is None:
+                add(
+                    node,
+                    f"getattr({target}, ...)",
+                    f"getattr on {target} with a computed name hides what it uses",
+                )
+            elif name in STREAM_ATTRS:
+                add(node, f"{target}.{name}", "uses a side stream; launch on the current stream")
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)

@@ -1,38 +1,59 @@
 """GPU timing primitives, run inside an evaluator worker (CUDA only).
 
 Import this module BEFORE importing any candidate: it captures `torch.cuda.Event` (and its
-`record`/`elapsed_time`), `torch.cuda.synchronize`, `torch.cuda.CUDAGraph` and `time.perf_counter`
-at import and uses only those captured references, so a candidate that monkey-patches them
-cannot change a measurement; `timing_functions_intact()` names any that were patched afterwards.
+`record`/`elapsed_time`), `torch.cuda.synchronize`, `torch.cuda.CUDAGraph`, the current-stream
+functions and `time.perf_counter` at import and uses only those captured references, so a candidate
+that monkey-patches them cannot change a measurement; `timing_functions_intact()` names any that
+were patched afterwards.
+
+**Streams.** The harness takes its own stream (the current one) before calling the candidate and
+records every start/end event explicitly on it (`event.record(harness_stream)`), never on "whatever
+is current". Every call of the candidate is wrapped (`_guarded`): if the current stream differs
+after the call, it is set back to the harness stream and `StreamChanged` is raised — the evaluator
+turns that into a `forbidden_construct` verdict ("forward changed the current CUDA stream").
 
 Protocol of one repetition (method "cuda_events"), after warm-up:
 
-    flush L2 (a 256 MB buffer `.zero_()`, enqueued before the start event: not timed)
-    start.record(); fn(); torch.cuda.synchronize(); end.record()
+    flush L2 (a 256 MB buffer `.zero_()`, on the harness stream before the start event: not timed)
+    start.record(harness); fn(); torch.cuda.synchronize(); end.record(harness)
 
 The end event is recorded after a device-wide synchronise, so work a candidate hides on another
 stream is inside the interval. That adds a constant host round-trip (synchronise returns, the end
 event is enqueued and runs); it is measured once per process with an empty body (`sync_overhead_us`)
 and subtracted from every sample, so the numbers agree with `triton.testing.do_bench`, which records
-the end event right after `fn` on the current stream. Repetitions continue until the spread
-(IQR / median) is within `target_spread` for kernels over 50 µs, or a time cap is reached.
+the end event right after `fn` on the current stream. A sample is never reported as ≤ 0: after the
+subtraction it is clipped at `MIN_SAMPLE_US`, and `Timing.clipped` counts the clipped samples (a
+kernel that fast is a measurement artefact or a cheat; the evaluator rejects timings below the
+physical floor). Repetitions continue until the spread (IQR / median) is within `target_spread`
+for kernels over 50 µs, or a time cap is reached.
 
 For kernels under ~20 µs launch overhead dominates, so method "cuda_graph" captures many calls of
-`fn` in one CUDA graph and divides a replay's time by the number of calls (hot L2 between calls,
-as `triton.testing.do_bench_cudagraph`; with several input sets the calls rotate through them).
+`fn` in one CUDA graph and divides a replay's time by the number of calls. **L2 policy:** in
+"cuda_events" mode the L2 is flushed before every repetition. A graph cannot flush between its
+calls, so it rotates instead: when `input_sets` is a builder, `rotation_sets()` decides how many
+distinct input sets to build so that inputs plus outputs of all sets together exceed
+`ROTATE_TOTAL_BYTES` (256 MB, over 4x an H200's 60 MB L2), at most `MAX_ROTATE_SETS` sets and
+`ROTATE_MEMORY_BYTES` of memory; the calls in the graph cycle through the sets, and the outputs of
+the last `len(sets)` calls are kept alive during capture so that output buffers rotate too. By the
+time a set is used again, the L2 has seen more than 2x its size of other data: the numbers reflect
+HBM, not L2. Only sets under `ROTATE_TOTAL_BYTES / MAX_ROTATE_SETS` (4 MB) stay partly L2-resident,
+for which launch latency dominates anyway. `Round.sets` reports how many sets were used (the
+evaluator's message says e.g. "cuda_graph, 8 rotating input sets").
 Caveat: work a candidate launches eagerly on a non-capturing stream during capture is not replayed;
-the verifier's side-stream checks, not this module, must catch that.
+the stream guard, the verifier's checks and the evaluator's physical-floor check catch that.
 
-`sample` + `summarize` serve the interleaved protocol: the evaluator alternates rounds of the
+`sample_round` + `summarize` serve the interleaved protocol: the evaluator alternates rounds of the
 candidate (one process) and the reference (another) and merges the samples with `summarize`,
 which is pure Python.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -48,6 +69,8 @@ _synchronize = torch.cuda.synchronize
 _CUDAGraph = torch.cuda.CUDAGraph
 _graph_replay = torch.cuda.CUDAGraph.replay
 _zero_ = torch.Tensor.zero_
+_current_stream = torch.cuda.current_stream
+_set_stream = torch.cuda.set_stream
 
 _CAPTURED: dict[str, tuple[Callable[[], Any], Any]] = {
     "time.perf_counter": (lambda: time.perf_counter, _perf_counter),
@@ -58,11 +81,16 @@ _CAPTURED: dict[str, tuple[Callable[[], Any], Any]] = {
     "torch.cuda.CUDAGraph": (lambda: torch.cuda.CUDAGraph, _CUDAGraph),
     "torch.cuda.CUDAGraph.replay": (lambda: torch.cuda.CUDAGraph.replay, _graph_replay),
     "torch.Tensor.zero_": (lambda: torch.Tensor.zero_, _zero_),
+    "torch.cuda.current_stream": (lambda: torch.cuda.current_stream, _current_stream),
+    "torch.cuda.set_stream": (lambda: torch.cuda.set_stream, _set_stream),
 }
 
 Method = Literal["cuda_events", "cuda_graph"]
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2 (H200: 60 MB)
-ROTATE_BELOW_BYTES = 64 * 1024 * 1024  # input sets smaller than this fit in an H200's L2: rotate
+ROTATE_TOTAL_BYTES = 256 * 1024 * 1024  # rotating sets together exceed this (> 4x an H200's L2)
+MAX_ROTATE_SETS = 64
+ROTATE_MEMORY_BYTES = 2 * 1024**3  # at most this much memory in extra input/output sets
+MIN_SAMPLE_US = 0.01  # samples are clipped here after the overhead subtraction (never <= 0)
 GRAPH_BELOW_US = 20.0  # use CUDA graphs below this estimated time per call
 SPREAD_CHECK_ABOVE_US = 50.0  # the spread target applies to kernels longer than this
 
@@ -74,6 +102,41 @@ def timing_functions_intact() -> str | None:
         if current() is not original:
             return name
     return None
+
+
+class StreamChanged(RuntimeError):
+    """fn left the current CUDA stream changed (work moved off the harness's stream)."""
+
+
+STREAM_CHANGED_MESSAGE = (
+    "forward changed the current CUDA stream (torch.cuda.set_stream or equivalent) and did not "
+    "restore it; launch on the current stream"
+)
+
+
+def stream_changed(before: Any) -> bool:
+    """True (and the current stream set back to `before`) when fn left another stream current."""
+    if _current_stream() == before:
+        return False
+    _set_stream(before)
+    return True
+
+
+def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn, restoring the current stream after every call and raising `StreamChanged` if fn
+    changed it."""
+
+    def call(*args: Any) -> Any:
+        before = _current_stream()
+        changed = False
+        try:
+            return fn(*args)
+        finally:
+            changed = stream_changed(before)
+            if changed:
+                raise StreamChanged(STREAM_CHANGED_MESSAGE)
+
+    return call
 
 
 def _require_cuda() -> None:
@@ -99,12 +162,13 @@ def sync_overhead_us() -> float:
     if not _overhead:
         _require_cuda()
         samples = []
+        stream = _current_stream()
         for _ in range(50):
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _synchronize()
-            _event_record(start)
+            _event_record(start, stream)
             _synchronize()
-            _event_record(end)
+            _event_record(end, stream)
             _synchronize()
             samples.append(_event_elapsed(start, end) * 1000.0)
         _overhead.append(statistics.median(samples[10:]))
@@ -115,74 +179,127 @@ def _nbytes(args: Sequence[Any]) -> int:
     return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
 
 
-def _input_sets(
+def rotation_sets(set_bytes: int) -> int:
+    """How many distinct input/output sets of `set_bytes` each to rotate through so that together
+    they exceed `ROTATE_TOTAL_BYTES` (1 when one set already does), within `MAX_ROTATE_SETS` and
+    `ROTATE_MEMORY_BYTES`. Pure Python."""
+    if set_bytes <= 0 or set_bytes >= ROTATE_TOTAL_BYTES:
+        return 1
+    n = math.ceil(ROTATE_TOTAL_BYTES / set_bytes)
+    return max(1, min(n, MAX_ROTATE_SETS, ROTATE_MEMORY_BYTES // set_bytes))
+
+
+def _first_sets(
     input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
 ) -> list[Sequence[Any]]:
-    """A list of argument tuples to rotate through; [()] when fn takes no arguments. A builder
-    is called until the sets together exceed L2 (at most 8 sets), or once if one set is large."""
+    """The argument tuples known before warm-up: [()] when fn takes no arguments, the given list,
+    or one set from a builder (`_add_rotation` builds the rest once the output size is known)."""
     if input_sets is None:
         return [()]
     if callable(input_sets):
-        sets = [input_sets()]
-        while len(sets) < 8 and _nbytes(sets[0]) * len(sets) < ROTATE_BELOW_BYTES:
-            sets.append(input_sets())
-        return sets
+        return [input_sets()]
     if not input_sets:
         raise ValueError("input_sets is empty")
     return list(input_sets)
+
+
+def _add_rotation(
+    sets: list[Sequence[Any]],
+    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
+    out_bytes: int,
+) -> list[Sequence[Any]]:
+    if callable(input_sets):
+        n = rotation_sets(_nbytes(sets[0]) + out_bytes)
+        while len(sets) < n:
+            sets.append(input_sets())
+    return sets
+
+
+def _input_sets(
+    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
+) -> list[Sequence[Any]]:
+    """A list of argument tuples to rotate through (a builder is called `rotation_sets` times,
+    counting inputs only)."""
+    return _add_rotation(_first_sets(input_sets), input_sets, 0)
+
+
+def _clip(us: float) -> float:
+    return max(us, MIN_SAMPLE_US)
 
 
 def _event_samples(
     fn: Callable[..., Any], sets: list[Sequence[Any]], reps: int, flush_l2: bool, start_at: int
 ) -> list[float]:
     overhead = sync_overhead_us()
+    harness = _current_stream()
+    call = _guarded(fn)
     pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)]
     _synchronize()
     for i, (start, end) in enumerate(pairs):
         args = sets[(start_at + i) % len(sets)]
         if flush_l2:
             _flush_l2()
-        _event_record(start)
-        fn(*args)
+        _event_record(start, harness)
+        call(*args)
         _synchronize()
-        _event_record(end)
+        _event_record(end, harness)
     _synchronize()
-    return [max(_event_elapsed(s, e) * 1000.0 - overhead, 0.0) for s, e in pairs]
+    return [_clip(_event_elapsed(s, e) * 1000.0 - overhead) for s, e in pairs]
 
 
 class _Graph:
-    """`calls` calls of fn (rotating through the input sets) captured in one CUDA graph."""
+    """`calls` calls of fn (rotating through the input sets) captured in one CUDA graph. The
+    outputs of the last `len(sets)` calls stay alive during capture, so output buffers rotate
+    with the inputs instead of one buffer staying hot in L2."""
 
     def __init__(self, fn: Callable[..., Any], sets: list[Sequence[Any]], calls: int) -> None:
-        self.calls = calls
+        n = len(sets)
+        self.calls = max(calls, n)
+        self.calls += (-self.calls) % n  # a whole number of rotations
+        call = _guarded(fn)
+        harness = _current_stream()
         stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
+        stream.wait_stream(harness)
         with torch.cuda.stream(stream):
             for args in sets:  # warm on the capture stream (allocator, lazy init)
-                fn(*args)
-        torch.cuda.current_stream().wait_stream(stream)
+                call(*args)
+        harness.wait_stream(stream)
         _synchronize()
         self.graph = _CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for i in range(calls):
-                fn(*sets[i % len(sets)])
+        try:
+            with torch.cuda.graph(self.graph):
+                recent: list[Any] = []
+                for i in range(self.calls):
+                    recent.append(call(*sets[i % n]))
+                    if len(recent) >= n:
+                        recent.pop(0)
+                del recent
+        except Exception as e:
+            if isinstance(e, StreamChanged) or isinstance(e.__context__, StreamChanged):
+                raise StreamChanged(STREAM_CHANGED_MESSAGE) from e
+            raise
+        finally:
+            if _current_stream() != harness:
+                _set_stream(harness)
         _synchronize()
 
     def samples(self, reps: int) -> list[float]:
         overhead = sync_overhead_us()
+        harness = _current_stream()
         pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)]
         _synchronize()
         for start, end in pairs:
-            _event_record(start)
+            _event_record(start, harness)
             _graph_replay(self.graph)
             _synchronize()
-            _event_record(end)
+            _event_record(end, harness)
         _synchronize()
-        return [max(_event_elapsed(s, e) * 1000.0 - overhead, 0.0) / self.calls for s, e in pairs]
+        return [_clip((_event_elapsed(s, e) * 1000.0 - overhead) / self.calls) for s, e in pairs]
 
 
-def summarize(times_us: Sequence[float], method: Method) -> Timing:
-    """Median, interquartile range and minimum of per-call samples (µs). Pure Python."""
+def summarize(times_us: Sequence[float], method: Method, sets: int = 1) -> Timing:
+    """Median, interquartile range and minimum of per-call samples (µs), with how many were
+    clipped at `MIN_SAMPLE_US`. Pure Python."""
     if not times_us:
         raise ValueError("no timing samples to summarize")
     ordered = sorted(times_us)
@@ -196,6 +313,8 @@ def summarize(times_us: Sequence[float], method: Method) -> Timing:
         min_us=ordered[0],
         reps=len(ordered),
         method=method,
+        sets=sets,
+        clipped=sum(1 for t in ordered if t <= MIN_SAMPLE_US),
     )
 
 
@@ -210,11 +329,12 @@ def estimate_us(
     """Warm fn up (3 calls) and estimate its time per call from 5 flushed, synchronised calls.
     Also returns the bytes of tensors one call returns (a CUDA graph keeps every call's output)."""
     _require_cuda()
-    out = fn(*sets[0])
+    call = _guarded(fn)
+    out = call(*sets[0])
     out_bytes = _nbytes(_leaves(out))
     del out
     for i in range(1, 3):
-        fn(*sets[i % len(sets)])
+        call(*sets[i % len(sets)])
     _synchronize()
     return statistics.median(_event_samples(fn, sets, 5, flush_l2, 0)), out_bytes
 
@@ -257,6 +377,61 @@ def time_round(
     return _event_samples(fn, sets, reps, flush_l2, 0)
 
 
+@dataclass
+class Round:
+    """One round of samples: µs per call, the method, and how many input sets the calls used."""
+
+    times_us: list[float]
+    method: Method
+    sets: int
+
+
+def _graph_or_none(
+    fn: Callable[..., Any],
+    sets: list[Sequence[Any]],
+    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
+    estimate: float,
+    out_bytes: int,
+    strict: bool,
+) -> _Graph | None:
+    """A captured graph over rotating sets, or None when fn cannot be captured (host syncs,
+    allocations the graph pool refuses, ...) and `strict` is false. `StreamChanged` always raises."""
+    try:
+        return _Graph(fn, _add_rotation(sets, input_sets, out_bytes), _graph_calls(estimate, out_bytes))
+    except StreamChanged:
+        raise
+    except Exception:  # noqa: BLE001 - capture fails in many ways (host syncs, dynamo, allocator)
+        if strict:
+            raise
+        _synchronize()
+        return None
+
+
+def sample_round(
+    fn: Callable[..., Any],
+    *,
+    budget_ms: float = 200.0,
+    method: Method | Literal["auto"] = "auto",
+    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None = None,
+    flush_l2: bool = True,
+) -> Round:
+    """One round for the interleaved protocol: about `budget_ms` of samples (µs per call, at least
+    5), the method used and the number of rotating sets. Pass the returned method to later rounds
+    so all rounds agree. Raises `StreamChanged` if fn leaves another CUDA stream current."""
+    sets = _first_sets(input_sets)
+    estimate, out_bytes = estimate_us(fn, sets, flush_l2)
+    chosen: Method = choose_method(estimate) if method == "auto" else method
+    if chosen == "cuda_graph":
+        graph = _graph_or_none(fn, sets, input_sets, estimate, out_bytes, strict=method == "cuda_graph")
+        if graph is not None:
+            reps = int(max(5, min(200, budget_ms * 1000.0 / max(estimate * graph.calls, 1.0))))
+            return Round(graph.samples(reps), "cuda_graph", len(sets))
+        chosen = "cuda_events"
+    # The flush costs ~60 µs of GPU time per rep on an H200 (256 MB at ~4.3 TB/s).
+    reps = int(max(5, min(2000, budget_ms * 1000.0 / (estimate + 60.0))))
+    return Round(_event_samples(fn, sets, reps, flush_l2, 0), chosen, len(sets))
+
+
 def sample(
     fn: Callable[..., Any],
     *,
@@ -265,25 +440,9 @@ def sample(
     input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None = None,
     flush_l2: bool = True,
 ) -> tuple[list[float], Method]:
-    """One round for the interleaved protocol: about `budget_ms` of samples (µs per call, at least
-    5) and the method used. Pass the returned method to later rounds so all rounds agree."""
-    sets = _input_sets(input_sets)
-    estimate, out_bytes = estimate_us(fn, sets, flush_l2)
-    chosen: Method = choose_method(estimate) if method == "auto" else method
-    if chosen == "cuda_graph":
-        calls = _graph_calls(estimate, out_bytes)
-        reps = int(max(5, min(200, budget_ms * 1000.0 / max(estimate * calls, 1.0))))
-        try:
-            return _Graph(fn, sets, calls).samples(reps), "cuda_graph"
-        except Exception:  # noqa: BLE001 - capture fails in many ways (host syncs, dynamo, allocator)
-            if method == "cuda_graph":
-                raise
-            # Not capturable (host syncs, allocations the graph pool refuses, ...): use events.
-            _synchronize()
-            chosen = "cuda_events"
-    # The flush costs ~60 µs of GPU time per rep on an H200 (256 MB at ~4.3 TB/s).
-    reps = int(max(5, min(2000, budget_ms * 1000.0 / (estimate + 60.0))))
-    return _event_samples(fn, sets, reps, flush_l2, 0), chosen
+    """`sample_round` as (samples, method)."""
+    r = sample_round(fn, budget_ms=budget_ms, method=method, input_sets=input_sets, flush_l2=flush_l2)
+    return r.times_us, r.method
 
 
 def time_cuda(
@@ -299,22 +458,19 @@ def time_cuda(
     """Time fn on the current GPU: median, IQR and min per call, in µs.
 
     fn() is called with no arguments, or fn(*args) with each input set in turn (`input_sets`: a
-    list of argument lists, or a builder called until the sets exceed L2). Repeats in batches
+    list of argument lists, or a builder: with CUDA graphs it is called `rotation_sets()` times so
+    the sets exceed L2, see the module docstring). Repeats in batches
     until `min_reps` samples and, for kernels over 50 µs, IQR/median ≤ `target_spread`, or until
     `max_time_s` of wall time. method "auto" picks CUDA graphs below ~20 µs per call.
     """
     deadline = _perf_counter() + max_time_s
-    sets = _input_sets(input_sets)
+    sets = _first_sets(input_sets)
     estimate, out_bytes = estimate_us(fn, sets, flush_l2)
     chosen: Method = choose_method(estimate) if method == "auto" else method
     graph: _Graph | None = None
     if chosen == "cuda_graph":
-        try:
-            graph = _Graph(fn, sets, _graph_calls(estimate, out_bytes))
-        except Exception:  # noqa: BLE001 - capture fails in many ways (host syncs, dynamo, allocator)
-            if method == "cuda_graph":
-                raise
-            _synchronize()
+        graph = _graph_or_none(fn, sets, input_sets, estimate, out_bytes, strict=method == "cuda_graph")
+        if graph is None:
             chosen = "cuda_events"
     times: list[float] = []
     batch = max(5, min(50, min_reps))
@@ -329,7 +485,7 @@ def time_cuda(
                 break
         if _perf_counter() >= deadline:
             break
-    return summarize(times, chosen)
+    return summarize(times, chosen, len(sets))
 
 
 def time_callable(fn: Callable[[], Any], **options: Any) -> Timing:

@@ -50,6 +50,9 @@ class Worker:
         self.device = "cpu"
         self.cuda_ipc = False
         self._compiled: Any = None
+        self.harness_stream: Any = None
+        """CUDA only: the stream current before the candidate was imported; restored after every
+        call of the candidate's code (`restore_stream`)."""
 
     # ---- messaging ----
 
@@ -270,12 +273,13 @@ class Worker:
                     self._compiled(*inputs)
                     self.sync()
                 for key, fn in (("eager", model), ("compiled", self._compiled)):
-                    times, method = timing.sample(
-                        lambda fn=fn: fn(*inputs),
+                    r = timing.sample_round(
+                        fn,
                         budget_ms=header.get("budget_ms", 100.0),
                         method=methods.get(key, "auto"),
+                        input_sets=lambda: self._map(inputs, lambda t: t.clone()),
                     )
-                    out[key] = {"times_us": times, "method": method}
+                    out[key] = {"times_us": r.times_us, "method": r.method, "sets": r.sets}
             return out
         except Exception as e:
             return {"type": "timed", "error": _trim(traceback.format_exc()), "summary": repr(e)}
@@ -295,7 +299,9 @@ class Worker:
         else:
             os.environ.pop("TRITON_INTERPRET", None)
         if self.device.startswith("cuda"):
-            from kernelcraft.tools import timing  # noqa: F401  (captures the timers before the candidate)
+            from kernelcraft.tools import timing  # (captures the timers before the candidate)
+
+            self.harness_stream = timing._current_stream()
         integrity = guard.Integrity()
         try:
             task = self.load_task(job, workdir)
@@ -313,6 +319,13 @@ class Worker:
             self.fail_exception(e, "load")
             return
         if self.check_harness(integrity, threads_before, "importing the candidate"):
+            return
+        if self.restore_stream():
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                "importing the candidate changed the current CUDA stream; launch on the current stream",
+                op="torch.cuda.set_stream",
+            )
             return
         self.send({"type": "loaded"})
         allowed = frozenset(job.get("allowed_ops", []))
@@ -369,6 +382,13 @@ class Worker:
             else:
                 return
 
+    def restore_stream(self) -> bool:
+        """Set the harness's stream current again; True when the candidate had changed it."""
+        timing = sys.modules.get("kernelcraft.tools.timing")
+        if self.harness_stream is None or timing is None:
+            return False
+        return bool(timing.stream_changed(self.harness_stream))
+
     def _limit_memory(self, job: dict[str, Any]) -> None:
         limit = job.get("memory_limit_bytes")
         if not limit:
@@ -410,6 +430,8 @@ class Worker:
         torch = self.torch
         self.poison(poison_sizes, value)
         recorder = guard.OpRecorder(allowed)
+        timing = sys.modules.get("kernelcraft.tools.timing") if self.device.startswith("cuda") else None
+        stream = self.harness_stream
         try:
             with (
                 torch.no_grad(),
@@ -422,6 +444,11 @@ class Worker:
             self.sync()
         except BaseException as e:
             self.fail_exception(e, "runtime")
+            return None
+        if timing is not None and stream is not None and timing.stream_changed(stream):
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT, timing.STREAM_CHANGED_MESSAGE, op="torch.cuda.set_stream"
+            )
             return None
         names = list(dict.fromkeys([r.launch.name for r in rec.records]))
         if recorder.fallbacks:
@@ -509,6 +536,7 @@ class Worker:
         try:
             with self.torch.no_grad(), intercept_launches(execute=False) as rec:
                 model(*self._map(inputs, lambda t: t.clone()))
+            self.restore_stream()
             targets = compile_for_targets(rec.records, header["targets"])
         except Exception as e:
             return {
@@ -527,14 +555,27 @@ class Worker:
         try:
             from kernelcraft.tools import timing
 
+            self.restore_stream()
             with self.torch.no_grad():
-                times, method = timing.sample(
-                    lambda: model(*inputs),
+                r = timing.sample_round(
+                    model,
                     budget_ms=header.get("budget_ms", 100.0),
                     method=header.get("method", "auto"),
+                    input_sets=lambda: self._map(inputs, lambda t: t.clone()),
                 )
-            return {"type": "timed", "candidate": {"times_us": times, "method": method}}
+            return {
+                "type": "timed",
+                "candidate": {"times_us": r.times_us, "method": r.method, "sets": r.sets},
+            }
         except Exception as e:
+            if type(e).__name__ == "StreamChanged" and type(e).__module__ == "kernelcraft.tools.timing":
+                from kernelcraft.knowledge.failures import FailureClass
+
+                return {
+                    "type": "verdict",
+                    "failure_class": FailureClass.FORBIDDEN_CONSTRUCT.value,
+                    "evidence": {"message": str(e), "op": "torch.cuda.set_stream"},
+                }
             return {"type": "timed", "error": _trim(traceback.format_exc()), "summary": repr(e)}
 
     def warmup(self, model: Any, inputs: list[Any]) -> dict[str, Any]:
@@ -546,6 +587,7 @@ class Worker:
         try:
             with self.torch.no_grad(), intercept_launches(execute=False) as rec:
                 model(*self._map(inputs, lambda t: t.clone()))
+            self.restore_stream()
             for r in rec.records:
                 grid = tuple(r.launch.grid) or (1,)
                 r.jit_fn.warmup(*r.args, grid=grid, **r.kwargs)
