@@ -167,3 +167,47 @@ def test_records_made_under_the_interpreter_are_refused(k: Any) -> None:
     record.interpreted = True
     with pytest.raises(InterpretedKernelError, match="TRITON_INTERPRET"):
         compile_launch(record, "sm_80")
+
+
+def test_the_host_target_reads_registers_spills_and_shared_from_the_jit_compiled_kernel() -> None:
+    # The real JIT compile runs only on a GPU (see tests/test_evaluator.py::test_gpu_seed_passes_and_profiles);
+    # here a fake JITFunction checks how `compile_host` reads a CompiledKernel (Triton 3.6 / 3.9).
+    from types import SimpleNamespace
+
+    from kernelcraft.tools.aot import compile_host
+    from kernelcraft.tools.launches import LaunchRecord
+    from kernelcraft.tools.models import KernelLaunch
+
+    class Kernel:
+        metadata = SimpleNamespace(shared=4096, num_warps=4, num_stages=3, name="k")
+
+        def _init_handles(self) -> None:  # loads the binary: this is when n_regs/n_spills appear
+            self.n_regs, self.n_spills = 40, 2
+
+    class Jit:
+        def __init__(self, fail: bool) -> None:
+            self.fail = fail
+
+        def warmup(self, *args, grid, **kwargs):  # type: ignore[no-untyped-def]
+            assert grid == (8, 1, 1) and kwargs == {"BLOCK": 128}
+            if self.fail:
+                raise RuntimeError("PTX .version 9.9 does not support .target sm_90a")
+            return Kernel()
+
+    def record(fail: bool) -> LaunchRecord:
+        la = KernelLaunch(name="k", signature={"x": "*fp32"}, constexprs={"BLOCK": 128}, grid=[8, 1, 1])
+        return LaunchRecord(launch=la, jit_fn=Jit(fail), args=(1,), kwargs={"BLOCK": 128})
+
+    ok = compile_host([record(False)])
+    assert ok.target == "host" and ok.ok and ok.error is None
+    k = ok.kernels[0]
+    assert (k.name, k.registers, k.spills, k.shared_bytes, k.num_warps, k.num_stages) == (
+        "k",
+        40,
+        2,
+        4096,
+        4,
+        3,
+    )
+    bad = compile_host([record(True)])
+    assert not bad.ok and bad.error and "PTX" in bad.error and bad.failure_class is not None

@@ -222,6 +222,12 @@ def test_gpu_seed_passes_and_profiles(gpu_eval, job_for) -> None:
     assert r.verify.correct, r.verify
     assert r.profile.available and r.profile.candidate.median_us > 0 and r.profile.speedup_vs_eager
     assert not r.verify.interpreter
+    # Issue item 5: on a GPU, also the real JIT compile, as target "host".
+    host = [t for t in r.compile.targets if t.target == "host"]
+    assert len(host) == 1 and host[0].ok, r.compile
+    k = host[0].kernels[0]
+    assert k.name == "softmax_kernel" and k.registers and k.registers > 0, k
+    assert k.spills is not None and k.shared_bytes is not None and k.num_warps, k
 
 
 def _side_stream(seed: str, how: str) -> str:

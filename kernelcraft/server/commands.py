@@ -13,7 +13,6 @@ import argparse
 import logging
 import os
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import anyio

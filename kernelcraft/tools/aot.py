@@ -316,3 +316,60 @@ def compile_for_targets(records: Iterable[LaunchRecord], targets: Iterable[str])
             )
         )
     return results
+
+
+def _host_kernel_info(record: LaunchRecord) -> KernelCompileInfo:
+    """JIT-compile one recorded launch for the local GPU (`JITFunction.warmup`: compiled and
+    cached, not run) and read its resource use from the loaded binary: `n_regs`, `n_spills`
+    (set by `_init_handles`, which loads the module) and `metadata.shared`. Triton 3.6 and 3.9."""
+    grid = tuple(record.launch.grid) or (1,)
+    kernel = record.jit_fn.warmup(*record.args, grid=grid, **record.kwargs)
+    init = getattr(kernel, "_init_handles", None)
+    if callable(init):
+        init()
+    md = kernel.metadata
+    n_regs = getattr(kernel, "n_regs", None)
+    n_spills = getattr(kernel, "n_spills", None)
+    return KernelCompileInfo(
+        name=record.launch.name,
+        registers=int(n_regs) if n_regs is not None else None,
+        spills=int(n_spills) if n_spills is not None else None,
+        shared_bytes=int(getattr(md, "shared", 0) or 0),
+        num_warps=int(md.num_warps),
+        num_stages=int(md.num_stages),
+        constexprs=dict(record.launch.constexprs),
+    )
+
+
+def _try_host(record: LaunchRecord) -> tuple[KernelCompileInfo | None, AotCompileError | None]:
+    try:
+        return _host_kernel_info(record), None
+    except Exception as e:  # noqa: BLE001 - a compile error of the candidate's kernel is a verdict
+        import traceback
+
+        text = "".join(traceback.format_exception_only(type(e), e))
+        return None, AotCompileError(record.launch.name, "host", text)
+
+
+def compile_host(records: Iterable[LaunchRecord]) -> TargetCompileResult:
+    """The real JIT compile of every distinct recorded launch on this process's GPU, as the
+    `TargetCompileResult` with target "host" (CUDA workers only; the kernels do not run)."""
+    unique = _dedupe(records)
+    start = time.perf_counter()
+    kernels: list[KernelCompileInfo] = []
+    first_error: AotCompileError | None = None
+    for r in unique:
+        info, error = _try_host(r)
+        if info is not None:
+            kernels.append(info)
+        first_error = first_error or error
+    return TargetCompileResult(
+        target="host",
+        ok=first_error is None and bool(unique),
+        kernels=kernels,
+        error=(f"{first_error.kernel}: {first_error.error_text}" if first_error else None)
+        or (None if unique else "no Triton kernel was launched"),
+        failure_class=(first_error.failure_class if first_error else None)
+        or (None if unique else FailureClass.NO_TRITON_LAUNCH),
+        seconds=round(time.perf_counter() - start, 3),
+    )

@@ -538,6 +538,10 @@ class Worker:
                 model(*self._map(inputs, lambda t: t.clone()))
             self.restore_stream()
             targets = compile_for_targets(rec.records, header["targets"])
+            if self.device.startswith("cuda"):
+                from kernelcraft.tools.aot import compile_host
+
+                targets.append(compile_host(rec.records))  # the real JIT compile on this GPU
         except Exception as e:
             return {
                 "type": "compiled",
