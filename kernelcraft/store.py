@@ -225,6 +225,10 @@ MIGRATIONS: list[Migration] = [
     Migration("m001_initial", M001_INITIAL),
     Migration("m003_knowledge_imports", M003_KNOWLEDGE_IMPORTS),
     Migration("m002_search_tree", M002_SEARCH_TREE),
+    # The rulebook failure a failed node was recorded as, so a rule proposed later attaches to it.
+    Migration(
+        "m004_node_failure", "ALTER TABLE nodes ADD COLUMN failure_id INTEGER REFERENCES failures(id);"
+    ),
 ]
 
 

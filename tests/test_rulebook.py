@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kernelcraft.errors import UsageError
+from kernelcraft.errors import NotFoundError, UsageError
 from kernelcraft.knowledge.failures import FailureClass
 from kernelcraft.knowledge.rulebook import Rulebook, arch_family, validate_rule
 from kernelcraft.knowledge.text import is_near_duplicate, normalize_rule
@@ -450,3 +450,26 @@ def test_a_bad_import_file_changes_nothing_and_names_the_line(
 def test_importing_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not exist"):
         run(lambda rb: rb.import_jsonl(tmp_path / "nope.jsonl"))
+
+
+def test_a_rule_proposed_for_a_recorded_failure_attaches_to_it_and_counts_it_once() -> None:
+    # The search tree records every failed candidate; a driver then proposes a rule for that same
+    # failure by its id. One failure row; the rule counts the failure once, however often it is sent.
+    text = (FIXTURES / "triton-3.9" / "break_in_loop.txt").read_text()
+
+    async def go(rb: Rulebook) -> tuple[Any, ...]:
+        first = await rb.record_failure("kernel A", text, arch="sm_90a")
+        with_rule = await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=first.failure_id)
+        again = await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=first.failure_id)
+        other = await rb.record_failure("kernel B", text, arch="sm_90a", rule=FLOAT32)
+        rows = await rb.store.conn.execute_fetchall("SELECT count(*) FROM failures")
+        with pytest.raises(NotFoundError):
+            await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=999)
+        return first, with_rule, again, other, rows[0][0]
+
+    first, with_rule, again, other, n_failures = run(go)
+    assert with_rule.failure_id == first.failure_id and with_rule.failure_class == first.failure_class
+    assert with_rule.rule is not None and with_rule.rule.count == 1 and with_rule.rule_action == "created"
+    assert again.rule is not None and again.rule.count == 1 and again.rule_action == "linked"
+    assert other.rule is not None and other.rule.count == 2
+    assert n_failures == 2

@@ -179,6 +179,25 @@ def test_a_failed_candidate_is_recorded_in_the_rulebook_with_class_code_and_erro
     ]
 
 
+def test_a_failed_node_names_its_rulebook_failure_so_a_proposed_rule_attaches_to_it(tmp_path):
+    bad = candidate("compile", "uses tl.tanh")
+    rule = "You cannot use tl.tanh in a Triton kernel."
+
+    async def go():
+        async with service(tmp_path / "kc.db") as svc:
+            r = await svc.start(TASK, budget=3)
+            assert r.next_step is not None
+            sub = await svc.submit(r.tree.id, r.next_step.node_id, bad)
+            assert sub.node.failure_id is not None
+            rec = await svc.rulebook.record_failure(bad, "ignored", rule=rule, failure_id=sub.node.failure_id)
+            n = await svc.store.conn.execute_fetchall("SELECT count(*) FROM failures")
+            return sub, rec, n[0][0]
+
+    sub, rec, n_failures = asyncio.run(go())
+    assert n_failures == 1  # the driver's rule did not record the failure a second time
+    assert rec.failure_id == sub.node.failure_id and rec.rule is not None and rec.rule.count == 1
+
+
 # ---------------------------------------------------------------------------- step contexts
 
 

@@ -396,6 +396,7 @@ class Explorer:
             arch=self.opts.target,
             rule=rule,
             failure_class=node.failure_class,
+            failure_id=node.failure_id,
         )
         return {
             "proposed": rule,

@@ -111,6 +111,7 @@ class ToolSession:
         arch: str,
         rule: str | None,
         failure_class: FailureClass | None,
+        failure_id: int | None = None,
     ) -> FailureRecorded:
         return await self._model(
             "record_failure",
@@ -121,6 +122,7 @@ class ToolSession:
                 "arch": arch,
                 "rule": rule,
                 "failure_class": failure_class.value if failure_class else None,
+                "failure_id": failure_id,
             },
             None,
             FailureRecorded,

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import aiosqlite
 from pydantic import BaseModel, Field, ValidationError
 
-from kernelcraft.errors import UsageError
+from kernelcraft.errors import NotFoundError, UsageError
 from kernelcraft.knowledge.failures import FailureClass, classify, diagnosis
 from kernelcraft.knowledge.text import fts_query, is_near_duplicate, normalize_rule, rule_similarity
 from kernelcraft.store import Store, utcnow
@@ -226,14 +226,23 @@ class Rulebook:
         client: str = "local",
         stage: str | None = None,
         op_category: str | None = None,
+        failure_id: int | None = None,
     ) -> FailureRecorded:
         """Store a failed candidate with its class and learn from it (see the module docstring).
 
         `failure_class` given is used as is; otherwise `classify(error, stage)` decides. `rule` is
         a proposed "You cannot …" sentence or "no guidance"; anything else raises UsageError before
         anything is written.
+
+        `failure_id` names a failure already recorded (the search tree records every failed
+        candidate and returns its id on the node): the proposed rule attaches to it instead of a
+        second copy of the failure being stored, and a rule never counts one failure twice.
         """
         proposed = validate_rule(rule) if rule is not None else None
+        if failure_id is not None:
+            return await self._attach(
+                failure_id, proposed, family=arch_family(arch), client=client, op_category=op_category
+            )
         family = arch_family(arch)
         cls = failure_class if failure_class is not None else classify(error, stage)
         async with self.store.transaction() as conn:
@@ -276,6 +285,45 @@ class Rulebook:
             failure_id=failure_id, failure_class=cls, rule=out, rule_action=action, activated=activated
         )
 
+    async def _attach(
+        self,
+        failure_id: int,
+        proposed: str | None,
+        *,
+        family: str | None,
+        client: str,
+        op_category: str | None,
+    ) -> FailureRecorded:
+        async with self.store.transaction() as conn:
+            rows = await _rows(conn, "SELECT class FROM failures WHERE id = ?", (failure_id,))
+            if not rows:
+                raise NotFoundError(
+                    f"no failure {failure_id} in the rulebook; omit failure_id to record the failure itself"
+                )
+            cls = FailureClass(rows[0][0])
+            if proposed is None:
+                return FailureRecorded(
+                    failure_id=failure_id, failure_class=cls, rule_action="none", activated=False
+                )
+            rule_id, action = await self._add_or_increment(
+                conn,
+                proposed,
+                family=family,
+                cls=cls,
+                client=client,
+                failure_id=failure_id,
+                op_category=op_category,
+            )
+            await conn.execute(
+                "INSERT INTO rule_evidence (rule_id, failure_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                (rule_id, failure_id),
+            )
+            activated = await self._maybe_activate(conn, rule_id)
+            out = await self._get(conn, rule_id)
+        return FailureRecorded(
+            failure_id=failure_id, failure_class=cls, rule=out, rule_action=action, activated=activated
+        )
+
     async def _add_or_increment(
         self,
         conn: aiosqlite.Connection,
@@ -292,6 +340,12 @@ class Rulebook:
         now = utcnow()
         if match is not None:
             rule_id, rule_family = match
+            if failure_id is not None and await _rows(
+                conn,
+                "SELECT 1 FROM rule_evidence WHERE rule_id = ? AND failure_id = ?",
+                (rule_id, failure_id),
+            ):
+                return rule_id, "linked"  # this failure already counts for this rule
             # The same rule from another family is a general one.
             new_family = rule_family if rule_family == family else None
             await conn.execute(

@@ -199,7 +199,7 @@ class SearchService:
 
         seed_info = None
         if seed_id is not None and seed_result is not None:
-            await self._learn(tree, seed_candidate or "", seed_result, task_source, client)
+            await self._learn(tree, seed_id, seed_candidate or "", seed_result, task_source, client)
             seed_info = await self._node(tree_id, seed_id, with_code=False, with_verdict=True)
         step = await self._next_step(tree_id, step_node) if step_node is not None else None
         tree = await self._tree(tree_id)
@@ -295,7 +295,7 @@ class SearchService:
             step_node, note = await self._issue(conn, tree, client, now)
             used_after, _ = await self._usage(conn, tree_id, _iso(now))
 
-        await self._learn(tree, candidate_code, result, task_source, client)
+        await self._learn(tree, node_id, candidate_code, result, task_source, client)
         node = await self._node(tree_id, node_id, with_code=False, with_verdict=True)
         best = await self._node(tree_id, best_after, with_code=False) if best_after is not None else None
         new_best = best_after == node_id and best_before != node_id
@@ -508,9 +508,10 @@ class SearchService:
         )
 
     async def _learn(
-        self, tree: TreeRow, code: str, result: EvalResult, task_source: str, client: str
+        self, tree: TreeRow, node_id: int, code: str, result: EvalResult, task_source: str, client: str
     ) -> None:
-        """A failed candidate goes to the rulebook with its class and error text."""
+        """A failed candidate goes to the rulebook with its class and error text; the node keeps
+        the failure's id so a rule proposed later attaches to it (`record_failure(failure_id=…)`)."""
         outcome, _ = outcome_of(result)
         if outcome == "correct":
             return
@@ -519,7 +520,7 @@ class SearchService:
             f"verdict {fc.value}" if fc else "the candidate failed without an error text"
         )
         try:
-            await self.rulebook.record_failure(
+            recorded = await self.rulebook.record_failure(
                 code,
                 error,
                 reference_code=task_source,
@@ -528,6 +529,10 @@ class SearchService:
                 task_hash=tree.task_hash,
                 client=client,
             )
+            async with self.store.transaction() as conn:
+                await conn.execute(
+                    "UPDATE nodes SET failure_id = ? WHERE id = ?", (recorded.failure_id, node_id)
+                )
         except KernelcraftError:
             # The verdict is recorded already; a rulebook fault must not lose it.
             logger.exception(

@@ -85,6 +85,10 @@ class NodeInfo(BaseModel):
         default=None, description="'correct', 'wrong' (compiled) or 'not_compiled'."
     )
     failure_class: FailureClass | None = None
+    failure_id: int | None = Field(
+        default=None,
+        description="The rulebook's id for this failure: pass it to record_failure with a proposed rule.",
+    )
     error: str | None = Field(default=None, description="The failing stage's error text, trimmed.")
     speedup: float | None = Field(
         default=None, description="Speedup over the PyTorch baseline; null if unmeasured."
@@ -406,7 +410,7 @@ async def backpropagate(conn: aiosqlite.Connection, node_id: int, reward: float)
 _NODE_COLUMNS = (
     "n.id, n.tree_id, n.parent_id, n.kind, n.seed, n.status, n.step_index, n.reason, n.context_ids, n.code_hash,"
     " n.verdict, n.outcome, n.failure_class, n.speedup, n.reward, n.visits, n.value_sum, n.max_reward, n.client,"
-    " n.created_at, n.evaluated_at, l.expires_at AS lease_expires_at, l.client AS lease_client"
+    " n.created_at, n.evaluated_at, n.failure_id, l.expires_at AS lease_expires_at, l.client AS lease_client"
 )
 
 
@@ -483,6 +487,7 @@ def node_info(
         reason=row["reason"],
         outcome=row["outcome"],
         failure_class=FailureClass(fc) if fc else None,
+        failure_id=row["failure_id"],
         error=trim(failure_text(verdict)) if verdict is not None and row["outcome"] != "correct" else None,
         speedup=row["speedup"],
         candidate_us=candidate_us,

@@ -189,6 +189,15 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
                 description="The failure class if you know it (from a verify result); omit to classify the error."
             ),
         ] = None,
+        failure_id: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                description="The id of a failure already recorded — search_tree_step records every failed "
+                "candidate and gives its failure_id on the node. Pass it with a proposed rule so the rule "
+                "attaches to that failure instead of the failure being counted twice.",
+            ),
+        ] = None,
     ) -> FailureRecorded:
         """Record a failed candidate so the shared rulebook learns from it. A proposed rule seen
         often enough (3 times) becomes active and is given to every later query_rules call."""
@@ -209,6 +218,7 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
                 failure_class=failure_class,
                 task_hash=code_hash(reference_code) if reference_code is not None else None,
                 client=client_name(),
+                failure_id=failure_id,
             )
 
 
