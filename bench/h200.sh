@@ -16,10 +16,12 @@ for step in "$@"; do
       run verify python3 -m kernelcraft verify examples/softmax/task.py examples/softmax/seed.py --json
       run profile python3 -m kernelcraft profile examples/softmax/task.py examples/softmax/seed.py --json
       run compile python3 -m kernelcraft compile examples/softmax/task.py examples/softmax/seed.py --target sm_90a --target gfx942 --json ;;
+    trace)
+      for t in elementwise linear; do run "trace_$t" python3 -m kernelcraft profile bench/tasks/$t.py bench/tasks/${t}_triton.py; done ;;
     gputests) run gputests python3 -m pytest -m gpu -q -s -p no:cacheprovider tests ;;
     capture) run capture python3 tests/fixtures/errors/capture.py; tar czf "$OUT/errors-3.6.tgz" tests/fixtures/errors/triton-3.6 2>/dev/null ;;
-    eval) run bench_eval python3 bench/bench_eval.py ;;
-    tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ;;
+    eval) run bench_eval python3 bench/bench_eval.py ${EVAL_ARGS:-} ;;
+    tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ;;
     *) echo "unknown step $step" ;;
   esac

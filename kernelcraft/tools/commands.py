@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from typing import Any
 
 from kernelcraft.config import KNOWN_TARGETS
@@ -93,8 +94,10 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
 def _run(job: EvalJob, device: str) -> EvalResult:
     from kernelcraft.tools.local import LocalEvaluator
 
+    started = time.monotonic()
+
     async def progress(fraction: float, message: str) -> None:
-        print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+        print(f"[{fraction:4.0%} {time.monotonic() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
 
     async def main() -> EvalResult:
         async with LocalEvaluator(workers=3 if "compile" in job.stages else 2, device=device) as ev:  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import logging
 import secrets
 import sys
@@ -62,6 +63,10 @@ WATCH_INTERVAL_S = 0.25
 REAP_TIMEOUT_S = 15.0
 _REAPING: set[asyncio.Future[Any]] = set()  # shielded reaper tasks (kept referenced until done)
 PROFILE_ROUNDS = 5
+# torch.compile of the reference costs seconds per process; its timing for a task on a GPU is
+# measured once and reused for this long (the eager reference is still timed every evaluation,
+# interleaved with the candidate).
+COMPILED_REFERENCE_TTL_S = 1800.0
 PROFILE_BUDGET_MS = 60.0
 NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
 
@@ -143,6 +148,8 @@ class LocalEvaluator:
         self._devices: list[_Device] | None = None
         self._closed = False
         self._active: set[WorkerProcess] = set()
+        # (task sha256, device index) -> (monotonic time measured, Timing of the compiled reference)
+        self._compiled_reference: dict[tuple[str, int | None], tuple[float, Timing]] = {}
         if protect_environ:
             _protect_environ()
 
@@ -286,6 +293,13 @@ class _Job:
         self.ref_has_inputs = False
         self.kernels: list[str] = []
         self.notes: list[str] = []
+        self.compiled_key = (hashlib.sha256(job.task_source.encode()).hexdigest(), device.index)
+
+    def cached_compiled_reference(self) -> Timing | None:
+        hit = self.ev._compiled_reference.get(self.compiled_key)
+        if hit is None or time.monotonic() - hit[0] > COMPILED_REFERENCE_TTL_S:
+            return None
+        return hit[1]
 
     async def progress(self, fraction: float, message: str) -> None:
         if self.progress_cb is not None:
@@ -589,7 +603,7 @@ class _Job:
         await cand.send({"op": "warmup", "inputs": frame.header["inputs"]}, frame.blobs)
         warm = await self.recv(cand, candidate=True)
         self.candidate_verdict(warm, "warm")
-        if "profile" in self.job.stages:
+        if "profile" in self.job.stages and self.cached_compiled_reference() is None:
             await self.progress(0.09, "compiling the reference with torch.compile")
             await self.ref.send({"op": "warmup_reference"})
             await self.recv(self.ref, candidate=False)
@@ -709,6 +723,8 @@ class _Job:
         samples: dict[str, list[float]] = {"candidate": [], "eager": [], "compiled": []}
         methods: dict[str, str] = {}
         sets: dict[str, int] = {}
+        cached = self.cached_compiled_reference()
+        ref_keys = ("eager",) if cached is not None else ("eager", "compiled")
         for r in range(PROFILE_ROUNDS):
             await self.progress(0.9 + 0.1 * r / PROFILE_ROUNDS, f"timing, round {r + 1} of {PROFILE_ROUNDS}")
             await cand.send(
@@ -737,7 +753,8 @@ class _Job:
                 {
                     "op": "time_reference",
                     "budget_ms": PROFILE_BUDGET_MS,
-                    "methods": {k: methods[k] for k in ("eager", "compiled") if k in methods},
+                    "methods": {k: methods[k] for k in ref_keys if k in methods},
+                    "compiled": cached is None,
                 }
             )
             frame = await self.recv(self.ref, candidate=False)
@@ -747,15 +764,19 @@ class _Job:
                     message=f"timing the reference failed: {str(frame.header['error'])[-500:]}",
                     roofline=roof,
                 )
-            for k in ("eager", "compiled"):
+            for k in ref_keys:
                 samples[k] += [float(x) for x in frame.header[k]["times_us"]]
                 methods[k] = str(frame.header[k]["method"])
                 sets[k] = int(frame.header[k].get("sets", 1))
         t = {
             k: timing.summarize(samples[k], methods[k], sets.get(k, 1))  # type: ignore[arg-type]
-            for k in ("candidate", "eager", "compiled")
+            for k in ("candidate", *ref_keys)
         }
-        return _profile_result(
+        if cached is None:
+            self.ev._compiled_reference[self.compiled_key] = (time.monotonic(), t["compiled"])
+        else:
+            t["compiled"] = cached
+        result = _profile_result(
             t["candidate"],
             t["eager"],
             t["compiled"],
@@ -763,6 +784,12 @@ class _Job:
             _device_label(self.device, cand.info),
             round(time.perf_counter() - start, 3),
         )
+        if cached is not None:
+            result.message += (
+                "; the torch.compile reference was timed by an earlier evaluation of this task "
+                f"(reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
+            )
+        return result
 
 
 PHYSICAL_FLOOR_FACTOR = 0.25

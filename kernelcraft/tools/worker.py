@@ -268,11 +268,14 @@ class Worker:
             out: dict[str, Any] = {"type": "timed"}
             methods = header.get("methods", {})
             with torch.no_grad():
-                if self._compiled is None:
-                    self._compiled = torch.compile(model)
-                    self._compiled(*inputs)
-                    self.sync()
-                for key, fn in (("eager", model), ("compiled", self._compiled)):
+                timed: list[tuple[str, Any]] = [("eager", model)]
+                if header.get("compiled", True):
+                    if self._compiled is None:
+                        self._compiled = torch.compile(model)
+                        self._compiled(*inputs)
+                        self.sync()
+                    timed.append(("compiled", self._compiled))
+                for key, fn in timed:
                     r = timing.sample_round(
                         fn,
                         budget_ms=header.get("budget_ms", 100.0),
