@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import hashlib
 import logging
+import os
 import secrets
 import sys
 import tempfile
@@ -108,7 +109,7 @@ class LocalEvaluator:
     """Runs `EvalJob`s in pre-started, single-use worker processes on this machine.
 
     workers: workers kept started per device (each job uses two; three on a CPU-only machine
-      when it also asks for the compile stage). Default 4 per GPU, 2 without one.
+      when it also asks for the compile stage). Default: half the CPU cores, 4 to 8, per GPU; 2 without one.
     device: "auto" (a GPU when torch sees one), "cuda" or "cpu".
     memory_limit_gb: per candidate process: address-space limit on the CPU (RLIMIT_AS over what
       the warm worker already maps), a CUDA caching-allocator cap on a GPU, plus a resident-memory
@@ -136,7 +137,10 @@ class LocalEvaluator:
             if device == "cuda" and gpus == 0:
                 raise UsageError("device='cuda' was asked for but torch sees no CUDA GPU; use device='auto'")
         self._gpus = gpus
-        self._workers = workers or (4 if gpus else 2)
+        # Each job takes two single-use workers, and a worker takes seconds to start (torch,
+        # CUDA, inductor): enough of them must be warm to keep a GPU busy with a batch.
+        default = max(4, min(8, (os.cpu_count() or 8) // 2)) if gpus else 2
+        self._workers = workers or default
         self._memory_limit = int(memory_limit_gb * 1024**3) if memory_limit_gb else None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if scratch_dir is None:
