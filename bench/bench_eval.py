@@ -198,7 +198,7 @@ def _fmt(x: float | None, width: int, digits: int) -> str:
     return "-".rjust(width) if x is None else f"{x:{width}.{digits}f}"
 
 
-def table(reports: dict[str, TaskReport], batch_result: dict[str, Any]) -> str:
+def table(reports: dict[str, TaskReport], batch_result: dict[str, Any] | None) -> str:
     lines = [
         f"{'task':<12} {'status':<20} {'e2e med s':>9} {'cand us':>10} {'ref us':>10} "
         f"{'kc speedup':>10} {'do_bench':>9} {'diff %':>7}",
@@ -209,10 +209,11 @@ def table(reports: dict[str, TaskReport], batch_result: dict[str, Any]) -> str:
         f"{_fmt(r.speedup_diff_pct, 7, 2)}"
         for r in reports.values()
     ]
-    lines.append(
-        f"batch of {batch_result['size']}: {batch_result['wall_seconds']:.1f} s wall, "
-        f"{batch_result['per_minute']:.1f} candidates/minute, statuses {batch_result['statuses']}"
-    )
+    if batch_result is not None:
+        lines.append(
+            f"batch of {batch_result['size']}: {batch_result['wall_seconds']:.1f} s wall, "
+            f"{batch_result['per_minute']:.1f} candidates/minute, statuses {batch_result['statuses']}"
+        )
     lines.append("targets: e2e median <= 2.5 s; >= 40 candidates/minute; |diff| <= 3%")
     return "\n".join(lines)
 
@@ -236,13 +237,15 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"  warm-up took {time.perf_counter() - t0:.1f} s", flush=True)
         print("(a) sequential evaluations (verify 5 trials + profile)", flush=True)
         await sequential(evaluator, reports, args.cpu_smoke, args.runs)
+        # (c) before (b): it is the cheaper one, and its figures survive a run cut short.
+        if gpu and not args.cpu_smoke:
+            print("(c) independent triton.testing.do_bench in this process", flush=True)
+            independent_speedups(reports, args.rounds)
+        else:
+            print("(c) skipped: needs a GPU", flush=True)
+        print(table(reports, None), flush=True)
         print(f"(b) batch of {args.batch} submitted at once", flush=True)
         batch_result = await batch(evaluator, args.cpu_smoke, args.batch)
-    if gpu and not args.cpu_smoke:
-        print("(c) independent triton.testing.do_bench in this process", flush=True)
-        independent_speedups(reports, args.rounds)
-    else:
-        print("(c) skipped: needs a GPU", flush=True)
 
     out = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
