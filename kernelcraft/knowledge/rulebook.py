@@ -239,22 +239,27 @@ class Rulebook:
         second copy of the failure being stored, and a rule never counts one failure twice.
         """
         proposed = validate_rule(rule) if rule is not None else None
-        if failure_id is not None:
-            return await self._attach(
-                failure_id, proposed, family=arch_family(arch), client=client, op_category=op_category
-            )
         family = arch_family(arch)
-        cls = failure_class if failure_class is not None else classify(error, stage)
+        attaching = failure_id is not None
         async with self.store.transaction() as conn:
-            code_digest = await self.store.put_code(candidate_code)
-            ref_digest = await self.store.put_code(reference_code) if reference_code is not None else None
-            cur = await conn.execute(
-                "INSERT INTO failures (class, error_text, code_hash, reference_hash, task_hash, arch, client, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (cls.value, error, code_digest, ref_digest, task_hash, arch, client, utcnow()),
-            )
-            failure_id = cur.lastrowid
-            assert failure_id is not None
+            if failure_id is not None:
+                rows = await _rows(conn, "SELECT class FROM failures WHERE id = ?", (failure_id,))
+                if not rows:
+                    raise NotFoundError(
+                        f"no failure {failure_id} in the rulebook; omit failure_id to record the failure itself"
+                    )
+                cls = FailureClass(rows[0][0])
+            else:
+                cls = failure_class if failure_class is not None else classify(error, stage)
+                code_digest = await self.store.put_code(candidate_code)
+                ref_digest = await self.store.put_code(reference_code) if reference_code is not None else None
+                cur = await conn.execute(
+                    "INSERT INTO failures (class, error_text, code_hash, reference_hash, task_hash, arch, client,"
+                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (cls.value, error, code_digest, ref_digest, task_hash, arch, client, utcnow()),
+                )
+                failure_id = cur.lastrowid
+                assert failure_id is not None
             if proposed is not None:
                 rule_id, action = await self._add_or_increment(
                     conn,
@@ -266,7 +271,8 @@ class Rulebook:
                     op_category=op_category,
                 )
             else:
-                found = await self._rule_for_class(conn, cls, error)
+                # An attached failure was linked to its class's rule when it was first recorded.
+                found = None if attaching else await self._rule_for_class(conn, cls, error)
                 if found is None:
                     return FailureRecorded(
                         failure_id=failure_id, failure_class=cls, rule_action="none", activated=False
@@ -275,45 +281,6 @@ class Rulebook:
                 await conn.execute(
                     "UPDATE rules SET count = count + 1, updated_at = ? WHERE id = ?", (utcnow(), rule_id)
                 )
-            await conn.execute(
-                "INSERT INTO rule_evidence (rule_id, failure_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                (rule_id, failure_id),
-            )
-            activated = await self._maybe_activate(conn, rule_id)
-            out = await self._get(conn, rule_id)
-        return FailureRecorded(
-            failure_id=failure_id, failure_class=cls, rule=out, rule_action=action, activated=activated
-        )
-
-    async def _attach(
-        self,
-        failure_id: int,
-        proposed: str | None,
-        *,
-        family: str | None,
-        client: str,
-        op_category: str | None,
-    ) -> FailureRecorded:
-        async with self.store.transaction() as conn:
-            rows = await _rows(conn, "SELECT class FROM failures WHERE id = ?", (failure_id,))
-            if not rows:
-                raise NotFoundError(
-                    f"no failure {failure_id} in the rulebook; omit failure_id to record the failure itself"
-                )
-            cls = FailureClass(rows[0][0])
-            if proposed is None:
-                return FailureRecorded(
-                    failure_id=failure_id, failure_class=cls, rule_action="none", activated=False
-                )
-            rule_id, action = await self._add_or_increment(
-                conn,
-                proposed,
-                family=family,
-                cls=cls,
-                client=client,
-                failure_id=failure_id,
-                op_category=op_category,
-            )
             await conn.execute(
                 "INSERT INTO rule_evidence (rule_id, failure_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 (rule_id, failure_id),
