@@ -332,14 +332,23 @@ class Store:
                 raise _store_error(e) from e
             try:
                 yield self.conn
+            except sqlite3.OperationalError as e:
+                # SQLITE_FULL and friends inside the block: roll back, so nothing half-written stays.
+                await self._rollback()
+                raise _store_error(e) from e
             except BaseException:
-                await self.conn.execute("ROLLBACK")
+                await self._rollback()
                 raise
             try:
                 await self.conn.execute("COMMIT")
             except sqlite3.OperationalError as e:
-                await self.conn.execute("ROLLBACK")
+                await self._rollback()
                 raise _store_error(e) from e
+
+    async def _rollback(self) -> None:
+        # After some errors (SQLITE_FULL, SQLITE_IOERR) SQLite has already rolled back by itself.
+        if self.conn.in_transaction:
+            await self.conn.execute("ROLLBACK")
 
     async def put_code(self, source: str) -> str:
         """Store a source text once; returns its sha256. Call inside or outside a transaction."""

@@ -243,3 +243,29 @@ def test_code_is_content_addressed(tmp_path: Path) -> None:
 
     a, b, src = run(go())
     assert a == b and len(a) == 64 and src == "x = 1\n"
+
+
+def test_a_full_disk_is_a_clear_error_that_loses_nothing_and_writes_resume_after(tmp_path: Path) -> None:
+    # SQLite's max_page_count makes the database file "full" exactly as a full disk does (SQLITE_FULL).
+    async def go() -> tuple[str, int, int]:
+        store = await Store.open(tmp_path / "kc.db")
+        try:
+            rb = Rulebook(store)
+            first = await rb.record_failure("kernel 1", "boom", failure_class=None)
+            pages = (await store.conn.execute_fetchall("PRAGMA page_count"))[0][0]
+            await store.conn.execute(f"PRAGMA max_page_count = {pages}")
+            with pytest.raises(StoreError) as caught:
+                await rb.record_failure("x" * 200_000, "a failure too big for the space left")
+            kept = (await store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
+            await store.conn.execute("PRAGMA max_page_count = 1073741823")
+            again = await rb.record_failure("kernel 2", "boom again")
+            assert again.failure_id > first.failure_id
+            total = (await store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
+            return str(caught.value), kept, total
+        finally:
+            await store.aclose()
+
+    message, kept, total = run(go())
+    assert "full" in message and "nothing was written" in message
+    assert kept == 1  # the failed write left nothing half-done; the earlier row is there
+    assert total == 2
