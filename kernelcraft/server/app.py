@@ -4,7 +4,7 @@
 lifespan opens the one Store, the rulebook (importing the seed rules on first start), the
 hardware-manual index, the evaluator and the search service, and closes them in reverse order;
 the tools (`tools.py`), resources (`resources.py`) and prompts (`prompts.py`) reach them through
-`AppState`; `cancellation.py` makes a client's cancellation reach the evaluator.
+`AppState`.
 
 Only this process writes to the database on behalf of clients; candidate code never runs here
 (the evaluator runs it in worker processes), so a crashing candidate is a verdict, not a fault.
@@ -30,7 +30,6 @@ from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.service import SearchService
 from kernelcraft.server.auth import HttpAuth
-from kernelcraft.server.cancellation import CancellationSafeEvaluator
 from kernelcraft.server.prompts import register_prompts
 from kernelcraft.server.resources import (
     register_doc_resources,
@@ -117,7 +116,7 @@ def create_server(
         async with AsyncExitStack() as stack:
             store = await Store.open(settings.db_path)
             stack.push_async_callback(store.aclose)
-            evaluator = CancellationSafeEvaluator(evaluator_factory(settings))
+            evaluator = evaluator_factory(settings)
             stack.push_async_callback(evaluator.aclose)
             rulebook = Rulebook(store, activation_count=settings.rule_activation_count)
             added = await rulebook.import_seed()
