@@ -115,3 +115,21 @@ def test_fake_verdict_on_stdout_is_not_believed(evaluator, job_for) -> None:
     assert v is not None and not v.correct and v.status == "runtime_crash"
     assert v.evidence is not None and "exited with code 0" in v.evidence.message
     json.dumps(v.model_dump())
+
+
+def test_the_worker_environment_drops_secrets_and_kernelcrafts_own_settings() -> None:
+    from kernelcraft.tools.pool import scrubbed_env
+
+    env = scrubbed_env(
+        {
+            "PATH": "/usr/bin",
+            "ANTHROPIC_BASE_URL": "u",
+            "MY_API_KEY": "k",
+            "GH_TOKEN": "t",
+            "DB_PASSWORD": "p",
+            "KERNELCRAFT_TOKENS": "tok=alice",
+            "KERNELCRAFT_DB": "/home/me/.kernelcraft/kernelcraft.db",
+            "TRITON_OVERRIDE_DIR": "/evil",
+        }
+    )
+    assert env == {"PATH": "/usr/bin"}

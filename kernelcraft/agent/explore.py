@@ -7,9 +7,10 @@ context and the active rules); the driver only writes candidates and submits the
 - small step: a reviser call (`propose_improvements`, 1–3 concrete changes from the chain, its
   errors and timings; skipped when no kernel of the chain is correct, as in AdaExplore), then a
   tuner call (`submit_edits`) whose old/new edits are applied to the parent. Edits that do not
-  apply (after one retry that shows the model why) make a failed step: the driver submits a module
-  that raises with that reason, so the tree records the step as failed, with the reason, and its
-  policy moves on (its rule: after a failed step, the other kind);
+  apply (after one retry that shows the model why) make a failed step: the driver abandons it
+  (`search_tree_step(action="abandon")`) with that reason, so the tree records the step as failed
+  without an evaluation or a rulebook entry, and its policy moves on (its rule: after a failed
+  step, the other kind);
 - after a failed candidate: a rule-proposal call (`propose_rule`: "You cannot …" or "no guidance")
   and `record_failure` with the rule, so the rulebook counts it;
 - `--llm none`: every step is the offline tuner's proposal (`tuner.py`); a large step jumps to a
@@ -121,23 +122,13 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# Before `abandon` existed the driver submitted a module that raised with the reason; trees from
+# those runs still hold such placeholders, which are never refined.
 FAILED_STEP_HEADER = '"""kernelcraft driver: this step produced no candidate."""'
 
 
 def is_failed_step(code: str | None) -> bool:
     return code is not None and code.startswith(FAILED_STEP_HEADER)
-
-
-def failed_step_module(reason: str) -> str:
-    """What the driver submits for a step that produced no candidate: a module that fails to load
-    with the reason, so the tree records the step as failed and shows why in later contexts."""
-    return (
-        FAILED_STEP_HEADER + "\n"
-        "import torch.nn as nn\n\n"
-        f"raise RuntimeError({('the driver step failed: ' + reason)[:2000]!r})\n\n\n"
-        "class ModelNew(nn.Module):  # never reached\n"
-        "    pass\n"
-    )
 
 
 def shared_fraction(result: CompileResult, target: str) -> float | None:
@@ -156,9 +147,15 @@ def shared_fraction(result: CompileResult, target: str) -> float | None:
 
 @dataclass
 class StepOutcome:
-    code: str
+    """A candidate for the step, or (`code` None) the reason the step produced none."""
+
+    code: str | None
     info: dict[str, Any] = field(default_factory=dict)
-    driver_failure: str | None = None  # the step produced no candidate; why
+    driver_failure: str | None = None
+
+    @classmethod
+    def failed(cls, reason: str, info: dict[str, Any]) -> StepOutcome:
+        return cls(None, info, reason)
 
 
 class Explorer:
@@ -204,7 +201,7 @@ class Explorer:
         code = answer.get("code") if answer else None
         if not isinstance(code, str) or "ModelNew" not in code:
             reason = "the model returned no kernel module (no submit_kernel call with a ModelNew)"
-            return StepOutcome(failed_step_module(reason), {"mode": "llm"}, reason)
+            return StepOutcome.failed(reason, {"mode": "llm"})
         return StepOutcome(code, {"mode": "llm", "notes": (answer or {}).get("notes")})
 
     async def llm_small(self, step: NextStep) -> StepOutcome:
@@ -220,7 +217,7 @@ class Explorer:
             code = answer.get("code") if answer else None
             if not isinstance(code, str) or "ModelNew" not in code:
                 why = "the model returned no kernel module (no submit_kernel call with a ModelNew)"
-                return StepOutcome(failed_step_module(why), {"mode": "llm"}, why)
+                return StepOutcome.failed(why, {"mode": "llm"})
             return StepOutcome(code, {"mode": "llm", "rewrote_failed_step": True})
         if step.chain and all(k.outcome != "correct" for k in step.chain):
             last = step.chain[-1]
@@ -242,7 +239,7 @@ class Explorer:
                 continue
             return StepOutcome(code, {"mode": "llm", "improvements": improvements, "edits": len(edits)})
         why = f"the tuner's edits did not apply: {reason}"
-        return StepOutcome(failed_step_module(why), {"mode": "llm", "improvements": improvements}, why)
+        return StepOutcome.failed(why, {"mode": "llm", "improvements": improvements})
 
     # ------------------------------------------------------------------------ the tuner
 
@@ -298,15 +295,15 @@ class Explorer:
             base, jump = self._pool_base([]), True
         if not base:
             reason = "the offline tuner has no kernel to start from (no correct kernel and no seed)"
-            return StepOutcome(failed_step_module(reason), {"mode": "tuner"}, reason)
+            return StepOutcome.failed(reason, {"mode": "tuner"})
         try:
             params = find_params(base)
         except SyntaxError as e:
             reason = f"the kernel does not parse ({e.msg}, line {e.lineno}); the tuner cannot read it"
-            return StepOutcome(failed_step_module(reason), {"mode": "tuner"}, reason)
+            return StepOutcome.failed(reason, {"mode": "tuner"})
         if not params:
             reason = "the kernel has no tunable launch parameters (block sizes, num_warps, num_stages)"
-            return StepOutcome(failed_step_module(reason), {"mode": "tuner"}, reason)
+            return StepOutcome.failed(reason, {"mode": "tuner"})
         family = family_of(base, params)
         space = Space.of(params)
         start = current_config(params)
@@ -316,9 +313,7 @@ class Explorer:
             config = next_config(space, start, obs, seed=self.opts.search_seed, jump=jump)
             if config is None:
                 reason = "the offline tuner has tried every allowed configuration of this kernel"
-                return StepOutcome(
-                    failed_step_module(reason), {"mode": "tuner", "rejected": rejected}, reason
-                )
+                return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected})
             code = apply_config(base, params, config)
             info: dict[str, Any] = {
                 "mode": "tuner",
@@ -350,7 +345,7 @@ class Explorer:
                     continue
             return StepOutcome(code, info)
         reason = f"{PRECHECK_TRIES} tuner proposals in a row failed to compile for {step.target}"
-        return StepOutcome(failed_step_module(reason), {"mode": "tuner", "rejected": rejected}, reason)
+        return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected})
 
     # ---------------------------------------------------------------------- the loop
 
@@ -425,7 +420,11 @@ class Explorer:
             outcome = await self.llm_large(step)
         else:
             outcome = await self.llm_small(step)
-        result = await self.session.submit(step.tree_id, step.node_id, outcome.code)
+        if outcome.code is None:
+            reason = outcome.driver_failure or "the step produced no candidate"
+            result = await self.session.abandon(step.tree_id, step.node_id, reason)
+        else:
+            result = await self.session.submit(step.tree_id, step.node_id, outcome.code)
         node = result.node
         self.measured = step.speedup_measured
         record: dict[str, Any] = {
@@ -444,18 +443,18 @@ class Explorer:
             "candidate_us": node.candidate_us,
             "reward": node.reward,
             "new_best": result.new_best,
-            "code_sha256": _sha(outcome.code),
+            "code_sha256": _sha(outcome.code) if outcome.code is not None else None,
         }
         if node.outcome != "correct":
             if node.failure_class:
                 self.failures[node.failure_class.value] += 1
-            if self.llm is not None and outcome.driver_failure is None:
+            if self.llm is not None and outcome.code is not None:
                 record["rule"] = await self.propose_rule(outcome.code, node)
         record["seconds"] = round(time.monotonic() - t0, 3)
         record["usage_total"] = self.meter.total.to_dict()
         self.run.append_step(record)
         self.records.append(record)
-        if result.new_best:
+        if result.new_best and outcome.code is not None:
             self._update_best(result.best or node, outcome.code)
         return result
 

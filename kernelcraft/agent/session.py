@@ -89,6 +89,14 @@ class ToolSession:
             SubmitResult,
         )
 
+    async def abandon(self, tree_id: int, node_id: int, reason: str) -> SubmitResult:
+        return await self._model(
+            "search_tree_step",
+            {"action": "abandon", "tree_id": tree_id, "node_id": node_id, "reason": reason},
+            "abandon",
+            SubmitResult,
+        )
+
     async def status(self, tree_id: int) -> TreeStatus:
         return await self._model(
             "search_tree_step", {"action": "status", "tree_id": tree_id}, "status", TreeStatus

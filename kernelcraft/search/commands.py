@@ -1,15 +1,17 @@
-"""`kernelcraft tree start|submit|status|show`: step a search tree from a shell.
+"""`kernelcraft tree start|submit|abandon|status|show`: step a search tree from a shell.
 
     kernelcraft tree start TASK [--seed-candidate F] [--target T] [--policy P] [--param K=V ...]
                                [--budget N] [--seed S] [--json]
     kernelcraft tree submit TREE_ID NODE_ID CANDIDATE [--json]
+    kernelcraft tree abandon TREE_ID NODE_ID --reason TEXT [--json]
     kernelcraft tree status TREE_ID [--code] [--json]
     kernelcraft tree show TREE_ID [--json]
 
 Each command opens the database (`--db`, else KERNELCRAFT_DB / KERNELCRAFT_HOME), does one thing
 and closes it; candidates are evaluated by a `LocalEvaluator` on this machine. `--json` prints the
 same pydantic models the MCP tool `search_tree_step` returns. Exit codes: 0, except `submit` of a
-candidate that is not correct (1); 2 for unusable arguments.
+candidate that is not correct (1); 2 for unusable arguments. `abandon` (a step you could write no
+candidate for) exits 0: the step is recorded as failed with your reason.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ EXIT_OK, EXIT_NEGATIVE = 0, 1
 
 def register(sub: Any) -> None:
     """Add the `tree` command group to the CLI's subparsers."""
-    tree = sub.add_parser("tree", help="search trees over kernels (AdaExplore): start, submit, status, show")
+    tree = sub.add_parser(
+        "tree", help="search trees over kernels (AdaExplore): start, submit, abandon, status, show"
+    )
     tsub = tree.add_subparsers(dest="tree_command", metavar="ACTION", required=True)
 
     p = tsub.add_parser("start", help="start a tree for a task and print its first step")
@@ -70,6 +74,17 @@ def register(sub: Any) -> None:
     p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
     _common(p)
     p.set_defaults(func=_submit)
+
+    p = tsub.add_parser(
+        "abandon", help="give up a step that produced no candidate (no evaluation) and print the next step"
+    )
+    p.add_argument("tree_id", type=int, metavar="TREE_ID")
+    p.add_argument("node_id", type=int, metavar="NODE_ID", help="the node_id of the step")
+    p.add_argument(
+        "--reason", required=True, metavar="TEXT", help="why no candidate was written (kept on the node)"
+    )
+    _common(p)
+    p.set_defaults(func=_abandon)
 
     p = tsub.add_parser("status", help="best kernel, counts, budget left, and your next step")
     p.add_argument("tree_id", type=int, metavar="TREE_ID")
@@ -194,6 +209,20 @@ def _submit(args: argparse.Namespace) -> int:
     return EXIT_OK if result.node.outcome == "correct" else EXIT_NEGATIVE
 
 
+def _abandon(args: argparse.Namespace) -> int:
+    async def body(svc: SearchService) -> SubmitResult:
+        return await svc.abandon(args.tree_id, args.node_id, args.reason, client=args.client)
+
+    result = _run(args, body)
+    if args.json:
+        print(result.model_dump_json())
+    else:
+        print(result.message)
+        print(f"Budget left: {result.budget_left}.")
+        _print_step(result.next_step, result.next_step_note)
+    return EXIT_OK
+
+
 def _status(args: argparse.Namespace) -> int:
     async def body(svc: SearchService) -> TreeStatus:
         return await svc.status(args.tree_id, client=args.client)
@@ -253,7 +282,9 @@ def _node_line(n: NodeInfo) -> str:
     head = f"[{n.id}] {n.kind}{' seed' if n.seed else ''}"
     if n.status != "evaluated":
         return f"{head}: {n.status} (client {n.client})"
-    if n.outcome == "correct":
+    if n.abandoned:
+        what = f"abandoned ({(n.error or 'no reason given').splitlines()[0][:80]})"
+    elif n.outcome == "correct":
         what = f"correct, {n.speedup:.2f}×" if n.speedup is not None else "correct (speed not measured)"
     else:
         what = f"{n.outcome} ({n.failure_class.value if n.failure_class else '?'})"
@@ -267,6 +298,7 @@ def _print_step(step: NextStep | None, note: str | None) -> None:
     print(
         f"\nNext step: {step.kind} step from node {step.parent_id}; write the candidate and run\n"
         f"  kernelcraft tree submit {step.tree_id} {step.node_id} CANDIDATE.py\n"
+        f"(or, if you cannot write one: kernelcraft tree abandon {step.tree_id} {step.node_id} --reason TEXT)\n"
         f"(lease until {step.lease_expires_at}; {step.reason})\n"
     )
     print(step.instructions)

@@ -14,7 +14,8 @@ The AdaExplore policy follows the paper's released code (`agent/mcts.py`, see
   max child mean + c_exp·sqrt(ln N / n_children²) (c_exp = 0.3; +inf with no child; no bonus
   while N = 0) and stop where expand wins strictly.
 - Step kind: the root always gets a large step. Otherwise, when the node's latest step failed
-  (its candidate did not compile, or its lease lapsed with nothing submitted) the other kind;
+  (its candidate did not compile, it was abandoned without a candidate, or its lease lapsed with
+  nothing submitted) the other kind;
   else large when the node has ≥ 2 small children, else large with probability 0.2.
 - Context: a small step gets the chain from the nearest large-step ancestor to the node, the
   last 5 nodes; a large step gets the pool — the best correct kernel of each large-step branch
@@ -24,7 +25,9 @@ The AdaExplore policy follows the paper's released code (`agent/mcts.py`, see
 Two departures, both forced by many clients writing one tree: a node whose step is in flight
 (an open lease) is a child that cannot be descended into; it counts towards n_children of the
 expand action and adds a virtual visit with reward 0 to every ancestor (virtual loss), so
-concurrent clients spread out. And the seed candidate is the root's first large-step child
+concurrent clients spread out. A step abandoned without a candidate has no kernel to refine: it
+counts as a failed child (reward 0, in the parent's visits) but is never descended into or
+expanded. And the seed candidate is the root's first large-step child
 (AdaExplore puts it on the root itself), so it is refined and enters the pool.
 
 Greedy best-first and beam search implement the same `Policy` protocol.
@@ -112,6 +115,7 @@ class SnapNode:
     status: Literal["pending", "evaluated"] = "evaluated"
     in_flight: bool = False
     seed: bool = False
+    abandoned: bool = False  # evaluated without a candidate: no code to refine
     outcome: Outcome | None = None
     speedup: float | None = None
     reward: float | None = None
@@ -171,14 +175,18 @@ class Snapshot:
         return self.nodes[node_id].value_sum / v if v else 0.0
 
     def evaluated_children(self, node_id: int) -> list[int]:
-        return [c for c in self.nodes[node_id].children if self.nodes[c].evaluated]
+        """Children with a kernel and a verdict: those selection may descend into."""
+        return [
+            c for c in self.nodes[node_id].children if self.nodes[c].evaluated and not self.nodes[c].abandoned
+        ]
 
     def live_children(self, node_id: int) -> list[int]:
         """Evaluated children and those in flight; lapsed steps are not children any more."""
         return [c for c in self.nodes[node_id].children if not self.nodes[c].lapsed]
 
     def evaluated(self) -> list[SnapNode]:
-        return [n for n in self.nodes.values() if n.evaluated and n.kind != "root"]
+        """Evaluated kernels (abandoned steps have none)."""
+        return [n for n in self.nodes.values() if n.evaluated and n.kind != "root" and not n.abandoned]
 
 
 # --------------------------------------------------------------------------------- AdaExplore math
@@ -226,7 +234,7 @@ def select_node(snap: Snapshot, c: float, c_exp: float) -> int:
 
 
 def latest_step_failed(snap: Snapshot, node_id: int) -> SnapNode | None:
-    """The node's most recent finished step if it failed (not compiled, or lapsed unsubmitted)."""
+    """The node's most recent finished step if it failed (not compiled, abandoned, or lapsed unsubmitted)."""
     finished = [snap[c] for c in snap[node_id].children if not snap[c].in_flight]
     if not finished:
         return None
@@ -251,7 +259,12 @@ def choose_kind(
     failed = latest_step_failed(snap, node_id)
     if failed is not None and failed.kind in ("large", "small"):
         other: Literal["large", "small"] = "small" if failed.kind == "large" else "large"
-        why = "its lease lapsed with nothing submitted" if failed.lapsed else "its kernel did not compile"
+        if failed.lapsed:
+            why = "its lease lapsed with nothing submitted"
+        elif failed.abandoned:
+            why = "it was abandoned without a candidate"
+        else:
+            why = "its kernel did not compile"
         return other, f"the last {failed.kind} step from node {node_id} failed ({why}): trying a {other} step"
     small = sum(1 for c in snap.live_children(node_id) if snap[c].kind == "small")
     if small >= small_step_limit:

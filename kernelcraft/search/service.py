@@ -9,7 +9,9 @@ inserts a pending child node and a lease for the asking client (so two clients n
 step, and steps in flight count as virtual losses for the next selection). `submit` claims the
 lease (renewing it while the evaluator runs), evaluates the candidate outside any transaction,
 then records the verdict, back-propagates the reward and issues the client's next step in a
-second transaction. A lease that lapsed still accepts its candidate while budget is left.
+second transaction. A lease that lapsed still accepts its candidate while budget is left. `abandon` closes a
+step that produced no candidate (the client's model wrote nothing usable): the node fails with
+the client's reason and reward 0, without an evaluation and without a rulebook entry.
 
 Budget: the number of evaluated candidates (the seed is free). A step is only handed out while
 evaluated + open leases < budget, so the budget is never overrun.
@@ -58,10 +60,12 @@ from kernelcraft.search.tree import (
     load_tree,
     node_info,
     node_rows,
+    record_abandoned,
     record_evaluation,
     row_status,
     snapshot_from_rows,
     tree_view,
+    trim,
 )
 from kernelcraft.store import Store
 from kernelcraft.tools.evaluator import Evaluator, ProgressCallback
@@ -308,6 +312,64 @@ class SearchService:
         return SubmitResult(
             node=node,
             new_best=new_best,
+            best=best,
+            budget_left=max(tree.budget - used_after, 0),
+            message=message,
+            next_step=step,
+            next_step_note=None if step is not None else note,
+        )
+
+    async def abandon(
+        self, tree_id: int, node_id: int, reason: str, *, client: str = "local"
+    ) -> SubmitResult:
+        """Close the step for `node_id` without a candidate: it produced nothing to evaluate.
+
+        The node becomes a failed step (outcome not_compiled, reward 0, `error` the reason, no code),
+        its reward is back-propagated and the step counts against the budget, like a submit; nothing
+        is evaluated and nothing goes to the rulebook (there is no code to learn from). The policy
+        then treats it as a failed step: the next step from its parent is of the other kind.
+
+        Raises:
+            NotFoundError: no such tree or node.
+            UsageError: the node belongs to another tree, is the root, or already has a verdict;
+                the reason is empty.
+            BudgetError: the tree's budget is spent (or fully handed out, for a lapsed lease).
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise UsageError("the reason is empty; say in a sentence why the step produced no candidate")
+        why = trim(reason.strip()) or ""
+        now = self._now()
+        async with self.store.transaction() as conn:
+            tree = await load_tree(conn, tree_id)
+            row = await self._pending_row(conn, tree, node_id, now)
+            await self._claim(conn, tree, row, client, now)
+            used, _ = await self._usage(conn, tree_id, _iso(now))
+            await record_abandoned(
+                conn,
+                node_id,
+                reason=why,
+                reward=reward_for("not_compiled", None),
+                client=client,
+                now=_iso(now),
+            )
+            if used + 1 >= tree.budget:
+                await conn.execute(
+                    "UPDATE trees SET status = 'done', updated_at = ? WHERE id = ?", (_iso(now), tree_id)
+                )
+            best_id = await self._best_id(conn, tree_id)
+            tree = await load_tree(conn, tree_id)
+            step_node, note = await self._issue(conn, tree, client, now)
+            used_after, _ = await self._usage(conn, tree_id, _iso(now))
+
+        node = await self._node(tree_id, node_id, with_code=False, with_verdict=True)
+        best = await self._node(tree_id, best_id, with_code=False) if best_id is not None else None
+        step = await self._next_step(tree_id, step_node) if step_node is not None else None
+        message = f"Node {node_id}: {self._verdict_words(node)}"
+        if best is not None:
+            message += f" The tree's best is node {best.id} ({self._short(best)})."
+        return SubmitResult(
+            node=node,
+            new_best=False,
             best=best,
             budget_left=max(tree.budget - used_after, 0),
             message=message,
@@ -687,6 +749,8 @@ class SearchService:
 
     @staticmethod
     def _short(node: NodeInfo) -> str:
+        if node.abandoned:
+            return "abandoned"
         if node.outcome == "correct":
             return (
                 f"correct, {node.speedup:.2f}×" if node.speedup is not None else "correct, speed not measured"
@@ -696,6 +760,9 @@ class SearchService:
     @staticmethod
     def _verdict_words(node: NodeInfo) -> str:
         reward = f"reward {node.reward:.3f}" if node.reward is not None else "no reward"
+        if node.abandoned:
+            first = (node.error or "").strip().splitlines()
+            return f"abandoned without a candidate{': ' + first[0] if first else ''}; {reward}."
         if node.outcome == "correct":
             if node.speedup is not None:
                 timing = f" (candidate {node.candidate_us:.1f} µs)" if node.candidate_us is not None else ""

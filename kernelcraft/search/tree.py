@@ -8,7 +8,9 @@ Tables (migration `m002_search_tree` in `kernelcraft/store.py`):
 - `nodes`: parent, step kind (root, large, small), content-addressed code, the verdict (an
   `EvalResult` as JSON), outcome, failure class, speedup, reward, visits, value sum, max reward,
   the client that wrote it and when. A node is created `pending` when its step is handed out and
-  becomes `evaluated` when its candidate is recorded.
+  becomes `evaluated` when its candidate is recorded. A step abandoned without a candidate
+  (`SearchService.abandon`) is `evaluated` too, outcome `not_compiled`, with no code: its `verdict`
+  column holds `{"abandoned": REASON}` instead of an `EvalResult`, since nothing was evaluated.
 - `leases`: which client holds the step that will fill a pending node, until when.
 
 Only `SearchService` writes these tables, always inside `Store.transaction()`; the functions here
@@ -34,6 +36,7 @@ NodeStatus = Literal["pending", "lapsed", "evaluated"]
 ParamValue = int | float | str | bool
 
 MAX_ERROR_CHARS = 2000
+ABANDONED_KEY = "abandoned"
 
 
 # ------------------------------------------------------------------------------------------ models
@@ -79,6 +82,11 @@ class NodeInfo(BaseModel):
         "submitted; a late submit still counts), 'evaluated'."
     )
     seed: bool = Field(default=False, description="The tree's seed candidate (not counted in the budget).")
+    abandoned: bool = Field(
+        default=False,
+        description="The step was abandoned without a candidate: no code, outcome 'not_compiled', "
+        "`error` says why. It is never expanded.",
+    )
     step_index: int | None = None
     reason: str | None = Field(default=None, description="Why the policy chose this step.")
     outcome: Outcome | None = Field(
@@ -180,7 +188,7 @@ class StartResult(BaseModel):
 
 
 class SubmitResult(BaseModel):
-    node: NodeInfo = Field(description="The node just evaluated, with its verdict.")
+    node: NodeInfo = Field(description="The node just evaluated (or abandoned), with its verdict.")
     new_best: bool = Field(description="True when this candidate is now the tree's best.")
     best: NodeInfo | None = Field(description="The tree's best node (without code).")
     budget_left: int
@@ -395,6 +403,33 @@ async def record_evaluation(
     await backpropagate(conn, node_id, reward)
 
 
+async def record_abandoned(
+    conn: aiosqlite.Connection, node_id: int, *, reason: str, reward: float, client: str, now: str
+) -> None:
+    """Close a pending node whose step produced no candidate: no code, outcome not_compiled, the
+    reason kept where a verdict would be; release its lease and back-propagate the reward."""
+    await conn.execute(
+        "UPDATE nodes SET status = 'evaluated', code_hash = NULL, verdict = ?, outcome = 'not_compiled',"
+        " failure_class = NULL, speedup = NULL, reward = ?, client = ?, evaluated_at = ? WHERE id = ?",
+        (json.dumps({ABANDONED_KEY: reason}), reward, client, now, node_id),
+    )
+    await conn.execute("UPDATE leases SET released_at = ? WHERE node_id = ?", (now, node_id))
+    await backpropagate(conn, node_id, reward)
+
+
+def is_abandoned(row: aiosqlite.Row) -> bool:
+    """An evaluated step without code: abandoned (the root has no code either, but is no step)."""
+    return row["status"] == "evaluated" and row["kind"] != "root" and row["code_hash"] is None
+
+
+def abandoned_reason(verdict_json: str | None) -> str | None:
+    if not verdict_json:
+        return None
+    data = json.loads(verdict_json)
+    reason = data.get(ABANDONED_KEY) if isinstance(data, dict) else None
+    return str(reason) if reason is not None else None
+
+
 async def backpropagate(conn: aiosqlite.Connection, node_id: int, reward: float) -> None:
     """visits += 1, value_sum += reward, max_reward = max(max_reward, reward) on the node and its ancestors."""
     await conn.execute(
@@ -449,6 +484,7 @@ def snapshot_from_rows(rows: list[aiosqlite.Row], now: str) -> Snapshot:
                 status="evaluated" if status == "evaluated" else "pending",
                 in_flight=status == "pending",
                 seed=bool(r["seed"]),
+                abandoned=is_abandoned(r),
                 outcome=r["outcome"],
                 speedup=r["speedup"],
                 reward=r["reward"],
@@ -470,7 +506,11 @@ def trim(text: str | None, limit: int = MAX_ERROR_CHARS) -> str | None:
 def node_info(
     row: aiosqlite.Row, now: str, *, with_code: bool = False, with_verdict: bool = False
 ) -> NodeInfo:
-    verdict = EvalResult.model_validate_json(row["verdict"]) if row["verdict"] else None
+    abandoned = is_abandoned(row)
+    verdict = EvalResult.model_validate_json(row["verdict"]) if row["verdict"] and not abandoned else None
+    error = trim(failure_text(verdict)) if verdict is not None and row["outcome"] != "correct" else None
+    if abandoned:
+        error = trim(abandoned_reason(row["verdict"]))
     fc = row["failure_class"]
     candidate_us = None
     if verdict is not None and verdict.profile is not None and verdict.profile.candidate is not None:
@@ -483,12 +523,13 @@ def node_info(
         kind=row["kind"],
         status=row_status(row, now),
         seed=bool(row["seed"]),
+        abandoned=abandoned,
         step_index=row["step_index"],
         reason=row["reason"],
         outcome=row["outcome"],
         failure_class=FailureClass(fc) if fc else None,
         failure_id=row["failure_id"],
-        error=trim(failure_text(verdict)) if verdict is not None and row["outcome"] != "correct" else None,
+        error=error,
         speedup=row["speedup"],
         candidate_us=candidate_us,
         reward=row["reward"],
@@ -520,10 +561,12 @@ def context_kernel(info: NodeInfo) -> ContextKernel:
 
 
 async def best_node_id(conn: aiosqlite.Connection, tree_id: int) -> int | None:
-    """The evaluated node with the highest reward, the earliest on ties."""
+    """The evaluated node with the highest reward, the earliest on ties (abandoned steps have no
+    kernel, so they are never the best)."""
     rows = list(
         await conn.execute_fetchall(
             "SELECT id FROM nodes WHERE tree_id = ? AND status = 'evaluated' AND kind != 'root'"
+            " AND code_hash IS NOT NULL"
             " ORDER BY reward DESC, id LIMIT 1",
             (tree_id,),
         )

@@ -43,7 +43,7 @@ from kernelcraft.tools.models import (
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-SearchAction = Literal["start", "submit", "status"]
+SearchAction = Literal["start", "submit", "status", "abandon"]
 
 # Queries and evaluations change nothing a later call can see; open_world false: they touch only
 # this server's database and workers, never the internet.
@@ -343,7 +343,7 @@ def _stage(part: T | None, stage: str) -> T:
 
 
 class SearchStep(BaseModel):
-    """What search_tree_step answers: exactly one of start, submit, status is set, per the action."""
+    """What search_tree_step answers: exactly one of start, submit, status, abandon is set, per the action."""
 
     action: SearchAction
     start: StartResult | None = Field(
@@ -355,6 +355,10 @@ class SearchStep(BaseModel):
     status: TreeStatus | None = Field(
         default=None,
         description="For action 'status': the best kernel so far, counts, budget and your next step.",
+    )
+    abandon: SubmitResult | None = Field(
+        default=None,
+        description="For action 'abandon': the step recorded as failed with your reason, and your next step.",
     )
 
 
@@ -376,7 +380,9 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             Field(
                 description="'start': a new tree for reference_code (returns tree id and your first step); "
                 "'submit': the candidate_code you wrote for a step (tree_id, node_id) → its verdict and your "
-                "next step; 'status': tree_id → best kernel so far, budget left and your next step.",
+                "next step; 'status': tree_id → best kernel so far, budget left and your next step; 'abandon': "
+                "give up a step you could write no candidate for (tree_id, node_id, reason) → it is recorded "
+                "as failed without an evaluation, and your next step.",
             ),
         ],
         reference_code: Annotated[
@@ -394,10 +400,19 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             ),
         ] = None,
         tree_id: Annotated[
-            int | None, Field(description="submit, status: the tree's id (from start).")
+            int | None, Field(description="submit, status, abandon: the tree's id (from start).")
         ] = None,
         node_id: Annotated[
-            int | None, Field(description="submit: the node_id of the step you wrote the candidate for.")
+            int | None,
+            Field(
+                description="submit, abandon: the node_id of the step you wrote the candidate for (or give up)."
+            ),
+        ] = None,
+        reason: Annotated[
+            str | None,
+            Field(
+                description="abandon: why the step produced no candidate, in a sentence; kept on the node."
+            ),
         ] = None,
         target: Annotated[
             Target, Field(description="start: the GPU the kernels are for (sm_90a = H100/H200).")
@@ -422,10 +437,15 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         code. Call 'start' with the task, then loop: write the candidate the next_step asks for
         (follow its instructions, start_code, pool and rules) and 'submit' it with the step's tree_id
         and node_id; each submit returns the verdict and the next step, until the budget is spent.
-        'status' returns the best kernel so far (and re-offers your open step)."""
+        'status' returns the best kernel so far (and re-offers your open step). If you cannot write a
+        candidate for a step, 'abandon' it with the reason instead of submitting a placeholder."""
         state = app_state(ctx)
         client = client_name()
-        for name, code in (("reference_code", reference_code), ("candidate_code", candidate_code)):
+        for name, code in (
+            ("reference_code", reference_code),
+            ("candidate_code", candidate_code),
+            ("reason", reason),
+        ):
             check_size(state, name, code)
         with tool_errors():
             if action == "start":
@@ -451,6 +471,11 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
                     tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
                 )
                 return SearchStep(action=action, submit=submitted)
+            if action == "abandon":
+                _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
+                assert tree_id is not None and node_id is not None and reason is not None
+                abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
+                return SearchStep(action=action, abandon=abandoned)
             _require(action, tree_id=tree_id)
             assert tree_id is not None
             return SearchStep(action=action, status=await state.search.status(tree_id, client=client))

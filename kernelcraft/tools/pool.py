@@ -30,7 +30,10 @@ from kernelcraft.tools.channel import ChannelError, Frame, read_frame, write_fra
 
 log = logging.getLogger(__name__)
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^ANTHROPIC_|^OPENAI_", re.IGNORECASE)
+# KERNELCRAFT_* goes too: the database path and the server's tokens are none of a candidate's business.
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^ANTHROPIC_|^OPENAI_|^KERNELCRAFT_", re.IGNORECASE
+)
 _DROPPED = (
     "TRITON_OVERRIDE_DIR",
     "TRITON_DUMP_DIR",
@@ -49,7 +52,7 @@ class WorkerError(KernelcraftError):
 
 def scrubbed_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment without secrets (names holding KEY, TOKEN, SECRET, PASSWORD; ANTHROPIC_*,
-    OPENAI_*) or Triton variables that substitute or dump kernels."""
+    OPENAI_*, KERNELCRAFT_*) or Triton variables that substitute or dump kernels."""
     env = dict(os.environ if base is None else base)
     return {k: v for k, v in env.items() if not _SECRET_NAME.search(k) and k not in _DROPPED}
 
