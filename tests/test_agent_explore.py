@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,9 +17,11 @@ import pytest
 from agent_fakes import HttpError, Reply, Script, serve
 
 from kernelcraft.agent.adapt import AdaptOptions, adapt
-from kernelcraft.agent.explore import OptimizeOptions, optimize
-from kernelcraft.agent.llm import LLMConfig, RetryPolicy
+from kernelcraft.agent.explore import Explorer, OptimizeOptions, optimize
+from kernelcraft.agent.llm import LLMConfig, RetryPolicy, UsageMeter
+from kernelcraft.agent.rundir import RunDir
 from kernelcraft.errors import LLMError, UsageError
+from kernelcraft.search.tree import ContextKernel, NextStep
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = ROOT / "examples" / "elementwise" / "task.py"
@@ -94,12 +97,17 @@ def test_optimize_with_claude_retries_overload_fails_malformed_edits_and_learns_
     kernel_calls = [s for t, s in script.served if t == "submit_kernel"]
     assert kernel_calls[:2] == ["error 529", "reply"]
 
-    # two malformed edits in a row: the retry told the model why; then the step failed with the reason
+    # two malformed edits in a row: the retry told the model why; then the step was abandoned with
+    # the reason: nothing evaluated, no rule asked for, nothing in the rulebook
     edit_prompts = [r["messages"][0]["content"] for r in script.requests_for("submit_edits")]
     assert "could not be applied" in edit_prompts[1] and "does not apply" in edit_prompts[1]
     failed = [s for s in steps if s["driver_failure"]]
     assert failed and "edits did not apply" in failed[0]["driver_failure"]
-    assert failed[0]["outcome"] != "correct" and "the driver step failed" in failed[0]["error"]
+    assert failed[0]["outcome"] == "not_compiled" and failed[0]["error"] == failed[0]["driver_failure"]
+    assert failed[0]["code_sha256"] is None and "rule" not in failed[0]
+    with sqlite3.connect(home / "kc.db") as db:
+        classes = [r[0] for r in db.execute("SELECT class FROM failures")]
+    assert "load_error" not in classes and classes.count("numerical_mismatch") == 1
 
     # the wrong kernel was verified as wrong, a rule was proposed and recorded in the rulebook
     wrong = [s for s in steps if s["failure_class"] == "numerical_mismatch"]
@@ -110,6 +118,112 @@ def test_optimize_with_claude_retries_overload_fails_malformed_edits_and_learns_
     assert all(r["system"][0]["cache_control"] == {"type": "ephemeral"} for r in script.requests)
     replies = sum(1 for _, s in script.served if s == "reply")
     assert summary["usage"]["calls"] == replies and summary["usage"]["cost_usd"] > 0
+
+
+@pytest.mark.slow
+def test_with_claude_the_offline_tuner_takes_its_turn_at_a_small_step_and_spends_no_tokens(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    script = Script()
+    script.fallback.update(
+        submit_kernel=Reply({"code": SEED}),
+        submit_edits=Reply(GOOD_EDIT),
+        propose_improvements=Reply({"items": ["Use BLOCK_SIZE=512 so more programs run."]}),
+    )
+    out = home / "run"
+    with serve(script) as base:
+        llm = LLMConfig(kind="anthropic", base_url=base, sdk_max_retries=0)
+        opts = OptimizeOptions(
+            task=TASK, steps=3, llm=llm, out=out, db_path=home / "kc.db", progress=False, compile_check=False
+        )
+        summary = asyncio.run(optimize(opts))
+    steps = read_steps(out)
+    # search seed 0: a small step (the LLM's), a large one, then a small one on a correct kernel
+    assert [(s["kind"], s["proposer"]) for s in steps] == [
+        ("small", "llm"),
+        ("large", "llm"),
+        ("small", "tuner"),
+    ]
+    llm_small, _, tuned = steps
+    assert llm_small["usage"]["calls"] == 2 and llm_small["usage"]["total_tokens"] > 0  # reviser + tuner
+    assert tuned["usage"]["calls"] == 0 and tuned["usage"]["total_tokens"] == 0
+    assert tuned["usage_total"] == steps[1]["usage_total"]
+    assert tuned["outcome"] == "correct" and tuned["tuner"]["changed"] and tuned["tuner_fallback"] is None
+    assert len(script.requests) == summary["usage"]["calls"] == 3
+    assert summary["steps_by_proposer"] == {"llm": 2, "tuner": 1}
+
+
+def test_the_small_step_proposer_alternates_only_on_correct_tunable_kernels(tmp_path: Path) -> None:
+    tunable = ContextKernel(node_id=5, kind="small", outcome="correct", code=SEED)
+    failing = tunable.model_copy(update={"outcome": "wrong"})
+    untunable = tunable.model_copy(update={"code": "class ModelNew:\n    pass\n"})
+
+    def proposer(mode: str, parent: ContextKernel, last: str | None) -> str:
+        run = RunDir(tmp_path / f"{mode}-{last}")
+        run.create()
+        if last is not None:
+            run.append_step({"kind": "small", "proposer": last})
+            run.append_step({"kind": "large", "proposer": "llm"})
+        opts = OptimizeOptions(task=TASK, tuner_steps=mode)  # type: ignore[arg-type]
+        ex = Explorer(opts, None, None, run, UsageMeter())  # type: ignore[arg-type]
+        step = NextStep.model_construct(kind="small", parent_id=5, chain=[parent])
+        return ex.small_proposer(step)
+
+    assert proposer("alternate", tunable, None) == "llm"  # the LLM goes first
+    assert proposer("alternate", tunable, "llm") == "tuner"
+    assert proposer("alternate", tunable, "tuner") == "llm"
+    assert proposer("alternate", failing, "llm") == "llm"  # a failing kernel needs the LLM's fix
+    assert proposer("alternate", untunable, "llm") == "llm"
+    assert proposer("only", tunable, "tuner") == "tuner" and proposer("only", failing, None) == "llm"
+    assert proposer("off", tunable, "llm") == "llm"
+
+
+@pytest.mark.slow
+def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_function_call_and_learns_a_rule(
+    home: Path,
+) -> None:
+    task = home / "gelu.py"  # no gelu_seed.py beside it: the first step is the root's large step
+    task.write_text(TASK.read_text())
+    fix = {"edits": [{"old": "g * 0.25 + x", "new": "g * 0.5 + x"}]}
+    script = Script()
+    script.add("submit_kernel", Reply({"code": BROKEN}, input_tokens=300, output_tokens=900))
+    script.fallback.update(
+        submit_kernel=Reply({"code": SEED}),
+        submit_edits=Reply(fix),
+        propose_improvements=Reply({"items": ["Scale the residual branch by 0.5 as the reference does."]}),
+        propose_rule=Reply({"text": "You cannot scale the residual branch differently from the reference."}),
+    )
+    out = home / "run"
+    with serve(script) as base:
+        llm = LLMConfig(
+            kind="openai", model="qwen-coder", base_url=f"{base}/v1", api_key_env="none", sdk_max_retries=0
+        )
+        opts = OptimizeOptions(task=task, steps=2, llm=llm, out=out, db_path=home / "kc.db", progress=False)
+        summary = asyncio.run(optimize(opts))
+    steps = read_steps(out)
+    assert len(steps) == 2
+
+    # the large step: one forced function call, its kernel verified wrong, a rule proposed and recorded
+    first = steps[0]
+    assert first["kind"] == "large" and first["proposer"] == "llm" and first["driver_failure"] is None
+    kernel_requests = script.requests_for("submit_kernel")
+    assert kernel_requests[0]["tool_choice"] == {"type": "function", "function": {"name": "submit_kernel"}}
+    assert (
+        kernel_requests[0]["messages"][0]["role"] == "system" and kernel_requests[0]["model"] == "qwen-coder"
+    )
+    assert first["outcome"] == "wrong" and first["failure_class"] == "numerical_mismatch"
+    assert first["usage"]["input_tokens"] >= 300 and first["rule"]["recorded"] is True
+    assert first["rule"]["proposed"].startswith("You cannot scale the residual branch")
+    assert len(script.requests_for("propose_rule")) == 1
+    with sqlite3.connect(home / "kc.db") as db:
+        rules = [r[0] for r in db.execute("SELECT text FROM rules")]
+    assert first["rule"]["proposed"] in rules
+
+    # the second step (whichever kind the tree chose) repaired it; a local model has no price
+    assert steps[1]["outcome"] == "correct" and summary["best"] is not None
+    assert summary["llm"] == "openai" and summary["model"] == "qwen-coder"
+    assert summary["usage"]["calls"] == len(script.requests) and summary["usage"]["cost_usd"] is None
 
 
 def test_optimize_with_llm_none_and_no_seed_says_a_seed_is_needed(home: Path) -> None:

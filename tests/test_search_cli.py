@@ -1,4 +1,4 @@
-"""`kernelcraft tree start|submit|status|show` through a real subprocess and the real LocalEvaluator
+"""`kernelcraft tree start|submit|abandon|status|show` through a real subprocess and the real LocalEvaluator
 (Triton's interpreter on a CPU-only machine)."""
 
 from __future__ import annotations
@@ -131,3 +131,10 @@ def test_tree_commands_exit_2_with_a_message_for_unusable_input(tmp_path: Path) 
     started = json.loads(p.stdout)
     p = cli("submit", str(started["tree"]["id"]), "999", str(tmp_path / "task.py"), "--db", db)
     assert p.returncode == 2 and "no node 999" in p.stderr
+    # a step you can write nothing for is abandoned with a reason (nothing is evaluated): exit 0
+    node = str(started["next_step"]["node_id"])
+    p = cli("abandon", str(started["tree"]["id"]), node, "--reason", "no idea how to fuse this", "--db", db)
+    assert p.returncode == 0, p.stderr
+    assert (
+        "abandoned without a candidate: no idea how to fuse this" in p.stdout and "Budget left: 1" in p.stdout
+    )

@@ -198,6 +198,91 @@ def test_a_failed_node_names_its_rulebook_failure_so_a_proposed_rule_attaches_to
     assert rec.failure_id == sub.node.failure_id and rec.rule is not None and rec.rule.count == 1
 
 
+# ------------------------------------------------------------------------------------ abandon
+
+
+def test_an_abandoned_step_fails_without_an_evaluation_or_a_rulebook_entry_and_the_other_kind_follows(
+    tmp_path,
+):
+    # p_large = 0 and c_exp = 0: the first step is small from the seed, and selection descends.
+    reason = "the tuner's edits did not apply: old text 'BLOCK = 64' not found"
+
+    async def go():
+        async with service(tmp_path / "kc.db") as svc:
+            r = await svc.start(
+                TASK, seed_candidate=candidate("correct"), params={"p_large": 0.0, "c_exp": 0.0}, budget=5
+            )
+            assert r.next_step is not None
+            jobs_before = len(scripted(svc).jobs)
+            res = await svc.abandon(r.tree.id, r.next_step.node_id, reason, client="alice")
+            jobs_after = len(scripted(svc).jobs)
+            failures = (await svc.store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
+            view = await svc.show(r.tree.id)
+            st = await svc.status(r.tree.id, client="alice")
+            return r, res, jobs_before, jobs_after, failures, view, st
+
+    r, res, jobs_before, jobs_after, failures, view, st = asyncio.run(go())
+    assert r.seed_node is not None and r.next_step is not None
+    assert jobs_after == jobs_before and failures == 0
+    node = res.node
+    assert node.abandoned and node.status == "evaluated" and node.outcome == "not_compiled"
+    assert node.reward == 0.0 and node.error == reason and node.code_hash is None and node.client == "alice"
+    assert node.failure_class is None and node.failure_id is None and node.verdict is None
+    assert not res.new_best and res.best is not None and res.best.id == r.seed_node.id
+    assert res.budget_left == 4 and "abandoned without a candidate" in res.message
+    nodes = {n.id: n for n in view.nodes}
+    root = view.nodes[0]
+    assert root.visits == 2 and nodes[r.seed_node.id].visits == 2  # the seed's visit and the abandoned step
+    assert view.best_node_id == r.seed_node.id
+    # after a failed small step from the seed, a large one; the abandoned node itself is never expanded
+    step = res.next_step
+    assert step is not None and step.parent_id == r.seed_node.id and step.kind == "large"
+    assert "abandoned without a candidate" in step.reason
+    assert st.counts.not_compiled == 1 and st.budget_used == 1
+
+
+def test_abandon_refuses_what_submit_refuses_and_an_empty_reason(tmp_path):
+    clock = Clock()
+
+    async def go():
+        async with service(tmp_path / "kc.db", clock=clock) as svc:
+            a = await svc.start(TASK, budget=2)
+            b = await svc.start(TASK, budget=2, params={"warm_start": False})
+            assert a.next_step is not None and b.next_step is not None
+            with pytest.raises(NotFoundError, match="no search tree 999"):
+                await svc.abandon(999, a.next_step.node_id, "x")
+            with pytest.raises(NotFoundError, match="no node 12345"):
+                await svc.abandon(a.tree.id, 12345, "x")
+            with pytest.raises(UsageError, match=f"belongs to tree {b.tree.id}, not tree {a.tree.id}"):
+                await svc.abandon(a.tree.id, b.next_step.node_id, "x")
+            with pytest.raises(UsageError, match="is the root"):
+                await svc.abandon(a.tree.id, a.next_step.parent_id, "x")
+            with pytest.raises(UsageError, match="reason is empty"):
+                await svc.abandon(a.tree.id, a.next_step.node_id, " \n")
+            first = await svc.abandon(a.tree.id, a.next_step.node_id, "the model wrote no ModelNew")
+            with pytest.raises(UsageError, match="already has a verdict"):
+                await svc.abandon(a.tree.id, a.next_step.node_id, "again")
+            with pytest.raises(UsageError, match="already has a verdict"):
+                await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
+            assert first.next_step is not None
+            last = await svc.abandon(a.tree.id, first.next_step.node_id, "nothing again")
+            # a lapsed step whose budget another client spent is refused, as a late submit is
+            c = await svc.start(TASK, budget=1, params={"lease_seconds": 10, "warm_start": False})
+            assert c.next_step is not None
+            clock.advance(11)
+            other, _ = await svc.next_step(c.tree.id, client="b")
+            assert other is not None
+            await svc.abandon(c.tree.id, other.node_id, "b gave up too", client="b")
+            with pytest.raises(BudgetError, match="budget is spent: 1 of 1"):
+                await svc.abandon(c.tree.id, c.next_step.node_id, "late")
+            return first, last, await svc.status(a.tree.id)
+
+    first, last, st = asyncio.run(go())
+    assert first.best is None and first.budget_left == 1
+    assert last.next_step is None and "budget is spent: 2 of 2" in (last.next_step_note or "")
+    assert st.best is None and st.tree.status == "done" and st.counts.not_compiled == 2
+
+
 # ---------------------------------------------------------------------------- step contexts
 
 

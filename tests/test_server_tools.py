@@ -448,7 +448,32 @@ async def test_a_submit_without_its_node_is_a_tool_error_naming_what_is_missing(
 @pytest.mark.anyio
 async def test_an_unknown_action_is_a_tool_error_listing_the_actions(client: Client) -> None:
     text = error_text(await client.call_tool("search_tree_step", {"action": "undo"}))
-    assert "'start', 'submit' or 'status'" in text
+    assert "'start', 'submit', 'status' or 'abandon'" in text
+
+
+@pytest.mark.anyio
+async def test_abandon_records_a_step_without_a_candidate_and_evaluates_nothing(client: Client) -> None:
+    # `client` has no evaluator: any evaluation would fail the test
+    started = await client.call_tool(
+        "search_tree_step", {"action": "start", "reference_code": TASK, "budget": 2}
+    )
+    assert started.structured_content is not None
+    step = started.structured_content["start"]["next_step"]
+    where = {"tree_id": step["tree_id"], "node_id": step["node_id"]}
+    missing = await client.call_tool("search_tree_step", {"action": "abandon", **where})
+    assert "action 'abandon' needs reason" in error_text(missing)
+
+    reason = "the model answered without a submit_kernel call"
+    result = await client.call_tool("search_tree_step", {"action": "abandon", **where, "reason": reason})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    abandoned = result.structured_content["abandon"]
+    assert abandoned["node"]["abandoned"] is True and abandoned["node"]["outcome"] == "not_compiled"
+    assert abandoned["node"]["error"] == reason and abandoned["node"]["reward"] == 0.0
+    assert abandoned["budget_left"] == 1 and abandoned["next_step"]["kind"] == "large"
+
+    again = await client.call_tool("search_tree_step", {"action": "abandon", **where, "reason": reason})
+    assert "already has a verdict" in error_text(again)
 
 
 # ---------------------------------------------------------------------------- resources and prompts

@@ -100,6 +100,8 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
             max_total_tokens=tokens_left,
             max_dollars=dollars_left,
             progress=opts.progress,
+            # Adapt grows the rulebook from the model's failures; tuner steps would teach it nothing.
+            tuner_steps="off",
         )
         try:
             summary = await optimize(run_opts)

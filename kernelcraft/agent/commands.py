@@ -80,6 +80,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         search_seed=args.search_seed,
         progress=not args.quiet,
         compile_check=not args.no_compile_check,
+        tuner_steps=args.tuner_steps,
     )
     summary = asyncio.run(optimize(opts))
     if args.json:
@@ -129,6 +130,14 @@ def register(sub: Any) -> None:
         "--no-compile-check",
         action="store_true",
         help="tuner: skip compiling proposals before submitting (CPU)",
+    )
+    p.add_argument(
+        "--tuner-steps",
+        choices=["off", "alternate", "only"],
+        default="alternate",
+        help="with an LLM, small steps the offline tuner writes (no tokens) when the kernel to refine is "
+        "correct and has tunable launch parameters: alternate (default: LLM and tuner take turns), "
+        "only (every such step), off (never)",
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")

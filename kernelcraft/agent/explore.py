@@ -16,6 +16,14 @@ context and the active rules); the driver only writes candidates and submits the
 - `--llm none`: every step is the offline tuner's proposal (`tuner.py`); a large step jumps to a
   distant configuration of the best pool kernel. Without a GPU, each proposal is first compiled
   for the target (`compile_kernel`), and one that does not compile is recorded and replaced.
+- with an LLM, the offline tuner also writes some small steps, at no token cost
+  (`--tuner-steps`): `alternate` (default) gives a small step to the tuner when its parent is a
+  correct kernel with tunable launch parameters and the previous small step was the LLM's, so the
+  two take turns; `only` gives every such small step to the tuner (large steps and fixes of
+  failing kernels stay with the LLM); `off` never. When the tuner has nothing left to propose the
+  LLM writes the step instead. No rule is proposed after a tuner candidate fails (the server
+  still records the failure). Each step's record in `steps.jsonl` names its `proposer`
+  (`llm` or `tuner`) and its own `usage` (zero tokens for the tuner).
 
 Budgets: steps (the tree's budget), tokens and dollars (checked before every step). A rerun with
 the same `--out` resumes: the run directory names the tree, the tree lives in the server's
@@ -32,7 +40,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kernelcraft.agent import prompts
 from kernelcraft.agent.edits import EditError, apply_edits, parse_edits
@@ -71,6 +79,8 @@ GPU_NOTE = (
     "torch.compile, and the search then optimises speedup."
 )
 PRECHECK_TRIES = 4
+TunerSteps = Literal["off", "alternate", "only"]
+Proposer = Literal["llm", "tuner"]
 
 
 def find_seed(task: Path) -> Path | None:
@@ -101,6 +111,7 @@ class OptimizeOptions:
     progress: bool = True
     edit_retries: int = 1
     compile_check: bool = True
+    tuner_steps: TunerSteps = "alternate"  # with an LLM: which small steps the offline tuner writes
 
     def run_dir(self) -> Path:
         """--out, else ./kernelcraft-runs/<task name> (the folder's name for a `task.py`)."""
@@ -184,6 +195,7 @@ class Explorer:
         self.measured = True
         self.compiled_any = False
         self.progress = Progress(opts.steps, enabled=opts.progress)
+        self.step_usage = Usage()
 
     # ------------------------------------------------------------------------- LLM calls
 
@@ -191,6 +203,7 @@ class Explorer:
         assert self.llm is not None
         reply = await self.llm.call(prompts.SYSTEM, [Message("user", prompt)], list(ANSWER_TOOLS), tool)
         self.meter.add(reply.usage)
+        self.step_usage.add(reply.usage)
         if reply.tool_call is None:
             logger.warning("the model answered without calling %s: %s", tool, reply.text[:200])
             return None
@@ -412,14 +425,39 @@ class Explorer:
             return f"dollar budget spent (${total.cost_usd:.4f} of ${self.opts.max_dollars:.2f})"
         return None
 
+    def small_proposer(self, step: NextStep) -> Proposer:
+        """Who writes a small step when an LLM is on (see `--tuner-steps` in the module docstring)."""
+        if self.opts.tuner_steps == "off":
+            return "llm"
+        parent = step.chain[-1] if step.chain else None  # the chain ends with the kernel to refine
+        if parent is None or parent.node_id != step.parent_id or parent.outcome != "correct":
+            return "llm"  # a failing kernel needs a fix, which only the LLM can write
+        try:
+            if not find_params(parent.code):
+                return "llm"
+        except SyntaxError:
+            return "llm"
+        if self.opts.tuner_steps == "only":
+            return "tuner"
+        last = next((r for r in reversed(self.records) if r.get("kind") == "small"), None)
+        return "tuner" if last is not None and last.get("proposer", last.get("mode")) == "llm" else "llm"
+
     async def step_once(self, step: NextStep) -> SubmitResult:
         t0 = time.monotonic()
+        self.step_usage = Usage()
+        fallback: str | None = None
         if self.llm is None:
             outcome = await self.tuner_step(step)
         elif step.kind == "large":
             outcome = await self.llm_large(step)
+        elif self.small_proposer(step) == "tuner":
+            outcome = await self.tuner_step(step)
+            if outcome.code is None:  # nothing left to tune: the LLM writes the step after all
+                fallback = outcome.driver_failure
+                outcome = await self.llm_small(step)
         else:
             outcome = await self.llm_small(step)
+        proposer: Proposer = "tuner" if outcome.info.get("mode") == "tuner" else "llm"
         if outcome.code is None:
             reason = outcome.driver_failure or "the step produced no candidate"
             result = await self.session.abandon(step.tree_id, step.node_id, reason)
@@ -434,7 +472,9 @@ class Explorer:
             "parent_id": step.parent_id,
             "kind": step.kind,
             "reason": step.reason,
+            "proposer": proposer,
             **outcome.info,
+            "tuner_fallback": fallback,
             "driver_failure": outcome.driver_failure,
             "outcome": node.outcome,
             "failure_class": node.failure_class.value if node.failure_class else None,
@@ -448,9 +488,11 @@ class Explorer:
         if node.outcome != "correct":
             if node.failure_class:
                 self.failures[node.failure_class.value] += 1
-            if self.llm is not None and outcome.code is not None:
+            # a failed tuner proposal is a bad configuration, not a lesson worth tokens
+            if self.llm is not None and outcome.code is not None and proposer == "llm":
                 record["rule"] = await self.propose_rule(outcome.code, node)
         record["seconds"] = round(time.monotonic() - t0, 3)
+        record["usage"] = self.step_usage.to_dict()
         record["usage_total"] = self.meter.total.to_dict()
         self.run.append_step(record)
         self.records.append(record)
@@ -480,6 +522,7 @@ class Explorer:
             "correct": correct,
             "failures_by_class": dict(self.failures),
             "driver_failures": sum(1 for r in self.records if r.get("driver_failure")),
+            "steps_by_proposer": dict(Counter(r.get("proposer", r.get("mode")) for r in self.records)),
             "best": None
             if best is None
             else {
