@@ -229,6 +229,8 @@ MIGRATIONS: list[Migration] = [
     Migration(
         "m004_node_failure", "ALTER TABLE nodes ADD COLUMN failure_id INTEGER REFERENCES failures(id);"
     ),
+    # A step closed without a candidate (SearchService.abandon): why, in place of a verdict.
+    Migration("m005_abandoned_steps", "ALTER TABLE nodes ADD COLUMN abandoned_reason TEXT;"),
 ]
 
 

@@ -9,8 +9,8 @@ Tables (migration `m002_search_tree` in `kernelcraft/store.py`):
   `EvalResult` as JSON), outcome, failure class, speedup, reward, visits, value sum, max reward,
   the client that wrote it and when. A node is created `pending` when its step is handed out and
   becomes `evaluated` when its candidate is recorded. A step abandoned without a candidate
-  (`SearchService.abandon`) is `evaluated` too, outcome `not_compiled`, with no code: its `verdict`
-  column holds `{"abandoned": REASON}` instead of an `EvalResult`, since nothing was evaluated.
+  (`SearchService.abandon`) is `evaluated` too, outcome `not_compiled`, with no code and no
+  verdict: `abandoned_reason` says why.
 - `leases`: which client holds the step that will fill a pending node, until when.
 
 Only `SearchService` writes these tables, always inside `Store.transaction()`; the functions here
@@ -36,7 +36,6 @@ NodeStatus = Literal["pending", "lapsed", "evaluated"]
 ParamValue = int | float | str | bool
 
 MAX_ERROR_CHARS = 2000
-ABANDONED_KEY = "abandoned"
 
 
 # ------------------------------------------------------------------------------------------ models
@@ -406,28 +405,20 @@ async def record_evaluation(
 async def record_abandoned(
     conn: aiosqlite.Connection, node_id: int, *, reason: str, reward: float, client: str, now: str
 ) -> None:
-    """Close a pending node whose step produced no candidate: no code, outcome not_compiled, the
-    reason kept where a verdict would be; release its lease and back-propagate the reward."""
+    """Close a pending node whose step produced no candidate: no code, no verdict, outcome
+    not_compiled, and the reason; release its lease and back-propagate the reward."""
     await conn.execute(
-        "UPDATE nodes SET status = 'evaluated', code_hash = NULL, verdict = ?, outcome = 'not_compiled',"
-        " failure_class = NULL, speedup = NULL, reward = ?, client = ?, evaluated_at = ? WHERE id = ?",
-        (json.dumps({ABANDONED_KEY: reason}), reward, client, now, node_id),
+        "UPDATE nodes SET status = 'evaluated', code_hash = NULL, verdict = NULL, abandoned_reason = ?,"
+        " outcome = 'not_compiled', failure_class = NULL, speedup = NULL, reward = ?, client = ?,"
+        " evaluated_at = ? WHERE id = ?",
+        (reason, reward, client, now, node_id),
     )
     await conn.execute("UPDATE leases SET released_at = ? WHERE node_id = ?", (now, node_id))
     await backpropagate(conn, node_id, reward)
 
 
 def is_abandoned(row: aiosqlite.Row) -> bool:
-    """An evaluated step without code: abandoned (the root has no code either, but is no step)."""
-    return row["status"] == "evaluated" and row["kind"] != "root" and row["code_hash"] is None
-
-
-def abandoned_reason(verdict_json: str | None) -> str | None:
-    if not verdict_json:
-        return None
-    data = json.loads(verdict_json)
-    reason = data.get(ABANDONED_KEY) if isinstance(data, dict) else None
-    return str(reason) if reason is not None else None
+    return row["abandoned_reason"] is not None
 
 
 async def backpropagate(conn: aiosqlite.Connection, node_id: int, reward: float) -> None:
@@ -445,7 +436,7 @@ async def backpropagate(conn: aiosqlite.Connection, node_id: int, reward: float)
 _NODE_COLUMNS = (
     "n.id, n.tree_id, n.parent_id, n.kind, n.seed, n.status, n.step_index, n.reason, n.context_ids, n.code_hash,"
     " n.verdict, n.outcome, n.failure_class, n.speedup, n.reward, n.visits, n.value_sum, n.max_reward, n.client,"
-    " n.created_at, n.evaluated_at, n.failure_id, l.expires_at AS lease_expires_at, l.client AS lease_client"
+    " n.created_at, n.evaluated_at, n.failure_id, n.abandoned_reason, l.expires_at AS lease_expires_at, l.client AS lease_client"
 )
 
 
@@ -507,10 +498,10 @@ def node_info(
     row: aiosqlite.Row, now: str, *, with_code: bool = False, with_verdict: bool = False
 ) -> NodeInfo:
     abandoned = is_abandoned(row)
-    verdict = EvalResult.model_validate_json(row["verdict"]) if row["verdict"] and not abandoned else None
+    verdict = EvalResult.model_validate_json(row["verdict"]) if row["verdict"] else None
     error = trim(failure_text(verdict)) if verdict is not None and row["outcome"] != "correct" else None
     if abandoned:
-        error = trim(abandoned_reason(row["verdict"]))
+        error = trim(row["abandoned_reason"])
     fc = row["failure_class"]
     candidate_us = None
     if verdict is not None and verdict.profile is not None and verdict.profile.candidate is not None:
