@@ -133,3 +133,36 @@ def test_the_worker_environment_drops_secrets_and_kernelcrafts_own_settings() ->
         }
     )
     assert env == {"PATH": "/usr/bin"}
+
+
+def test_a_candidate_cannot_write_outside_its_directory(evaluator, job_for, tmp_path: Path) -> None:
+    # Candidates run as the server's user: without the sandbox they could rewrite the shared
+    # database or any of the user's files. The writes are attempted quietly, so the candidate is
+    # otherwise correct: the verdict passes and the files must be untouched.
+    import sqlite3
+
+    from kernelcraft.tools.sandbox import landlock_abi
+
+    if landlock_abi() < 1:
+        pytest.skip("Landlock is not available on this kernel")
+    victim = tmp_path / "notes.txt"
+    victim.write_text("the user's file\n")
+    db = tmp_path / "kernelcraft.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE rules (text TEXT)")
+        conn.execute("INSERT INTO rules VALUES ('You cannot trust candidates.')")
+    attack = (
+        "import contextlib as _c\nimport sqlite3 as _s\n"
+        f"with _c.suppress(Exception):\n    open({str(victim)!r}, 'a').write('pwned\\n')\n"
+        f"with _c.suppress(Exception):\n    open({str(tmp_path / 'new.txt')!r}, 'w').write('pwned')\n"
+        f"with _c.suppress(Exception):\n"
+        f'    _k = _s.connect({str(db)!r}); _k.execute("DELETE FROM rules"); _k.commit()\n'
+    )
+    source = (CHEATS / "good.py").read_text() + "\n" + attack
+    result = evaluator.submit(job_for(TASK, source, trials=1))
+    assert result.verify is not None and result.verify.correct, result.verify
+    assert not any("Landlock" in n for n in result.verify.notes)
+    assert victim.read_text() == "the user's file\n"
+    assert not (tmp_path / "new.txt").exists()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM rules").fetchone() == (1,)

@@ -153,6 +153,8 @@ class LocalEvaluator:
         self._closed = False
         self._active: set[WorkerProcess] = set()
         # (task sha256, device index) -> (monotonic time measured, Timing of the compiled reference)
+        # KERNELCRAFT_SANDBOX=off turns the candidates' filesystem sandbox off (see sandbox.py).
+        self._sandbox = os.environ.get("KERNELCRAFT_SANDBOX", "on").lower() not in ("off", "0", "no")
         self._compiled_reference: dict[tuple[str, int | None], tuple[float, Timing]] = {}
         if protect_environ:
             _protect_environ()
@@ -389,6 +391,7 @@ class _Job:
         }
         if role == "candidate":
             header["candidate_source"] = self.job.candidate_source
+            header["sandbox"] = self.ev._sandbox
             header["allowed_ops"] = list(self.job.allowed_ops)
             header["memory_limit_bytes"] = self.ev._memory_limit
         await w.send(header)
@@ -403,6 +406,13 @@ class _Job:
                 f"{frame.header.get('error', '')}",
                 path=self.job.task_name,
             )
+
+    def loaded(self, frame: Frame) -> None:
+        """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set."""
+        self.candidate_verdict(frame, "loaded")
+        note = frame.header.get("sandbox_unavailable")
+        if note and str(note)[:300] not in self.notes:
+            self.notes.append(str(note)[:300])
 
     def candidate_verdict(self, frame: Frame, expected: str) -> None:
         """Raise `_Stop` unless the candidate's frame is of the expected type."""
@@ -451,9 +461,7 @@ class _Job:
                     cand = await self.acquire()
                     await self.progress(0.05, "loading the candidate")
                     try:
-                        self.candidate_verdict(
-                            await self.load(cand, "candidate", interpret=self.interpret), "loaded"
-                        )
+                        self.loaded(await self.load(cand, "candidate", interpret=self.interpret))
                     except _Stop as stop:
                         self.fill_failed(result, stop)
                         return result
@@ -539,7 +547,7 @@ class _Job:
         self.compile_worker = w
         await self.progress(0.05, "loading the candidate")
         try:
-            self.candidate_verdict(await self.load(w, "candidate", interpret=False), "loaded")
+            self.loaded(await self.load(w, "candidate", interpret=False))
             inputs = await self.inputs(0)
             await self.progress(0.1, f"compiling for {', '.join(self.job.targets)}")
             await w.send(

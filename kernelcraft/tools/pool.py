@@ -85,6 +85,7 @@ class WorkerProcess:
         env["KERNELCRAFT_WORKER_DEVICE"] = self.device
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
         env["HOME"] = str(self.dir)
+        env["TMPDIR"] = str(self.dir)  # the candidate's sandbox lets it write here and nowhere else
         # Triton reads TRITON_INTERPRET when `@triton.jit` decorates, including triton.language's own
         # helpers at `import triton`: it must be set (or not) before the worker starts.
         env.pop("TRITON_INTERPRET", None)

@@ -313,6 +313,13 @@ class Worker:
             self.send({"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)})
             return
         self._limit_memory(job)
+        sandbox_note = None
+        if job.get("sandbox", True):
+            from kernelcraft.tools.sandbox import restrict_writes
+
+            # From here on this process writes only in its own directory (Triton cache, HOME,
+            # TMPDIR) and to device files: not the database, not the user's files.
+            sandbox_note = restrict_writes([str(workdir), "/dev/shm"])
         threads_before = threading.active_count()
         self.progress("importing the candidate")
         try:
@@ -330,7 +337,7 @@ class Worker:
                 op="torch.cuda.set_stream",
             )
             return
-        self.send({"type": "loaded"})
+        self.send({"type": "loaded", "sandbox_unavailable": sandbox_note})
         allowed = frozenset(job.get("allowed_ops", []))
         poison_sizes: list[int] = []
         inputs: Any = None
