@@ -197,3 +197,19 @@ def test_retrieval_finds_the_expected_section_in_the_top_3_for_labelled_queries(
         return misses
 
     assert run_docs(go) == []
+
+
+def test_list_sections_names_every_indexed_section_with_its_file_and_arch() -> None:
+    async def go() -> tuple[int, list[Any]]:
+        store = await Store.open(":memory:")
+        try:
+            docs = HwDocs(store)
+            report = await docs.index()
+            return report.sections, await docs.list_sections()
+        finally:
+            await store.aclose()
+
+    n, refs = asyncio.run(go())
+    assert len(refs) == n > 0
+    assert {r.file for r in refs} >= {"nvidia-hopper-h100-h200.md", "triton-guide.md"}
+    assert any(r.arch == "sm_90a" for r in refs) and all(r.arch for r in refs)

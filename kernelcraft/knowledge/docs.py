@@ -35,6 +35,15 @@ HEADING_WEIGHT, BODY_WEIGHT = 4.0, 1.0
 EXACT_ARCH_BOOST = 1.3
 
 
+class SectionRef(BaseModel):
+    """Where one section of a hardware manual is: enough to list it and fetch it."""
+
+    id: int
+    heading_path: str
+    file: str
+    arch: str
+
+
 class DocSection(BaseModel):
     """One section of a hardware manual."""
 
@@ -291,6 +300,22 @@ class HwDocs:
             scored.append((score, r))
         scored.sort(key=lambda sr: (-sr[0], sr[1]["id"]))
         return [_row_to_section(r, s, full=False) for s, r in scored[:limit]]
+
+    async def list_sections(self) -> list[SectionRef]:
+        """Every indexed section, manual by manual in document order."""
+        rows = await self.store.conn.execute_fetchall(
+            "SELECT s.id, s.heading_path, s.arch, d.path, d.arch AS doc_arch FROM sections s"
+            " JOIN documents d ON d.id = s.document_id ORDER BY d.path, s.ord"
+        )
+        return [
+            SectionRef(
+                id=r["id"],
+                heading_path=r["heading_path"],
+                file=r["path"],
+                arch=r["arch"] or r["doc_arch"] or "any",
+            )
+            for r in rows
+        ]
 
     async def get_section(self, section_id: int) -> DocSection:
         """One whole section. NotFoundError when the id is unknown."""

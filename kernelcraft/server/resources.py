@@ -71,20 +71,11 @@ class SectionListing(BaseModel):
 
 
 async def _list_sections(state: AppState) -> list[SectionEntry]:
-    # HwDocs has no listing call; this read-only query follows its tables (store.py m001).
-    rows = await state.store.conn.execute_fetchall(
-        "SELECT s.id, s.heading_path, s.arch, d.path, d.arch AS doc_arch FROM sections s"
-        " JOIN documents d ON d.id = s.document_id ORDER BY d.path, s.ord"
-    )
     return [
         SectionEntry(
-            id=r["id"],
-            uri=f"hwdocs://section/{r['id']}",
-            heading_path=r["heading_path"],
-            file=r["path"],
-            arch=r["arch"] or r["doc_arch"] or "any",
+            id=r.id, uri=f"hwdocs://section/{r.id}", heading_path=r.heading_path, file=r.file, arch=r.arch
         )
-        for r in rows
+        for r in await state.docs.list_sections()
     ]
 
 
