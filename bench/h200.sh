@@ -2,7 +2,11 @@
 # Run on the H200 machine through the device tool, from the repository root:
 #   bash bench/h200.sh STEP...     (steps: setup verify gputests capture eval tuner server all)
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
-# logs and JSON under $OUT. Everything it reports comes from this machine.
+# logs and JSON under $OUT. Everything it reports comes from this machine. Make .whl/ here first
+# (git ignores it) and name it in the device call's `carry`:
+#   xargs -n1 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl < bench/wheels.txt
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:/tmp/site" KERNELCRAFT_HOME=/tmp/kc-home
