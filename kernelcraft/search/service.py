@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -84,6 +85,18 @@ NO_GPU_NOTE = (
 
 def _iso(t: datetime) -> str:
     return t.isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class _Closed:
+    """What `_after_step` leaves for the step's result: the tree as it now stands, its best node,
+    the next step handed out (or why none was) and the budget used."""
+
+    tree: TreeRow
+    best_id: int | None
+    step_node: int | None
+    note: str | None
+    used_after: int
 
 
 class SearchService:
@@ -290,34 +303,10 @@ class SearchService:
                     f"{outcome_of(result)[0]})"
                 )
             await self._record(conn, node_id, candidate_code, result, tree.params, client, now)
-            if used + 1 >= tree.budget:
-                await conn.execute(
-                    "UPDATE trees SET status = 'done', updated_at = ? WHERE id = ?", (_iso(now), tree_id)
-                )
-            best_after = await self._best_id(conn, tree_id)
-            tree = await load_tree(conn, tree_id)
-            step_node, note = await self._issue(conn, tree, client, now)
-            used_after, _ = await self._usage(conn, tree_id, _iso(now))
+            closed = await self._after_step(conn, tree, used, client, now)
 
-        await self._learn(tree, node_id, candidate_code, result, task_source, client)
-        node = await self._node(tree_id, node_id, with_code=False, with_verdict=True)
-        best = await self._node(tree_id, best_after, with_code=False) if best_after is not None else None
-        new_best = best_after == node_id and best_before != node_id
-        step = await self._next_step(tree_id, step_node) if step_node is not None else None
-        message = f"Node {node_id}: {self._verdict_words(node)}"
-        if new_best:
-            message += " This is the tree's best kernel so far."
-        elif best is not None:
-            message += f" The tree's best is node {best.id} ({self._short(best)})."
-        return SubmitResult(
-            node=node,
-            new_best=new_best,
-            best=best,
-            budget_left=max(tree.budget - used_after, 0),
-            message=message,
-            next_step=step,
-            next_step_note=None if step is not None else note,
-        )
+        await self._learn(closed.tree, node_id, candidate_code, result, task_source, client)
+        return await self._step_result(closed, node_id, best_before)
 
     async def abandon(
         self, tree_id: int, node_id: int, reason: str, *, client: str = "local"
@@ -352,29 +341,44 @@ class SearchService:
                 client=client,
                 now=_iso(now),
             )
-            if used + 1 >= tree.budget:
-                await conn.execute(
-                    "UPDATE trees SET status = 'done', updated_at = ? WHERE id = ?", (_iso(now), tree_id)
-                )
-            best_id = await self._best_id(conn, tree_id)
-            tree = await load_tree(conn, tree_id)
-            step_node, note = await self._issue(conn, tree, client, now)
-            used_after, _ = await self._usage(conn, tree_id, _iso(now))
+            closed = await self._after_step(conn, tree, used, client, now)
+        return await self._step_result(closed, node_id, best_before=None)
 
-        node = await self._node(tree_id, node_id, with_code=False, with_verdict=True)
-        best = await self._node(tree_id, best_id, with_code=False) if best_id is not None else None
-        step = await self._next_step(tree_id, step_node) if step_node is not None else None
+    async def _after_step(
+        self, conn: aiosqlite.Connection, tree: TreeRow, used: int, client: str, now: datetime
+    ) -> _Closed:
+        """After a node is closed (submitted or abandoned): mark the tree done when that step
+        spent its budget, then hand `client` its next step."""
+        if used + 1 >= tree.budget:
+            await conn.execute(
+                "UPDATE trees SET status = 'done', updated_at = ? WHERE id = ?", (_iso(now), tree.id)
+            )
+        best_id = await self._best_id(conn, tree.id)
+        tree = await load_tree(conn, tree.id)
+        step_node, note = await self._issue(conn, tree, client, now)
+        used_after, _ = await self._usage(conn, tree.id, _iso(now))
+        return _Closed(tree, best_id, step_node, note, used_after)
+
+    async def _step_result(self, closed: _Closed, node_id: int, best_before: int | None) -> SubmitResult:
+        tree = closed.tree
+        node = await self._node(tree.id, node_id, with_code=False, with_verdict=True)
+        best_id = closed.best_id
+        best = await self._node(tree.id, best_id, with_code=False) if best_id is not None else None
+        new_best = best_id == node_id and best_before != node_id
+        step = await self._next_step(tree.id, closed.step_node) if closed.step_node is not None else None
         message = f"Node {node_id}: {self._verdict_words(node)}"
-        if best is not None:
+        if new_best:
+            message += " This is the tree's best kernel so far."
+        elif best is not None:
             message += f" The tree's best is node {best.id} ({self._short(best)})."
         return SubmitResult(
             node=node,
-            new_best=False,
+            new_best=new_best,
             best=best,
-            budget_left=max(tree.budget - used_after, 0),
+            budget_left=max(tree.budget - closed.used_after, 0),
             message=message,
             next_step=step,
-            next_step_note=None if step is not None else note,
+            next_step_note=None if step is not None else closed.note,
         )
 
     async def _pending_row(
