@@ -86,6 +86,9 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
         env["HOME"] = str(self.dir)
         env["TMPDIR"] = str(self.dir)  # the candidate's sandbox lets it write here and nowhere else
+        # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
+        # Triton upgrade does not silently change candidates' rounding.
+        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
         # Triton reads TRITON_INTERPRET when `@triton.jit` decorates, including triton.language's own
         # helpers at `import triton`: it must be set (or not) before the worker starts.
         env.pop("TRITON_INTERPRET", None)
