@@ -40,59 +40,9 @@ sys.path.insert(0, str(REPO))
 from kernelcraft.config import Settings  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402
 
-TASK = '''\
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    """A scaled residual add: out = scale * x + y (an elementwise kernel a model would fuse)."""
-
-    def __init__(self, scale: float = 0.5):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.scale * x + y
-
-
-def get_inputs():
-    return [torch.randn(4, 100), torch.randn(4, 100)]
-
-
-def get_init_inputs():
-    return [0.5]
-'''
-
-CANDIDATE = """\
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def scaled_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, scale, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, scale * x + y, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale: float = 0.5):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        x, y = x.contiguous(), y.contiguous()
-        out = torch.empty_like(x)
-        n = out.numel()
-        scaled_add_kernel[(triton.cdiv(n, 128),)](x, y, out, n, self.scale, BLOCK=128)
-        return out
-"""
+# The same tiny task and correct candidate the server tests use (400 elements: the interpreter
+# verifies it in well under a second once the workers are up).
+from tests.server_support import CANDIDATE, TASK  # noqa: E402
 
 QUERY = {"context": TASK, "arch": "sm_90a", "limit": 10}
 TOKEN = "bench-token-0123456789"

@@ -62,25 +62,32 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def _run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What `optimize` and `adapt` share: budget, LLM, server, target, output, progress."""
+    return {
+        "steps": args.steps,
+        "llm": llm_config(args),
+        "out": args.out,
+        "target": args.target,
+        "server_url": args.server,
+        "token_env": args.token_env,
+        "db_path": args.db,
+        "max_total_tokens": args.max_tokens,
+        "max_dollars": args.max_dollars,
+        "progress": not args.quiet,
+    }
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelcraft.agent.explore import OptimizeOptions, optimize
 
     opts = OptimizeOptions(
         task=args.task,
         seed=args.seed,
-        steps=args.steps,
-        llm=llm_config(args),
-        out=args.out,
-        target=args.target,
-        server_url=args.server,
-        token_env=args.token_env,
-        db_path=args.db,
-        max_total_tokens=args.max_tokens,
-        max_dollars=args.max_dollars,
         search_seed=args.search_seed,
-        progress=not args.quiet,
         compile_check=not args.no_compile_check,
         tuner_steps=args.tuner_steps,
+        **_run_options(args),
     )
     summary = asyncio.run(optimize(opts))
     if args.json:
@@ -91,19 +98,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def cmd_adapt(args: argparse.Namespace) -> int:
     from kernelcraft.agent.adapt import AdaptOptions, adapt
 
-    opts = AdaptOptions(
-        tasks_dir=args.tasks_dir,
-        steps=args.steps,
-        llm=llm_config(args),
-        out=args.out,
-        target=args.target,
-        server_url=args.server,
-        token_env=args.token_env,
-        db_path=args.db,
-        max_total_tokens=args.max_tokens,
-        max_dollars=args.max_dollars,
-        progress=not args.quiet,
-    )
+    opts = AdaptOptions(tasks_dir=args.tasks_dir, **_run_options(args))
     report = asyncio.run(adapt(opts))
     if args.json:
         _print_json(report)
