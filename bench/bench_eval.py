@@ -68,6 +68,10 @@ class TaskReport:
     do_bench_reference_us: float | None = None
     do_bench_speedup: float | None = None
     speedup_diff_pct: float | None = None
+    candidate_iqr_pct: float | None = None
+    reference_iqr_pct: float | None = None
+    stage_seconds: list[dict[str, float]] = field(default_factory=list)
+    """Per sequential run: where its time went (EvalResult.stage_seconds)."""
 
 
 def task_sources(name: str, smoke: bool) -> tuple[str, str]:
@@ -106,6 +110,8 @@ def summarize_result(report: TaskReport, result: EvalResult) -> None:
             report.candidate_us = p.candidate.median_us
             report.reference_us = p.reference_eager.median_us
             report.reported_speedup = p.speedup_vs_eager
+            report.candidate_iqr_pct = 100.0 * p.candidate.iqr_us / p.candidate.median_us
+            report.reference_iqr_pct = 100.0 * p.reference_eager.iqr_us / p.reference_eager.median_us
 
 
 async def sequential(
@@ -116,10 +122,12 @@ async def sequential(
             start = time.perf_counter()
             result = await evaluator.submit(job_for(name, smoke, tag=10_000 + i))
             reports[name].sequential_seconds.append(time.perf_counter() - start)
+            reports[name].stage_seconds.append(result.stage_seconds)
             summarize_result(reports[name], result)
             print(
                 f"  {name} run {i + 1}/{runs}: {reports[name].sequential_seconds[-1]:.2f} s, "
-                f"status={reports[name].status}",
+                f"status={reports[name].status}, stages {result.stage_seconds}, "
+                f"IQR % cand {_fmt(reports[name].candidate_iqr_pct, 4, 2)} ref {_fmt(reports[name].reference_iqr_pct, 4, 2)}",
                 flush=True,
             )
         reports[name].median_seconds = statistics.median(reports[name].sequential_seconds)
@@ -134,7 +142,20 @@ async def batch(evaluator: LocalEvaluator, smoke: bool, size: int) -> dict[str, 
     for r in results:
         s = r.verify.status if r.verify else "no verify result"
         statuses[s] = statuses.get(s, 0) + 1
-    return {"size": size, "wall_seconds": wall, "per_minute": size / wall * 60.0, "statuses": statuses}
+    stages = sorted({k for r in results for k in r.stage_seconds})
+    mean_stages = {
+        k: round(statistics.fmean(r.stage_seconds.get(k, 0.0) for r in results), 3) for k in stages
+    }
+    latency = sorted(r.seconds for r in results)
+    return {
+        "size": size,
+        "wall_seconds": wall,
+        "per_minute": size / wall * 60.0,
+        "statuses": statuses,
+        "mean_stage_seconds": mean_stages,
+        "job_seconds_p50": statistics.median(latency),
+        "job_seconds_max": latency[-1],
+    }
 
 
 def _load(path: Path, module_name: str) -> Any:
@@ -201,12 +222,12 @@ def _fmt(x: float | None, width: int, digits: int) -> str:
 def table(reports: dict[str, TaskReport], batch_result: dict[str, Any] | None) -> str:
     lines = [
         f"{'task':<12} {'status':<20} {'e2e med s':>9} {'cand us':>10} {'ref us':>10} "
-        f"{'kc speedup':>10} {'do_bench':>9} {'diff %':>7}",
+        f"{'kc speedup':>10} {'do_bench':>9} {'diff %':>7} {'IQR% c':>6} {'IQR% r':>6}",
     ]
     lines += [
         f"{r.task:<12} {str(r.status):<20} {_fmt(r.median_seconds, 9, 2)} {_fmt(r.candidate_us, 10, 1)} "
         f"{_fmt(r.reference_us, 10, 1)} {_fmt(r.reported_speedup, 10, 3)} {_fmt(r.do_bench_speedup, 9, 3)} "
-        f"{_fmt(r.speedup_diff_pct, 7, 2)}"
+        f"{_fmt(r.speedup_diff_pct, 7, 2)} {_fmt(r.candidate_iqr_pct, 6, 2)} {_fmt(r.reference_iqr_pct, 6, 2)}"
         for r in reports.values()
     ]
     if batch_result is not None:
@@ -214,7 +235,10 @@ def table(reports: dict[str, TaskReport], batch_result: dict[str, Any] | None) -
             f"batch of {batch_result['size']}: {batch_result['wall_seconds']:.1f} s wall, "
             f"{batch_result['per_minute']:.1f} candidates/minute, statuses {batch_result['statuses']}"
         )
-    lines.append("targets: e2e median <= 2.5 s; >= 40 candidates/minute; |diff| <= 3%")
+        lines.append(f"batch mean seconds per job by stage: {batch_result['mean_stage_seconds']}")
+    lines.append(
+        "targets: e2e median <= 2.5 s; >= 40 candidates/minute; |diff| <= 3%; IQR <= 2% of the median over 50 us"
+    )
     return "\n".join(lines)
 
 
@@ -246,6 +270,8 @@ async def main_async(args: argparse.Namespace) -> int:
         print(table(reports, None), flush=True)
         print(f"(b) batch of {args.batch} submitted at once", flush=True)
         batch_result = await batch(evaluator, args.cpu_smoke, args.batch)
+        start_modes = evaluator.worker_start_modes()
+        print(f"worker start: {start_modes}", flush=True)
 
     out = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -256,6 +282,7 @@ async def main_async(args: argparse.Namespace) -> int:
         "cpu_smoke": args.cpu_smoke,
         "tasks": [asdict(r) for r in reports.values()],
         "batch": batch_result,
+        "worker_start": start_modes,
     }
     out_dir = os.environ.get("OUT")
     if out_dir:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.errors import TaskError
 from tests.conftest import EXAMPLES
 
 CHEATS = Path(__file__).parent / "cheats"
@@ -120,10 +121,12 @@ def test_a_cancelled_submit_kills_its_workers_even_when_cancelled_repeatedly(eva
         return pids
 
     pids = evaluator.call(cancel_mid_evaluation())
+    kept = set(ev.idle_reference_pids())  # the reference was between requests: it is kept, idle
     deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and not all(_dead(p) for p in pids):
+    while time.monotonic() < deadline and not all(_dead(p) or p in kept for p in pids):
         time.sleep(0.05)
-    assert all(_dead(p) for p in pids), [p for p in pids if not _dead(p)]
+    alive = [p for p in pids if not _dead(p)]
+    assert set(alive) <= kept and len(alive) < len(pids), (pids, alive, kept)  # the candidate is dead
     assert not set(pids) & set(ev.active_worker_pids())
     # The evaluator still works afterwards.
     assert evaluator.submit(job_for(CHEATS / "task_scale.py", CHEATS / "good.py", trials=1)).verify.correct
@@ -318,3 +321,77 @@ def test_gpu_illegal_access_then_a_second_evaluation_succeeds(gpu_eval, job_for)
     assert v is not None and not v.correct and v.status.startswith("runtime_")
     v2 = gpu_eval(job_for(CHEATS / "task_scale.py", CHEATS / "good.py", trials=1)).verify
     assert v2 is not None and v2.correct, v2
+
+
+def test_the_reference_worker_is_kept_for_the_next_job_on_the_same_task(evaluator, job_for, tmp_path) -> None:
+    ev = evaluator.evaluator
+    task = tmp_path / "task.py"
+    task.write_text((CHEATS / "task_scale.py").read_text() + "\n# kept-reference test\n")
+    first = evaluator.submit(job_for(task, CHEATS / "good.py", trials=2))
+    assert first.verify is not None and first.verify.correct
+    kept = set(ev.idle_reference_pids())
+    assert kept, "a reference that finished cleanly is kept"
+    assert {"reference", "candidate", "verify"} <= set(first.stage_seconds)
+    # A wrong candidate next: the kept reference (rebuilt) still catches it...
+    bad = evaluator.submit(job_for(task, CHEATS / "off_by_one_mask.py", trials=2)).verify
+    assert bad is not None and not bad.correct and bad.status == "numerical_mismatch"
+    # ...and passes a right one; it was one of the kept processes, not a new one.
+    again = evaluator.submit(job_for(task, CHEATS / "good.py", trials=2))
+    assert again.verify is not None and again.verify.correct
+    assert "workers" not in again.stage_seconds or again.stage_seconds["workers"] < 5
+    assert set(ev.idle_reference_pids()) & kept
+
+
+def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> None:
+    ev = evaluator.evaluator
+    # Model breaks on the extra input set only: the job is unusable, and so is its reference.
+    task = tmp_path / "task.py"
+    task.write_text(
+        (CHEATS / "task_scale.py").read_text()
+        + ("\n\ndef get_input_sets():\n    return [['not a tensor']]\n")
+    )
+    before = set(ev.idle_reference_pids())
+    src = (CHEATS / "good.py").read_text()
+    with pytest.raises(TaskError, match="not a tensor|relu"):
+        evaluator.submit(job_for(task, src, trials=1))
+    assert set(ev.idle_reference_pids()) <= before
+
+
+def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
+    from kernelcraft.tools.local import _GpuLock
+
+    async def main() -> list[str]:
+        lock = _GpuLock()
+        log: list[str] = []
+
+        async def verify(name: str, hold: float) -> None:
+            async with lock.shared():
+                log.append(f"+{name}")
+                await asyncio.sleep(hold)
+                log.append(f"-{name}")
+
+        async def time_it(name: str) -> None:
+            async with lock.exclusive():
+                log.append(f"+{name}")
+                await asyncio.sleep(0.02)
+                log.append(f"-{name}")
+
+        a = asyncio.ensure_future(verify("v1", 0.05))
+        b = asyncio.ensure_future(verify("v2", 0.05))
+        await asyncio.sleep(0.01)
+        t = asyncio.ensure_future(time_it("t1"))
+        await asyncio.sleep(0.01)
+        c = asyncio.ensure_future(verify("v3", 0.01))  # arrives while a timing waits: goes after it
+        # A cancelled waiter leaves nothing held.
+        d = asyncio.ensure_future(time_it("t2"))
+        await asyncio.sleep(0)
+        d.cancel()
+        await asyncio.gather(a, b, t, c, return_exceptions=True)
+        assert not lock.busy()
+        return log
+
+    log = asyncio.run(main())
+    assert log[:2] == ["+v1", "+v2"]  # verifications overlap
+    i = log.index("+t1")
+    assert {"-v1", "-v2"} <= set(log[:i]) and log[i + 1] == "-t1"  # timing alone
+    assert log.index("+v3") > log.index("-t1")  # fair to the waiting timing

@@ -13,10 +13,17 @@ that dies, exits early or hangs gets `runtime_crash` / `runtime_timeout` (its pr
 killed at the deadline); one that outgrows the memory limit `runtime_out_of_memory`.
 
 Concurrency: any number of jobs may be submitted at once. Loading, importing and compiling run
-concurrently (up to the pool's size); the trials and the timing of a job run under a per-GPU lock,
-so one GPU serves one job at a time. Without a GPU, verify runs in Triton's CPU interpreter and
-there is no lock. The job's `timeout_s` counts from the moment its workers are assigned, minus
-the time spent waiting for the GPU.
+concurrently (up to the pool's size), the reference's and the candidate's loading included. On a
+GPU, verification trials of several jobs share the GPU, and timing has it alone (`_GpuLock`): no
+two jobs' timings overlap, and no verification runs while a job is timed. Without a GPU, verify
+runs in Triton's CPU interpreter and there is no lock. The job's `timeout_s` counts from the
+moment its workers are assigned, minus the time spent waiting for the GPU.
+
+Reference workers are kept: one that finished a job cleanly (every request answered, no error)
+waits, idle, for the next job on the same task (`REFERENCE_IDLE_S`, at most the pool's size per
+device), which saves a process start and the reference's set-up. It never imported candidate
+code, so nothing of a candidate survives in it; it rebuilds `Model` for each job. Candidate
+workers are never reused.
 
 Only the evaluator owns its worker processes; callers hold one `LocalEvaluator` and `aclose()` it.
 """
@@ -63,13 +70,27 @@ SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manu
 WATCH_INTERVAL_S = 0.25
 REAP_TIMEOUT_S = 15.0
 _REAPING: set[asyncio.Future[Any]] = set()  # shielded reaper tasks (kept referenced until done)
-PROFILE_ROUNDS = 5
+# Timing runs interleaved rounds (candidate, then reference) until every timed callable over
+# SPREAD_ABOVE_US has an interquartile range within TARGET_SPREAD of its median, between the
+# minimum and maximum number of rounds.
+MIN_PROFILE_ROUNDS = 3
+MAX_PROFILE_ROUNDS = 10
+TARGET_SPREAD = 0.02
+SPREAD_ABOVE_US = 50.0
+REFERENCE_IDLE_S = 300.0
 # torch.compile of the reference costs seconds per process; its timing for a task on a GPU is
 # measured once and reused for this long (the eager reference is still timed every evaluation,
 # interleaved with the candidate).
 COMPILED_REFERENCE_TTL_S = 1800.0
 PROFILE_BUDGET_MS = 60.0
 NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
+
+
+def _reap(coro: Any) -> None:
+    """Run a worker's clean-up in the background, kept referenced until done."""
+    task = asyncio.ensure_future(coro)
+    _REAPING.add(task)
+    task.add_done_callback(_REAPING.discard)
 
 
 class _Stop(Exception):
@@ -94,12 +115,69 @@ def _protect_environ() -> None:
         log.warning("could not make the evaluator non-dumpable: %s", e)
 
 
+class _GpuLock:
+    """Verifications share the GPU; a timing has it alone. Fair to timings: once one waits, new
+    verifications queue behind it. Releasing never awaits, so a cancelled job cannot leave the
+    lock held."""
+
+    def __init__(self) -> None:
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def busy(self) -> bool:
+        return self._writer or self._readers > 0 or self._writers_waiting > 0
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _wait(self) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> Any:
+        while self._writer or self._writers_waiting:
+            await self._wait()
+        self._readers += 1
+        try:
+            yield
+        finally:
+            self._readers -= 1
+            self._wake()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> Any:
+        self._writers_waiting += 1
+        try:
+            while self._writer or self._readers:
+                await self._wait()
+        finally:
+            self._writers_waiting -= 1
+            self._wake()
+        self._writer = True
+        try:
+            yield
+        finally:
+            self._writer = False
+            self._wake()
+
+
 @dataclass
 class _Device:
     kind: Literal["cuda", "cpu"]
     index: int | None
     pool: WorkerPool
-    lock: asyncio.Lock
+    lock: _GpuLock
     jobs: int = 0
     compile_pool: WorkerPool | None = None
     """CPU only: workers without the interpreter, for the compile stage (started on first use)."""
@@ -156,6 +234,8 @@ class LocalEvaluator:
         # KERNELCRAFT_SANDBOX=off turns the candidates' filesystem sandbox off (see sandbox.py).
         self._sandbox = os.environ.get("KERNELCRAFT_SANDBOX", "on").lower() not in ("off", "0", "no")
         self._compiled_reference: dict[tuple[str, int | None], tuple[float, Timing]] = {}
+        # (task sha256, device index) -> idle reference workers, oldest first, with when they idled
+        self._idle_refs: dict[tuple[str, int | None], list[tuple[float, WorkerProcess, WorkerPool]]] = {}
         if protect_environ:
             _protect_environ()
 
@@ -173,9 +253,7 @@ class LocalEvaluator:
         if self._devices is None:
             if self._gpus:
                 self._devices = [
-                    _Device(
-                        "cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), asyncio.Lock()
-                    )
+                    _Device("cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), _GpuLock())
                     for i in range(self._gpus)
                 ]
             else:
@@ -184,7 +262,7 @@ class LocalEvaluator:
                         "cpu",
                         None,
                         WorkerPool(self._workers, "cpu", self._scratch, interpret=True),
-                        asyncio.Lock(),
+                        _GpuLock(),
                         compile_pool=WorkerPool(1, "cpu", self._scratch, interpret=False),
                     )
                 ]
@@ -203,10 +281,49 @@ class LocalEvaluator:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _take_reference(self, key: tuple[str, int | None]) -> WorkerProcess | None:
+        """An idle reference worker for this task and device, if one is alive and fresh enough."""
+        idle = self._idle_refs.get(key, [])
+        while idle:
+            since, w, pool = idle.pop()
+            if w.alive() and time.monotonic() - since < REFERENCE_IDLE_S and w.frames.empty():
+                return w
+            _reap(pool.release(w))
+        return None
+
+    def _keep_reference(self, key: tuple[str, int | None], w: WorkerProcess, pool: WorkerPool) -> None:
+        """Park a reference worker that finished a job cleanly. Synchronous: it runs while a job
+        is being torn down, perhaps cancelled. Closes stale ones and the oldest past the cap."""
+        now = time.monotonic()
+        self._idle_refs.setdefault(key, []).append((now, w, pool))
+        parked = sorted(
+            ((entry, k) for k, v in self._idle_refs.items() if k[1] == key[1] for entry in v),
+            key=lambda t: t[0][0],
+        )
+        excess = len(parked) - self._workers
+        for entry, k in parked:
+            if excess <= 0 and now - entry[0] < REFERENCE_IDLE_S:
+                continue
+            self._idle_refs[k].remove(entry)
+            excess -= 1
+            entry[1].kill()
+            _reap(entry[2].release(entry[1]))
+
+    def worker_start_modes(self) -> list[str]:
+        """Per device: how its workers start ("fork" from the zygote, or "spawn (why)")."""
+        return [d.pool.start_mode() for d in self._devices or []]
+
+    def idle_reference_pids(self) -> list[int]:
+        """Process ids of the reference workers kept for later jobs (for tests and diagnostics)."""
+        return [w.pid for v in self._idle_refs.values() for _, w, _ in v if w.pid is not None]
+
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        idle = [(w, pool) for v in self._idle_refs.values() for _, w, pool in v]
+        self._idle_refs.clear()
+        await asyncio.gather(*(pool.release(w) for w, pool in idle), return_exceptions=True)
         if self._devices:
             pools = [p for d in self._devices for p in (d.pool, d.compile_pool) if p is not None]
             await asyncio.gather(*(p.aclose() for p in pools), return_exceptions=True)
@@ -300,6 +417,17 @@ class _Job:
         self.kernels: list[str] = []
         self.notes: list[str] = []
         self.compiled_key = (hashlib.sha256(job.task_source.encode()).hexdigest(), device.index)
+        self.ref_pool: WorkerPool | None = None
+        self.ref_in_sync = True
+        """False from a request to the reference until its answer: a reference left mid-request
+        (cancelled, timed out) or that reported an error is not kept for another job."""
+        self.stages: dict[str, float] = {}
+
+    def stage(self, name: str, since: float) -> float:
+        """Add the time since `since` to stage `name`; returns now."""
+        now = time.perf_counter()
+        self.stages[name] = round(self.stages.get(name, 0.0) + now - since, 3)
+        return now
 
     def cached_compiled_reference(self) -> Timing | None:
         hit = self.ev._compiled_reference.get(self.compiled_key)
@@ -381,6 +509,59 @@ class _Job:
             ),
         )
 
+    async def ask_ref(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> Frame:
+        """One request to the reference worker and its answer."""
+        assert self.ref is not None
+        self.ref_in_sync = False
+        await self.ref.send(header, blobs)
+        frame = await self.recv(self.ref, candidate=False)
+        kind = frame.header.get("type")
+        self.ref_in_sync = kind != "task_error" and "error" not in frame.header
+        return frame
+
+    def start_deadline(self) -> None:
+        if self.deadline == float("inf"):
+            self.deadline = time.monotonic() + self.job.timeout_s
+
+    async def start_reference(self) -> Frame:
+        """A reference worker with the task loaded: a kept one (rebuilt for this job) or a fresh one."""
+        t = time.perf_counter()
+        kept = self.ev._take_reference(self.compiled_key)
+        while kept is not None:
+            self.ref, self.ref_pool = kept, self.device.pool
+            self.workers.append((self.device.pool, kept))
+            self.ev._active.add(kept)
+            self.start_deadline()
+            try:
+                frame = await self.ask_ref({"op": "next"})
+            except _Stop:
+                frame = None
+            if frame is not None and frame.header.get("type") == "task_ready":
+                self.stage("reference", t)
+                return frame
+            kept.kill()  # broken between jobs; try another, then a fresh one
+            kept = self.ev._take_reference(self.compiled_key)
+        self.ref = await self.acquire()
+        self.ref_pool = self.device.pool
+        t = self.stage("workers", t)
+        self.start_deadline()
+        self.ref_in_sync = False
+        frame = await self.load(self.ref, "reference", interpret=self.interpret)
+        self.ref_in_sync = frame.header.get("type") == "task_ready"
+        self.stage("reference", t)
+        return frame
+
+    async def start_candidate(self) -> WorkerProcess:
+        """A candidate worker with the candidate imported; `_Stop` when that fails."""
+        t = time.perf_counter()
+        cand = await self.acquire()
+        t = self.stage("workers", t)
+        self.start_deadline()
+        await self.progress(0.05, "loading the candidate")
+        self.loaded(await self.load(cand, "candidate", interpret=self.interpret))
+        self.stage("candidate", t)
+        return cand
+
     async def load(self, w: WorkerProcess, role: str, *, interpret: bool) -> Frame:
         header: dict[str, Any] = {
             "role": role,
@@ -431,9 +612,7 @@ class _Job:
         )
 
     async def inputs(self, input_set: int) -> Frame:
-        assert self.ref is not None
-        await self.ref.send({"op": "inputs", "set": input_set, "seed": secrets.randbits(62)})
-        frame = await self.recv(self.ref, candidate=False)
+        frame = await self.ask_ref({"op": "inputs", "set": input_set, "seed": secrets.randbits(62)})
         self.task_error(frame)
         self.ref_has_inputs = True
         return frame
@@ -444,63 +623,102 @@ class _Job:
         job = self.job
         result = EvalResult()
         try:
-            self.deadline = float("inf")
             await self.progress(0.0, "waiting for workers")
-            self.ref = await self.acquire()
-            self.deadline = time.monotonic() + job.timeout_s
-            ready = await self.load(self.ref, "reference", interpret=self.interpret)
+            wants_candidate = "verify" in job.stages or "profile" in job.stages
+            compile_first = "compile" in job.stages
+            # The reference and the candidate load at the same time, in their own processes (the
+            # compile stage loads its own candidate, after the reference).
+            loads: list[Any] = [self.start_reference()]
+            if wants_candidate and not compile_first:
+                loads.append(self.start_candidate())
+            outcome = await asyncio.gather(*loads, return_exceptions=True)
+            for o in outcome:  # the reference's failure (an unusable task) comes first
+                if isinstance(o, BaseException) and not isinstance(o, _Stop):
+                    raise o
+            if isinstance(outcome[0], _Stop):
+                raise outcome[0]
+            ready = outcome[0]
+            assert isinstance(ready, Frame)
             self.input_sets = int(ready.header.get("input_sets", 1))
-            gpu_candidate: WorkerProcess | None = None
-            if "compile" in job.stages:
+            cand: WorkerProcess | None = None
+            if len(outcome) > 1:
+                if isinstance(outcome[1], _Stop):
+                    self.fill_failed(result, outcome[1])
+                    return result
+                assert isinstance(outcome[1], WorkerProcess)
+                cand = outcome[1]
+            if compile_first:
+                t = time.perf_counter()
                 result.compile = await self.compile_stage()
+                self.stage("compile", t)
                 if not self.interpret:
-                    gpu_candidate = self.compile_worker
-            if "verify" in job.stages or "profile" in job.stages:
-                cand = gpu_candidate
+                    cand = self.compile_worker
+            if wants_candidate:
                 if cand is None:
-                    cand = await self.acquire()
-                    await self.progress(0.05, "loading the candidate")
                     try:
-                        self.loaded(await self.load(cand, "candidate", interpret=self.interpret))
+                        cand = await self.start_candidate()
                     except _Stop as stop:
                         self.fill_failed(result, stop)
                         return result
                 if not self.interpret:
+                    t = time.perf_counter()
                     await self.warm_up(cand)
-                async with self.gpu_lock():
-                    if "verify" in job.stages:
+                    self.stage("kernels", t)
+                if "verify" in job.stages:
+                    async with self.gpu_lock(exclusive=False):
+                        t = time.perf_counter()
                         result.verify = await self.verify_stage(cand)
-                    if "profile" in job.stages:
-                        if result.verify is not None and not result.verify.correct:
-                            cls = result.verify.failure_class
-                            result.profile = ProfileResult(
-                                available=False,
-                                message=f"not profiled: verify failed ({result.verify.status})",
-                                failure_class=cls,
-                                evidence=result.verify.evidence,
-                            )
-                        else:
+                        self.stage("verify", t)
+                if "profile" in job.stages:
+                    if result.verify is not None and not result.verify.correct:
+                        cls = result.verify.failure_class
+                        result.profile = ProfileResult(
+                            available=False,
+                            message=f"not profiled: verify failed ({result.verify.status})",
+                            failure_class=cls,
+                            evidence=result.verify.evidence,
+                        )
+                    else:
+                        async with self.gpu_lock(exclusive=True):
+                            t = time.perf_counter()
                             result.profile = await self.profile_stage(cand)
+                            self.stage("profile", t)
         except _Stop as stop:
             self.fill_failed(result, stop)
         finally:
             await self.release_workers()
+            result.stage_seconds = dict(self.stages)
         return result
 
     async def release_workers(self) -> None:
-        """Kill every worker of this job, then reap them. The kill is synchronous and comes before
-        any await: under cancellation (anyio cancels again at every await until the task ends)
-        an await here may be cancelled at once, and the processes must be dead regardless. The
-        reaping (wait, close the channel, remove the scratch dir) runs in a shielded task, so a
-        repeated cancellation cannot stop it; we wait for it at most `REAP_TIMEOUT_S`."""
-        for _pool, w in self.workers:
-            w.kill()
+        """Kill every worker of this job (but keep a reference worker that is in sync and
+        error-free for the next job on the task), then reap them. The kill and the keeping are
+        synchronous and come before any await: under cancellation (anyio cancels again at every
+        await until the task ends) an await here may be cancelled at once, and the processes must
+        be dead or parked regardless. The reaping (wait, close the channel, remove the scratch
+        dir) runs in a shielded task, so a repeated cancellation cannot stop it; we wait for it
+        at most `REAP_TIMEOUT_S`."""
+        ref = self.ref
+        keep = (
+            ref is not None
+            and self.ref_pool is not None
+            and self.ref_in_sync
+            and ref.alive()
+            and ref.frames.empty()
+            and not self.ev._closed
+        )
+        workers = [(pool, w) for pool, w in self.workers if not (keep and w is ref)]
         for _pool, w in self.workers:
             self.ev._active.discard(w)
-        if not self.workers:
+        for _pool, w in workers:
+            w.kill()
+        if keep:
+            assert ref is not None and self.ref_pool is not None
+            self.ev._keep_reference(self.compiled_key, ref, self.ref_pool)
+        if not workers:
             return
         reap = asyncio.ensure_future(
-            asyncio.gather(*(pool.release(w) for pool, w in self.workers), return_exceptions=True)
+            asyncio.gather(*(pool.release(w) for pool, w in workers), return_exceptions=True)
         )
         _REAPING.add(reap)
         reap.add_done_callback(_REAPING.discard)
@@ -524,15 +742,19 @@ class _Job:
             )
 
     @contextlib.asynccontextmanager
-    async def gpu_lock(self) -> Any:
+    async def gpu_lock(self, *, exclusive: bool) -> Any:
+        """The GPU, shared with other jobs' verifications or, to time, alone."""
         if self.device.kind == "cpu":
             yield
             return
         waited = time.monotonic()
-        if self.device.lock.locked():
+        t = time.perf_counter()
+        if self.device.lock.busy():
             await self.progress(0.1, "waiting for the GPU")
-        async with self.device.lock:
+        lock = self.device.lock.exclusive() if exclusive else self.device.lock.shared()
+        async with lock:
             self.deadline += time.monotonic() - waited
+            self.stage("gpu_wait", t)
             yield
 
     # ---- compile ----
@@ -617,8 +839,8 @@ class _Job:
         self.candidate_verdict(warm, "warm")
         if "profile" in self.job.stages and self.cached_compiled_reference() is None:
             await self.progress(0.09, "compiling the reference with torch.compile")
-            await self.ref.send({"op": "warmup_reference"})
-            await self.recv(self.ref, candidate=False)
+            await self.ask_ref({"op": "warmup_reference"})
+            self.ref_in_sync = True  # a failed torch.compile is not an error of the reference
 
     # ---- verify ----
 
@@ -642,11 +864,10 @@ class _Job:
                     names = h.get("kernels")
                     if isinstance(names, list):
                         self.kernels = list(dict.fromkeys([*self.kernels, *(str(n)[:200] for n in names)]))
-                    await self.ref.send(
+                    cmp = await self.ask_ref(
                         {"op": "compare", "outputs": h.get("outputs"), "inputs_after": h.get("inputs_after")},
                         out.blobs,
                     )
-                    cmp = await self.recv(self.ref, candidate=False)
                     if cmp.header.get("type") != "compared":
                         self.task_error(cmp)
                         raise _Stop(
@@ -705,10 +926,10 @@ class _Job:
         assert self.ref is not None
         if not self.ref_has_inputs:
             await self.inputs(0)
-        await self.ref.send(
+        frame = await self.ask_ref(
             {"op": "roofline", "target": self.job.roofline_target, "full_size": self.interpret}
         )
-        frame = await self.recv(self.ref, candidate=False)
+        self.ref_in_sync = True  # a model the roofline cannot count is not an error of the reference
         raw = frame.header.get("roofline")
         if raw is None:
             return None, str(frame.header.get("error", "the roofline could not be computed"))
@@ -737,8 +958,12 @@ class _Job:
         sets: dict[str, int] = {}
         cached = self.cached_compiled_reference()
         ref_keys = ("eager",) if cached is not None else ("eager", "compiled")
-        for r in range(PROFILE_ROUNDS):
-            await self.progress(0.9 + 0.1 * r / PROFILE_ROUNDS, f"timing, round {r + 1} of {PROFILE_ROUNDS}")
+        rounds = 0
+        while rounds < MIN_PROFILE_ROUNDS or (
+            rounds < MAX_PROFILE_ROUNDS and not _spread_ok(samples, ("candidate", *ref_keys))
+        ):
+            rounds += 1
+            await self.progress(0.9 + 0.1 * min(rounds - 1, 9) / 10, f"timing, round {rounds}")
             await cand.send(
                 {
                     "op": "time_candidate",
@@ -761,7 +986,7 @@ class _Job:
                 raise _Stop(
                     FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
                 ) from e
-            await self.ref.send(
+            frame = await self.ask_ref(
                 {
                     "op": "time_reference",
                     "budget_ms": PROFILE_BUDGET_MS,
@@ -769,7 +994,6 @@ class _Job:
                     "compiled": cached is None,
                 }
             )
-            frame = await self.recv(self.ref, candidate=False)
             if "error" in frame.header:
                 return ProfileResult(
                     available=False,
@@ -796,12 +1020,28 @@ class _Job:
             _device_label(self.device, cand.info),
             round(time.perf_counter() - start, 3),
         )
+        result.message += f"; {rounds} interleaved rounds"
         if cached is not None:
             result.message += (
                 "; the torch.compile reference was timed by an earlier evaluation of this task "
                 f"(reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
             )
         return result
+
+
+def _spread_ok(samples: dict[str, list[float]], keys: tuple[str, ...]) -> bool:
+    """True when each timed callable's interquartile range is within TARGET_SPREAD of its median
+    (or its median is at most SPREAD_ABOVE_US, where a few percent is noise nobody acts on)."""
+    import statistics
+
+    for k in keys:
+        xs = samples.get(k) or []
+        if len(xs) < 4:
+            return False
+        q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+        if med > SPREAD_ABOVE_US and (q3 - q1) > TARGET_SPREAD * med:
+            return False
+    return True
 
 
 PHYSICAL_FLOOR_FACTOR = 0.25

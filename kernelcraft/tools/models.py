@@ -187,6 +187,11 @@ class EvalResult(BaseModel):
     verify: VerifyResult | None = None
     profile: ProfileResult | None = None
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where the time went, in seconds: workers (waiting for a process), reference and "
+        "candidate (loading; these two overlap), compile, kernels (Triton JIT), gpu_wait, verify, profile.",
+    )
 
     @property
     def failure_class(self) -> FailureClass | None:

@@ -2,9 +2,11 @@
 
 A `WorkerPool` keeps `size` workers started (torch and Triton imported, CUDA initialised on a GPU)
 and hands each out once; every hand-out starts a replacement in the background. A `WorkerProcess`
-is one `python -m kernelcraft.tools.worker` child: its own session (process group), a scrubbed
-environment, its own scratch directory (Triton cache included), stdout/stderr to a log file, and
-a socket pair as the only channel. `kill()` kills the whole process group.
+is one worker: its own session (process group), a scrubbed environment, its own scratch directory
+(Triton cache included), stdout/stderr to a log file, and a socket pair as the only channel.
+`kill()` kills the whole process group. Workers are forked from the pool's zygote (`zygote.py`:
+torch and the harness imported once) and, when it is unavailable, spawned as
+`python -m kernelcraft.tools.worker` (`KERNELCRAFT_ZYGOTE=off` forces this).
 
 Only `local.py` uses this module; nothing here imports torch.
 """
@@ -27,6 +29,7 @@ from typing import Any
 
 from kernelcraft.errors import KernelcraftError
 from kernelcraft.tools.channel import ChannelError, Frame, read_frame, write_frame
+from kernelcraft.tools.zygote import ForkedChild, Zygote, ZygoteUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,38 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def base_env(device: str, gpu: int | None, interpret: bool) -> dict[str, str]:
+    """The environment every worker of a pool shares (its zygote's): scrubbed, with the package
+    importable, Triton's interpreter on or off, and the GPU chosen."""
+    env = scrubbed_env()
+    env["KERNELCRAFT_WORKER_DEVICE"] = device
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
+    # Triton upgrade does not silently change candidates' rounding.
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    # Triton reads TRITON_INTERPRET when `@triton.jit` decorates, including triton.language's own
+    # helpers at `import triton`: it must be set (or not) before the worker imports triton.
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    if device == "cuda" and gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if device == "cpu":
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def own_env(workdir: Path) -> dict[str, str]:
+    """What differs per worker: its directory as HOME, TMPDIR and Triton's cache (the candidate's
+    sandbox lets it write there and nowhere else)."""
+    return {
+        "TRITON_CACHE_DIR": str(workdir / "triton-cache"),
+        "TRITON_HOME": str(workdir),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+    }
+
+
 class WorkerProcess:
     """One worker child and its channel. Frames it sends are queued by a reader task."""
 
@@ -72,44 +107,37 @@ class WorkerProcess:
         self.log_path = self.dir / "output.log"
         self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
         self.info: dict[str, Any] = {}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedChild | None = None
+        self.forked = False
         self.killed_for: str | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, zygote: Zygote | None = None) -> None:
+        """Fork the worker from `zygote`, or spawn it when there is none (or it fails)."""
         parent_sock, child_sock = socket.socketpair()
-        env = scrubbed_env()
-        env["TRITON_CACHE_DIR"] = str(self.dir / "triton-cache")
-        env["TRITON_HOME"] = str(self.dir)
-        env["KERNELCRAFT_WORKER_DEVICE"] = self.device
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
-        env["HOME"] = str(self.dir)
-        env["TMPDIR"] = str(self.dir)  # the candidate's sandbox lets it write here and nowhere else
-        # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
-        # Triton upgrade does not silently change candidates' rounding.
-        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-        # Triton reads TRITON_INTERPRET when `@triton.jit` decorates, including triton.language's own
-        # helpers at `import triton`: it must be set (or not) before the worker starts.
-        env.pop("TRITON_INTERPRET", None)
-        if self.interpret:
-            env["TRITON_INTERPRET"] = "1"
-        if self.device == "cuda" and self.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
-        if self.device == "cpu":
-            env.setdefault("OMP_NUM_THREADS", "1")
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kernelcraft.tools.worker", str(child_sock.fileno())],
-                pass_fds=(child_sock.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.dir,
-                start_new_session=True,
-            )
-        child_sock.close()
+        try:
+            if zygote is not None:
+                try:
+                    self.proc = await zygote.fork(child_sock, self.dir, self.log_path, own_env(self.dir))
+                    self.forked = True
+                except ZygoteUnavailable:
+                    pass
+            if self.proc is None:
+                env = base_env(self.device, self.gpu, self.interpret) | own_env(self.dir)
+                with open(self.log_path, "wb") as out:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-m", "kernelcraft.tools.worker", str(child_sock.fileno())],
+                        pass_fds=(child_sock.fileno(),),
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=self.dir,
+                        start_new_session=True,
+                    )
+        finally:
+            child_sock.close()
         reader, self._writer = await asyncio.open_unix_connection(sock=parent_sock)
         self._reader_task = asyncio.create_task(self._read(reader))
 
@@ -172,11 +200,20 @@ class WorkerProcess:
             return None
         proc = self.proc
         loop = asyncio.get_running_loop()
+
+        async def wait() -> int:
+            if isinstance(proc, ForkedChild):
+                return await proc.wait()
+            return await loop.run_in_executor(None, proc.wait)
+
         try:
-            return await asyncio.wait_for(loop.run_in_executor(None, proc.wait), timeout)
+            return await asyncio.wait_for(wait(), timeout)
         except asyncio.TimeoutError:
             self.kill()
-            return await loop.run_in_executor(None, proc.wait)
+            try:
+                return await asyncio.wait_for(wait(), 10)
+            except asyncio.TimeoutError:  # a forked child whose zygote no longer reports exits
+                return None
 
     def exit_description(self) -> str:
         code = self.proc.poll() if self.proc else None
@@ -230,6 +267,32 @@ class WorkerPool:
         self._error: WorkerError | None = None
         self._closed = False
         self._all: set[WorkerProcess] = set()
+        use_zygote = os.environ.get("KERNELCRAFT_ZYGOTE", "on").lower() not in ("off", "0", "no")
+        self._zygote: Zygote | None = None
+        if use_zygote:
+            self._zygote = Zygote(
+                base_env(device, gpu, interpret),
+                Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",
+                cuda=device == "cuda",
+            )
+
+    def start_mode(self) -> str:
+        """How this pool starts workers: "fork" (from its zygote) or "spawn (why)"."""
+        if self._zygote is None:
+            return "spawn (KERNELCRAFT_ZYGOTE=off)"
+        if self._zygote.broken is not None:
+            return f"spawn ({self._zygote.broken[:300]})"
+        return "fork"
+
+    async def _zygote_ready(self) -> Zygote | None:
+        """The pool's zygote once it has imported everything; None when it is unavailable."""
+        if self._zygote is None or self._zygote.broken is not None:
+            return None
+        try:
+            await self._zygote.start(STARTUP_TIMEOUT_S)
+        except (ZygoteUnavailable, asyncio.TimeoutError):
+            return None
+        return self._zygote
 
     def fill(self) -> None:
         """Start workers until `size` are ready or starting."""
@@ -242,11 +305,15 @@ class WorkerPool:
         w = WorkerProcess(self.device, self.base_dir, self.gpu, self.interpret)
         self._all.add(w)
         try:
-            await w.start()
+            await w.start(await self._zygote_ready())
             await w.wait_ready(STARTUP_TIMEOUT_S)
         except (WorkerError, OSError) as e:
             self._all.discard(w)
             await w.close()
+            if w.forked and self._zygote is not None:
+                # Whatever broke a forked worker would break the next: spawn from now on.
+                self._zygote.disable(f"a forked worker failed to start: {e}")
+                await self._zygote.aclose()
             self._failures += 1
             log.warning("worker start failed (%d in a row): %s", self._failures, e)
             if self._failures >= 3:
@@ -301,6 +368,8 @@ class WorkerPool:
                 await task
         await asyncio.gather(*(w.close() for w in list(self._all)), return_exceptions=True)
         self._all.clear()
+        if self._zygote is not None:
+            await self._zygote.aclose()
 
 
 _BROKEN: Any = object()

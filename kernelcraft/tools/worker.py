@@ -8,14 +8,15 @@ a GPU), says `ready`, and waits for its one job, which gives it a role:
   for each trial draws inputs from the seed the parent sends, computes the reference outputs,
   shares a copy of the inputs, and later compares what the candidate returned against its own
   private copies (outputs, and inputs for mutation). Also counts FLOPs/bytes and times the
-  reference for profile.
+  reference for profile. It never imports candidate code, so the parent may keep it for the next
+  job on the same task (`next`: state dropped, `Model` rebuilt from the seed).
 - **candidate** (untrusted): loads the task (for `get_init_inputs`) and then the candidate,
   builds `ModelNew` after the same seed, and for each trial runs forward on fresh clones of the
   inputs, with memory poisoned underneath, aten ops recorded and Triton launches counted, and
   sends the outputs back. It never decides a verdict on the numbers.
 
 Nothing is printed on stdout for the parent: every message goes over the socket (see
-`channel.py`). The process exits after its job; the parent kills its process group regardless.
+`channel.py`). A candidate process exits after its one job; the parent kills its process group regardless.
 
 Written by the evaluation engine only.
 """
@@ -176,6 +177,22 @@ class Worker:
                 self.send(self.compile_reference(model, private_inputs))
             elif op == "time_reference":
                 self.send(self.time_reference(model, private_inputs, frame.header))
+            elif op == "next":
+                # The next job on the same task: forget this job's inputs and outputs and build
+                # Model afresh from the same seed, exactly as a new process would.
+                private_inputs, ref_out, shared = [], None, None
+                self._compiled = None
+                try:
+                    if self.device.startswith("cuda"):
+                        torch.cuda.empty_cache()
+                    init = self.init_inputs(task, job["seed0"])
+                    model = self.build(task.Model, init, job["seed0"])
+                except Exception as e:
+                    self.send(
+                        {"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)}
+                    )
+                    return
+                self.send({"type": "task_ready", "input_sets": n_sets})
             else:
                 return
 
@@ -627,19 +644,26 @@ def _warm_imports(*, cuda: bool) -> None:
         from kernelcraft.tools import timing  # noqa: F401  (captures the timers; no candidate yet)
 
 
-def main() -> None:
-    fd = int(sys.argv[1])
-    sock = socket.socket(fileno=fd)
-    os.set_inheritable(fd, False)
-    # Nothing but this process's own code talks on the socket; its stdout is a log file.
-    import torch
+def prepare(*, cuda: bool) -> None:
+    """Everything a worker imports before it can take a job (CUDA itself is not touched)."""
+    import torch  # noqa: F401
     import triton  # noqa: F401  (imported before any job: the pool's workers start warm)
     import triton.language  # noqa: F401
 
+    _warm_imports(cuda=cuda)
+
+
+def serve(fd: int) -> None:
+    """Say `ready` on the socket `fd` (after initialising CUDA on a GPU), take one job and run it.
+    Called after `prepare` in a spawned worker, or in a worker the zygote forked."""
+    import torch
+
+    sock = socket.socket(fileno=fd)
+    os.set_inheritable(fd, False)
+    # Nothing but this process's own code talks on the socket; its stdout is a log file.
     worker = Worker(sock)
     want = os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu")
     info: dict[str, Any] = {"type": "ready", "pid": os.getpid()}
-    _warm_imports(cuda=want == "cuda")
     if want == "cuda":
         torch.cuda.init()
         torch.empty(1, device="cuda")
@@ -660,6 +684,11 @@ def main() -> None:
         worker.reference(job, workdir)
     elif job.get("role") == "candidate":
         worker.candidate(job, workdir)
+
+
+def main() -> None:
+    prepare(cuda=os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu") == "cuda")
+    serve(int(sys.argv[1]))
 
 
 if __name__ == "__main__":

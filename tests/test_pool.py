@@ -1,0 +1,145 @@
+"""The worker pool and its zygote: forked workers start fast, stay as clean as spawned ones, and
+the pool falls back to spawning when the zygote is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelcraft.tools.pool import WorkerPool, WorkerProcess
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _job_env(w: WorkerProcess) -> dict[str, str]:
+    """Ask a worker (as a reference) to build a task whose Model reports its process state."""
+    task = """
+import os, tempfile, torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+def get_inputs():
+    return [torch.zeros(1)]
+def get_init_inputs():
+    return []
+import json
+with open(os.path.join(os.environ["HOME"], "state.json"), "w") as f:
+    json.dump({"env": dict(os.environ), "tmp": tempfile.gettempdir(), "cwd": os.getcwd(),
+               "sid": os.getsid(0), "pid": os.getpid()}, f)
+"""
+    await w.send({"role": "reference", "workdir": str(w.dir), "task_source": task, "seed0": 42})
+    frame = await asyncio.wait_for(w.frames.get(), 60)
+    assert frame is not None and frame.header["type"] == "task_ready", frame
+    import json
+
+    return json.loads((w.dir / "state.json").read_text())
+
+
+def test_workers_are_forked_from_the_zygote_with_their_own_session_home_and_no_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELCRAFT_TEST_SECRET_TOKEN", "s3cr3t")
+
+    async def main() -> None:
+        pool = WorkerPool(2, "cpu", tmp_path, interpret=True)
+        try:
+            a = await pool.acquire()
+            b = await pool.acquire()
+            assert a.forked and b.forked and a.pid != b.pid
+            state = await _job_env(a)
+            assert state["sid"] == state["pid"] == a.pid  # its own session and process group
+            assert state["env"]["HOME"] == state["env"]["TMPDIR"] == str(a.dir)
+            assert state["tmp"] == str(a.dir) and state["cwd"] == str(a.dir)
+            assert state["env"]["TRITON_CACHE_DIR"] == str(a.dir / "triton-cache")
+            assert state["env"]["TRITON_INTERPRET"] == "1"
+            assert not any("SECRET" in k or "s3cr3t" in v for k, v in state["env"].items())
+            await pool.release(a)
+            await pool.release(b)
+        finally:
+            await pool.aclose()
+
+    _run(main())
+
+
+def test_a_forked_workers_exit_status_names_the_signal(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
+        try:
+            w = await pool.acquire()
+            assert w.forked and w.pid is not None
+            os.kill(w.pid, signal.SIGTERM)
+            assert await w.wait_exit(10) == -signal.SIGTERM
+            assert w.exit_description() == "killed by signal SIGTERM"
+            assert await w.frames.get() is None  # the channel closed with it
+            await pool.release(w)
+        finally:
+            await pool.aclose()
+
+    _run(main())
+
+
+def test_forked_workers_start_in_a_fraction_of_a_spawned_workers_time(tmp_path: Path) -> None:
+    # Not a speed target (bench/ measures those): a check that the pool really forks, i.e. that
+    # six more workers do not each pay torch's import.
+    async def main() -> float:
+        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
+        try:
+            await pool.release(await pool.acquire())  # the zygote has imported everything
+            start = time.perf_counter()
+            for _ in range(6):
+                await pool.release(await pool.acquire())
+            return time.perf_counter() - start
+        finally:
+            await pool.aclose()
+
+    assert _run(main()) < 6 * 1.0
+
+
+def test_the_pool_spawns_workers_when_the_zygote_dies(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
+        try:
+            first = await pool.acquire()
+            assert first.forked
+            zygote = pool._zygote
+            assert zygote is not None and zygote._proc is not None
+            os.killpg(zygote._proc.pid, signal.SIGKILL)
+            await pool.release(first)
+            for _ in range(50):
+                if zygote.broken:
+                    break
+                await asyncio.sleep(0.1)
+            assert zygote.broken
+            w = await pool.acquire()
+            while w.forked:  # one may have been forked before the zygote died
+                await pool.release(w)
+                w = await pool.acquire()
+            assert w.alive() and w.info["type"] == "ready"
+            await pool.release(w)
+        finally:
+            await pool.aclose()
+
+    _run(main())
+
+
+def test_kernelcraft_zygote_off_spawns_every_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELCRAFT_ZYGOTE", "off")
+
+    async def main() -> None:
+        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
+        try:
+            w = await pool.acquire()
+            assert not w.forked and w.alive()
+            await pool.release(w)
+        finally:
+            await pool.aclose()
+
+    _run(main())
