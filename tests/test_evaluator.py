@@ -395,3 +395,23 @@ def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
     i = log.index("+t1")
     assert {"-v1", "-v2"} <= set(log[:i]) and log[i + 1] == "-t1"  # timing alone
     assert log.index("+v3") > log.index("-t1")  # fair to the waiting timing
+
+
+def test_concurrent_jobs_on_one_task_share_a_few_reference_workers(evaluator, job_for, tmp_path) -> None:
+    ev = evaluator.evaluator
+    task = tmp_path / "task.py"
+    task.write_text((CHEATS / "task_scale.py").read_text() + "\n# shared-references test\n")
+    src = (CHEATS / "good.py").read_text()
+    pool = ev._ensure_started()[0].pool
+    jobs = [job_for(task, src + f"\n# copy {i}\n", trials=1) for i in range(6)]
+
+    async def batch() -> tuple[int, list]:  # type: ignore[type-arg]
+        before = pool.started
+        results = await asyncio.gather(*(ev.submit(j) for j in jobs))
+        return pool.started - before, results
+
+    started, results = evaluator.call(batch())
+    assert all(r.verify is not None and r.verify.correct for r in results)
+    # Six candidate workers, at most `_refs_per_task` reference workers, and the pool's refills;
+    # one reference per job would need six more.
+    assert started <= 6 + ev._refs_per_task + pool.size, started

@@ -396,8 +396,12 @@ async def test_other_calls_are_served_during_an_evaluation_and_a_cancelled_one_l
             assert not rules.is_error and time.perf_counter() - start < 1.0
 
             tg.cancel_scope.cancel()  # the client gives up on the evaluation
-        while any(process_alive(pid) for pid in pids):
+        # The candidate's process dies; the reference's is parked for the next job on the task
+        # (it was between requests), or dies too.
+        kept = set(local_evaluator.idle_reference_pids())
+        while any(process_alive(pid) and pid not in kept for pid in pids):
             await anyio.sleep(0.05)
+        assert len(set(pids) - kept) >= 1
 
 
 # ---------------------------------------------------------------------------- the search tree

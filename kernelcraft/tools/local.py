@@ -236,6 +236,12 @@ class LocalEvaluator:
         self._compiled_reference: dict[tuple[str, int | None], tuple[float, Timing]] = {}
         # (task sha256, device index) -> idle reference workers, oldest first, with when they idled
         self._idle_refs: dict[tuple[str, int | None], list[tuple[float, WorkerProcess, WorkerPool]]] = {}
+        # (task sha256, device index) -> its reference workers, busy or idle (at most
+        # `_refs_per_task`; a job beyond that waits for one rather than starting another)
+        self._refs: dict[tuple[str, int | None], set[WorkerProcess]] = {}
+        self._refs_per_task = max(2, self._workers // 2)
+        self._ref_starting: dict[tuple[str, int | None], int] = {}
+        self._ref_waiters: dict[tuple[str, int | None], list[asyncio.Future[None]]] = {}
         if protect_environ:
             _protect_environ()
 
@@ -288,14 +294,49 @@ class LocalEvaluator:
             since, w, pool = idle.pop()
             if w.alive() and time.monotonic() - since < REFERENCE_IDLE_S and w.frames.empty():
                 return w
+            self._forget_reference(key, w)
             _reap(pool.release(w))
         return None
+
+    def _reserve_reference(self, key: tuple[str, int | None]) -> bool:
+        """Reserve a place for a new reference worker of the task if it is under its cap (undo
+        with `_started_reference`)."""
+        live = len(self._refs.setdefault(key, set())) + self._ref_starting.get(key, 0)
+        if live >= self._refs_per_task:
+            return False
+        self._ref_starting[key] = self._ref_starting.get(key, 0) + 1
+        return True
+
+    def _started_reference(self, key: tuple[str, int | None], w: WorkerProcess | None) -> None:
+        self._ref_starting[key] -= 1
+        if w is not None:
+            self._refs[key].add(w)
+        else:
+            self._wake_reference_waiters(key)
+
+    def _forget_reference(self, key: tuple[str, int | None], w: WorkerProcess) -> None:
+        """`w` no longer serves the task (killed or closed): wake the jobs waiting for a reference."""
+        self._refs.get(key, set()).discard(w)
+        self._wake_reference_waiters(key)
+
+    def _wake_reference_waiters(self, key: tuple[str, int | None]) -> None:
+        for fut in self._ref_waiters.pop(key, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _reference_freed(self, key: tuple[str, int | None], timeout: float) -> None:
+        """Wait until a reference of the task is parked or forgotten (or `timeout` passes)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._ref_waiters.setdefault(key, []).append(fut)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(fut, timeout)
 
     def _keep_reference(self, key: tuple[str, int | None], w: WorkerProcess, pool: WorkerPool) -> None:
         """Park a reference worker that finished a job cleanly. Synchronous: it runs while a job
         is being torn down, perhaps cancelled. Closes stale ones and the oldest past the cap."""
         now = time.monotonic()
         self._idle_refs.setdefault(key, []).append((now, w, pool))
+        self._wake_reference_waiters(key)
         parked = sorted(
             ((entry, k) for k, v in self._idle_refs.items() if k[1] == key[1] for entry in v),
             key=lambda t: t[0][0],
@@ -306,6 +347,7 @@ class LocalEvaluator:
                 continue
             self._idle_refs[k].remove(entry)
             excess -= 1
+            self._forget_reference(k, entry[1])
             entry[1].kill()
             _reap(entry[2].release(entry[1]))
 
@@ -526,22 +568,35 @@ class _Job:
     async def start_reference(self) -> Frame:
         """A reference worker with the task loaded: a kept one (rebuilt for this job) or a fresh one."""
         t = time.perf_counter()
-        kept = self.ev._take_reference(self.compiled_key)
-        while kept is not None:
-            self.ref, self.ref_pool = kept, self.device.pool
-            self.workers.append((self.device.pool, kept))
-            self.ev._active.add(kept)
-            self.start_deadline()
-            try:
-                frame = await self.ask_ref({"op": "next"})
-            except _Stop:
-                frame = None
-            if frame is not None and frame.header.get("type") == "task_ready":
-                self.stage("reference", t)
-                return frame
-            kept.kill()  # broken between jobs; try another, then a fresh one
-            kept = self.ev._take_reference(self.compiled_key)
-        self.ref = await self.acquire()
+        key = self.compiled_key
+        while True:
+            kept = self.ev._take_reference(key)
+            if kept is not None:
+                self.ref, self.ref_pool = kept, self.device.pool
+                self.workers.append((self.device.pool, kept))
+                self.ev._active.add(kept)
+                t = self.stage("workers", t)
+                self.start_deadline()
+                try:
+                    frame = await self.ask_ref({"op": "next"})
+                except _Stop:
+                    frame = None
+                if frame is not None and frame.header.get("type") == "task_ready":
+                    self.stage("reference", t)
+                    return frame
+                kept.kill()  # broken between jobs; try another, or a fresh one
+                self.ev._forget_reference(key, kept)
+                continue
+            if self.ev._reserve_reference(key):
+                break
+            # The task has its share of reference workers, all busy: one is soon free (a job
+            # holds it a few seconds), which beats starting another process.
+            await self.ev._reference_freed(key, 5.0)
+        self.ref = None
+        try:
+            self.ref = await self.acquire()
+        finally:
+            self.ev._started_reference(key, self.ref)
         self.ref_pool = self.device.pool
         t = self.stage("workers", t)
         self.start_deadline()
@@ -715,6 +770,8 @@ class _Job:
         if keep:
             assert ref is not None and self.ref_pool is not None
             self.ev._keep_reference(self.compiled_key, ref, self.ref_pool)
+        elif ref is not None:
+            self.ev._forget_reference(self.compiled_key, ref)
         if not workers:
             return
         reap = asyncio.ensure_future(
@@ -923,9 +980,6 @@ class _Job:
     # ---- profile ----
 
     async def roofline(self) -> tuple[Roofline | None, str | None]:
-        assert self.ref is not None
-        if not self.ref_has_inputs:
-            await self.inputs(0)
         frame = await self.ask_ref(
             {"op": "roofline", "target": self.job.roofline_target, "full_size": self.interpret}
         )
@@ -937,6 +991,12 @@ class _Job:
 
     async def profile_stage(self, cand: WorkerProcess) -> ProfileResult:
         start = time.perf_counter()
+        if self.input_sets > 1 or not self.ref_has_inputs:
+            # Verification ended on the last extra input set: time on get_inputs(), the task's own.
+            frame = await self.inputs(0)
+            if self.device.kind != "cpu":
+                await cand.send({"op": "use_inputs", "inputs": frame.header["inputs"]}, frame.blobs)
+                self.candidate_verdict(await self.recv(cand, candidate=True), "ok")
         roof, roof_error = await self.roofline()
         if self.device.kind == "cpu":
             message = NO_GPU_MESSAGE.format(target=self.job.roofline_target)

@@ -267,6 +267,8 @@ class WorkerPool:
         self._error: WorkerError | None = None
         self._closed = False
         self._all: set[WorkerProcess] = set()
+        self.started = 0
+        """Workers started so far (a diagnostic)."""
         use_zygote = os.environ.get("KERNELCRAFT_ZYGOTE", "on").lower() not in ("off", "0", "no")
         self._zygote: Zygote | None = None
         if use_zygote:
@@ -303,6 +305,7 @@ class WorkerPool:
 
     async def _start_one(self) -> None:
         w = WorkerProcess(self.device, self.base_dir, self.gpu, self.interpret)
+        self.started += 1
         self._all.add(w)
         try:
             await w.start(await self._zygote_ready())

@@ -406,6 +406,9 @@ class Worker:
                 self.send(self.warmup(model, inputs))
             elif op == "time_candidate":
                 self.send(self.time_candidate(model, inputs, frame.header))
+            elif op == "use_inputs":  # profile times on the task's main input set
+                inputs = self.unpack_cloned(frame.header["inputs"], frame.blobs)
+                self.send({"type": "ok"})
             else:
                 return
 
@@ -599,13 +602,15 @@ class Worker:
                 "candidate": {"times_us": r.times_us, "method": r.method, "sets": r.sets},
             }
         except Exception as e:
-            if type(e).__name__ == "StreamChanged" and type(e).__module__ == "kernelcraft.tools.timing":
+            name = type(e).__name__
+            if name in ("StreamChanged", "WorkEscaped") and type(e).__module__ == "kernelcraft.tools.timing":
                 from kernelcraft.knowledge.failures import FailureClass
 
+                op = "torch.cuda.set_stream" if name == "StreamChanged" else "another CUDA stream"
                 return {
                     "type": "verdict",
                     "failure_class": FailureClass.FORBIDDEN_CONSTRUCT.value,
-                    "evidence": {"message": str(e), "op": "torch.cuda.set_stream"},
+                    "evidence": {"message": str(e), "op": op},
                 }
             return {"type": "timed", "error": _trim(traceback.format_exc()), "summary": repr(e)}
 

@@ -263,11 +263,20 @@ def _threads() -> int:
 
 
 def _cuda_driver_loaded() -> bool:
+    """True when this process has opened the GPU's device files (cuInit or NVML did). Loading
+    the driver library alone is harmless to fork; initialising it is not."""
     try:
-        with open("/proc/self/maps") as f:
-            return any("libcuda.so" in line for line in f)
+        fds = os.listdir("/proc/self/fd")
     except OSError:
         return False
+    return any(_fd_target(fd).startswith(("/dev/nvidia", "/dev/kfd", "/dev/dri")) for fd in fds)
+
+
+def _fd_target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
 
 
 def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
@@ -315,7 +324,7 @@ def main() -> None:
 
     if torch.cuda.is_initialized() or _cuda_driver_loaded():
         # A process that has called into the CUDA driver cannot fork children that use CUDA.
-        _send(ctrl, {"type": "unavailable", "reason": "the CUDA driver was loaded while importing"})
+        _send(ctrl, {"type": "unavailable", "reason": "the GPU driver was initialised while importing"})
         return
     if _threads() != 1:
         names = sorted(
