@@ -28,6 +28,7 @@ from kernelcraft.knowledge.failures import FailureClass
 from kernelcraft.knowledge.rulebook import FailureRecorded, RuleOut
 from kernelcraft.search.tree import StartResult, SubmitResult, TreeStatus
 from kernelcraft.server.auth import client_name
+from kernelcraft.server.schema import FlatSchema
 from kernelcraft.server.state import AppState
 from kernelcraft.store import code_hash
 from kernelcraft.tools.evaluator import ProgressCallback
@@ -97,7 +98,7 @@ AllowedOps = Annotated[
 ]
 
 
-class RuleList(BaseModel):
+class RuleList(FlatSchema):
     """Rules ranked for a context, most relevant first."""
 
     rules: list[RuleOut] = Field(description="Active rules, best match first. Follow every one.")
