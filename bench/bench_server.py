@@ -1,6 +1,7 @@
 """Benchmark of the MCP server's latencies (issue 5's performance targets).
 
-    .venv/bin/python bench/bench_server.py [--http-seconds 30] [--clients 32] [--json]
+    .venv/bin/python bench/bench_server.py [--n 500] [--http-seconds 30] [--clients 32]
+        [--only in-process|stdio|http]
 
 1. in-process `query_rules` (a `Client(server)` in this process):       p50 <= 2 ms
 2. stdio round trip (`kernelcraft serve` child, `query_rules`):          p50 <= 10 ms
@@ -234,6 +235,33 @@ async def bench_query_during_evaluation(base: str) -> dict[str, Any]:
     return out
 
 
+async def bench_http(home: Path, args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """3 and 4, against one `kernelcraft serve --transport http` child."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = start_http_server(home, port)
+    try:
+        await wait_healthy(base)
+        log(f"3/4 {args.clients} concurrent HTTP clients for {args.http_seconds:g} s")
+        server_cpu, bench_cpu = process_cpu_s(server.pid), time.process_time()
+        concurrent = await bench_http_concurrent(base, args.clients, args.http_seconds)
+        # Where the CPU went: the server and the load generator share this machine's cores.
+        concurrent["server_cpu_s"] = round(process_cpu_s(server.pid) - server_cpu, 1)
+        concurrent["clients_cpu_s"] = round(time.process_time() - bench_cpu, 1)
+        results["http_concurrent_query_rules"] = concurrent
+        log(f"    {results['http_concurrent_query_rules']}")
+        log("4/4 query_rules while another client's evaluation runs")
+        results["query_rules_during_evaluation"] = await bench_query_during_evaluation(base)
+        log(f"    {results['query_rules_during_evaluation']}")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
@@ -243,35 +271,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kc-bench-") as tmp:
         home = Path(tmp)
         os.environ["KERNELCRAFT_HOME"] = str(home)
-        log("1/4 in-process query_rules")
-        results["in_process_query_rules"] = await bench_in_process(home, args.n)
-        log(f"    {results['in_process_query_rules']}")
-        log("2/4 stdio round trip")
-        results["stdio_query_rules"] = await bench_stdio(home, args.n)
-        log(f"    {results['stdio_query_rules']}")
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        server = start_http_server(home, port)
-        try:
-            await wait_healthy(base)
-            log(f"3/4 {args.clients} concurrent HTTP clients for {args.http_seconds:g} s")
-            server_cpu, bench_cpu = process_cpu_s(server.pid), time.process_time()
-            concurrent = await bench_http_concurrent(base, args.clients, args.http_seconds)
-            # Where the CPU went: the server and the load generator share this machine's cores.
-            concurrent["server_cpu_s"] = round(process_cpu_s(server.pid) - server_cpu, 1)
-            concurrent["clients_cpu_s"] = round(time.process_time() - bench_cpu, 1)
-            results["http_concurrent_query_rules"] = concurrent
-            log(f"    {results['http_concurrent_query_rules']}")
-            log("4/4 query_rules while another client's evaluation runs")
-            results["query_rules_during_evaluation"] = await bench_query_during_evaluation(base)
-            log(f"    {results['query_rules_during_evaluation']}")
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        if args.only in (None, "in-process"):
+            log("1/4 in-process query_rules")
+            results["in_process_query_rules"] = await bench_in_process(home, args.n)
+            log(f"    {results['in_process_query_rules']}")
+        if args.only in (None, "stdio"):
+            log("2/4 stdio round trip")
+            results["stdio_query_rules"] = await bench_stdio(home, args.n)
+            log(f"    {results['stdio_query_rules']}")
+        if args.only in (None, "http"):
+            await bench_http(home, args, results)
     return results
 
 
@@ -282,6 +291,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=500, help="calls per latency sample (1, 2)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--http-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--only", choices=("in-process", "stdio", "http"), help="run one part (http: 3 and 4); default all"
+    )
     args = parser.parse_args()
     # The server under test logs to its own file; here only the benchmark's progress is wanted.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
