@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
-#   bash bench/h200.sh STEP...     (steps: setup verify gputests capture eval tuner server all)
+#   bash bench/h200.sh STEP...     (steps: verify trace gputests capture eval tuner server)
+# Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS.
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
 # logs and JSON under $OUT. Everything it reports comes from this machine. Make .whl/ here first
 # (git ignores it) and name it in the device call's `carry`:
@@ -26,7 +27,7 @@ for step in "$@"; do
     capture) run capture python3 tests/fixtures/errors/capture.py; tar czf "$OUT/errors-3.6.tgz" tests/fixtures/errors/triton-3.6 2>/dev/null ;;
     eval) run bench_eval python3 bench/bench_eval.py ${EVAL_ARGS:-} ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
-    server) run bench_server python3 bench/bench_server.py ;;
+    server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -136,6 +136,7 @@ def test_the_event_protocol_times_between_events_on_the_harness_stream_and_stops
     flushes: list[int] = []
     monkeypatch.setattr(timing, "_flush_l2", lambda: flushes.append(1))
     monkeypatch.setattr(timing, "_overhead", [])
+    monkeypatch.setattr(timing, "_gpu_sleep", lambda cycles: None)
     t = timing.time_cuda(lambda: _busy(300), min_reps=10, max_time_s=3.0, method="cuda_events")
     assert t.method == "cuda_events" and t.reps >= 10
     assert 250 < t.median_us < 600, t
@@ -170,6 +171,7 @@ def _host_clock(monkeypatch: pytest.MonkeyPatch, sync_us: float, overhead_us: fl
     monkeypatch.setattr(timing, "_flush_l2", lambda: None)
     monkeypatch.setattr(timing, "_current_stream", lambda: "harness")
     monkeypatch.setattr(timing, "_overhead", [overhead_us])
+    monkeypatch.setattr(timing, "_gpu_sleep", lambda cycles: None)
 
 
 def test_samples_are_clipped_above_zero(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -284,6 +284,8 @@ class WorkerPool:
             return "spawn (KERNELCRAFT_ZYGOTE=off)"
         if self._zygote.broken is not None:
             return f"spawn ({self._zygote.broken[:300]})"
+        if self._zygote.deferred:
+            return f"fork (each worker imports {', '.join(self._zygote.deferred)} itself)"
         return "fork"
 
     async def _zygote_ready(self) -> Zygote | None:
@@ -314,9 +316,12 @@ class WorkerPool:
             self._all.discard(w)
             await w.close()
             if w.forked and self._zygote is not None:
-                # Whatever broke a forked worker would break the next: spawn from now on.
-                self._zygote.disable(f"a forked worker failed to start: {e}")
+                # Whatever broke a forked worker would break the next: spawn from now on (and do
+                # not count it towards giving up: the spawned replacement is a different start).
+                self._zygote.disable(f"a forked worker failed to start: {str(e)[:500]}")
                 await self._zygote.aclose()
+                self.fill()
+                return
             self._failures += 1
             log.warning("worker start failed (%d in a row): %s", self._failures, e)
             if self._failures >= 3:

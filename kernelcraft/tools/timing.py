@@ -15,10 +15,12 @@ turns that into a `forbidden_construct` verdict ("forward changed the current CU
 Protocol of one repetition (method "cuda_events"), after warm-up:
 
     flush L2 (a 256 MB buffer `.zero_()`, on the harness stream before the start event: not timed)
+    GPU spin of ~100 µs (`torch.cuda._sleep`): the host enqueues fn before the GPU reaches start
     start.record(harness); fn(); mid.record(harness); torch.cuda.synchronize(); end.record(harness)
 
-The sample is start → mid, as `triton.testing.do_bench` times (fn is enqueued while the GPU is
-still flushing, so launch overhead is hidden the same way). The end event, recorded after a
+The sample is start → mid, as `triton.testing.do_bench` times: fn's kernels are already queued
+when the start event runs, so the host's launch overhead (tens of µs for a Triton launch from
+Python) is not in the sample — do_bench gets the same by queueing all repetitions at once. The end event, recorded after a
 device-wide synchronise, guards it: mid → end is the host round-trip (synchronise returns, the end
 event is enqueued and runs; measured once per process with an empty body, `sync_overhead_us`) plus
 any work still running on another stream. When its median exceeds that round-trip by more than
@@ -74,6 +76,7 @@ _graph_replay = torch.cuda.CUDAGraph.replay
 _zero_ = torch.Tensor.zero_
 _current_stream = torch.cuda.current_stream
 _set_stream = torch.cuda.set_stream
+_gpu_sleep = torch.cuda._sleep
 
 _CAPTURED: dict[str, tuple[Callable[[], Any], Any]] = {
     "time.perf_counter": (lambda: time.perf_counter, _perf_counter),
@@ -86,6 +89,7 @@ _CAPTURED: dict[str, tuple[Callable[[], Any], Any]] = {
     "torch.Tensor.zero_": (lambda: torch.Tensor.zero_, _zero_),
     "torch.cuda.current_stream": (lambda: torch.cuda.current_stream, _current_stream),
     "torch.cuda.set_stream": (lambda: torch.cuda.set_stream, _set_stream),
+    "torch.cuda._sleep": (lambda: torch.cuda._sleep, _gpu_sleep),
 }
 
 Method = Literal["cuda_events", "cuda_graph"]
@@ -94,6 +98,7 @@ ROTATE_TOTAL_BYTES = 256 * 1024 * 1024  # rotating sets together exceed this (> 
 MAX_ROTATE_SETS = 64
 ROTATE_MEMORY_BYTES = 2 * 1024**3  # at most this much memory in extra input/output sets
 MIN_SAMPLE_US = 0.01  # samples are clipped here (never <= 0)
+HEAD_START_CYCLES = 200_000  # GPU spin before each start event: ~100 µs at an H200's ~2 GHz
 ESCAPE_SLACK_US = 25.0  # mid -> end may exceed the host round-trip by this much ...
 ESCAPE_FRACTION = 0.2  # ... or by this fraction of the sample, before fn counts as hiding work
 GRAPH_BELOW_US = 20.0  # use CUDA graphs below this estimated time per call
@@ -252,6 +257,7 @@ def _event_samples(
         args = sets[(start_at + i) % len(sets)]
         if flush_l2:
             _flush_l2()
+        _gpu_sleep(HEAD_START_CYCLES)
         _event_record(start, harness)
         call(*args)
         _event_record(mid, harness)

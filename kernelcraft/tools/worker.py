@@ -633,41 +633,59 @@ class Worker:
         return {"type": "warm", "compiled": compiled}
 
 
-def _warm_imports(*, cuda: bool) -> None:
-    """Pay one-off costs before the worker reports ready, so they fall outside every job's time:
-    the harness modules, torch._dynamo (which the op recorder's dispatch mode pulls in lazily,
-    ~1 s) and, on a GPU, torch's inductor (what the reference's torch.compile imports)."""
+def _import_base() -> None:
     import numpy  # noqa: F401
-
-    from kernelcraft.knowledge import failures  # noqa: F401
-    from kernelcraft.tools import compare, guard, launches, loading, models, roofline  # noqa: F401
-
-    guard.Integrity()  # imports torch._dynamo and runs the dispatch-mode machinery once
-    if cuda:
-        import torch._inductor.compile_fx  # noqa: F401
-
-        from kernelcraft.tools import timing  # noqa: F401  (captures the timers; no candidate yet)
-
-
-def prepare(*, cuda: bool) -> None:
-    """Everything a worker imports before it can take a job (CUDA itself is not touched)."""
     import torch  # noqa: F401
     import triton  # noqa: F401  (imported before any job: the pool's workers start warm)
     import triton.language  # noqa: F401
 
-    _warm_imports(cuda=cuda)
+    from kernelcraft.knowledge import failures  # noqa: F401
+    from kernelcraft.tools import compare, guard, launches, loading, models, roofline  # noqa: F401
+
+
+def _import_dynamo() -> None:
+    from kernelcraft.tools import guard
+
+    guard.Integrity()  # imports torch._dynamo and runs the dispatch-mode machinery once
+
+
+def _import_inductor() -> None:
+    import torch._inductor.compile_fx  # noqa: F401
+
+    from kernelcraft.tools import timing  # noqa: F401  (captures the timers; no candidate yet)
+
+
+def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
+    """One-off costs a worker pays before it reports ready, so they fall outside every job's
+    time: torch, Triton and the harness modules; torch._dynamo (which the op recorder's dispatch
+    mode pulls in lazily, ~1 s); on a GPU, torch's inductor (what the reference's torch.compile
+    imports). In order; the zygote runs each stage that leaves the GPU driver alone."""
+    stages: list[tuple[str, Any]] = [("base", _import_base), ("dynamo", _import_dynamo)]
+    if cuda:
+        stages.append(("inductor", _import_inductor))
+    return stages
+
+
+def prepare(*, cuda: bool) -> None:
+    """Everything a worker imports before it can take a job (what is imported already costs
+    nothing again)."""
+    for _name, stage in import_stages(cuda=cuda):
+        stage()
 
 
 def serve(fd: int) -> None:
     """Say `ready` on the socket `fd` (after initialising CUDA on a GPU), take one job and run it.
-    Called after `prepare` in a spawned worker, or in a worker the zygote forked."""
+    Called in a spawned worker, or in a worker the zygote forked (which imports here what the
+    zygote could not import without touching the GPU)."""
     import torch
+
+    want = os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu")
+    prepare(cuda=want == "cuda")
 
     sock = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     # Nothing but this process's own code talks on the socket; its stdout is a log file.
     worker = Worker(sock)
-    want = os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu")
     info: dict[str, Any] = {"type": "ready", "pid": os.getpid()}
     if want == "cuda":
         torch.cuda.init()
@@ -692,7 +710,6 @@ def serve(fd: int) -> None:
 
 
 def main() -> None:
-    prepare(cuda=os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu") == "cuda")
     serve(int(sys.argv[1]))
 
 

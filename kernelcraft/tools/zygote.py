@@ -98,6 +98,8 @@ class Zygote:
         self._next_id = 0
         self._lock = asyncio.Lock()
         self.broken: str | None = None
+        self.deferred: list[str] = []
+        """Import stages the zygote left to each worker (they would have touched the GPU)."""
 
     async def start(self, timeout: float) -> None:
         """Start the zygote and wait until it has imported everything (or raise ZygoteUnavailable)."""
@@ -176,6 +178,7 @@ class Zygote:
     def _handle(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
         if kind == "ready":
+            self.deferred = [str(x) for x in msg.get("deferred", [])]
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
         elif kind == "unavailable":
@@ -279,6 +282,21 @@ def _fd_target(fd: str) -> str:
         return ""
 
 
+def _probe(stage: Any) -> bool:
+    """Run `stage` in a throwaway fork: True when it neither touched the GPU driver nor left a
+    second thread running."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            stage()
+            code = 0 if not _cuda_driver_loaded() and _threads() == 1 else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
     sock.send(json.dumps(msg).encode())
 
@@ -319,7 +337,16 @@ def main() -> None:
     cuda = sys.argv[2] == "cuda"
     from kernelcraft.tools import worker
 
-    worker.prepare(cuda=cuda)
+    # Each import stage runs here only if a throwaway fork shows it leaves the GPU driver alone
+    # and starts no thread; the others are left to each forked worker.
+    deferred: list[str] = []
+    for name, stage in worker.import_stages(cuda=cuda):
+        if name != "base" and not _probe(stage):
+            deferred.append(name)
+            continue
+        stage()
+        if _cuda_driver_loaded() or _threads() != 1:
+            break
     import torch
 
     if torch.cuda.is_initialized() or _cuda_driver_loaded():
@@ -337,7 +364,7 @@ def main() -> None:
     os.set_blocking(wake_r, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _send(ctrl, {"type": "ready", "pid": os.getpid()})
+    _send(ctrl, {"type": "ready", "pid": os.getpid(), "deferred": deferred})
     while True:
         readable, _, _ = select.select([ctrl.fileno(), wake_r], [], [])
         if wake_r in readable:
