@@ -108,7 +108,8 @@ async def bench_in_process(home: Path, n: int) -> dict[str, float]:
 
 def child_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELCRAFT_")}
-    env.update({"PYTHONPATH": str(REPO), "KERNELCRAFT_HOME": str(home), **extra})
+    path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update({"PYTHONPATH": path, "KERNELCRAFT_HOME": str(home), **extra})
     return env
 
 

@@ -85,7 +85,10 @@ class Zygote:
     are fixed at its start)."""
 
     def __init__(self, env: dict[str, str], log_path: Path, cuda: bool) -> None:
-        self._env = env
+        # Math libraries start their thread pools when they load (OpenBLAS at numpy's import, on
+        # the H200 machine 16 threads): one thread each, or the zygote could not fork safely.
+        # Workers compute on the GPU; their CPU math is only building weights and inputs.
+        self._env = env | {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self._log_path = log_path
         self._cuda = cuda
         self._proc: subprocess.Popen[bytes] | None = None
