@@ -14,8 +14,9 @@ killed at the deadline); one that outgrows the memory limit `runtime_out_of_memo
 
 Concurrency: any number of jobs may be submitted at once. Loading, importing and compiling run
 concurrently (up to the pool's size), the reference's and the candidate's loading included. On a
-GPU, verification trials of several jobs share the GPU, and timing has it alone (`_GpuLock`): no
-two jobs' timings overlap, and no verification runs while a job is timed. Without a GPU, verify
+GPU, every step that uses the GPU (loading models, making inputs, the reference's torch.compile,
+verification trials) shares it with other jobs, and timing has it alone (`_GpuLock`): no other
+job's GPU work overlaps a timing. Only Triton's compiler (CPU) runs outside the lock. Without a GPU, verify
 runs in Triton's CPU interpreter and there is no lock. The job's `timeout_s` counts from the
 moment its workers are assigned, minus the time spent waiting for the GPU.
 
@@ -686,7 +687,8 @@ class _Job:
             loads: list[Any] = [self.start_reference()]
             if wants_candidate and not compile_first:
                 loads.append(self.start_candidate())
-            outcome = await asyncio.gather(*loads, return_exceptions=True)
+            async with self.gpu_lock(exclusive=False):  # building models and inputs uses the GPU
+                outcome = await asyncio.gather(*loads, return_exceptions=True)
             for o in outcome:  # the reference's failure (an unusable task) comes first
                 if isinstance(o, BaseException) and not isinstance(o, _Stop):
                     raise o
@@ -890,13 +892,16 @@ class _Job:
         profiling, torch.compile the reference."""
         assert self.ref is not None
         await self.progress(0.08, "compiling kernels")
-        frame = await self.inputs(0)
+        async with self.gpu_lock(exclusive=False):
+            frame = await self.inputs(0)
+        # Triton's compiler runs on the CPU: no lock, so other jobs' timings go on meanwhile.
         await cand.send({"op": "warmup", "inputs": frame.header["inputs"]}, frame.blobs)
         warm = await self.recv(cand, candidate=True)
         self.candidate_verdict(warm, "warm")
         if "profile" in self.job.stages and self.cached_compiled_reference() is None:
             await self.progress(0.09, "compiling the reference with torch.compile")
-            await self.ask_ref({"op": "warmup_reference"})
+            async with self.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
+                await self.ask_ref({"op": "warmup_reference"})
             self.ref_in_sync = True  # a failed torch.compile is not an error of the reference
 
     # ---- verify ----

@@ -23,9 +23,11 @@ when the start event runs, so the host's launch overhead (tens of µs for a Trit
 Python) is not in the sample — do_bench gets the same by queueing all repetitions at once. The end event, recorded after a
 device-wide synchronise, guards it: mid → end is the host round-trip (synchronise returns, the end
 event is enqueued and runs; measured once per process with an empty body, `sync_overhead_us`) plus
-any work still running on another stream. When its median exceeds that round-trip by more than
-`ESCAPE_SLACK_US` or `ESCAPE_FRACTION` of the sample, fn hid work outside the timed stream and
-`WorkEscaped` is raised (a `forbidden_construct` verdict). An earlier version reported start → end
+any work still running on another stream. When its least value over the repetitions exceeds that
+round-trip by more than `ESCAPE_SLACK_US` or `ESCAPE_FRACTION` of the sample in each of
+`ESCAPE_ATTEMPTS` measurements, fn hid work outside the timed stream and `WorkEscaped` is raised (a
+`forbidden_construct` verdict). One measurement is not enough: on the H200 machine the eager
+reference once showed a 289 µs median tail while other processes were starting on the GPU. An earlier version reported start → end
 minus the round-trip: the round-trip's jitter (~10 µs on the H200 machine) put the spread of a
 70 µs kernel at 15%. A sample is never reported as ≤ 0: it is clipped at `MIN_SAMPLE_US`, and
 `Timing.clipped` counts the clipped samples (a kernel that fast is a measurement artefact or a
@@ -101,6 +103,8 @@ MIN_SAMPLE_US = 0.01  # samples are clipped here (never <= 0)
 HEAD_START_CYCLES = 200_000  # GPU spin before each start event: ~100 µs at an H200's ~2 GHz
 ESCAPE_SLACK_US = 25.0  # mid -> end may exceed the host round-trip by this much ...
 ESCAPE_FRACTION = 0.2  # ... or by this fraction of the sample, before fn counts as hiding work
+ESCAPE_ATTEMPTS = 3  # ... in each of this many measurements
+ESCAPE_RETRY_PAUSE_S = 0.05
 GRAPH_BELOW_US = 20.0  # use CUDA graphs below this estimated time per call
 SPREAD_CHECK_ABOVE_US = 50.0  # the spread target applies to kernels longer than this
 
@@ -245,6 +249,29 @@ def _clip(us: float) -> float:
 def _event_samples(
     fn: Callable[..., Any], sets: list[Sequence[Any]], reps: int, flush_l2: bool, start_at: int
 ) -> list[float]:
+    """`reps` samples of fn (µs, start -> mid). Raises `WorkEscaped` when every one of
+    `ESCAPE_ATTEMPTS` measurements shows work outlasting the harness stream: a stall caused by
+    another process on the GPU (a worker creating its CUDA context, say) passes, hidden work does
+    not."""
+    hidden: list[float] = []
+    for attempt in range(ESCAPE_ATTEMPTS):
+        if attempt:
+            time.sleep(ESCAPE_RETRY_PAUSE_S)
+        samples, extra = _event_round(fn, sets, reps, flush_l2, start_at)
+        if extra <= max(ESCAPE_SLACK_US, ESCAPE_FRACTION * statistics.median(samples)):
+            return samples
+        hidden.append(extra)
+    raise WorkEscaped(
+        f"work went on for {min(hidden):.1f} µs after forward's work on the current CUDA stream had "
+        f"finished (the least over the repetitions, in each of {len(hidden)} measurements): it ran on "
+        "another stream, outside the timed interval; launch on the current stream"
+    )
+
+
+def _event_round(
+    fn: Callable[..., Any], sets: list[Sequence[Any]], reps: int, flush_l2: bool, start_at: int
+) -> tuple[list[float], float]:
+    """Samples (µs, start -> mid) and how far the least mid -> end exceeds the host round-trip."""
     overhead = sync_overhead_us()
     harness = _current_stream()
     call = _guarded(fn)
@@ -265,15 +292,9 @@ def _event_samples(
         _event_record(end, harness)
     _synchronize()
     samples = [_clip(_event_elapsed(s, m) * 1000.0) for s, m, _ in events]
-    tail = statistics.median(_event_elapsed(m, e) * 1000.0 for _, m, e in events)
-    hidden = tail - overhead
-    if hidden > max(ESCAPE_SLACK_US, ESCAPE_FRACTION * statistics.median(samples)):
-        raise WorkEscaped(
-            f"work went on for {hidden:.1f} µs after forward's work on the current CUDA stream had "
-            "finished (median of the repetitions): it ran on another stream, outside the timed "
-            "interval; launch on the current stream"
-        )
-    return samples
+    # The least tail: hidden work lengthens every repetition's, a passing stall only some.
+    tail = min(_event_elapsed(m, e) * 1000.0 for _, m, e in events)
+    return samples, tail - overhead
 
 
 class _Graph:
