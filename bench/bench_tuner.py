@@ -11,8 +11,9 @@ same seed. Claim checked: the tuner's best is within 3% of the grid's best using
 the grid's evaluations. The tuner reads the grid's measurements (a cache keyed by configuration)
 rather than re-timing, so both see identical numbers and timing noise cannot favour either; its
 evaluation count is the number of distinct configurations it asked for. When a space is larger
-than --max-grid, it is narrowed the same way for both (meta-parameters within a factor 4, then 2,
-then num_warps in {2, 4, 8} and num_stages in {2, 3, 4}).
+than --max-grid, it is narrowed the same way for both (meta-parameters within a factor 8, 4, then
+2 of the seed's; num_warps in {2, 4, 8} and num_stages in {2, 3, 4}; then num_stages, then
+num_warps held at the seed's).
 
 Part 2, the examples' best kernels (the grid's best configuration) against PyTorch eager and
 torch.compile, with the roofline fraction (`kernelcraft.tools.roofline.roofline_for`).
@@ -126,19 +127,33 @@ def time_us(fn: Any) -> float:
     return float(do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
 
 
+# Narrowing levels, widest first: (factor around each meta-parameter's seed value, num_warps
+# choices, num_stages choices); None keeps the seed's value.
+_LEVELS: tuple[tuple[int, tuple[int, ...] | None, tuple[int, ...] | None], ...] = (
+    (8, NUM_WARPS, NUM_STAGES),
+    (4, NUM_WARPS, NUM_STAGES),
+    (2, (2, 4, 8), (2, 3, 4)),
+    (2, (2, 4, 8), None),
+    (2, None, None),
+    (1, None, None),
+)
+
+
 def narrowed(space: Space, params: list[Any], limit: int) -> Space:
-    """The same space, narrowed until it has at most `limit` configurations."""
+    """The same space, narrowed until it has at most `limit` configurations: meta-parameters
+    within a factor of the seed's value, then num_warps and num_stages held at the seed's, so a
+    matmul keeps its block-size choices rather than collapsing to the seed alone."""
     if ARGS.cpu_smoke:
         limit = min(limit, 12)
-    for factor in (8, 4, 2, 1):
+    s = space
+    for factor, warps, stages in _LEVELS:
         values = {}
         for p in params:
             if p.kind == "meta":
                 values[p.key] = [v for v in space.values[p.key] if p.value / factor <= v <= p.value * factor]
-            elif p.kind == "num_warps":
-                values[p.key] = list(NUM_WARPS) if factor >= 4 else [2, 4, 8] if factor == 2 else [p.value]
             else:
-                values[p.key] = list(NUM_STAGES) if factor >= 4 else [2, 3, 4] if factor == 2 else [p.value]
+                choices = warps if p.kind == "num_warps" else stages
+                values[p.key] = list(choices) if choices is not None else [p.value]
             if p.value not in values[p.key]:
                 values[p.key].append(p.value)
                 values[p.key].sort()
