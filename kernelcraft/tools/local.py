@@ -579,7 +579,8 @@ class _Job:
                 t = self.stage("workers", t)
                 self.start_deadline()
                 try:
-                    frame = await self.ask_ref({"op": "next"})
+                    async with self.gpu_lock(exclusive=False):  # rebuilding Model uses the GPU
+                        frame = await self.ask_ref({"op": "next"})
                 except _Stop:
                     frame = None
                 if frame is not None and frame.header.get("type") == "task_ready":
@@ -602,7 +603,10 @@ class _Job:
         t = self.stage("workers", t)
         self.start_deadline()
         self.ref_in_sync = False
-        frame = await self.load(self.ref, "reference", interpret=self.interpret)
+        # The lock is taken only once a worker is held: a job waiting for a worker (or for
+        # another job's reference) must not hold up a timing, which would hold up that job.
+        async with self.gpu_lock(exclusive=False):
+            frame = await self.load(self.ref, "reference", interpret=self.interpret)
         self.ref_in_sync = frame.header.get("type") == "task_ready"
         self.stage("reference", t)
         return frame
@@ -614,7 +618,9 @@ class _Job:
         t = self.stage("workers", t)
         self.start_deadline()
         await self.progress(0.05, "loading the candidate")
-        self.loaded(await self.load(cand, "candidate", interpret=self.interpret))
+        async with self.gpu_lock(exclusive=False):
+            frame = await self.load(cand, "candidate", interpret=self.interpret)
+        self.loaded(frame)
         self.stage("candidate", t)
         return cand
 
@@ -687,8 +693,7 @@ class _Job:
             loads: list[Any] = [self.start_reference()]
             if wants_candidate and not compile_first:
                 loads.append(self.start_candidate())
-            async with self.gpu_lock(exclusive=False):  # building models and inputs uses the GPU
-                outcome = await asyncio.gather(*loads, return_exceptions=True)
+            outcome = await asyncio.gather(*loads, return_exceptions=True)
             for o in outcome:  # the reference's failure (an unusable task) comes first
                 if isinstance(o, BaseException) and not isinstance(o, _Stop):
                     raise o
