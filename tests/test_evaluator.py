@@ -415,3 +415,27 @@ def test_concurrent_jobs_on_one_task_share_a_few_reference_workers(evaluator, jo
     # Six candidate workers, at most `_refs_per_task` reference workers, and the pool's refills;
     # one reference per job would need six more.
     assert started <= 6 + ev._refs_per_task + pool.size, started
+
+
+def test_jobs_waiting_for_a_reference_never_block_a_timing(evaluator, job_for, tmp_path) -> None:
+    # The GPU lock's ordering, with the CPU device made to take it as a GPU does: one reference
+    # worker per task, so jobs queue for it while its holder waits to time alone. A job that held
+    # the lock (shared) while waiting for the reference would block that timing for good.
+    ev = evaluator.evaluator
+    device = ev._ensure_started()[0]
+    task = tmp_path / "task.py"
+    task.write_text((CHEATS / "task_scale.py").read_text() + "\n# lock-ordering test\n")
+    src = (CHEATS / "good.py").read_text()
+    jobs = [job_for(task, src + f"\n# copy {i}\n", trials=1, stages=["verify", "profile"]) for i in range(4)]
+    cap = ev._refs_per_task
+
+    async def batch() -> list:  # type: ignore[type-arg]
+        return await asyncio.wait_for(asyncio.gather(*(ev.submit(j) for j in jobs)), 120)
+
+    device.locked, ev._refs_per_task = True, 1
+    try:
+        results = evaluator.call(batch())
+    finally:
+        device.locked, ev._refs_per_task = False, cap
+    assert all(r.verify is not None and r.verify.correct and r.profile is not None for r in results)
+    assert not device.lock.busy()

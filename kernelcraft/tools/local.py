@@ -182,6 +182,8 @@ class _Device:
     jobs: int = 0
     compile_pool: WorkerPool | None = None
     """CPU only: workers without the interpreter, for the compile stage (started on first use)."""
+    locked: bool = True
+    """Jobs take `lock` (a GPU); without a GPU nothing is timed and jobs run without it."""
 
 
 class LocalEvaluator:
@@ -271,6 +273,7 @@ class LocalEvaluator:
                         WorkerPool(self._workers, "cpu", self._scratch, interpret=True),
                         _GpuLock(),
                         compile_pool=WorkerPool(1, "cpu", self._scratch, interpret=False),
+                        locked=False,
                     )
                 ]
             for d in self._devices:
@@ -808,7 +811,7 @@ class _Job:
     @contextlib.asynccontextmanager
     async def gpu_lock(self, *, exclusive: bool) -> Any:
         """The GPU, shared with other jobs' verifications or, to time, alone."""
-        if self.device.kind == "cpu":
+        if not self.device.locked:
             yield
             return
         waited = time.monotonic()
