@@ -1,23 +1,32 @@
 """The streamable HTTP transport through its ASGI app: bearer tokens, 401 with the protected-resource
-metadata, DNS-rebinding protection, /health, client names on writes, and refusals to start."""
+metadata, DNS-rebinding protection, /health, client names on writes, progress of long tools,
+refusals to start, and what the serving process does for latency under load."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.client import ConnectMode
 from mcp.client.streamable_http import streamable_http_client
-from server_support import NoEvaluations, failure_clients, settings_for
+from search_scripted import ScriptedEvaluator, candidate
+from server_support import TASK, NoEvaluations, failure_clients, settings_for
 
+from kernelcraft.config import Settings
 from kernelcraft.errors import UsageError
 from kernelcraft.server import commands
-from kernelcraft.server.app import create_server
+from kernelcraft.server.app import EvaluatorFactory, create_server
 from kernelcraft.server.auth import HttpPlan, load_tokens_file, parse_tokens, plan_http
+from kernelcraft.tools.evaluator import ProgressCallback
+from kernelcraft.tools.models import EvalJob, EvalResult
 
 BASE = "http://127.0.0.1:8765"
 ALICE, BOB = "alice-secret-token", "bob-secret-token-2"
@@ -29,9 +38,12 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def http_app(tmp_path: Path, plan: HttpPlan) -> AsyncIterator[httpx2.AsyncClient]:
-    server = create_server(settings_for(tmp_path), NoEvaluations, auth=plan.auth)
-    app = server.streamable_http_app(host=plan.host, transport_security=plan.security)
+async def http_app(
+    tmp_path: Path, plan: HttpPlan, evaluator_factory: EvaluatorFactory = NoEvaluations
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """The app `kernelcraft serve --transport http` runs, reached without a socket."""
+    server = create_server(settings_for(tmp_path), evaluator_factory, auth=plan.auth)
+    app = commands.asgi_app(server, plan)
     async with app.router.lifespan_context(app):
         async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=BASE) as http:
             yield http
@@ -123,6 +135,70 @@ async def test_no_auth_on_loopback_serves_without_a_token_and_records_local(tmp_
     async with http_app(tmp_path, plan) as http:
         await record_one_failure(http, None)
     assert failure_clients(tmp_path / "kernelcraft.db") == ["local"]
+
+
+class ProgressingEvaluator(ScriptedEvaluator):
+    """Reports progress before each scripted verdict, as a real evaluation does while it compiles
+    and runs trials."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+
+    async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
+        if progress is not None:
+            await progress(0.25, "compiling")
+            await progress(0.5, "trial 1 of 2")
+        return await super().submit(job, progress)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"], ids=["2026-07-28 request", "2025-11-25 session"])
+async def test_progress_of_a_long_tool_reaches_an_http_client(tmp_path: Path, mode: ConnectMode) -> None:
+    messages: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message)
+
+    async with http_app(tmp_path, with_tokens(), ProgressingEvaluator) as http:
+        async with httpx2.AsyncClient(
+            transport=http._transport, base_url=BASE, headers={"Authorization": f"Bearer {ALICE}"}
+        ) as authed:
+            async with Client(streamable_http_client(f"{BASE}/mcp", http_client=authed), mode=mode) as client:
+                with anyio.fail_after(30):
+                    result = await client.call_tool(
+                        "verify_against_reference",
+                        {"reference_code": TASK, "candidate_code": candidate("correct"), "trials": 2},
+                        progress_callback=on_progress,
+                    )
+    assert not result.is_error, result.content
+    assert result.structured_content is not None and result.structured_content["correct"] is True
+    assert messages == ["compiling", "trial 1 of 2"]
+
+
+@pytest.mark.anyio
+async def test_only_a_serving_process_takes_its_startup_objects_out_of_the_collectors_walk(
+    tmp_path: Path,
+) -> None:
+    before = gc.get_freeze_count()
+    async with Client(create_server(settings_for(tmp_path / "embedded"), NoEvaluations)):
+        assert gc.get_freeze_count() == before
+    try:
+        served = create_server(settings_for(tmp_path / "served"), NoEvaluations, freeze_after_start=True)
+        async with Client(served):
+            assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
+
+
+def test_the_server_runs_on_uvloop_where_it_is_installed() -> None:
+    pytest.importorskip("uvloop")
+    loops: list[str] = []
+
+    async def main() -> None:
+        loops.append(type(asyncio.get_running_loop()).__module__)
+
+    commands.run_event_loop(main)
+    assert loops[0].startswith("uvloop")
 
 
 def test_it_refuses_to_serve_on_all_interfaces_without_tokens() -> None:
