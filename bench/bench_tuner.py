@@ -235,6 +235,8 @@ def bench_example(folder: Path, scratch: Path) -> dict[str, Any]:
         "tuner_fraction_of_grid": round(len(set(asked)) / max(len(grid), 1), 3),
         "within_3pct": within,
         "tuner_log": [[o.config, o.time_us, o.failure_class] for o in result.observations],
+        # every grid measurement, so another tuner strategy can be replayed on them without a GPU
+        "grid": [[o.config, o.time_us, o.failure_class] for o in measured.values()],
         # below 8 configurations a quarter of the grid is one or two evaluations: no claim is made
         "passes": None if len(grid) < 8 else bool(within and len(set(asked)) <= len(grid) / 4),
     }
