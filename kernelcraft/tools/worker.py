@@ -211,6 +211,8 @@ class Worker:
                 "type": "compared",
                 "failure_class": FailureClass.RUNTIME_CRASH.value,
                 "evidence": ev.model_dump(),
+                # opening them may have left a CUDA error behind: the parent does not keep this process
+                "error": _trim(f"{type(e).__name__}: {e}"),
             }
         self.sync()
         for i, out in enumerate(runs):
