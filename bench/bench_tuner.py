@@ -3,6 +3,7 @@
     python bench/bench_tuner.py                 # GPU: every example in examples/*/ (task.py + seed.py)
     python bench/bench_tuner.py --cpu-smoke     # tiny, in Triton's interpreter: checks the harness runs
     python bench/bench_tuner.py --examples layernorm softmax --json results.json
+    python bench/bench_tuner.py --replay results.json   # the tuner again on those grids, no GPU
 
 Part 1, tuner vs grid. For each example's seed kernel, the launch-configuration space the tuner
 reads from the source (`kernelcraft.agent.tuner`) is measured exhaustively (every configuration:
@@ -55,6 +56,11 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="the tuner's seed")
     p.add_argument("--target", default="sm_90a", help="roofline target")
     p.add_argument("--json", type=Path, help="write the results here as JSON")
+    p.add_argument(
+        "--replay",
+        type=Path,
+        help="run the tuner on the grids an earlier --json recorded (no GPU; same scoring)",
+    )
     return p.parse_args()
 
 
@@ -194,6 +200,25 @@ def bench_example(folder: Path, scratch: Path) -> dict[str, Any]:
     for config in grid:
         measured[config_key(config)] = measure(config)
     grid_seconds = time.monotonic() - t0
+    row = tuner_row(folder.name, seed_source, params, space, measured, measure)
+    row["space_full"] = full.size()
+    row["grid_seconds"] = round(grid_seconds, 1)
+    best = row.pop("_grid_best")
+    if best is not None:
+        row.update(compare_with_pytorch(task, reference, inputs, seed_source, params, best, scratch))
+    return row
+
+
+def tuner_row(
+    name: str,
+    seed_source: str,
+    params: list[Any],
+    space: Space,
+    measured: dict[str, Observation],
+    measure: Any = None,
+) -> dict[str, Any]:
+    """Run the tuner over `space`, answering from `measured` (the grid), and score it."""
+    grid = space.grid()
     timed = [o for o in measured.values() if o.ok and o.time_us is not None]
     grid_best = min(timed, key=lambda o: o.time_us or math.inf) if timed else None
 
@@ -202,7 +227,9 @@ def bench_example(folder: Path, scratch: Path) -> dict[str, Any]:
     async def objective(source: str, config: dict[str, int]) -> Observation:
         key = config_key(config)
         asked.append(key)
-        return measured[key] if key in measured else measure(config)
+        if key in measured or measure is None:
+            return measured.get(key) or Observation(config, ok=False, failure_class="not in the grid")
+        return measure(config)
 
     # the tuner searches the same (narrowed) space
     original = Space.of
@@ -222,12 +249,10 @@ def bench_example(folder: Path, scratch: Path) -> dict[str, Any]:
         and (tuner_best.time_us or math.inf) <= 1.03 * (grid_best.time_us or math.inf)
     )
     row: dict[str, Any] = {
-        "example": folder.name,
+        "example": name,
         "params": {p.key: p.value for p in params},
-        "space_full": full.size(),
         "grid_size": len(grid),
         "grid_ok": len(timed),
-        "grid_seconds": round(grid_seconds, 1),
         "grid_best": None if grid_best is None else {"config": grid_best.config, "us": grid_best.time_us},
         "seed_config_us": measured[config_key(current_config(params))].time_us,
         "tuner_best": None if tuner_best is None else {"config": tuner_best.config, "us": tuner_best.time_us},
@@ -239,10 +264,35 @@ def bench_example(folder: Path, scratch: Path) -> dict[str, Any]:
         "grid": [[o.config, o.time_us, o.failure_class] for o in measured.values()],
         # below 8 configurations a quarter of the grid is one or two evaluations: no claim is made
         "passes": None if len(grid) < 8 else bool(within and len(set(asked)) <= len(grid) / 4),
+        "_grid_best": grid_best,
     }
-    if grid_best is not None:
-        row.update(compare_with_pytorch(task, reference, inputs, seed_source, params, grid_best, scratch))
     return row
+
+
+def replay(path: Path) -> list[dict[str, Any]]:
+    """The tuner on grids an earlier run measured (its JSON's "grid" lists): no GPU, same scoring."""
+    rows = []
+    for old in json.loads(path.read_text())["rows"]:
+        if not old.get("grid") or (ARGS.examples and old["example"] not in ARGS.examples):
+            continue
+        seed_source = (ROOT / "examples" / old["example"] / "seed.py").read_text()
+        params = find_params(seed_source)
+        values: dict[str, list[int]] = {p.key: [] for p in params}
+        measured: dict[str, Observation] = {}
+        for config, us, failure in old["grid"]:
+            for k, v in config.items():
+                if v not in values[k]:
+                    values[k].append(v)
+            ok = us is not None and failure is None
+            measured[config_key(config)] = Observation(config, ok=ok, time_us=us, failure_class=failure)
+        space = Space(params, {k: sorted(v) for k, v in values.items()})
+        row = tuner_row(old["example"], seed_source, params, space, measured)
+        row.pop("_grid_best")
+        row.update({k: old.get(k) for k in ("space_full", "eager_us", "compiled_us", "roofline_fraction")})
+        row["speedup_vs_eager"] = old.get("speedup_vs_eager")
+        row["speedup_vs_compiled"] = old.get("speedup_vs_compiled")
+        rows.append(row)
+    return rows
 
 
 def compare_with_pytorch(
@@ -277,6 +327,8 @@ def compare_with_pytorch(
 
 
 def main() -> int:
+    if ARGS.replay:
+        return report(replay(ARGS.replay))
     if not ARGS.cpu_smoke and not torch.cuda.is_available():
         print("no CUDA GPU: run on the H200, or use --cpu-smoke here", file=sys.stderr)
         return 2
@@ -294,6 +346,10 @@ def main() -> int:
             row = bench_example(folder, Path(scratch))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+    return report(rows)
+
+
+def report(rows: list[dict[str, Any]]) -> int:
     header = (
         "| example | grid | tuner evals (%) | grid best µs | tuner best µs | ≤3% & ≤25% | eager µs | compile µs "
         "| ×eager | ×compile | roofline |"
