@@ -72,12 +72,11 @@ WATCH_INTERVAL_S = 0.25
 REAP_TIMEOUT_S = 15.0
 _REAPING: set[asyncio.Future[Any]] = set()  # shielded reaper tasks (kept referenced until done)
 # Timing runs interleaved rounds (candidate, then reference) until every timed callable over
-# SPREAD_ABOVE_US has an interquartile range within TARGET_SPREAD of its median, between the
-# minimum and maximum number of rounds.
+# 50 µs (timing.SPREAD_CHECK_ABOVE_US) has an interquartile range within TARGET_SPREAD of its
+# median, between the minimum and maximum number of rounds.
 MIN_PROFILE_ROUNDS = 3
 MAX_PROFILE_ROUNDS = 10
 TARGET_SPREAD = 0.02
-SPREAD_ABOVE_US = 50.0
 REFERENCE_IDLE_S = 300.0
 # torch.compile of the reference costs seconds per process; its timing for a task on a GPU is
 # measured once and reused for this long (the eager reference is still timed every evaluation,
@@ -87,11 +86,12 @@ PROFILE_BUDGET_MS = 60.0
 NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
 
 
-def _reap(coro: Any) -> None:
+def _reap(coro: Any) -> asyncio.Future[Any]:
     """Run a worker's clean-up in the background, kept referenced until done."""
     task = asyncio.ensure_future(coro)
     _REAPING.add(task)
     task.add_done_callback(_REAPING.discard)
+    return task
 
 
 class _Stop(Exception):
@@ -298,8 +298,7 @@ class LocalEvaluator:
             since, w, pool = idle.pop()
             if w.alive() and time.monotonic() - since < REFERENCE_IDLE_S and w.frames.empty():
                 return w
-            self._forget_reference(key, w)
-            _reap(pool.release(w))
+            self._retire_reference(key, w, pool)
         return None
 
     def _reserve_reference(self, key: tuple[str, int | None]) -> bool:
@@ -317,6 +316,12 @@ class LocalEvaluator:
             self._refs[key].add(w)
         else:
             self._wake_reference_waiters(key)
+
+    def _retire_reference(self, key: tuple[str, int | None], w: WorkerProcess, pool: WorkerPool) -> None:
+        """Kill a parked reference worker now and reap it in the background."""
+        self._forget_reference(key, w)
+        w.kill()
+        _reap(pool.release(w))
 
     def _forget_reference(self, key: tuple[str, int | None], w: WorkerProcess) -> None:
         """`w` no longer serves the task (killed or closed): wake the jobs waiting for a reference."""
@@ -351,9 +356,7 @@ class LocalEvaluator:
                 continue
             self._idle_refs[k].remove(entry)
             excess -= 1
-            self._forget_reference(k, entry[1])
-            entry[1].kill()
-            _reap(entry[2].release(entry[1]))
+            self._retire_reference(k, entry[1], entry[2])
 
     def worker_start_modes(self) -> list[str]:
         """Per device: how its workers start ("fork" from the zygote, or "spawn (why)")."""
@@ -555,14 +558,18 @@ class _Job:
             ),
         )
 
-    async def ask_ref(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> Frame:
-        """One request to the reference worker and its answer."""
+    async def ask_ref(
+        self, header: dict[str, Any], blobs: list[bytes] | None = None, *, error_is_an_answer: bool = False
+    ) -> Frame:
+        """One request to the reference worker and its answer. An answer with an error leaves the
+        reference out of sync (not kept) unless `error_is_an_answer` (the request may fail for
+        reasons that are not the process's: a model torch.compile or the roofline cannot handle)."""
         assert self.ref is not None
         self.ref_in_sync = False
         await self.ref.send(header, blobs)
         frame = await self.recv(self.ref, candidate=False)
         kind = frame.header.get("type")
-        self.ref_in_sync = kind != "task_error" and "error" not in frame.header
+        self.ref_in_sync = error_is_an_answer or (kind != "task_error" and "error" not in frame.header)
         return frame
 
     def start_deadline(self) -> None:
@@ -784,11 +791,7 @@ class _Job:
             self.ev._forget_reference(self.compiled_key, ref)
         if not workers:
             return
-        reap = asyncio.ensure_future(
-            asyncio.gather(*(pool.release(w) for pool, w in workers), return_exceptions=True)
-        )
-        _REAPING.add(reap)
-        reap.add_done_callback(_REAPING.discard)
+        reap = _reap(asyncio.gather(*(pool.release(w) for pool, w in workers), return_exceptions=True))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(reap), REAP_TIMEOUT_S)
 
@@ -909,8 +912,7 @@ class _Job:
         if "profile" in self.job.stages and self.cached_compiled_reference() is None:
             await self.progress(0.09, "compiling the reference with torch.compile")
             async with self.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
-                await self.ask_ref({"op": "warmup_reference"})
-            self.ref_in_sync = True  # a failed torch.compile is not an error of the reference
+                await self.ask_ref({"op": "warmup_reference"}, error_is_an_answer=True)
 
     # ---- verify ----
 
@@ -994,9 +996,9 @@ class _Job:
 
     async def roofline(self) -> tuple[Roofline | None, str | None]:
         frame = await self.ask_ref(
-            {"op": "roofline", "target": self.job.roofline_target, "full_size": self.interpret}
+            {"op": "roofline", "target": self.job.roofline_target, "full_size": self.interpret},
+            error_is_an_answer=True,
         )
-        self.ref_in_sync = True  # a model the roofline cannot count is not an error of the reference
         raw = frame.header.get("roofline")
         if raw is None:
             return None, str(frame.header.get("error", "the roofline could not be computed"))
@@ -1033,7 +1035,8 @@ class _Job:
         ref_keys = ("eager",) if cached is not None else ("eager", "compiled")
         rounds = 0
         while rounds < MIN_PROFILE_ROUNDS or (
-            rounds < MAX_PROFILE_ROUNDS and not _spread_ok(samples, ("candidate", *ref_keys))
+            rounds < MAX_PROFILE_ROUNDS
+            and not all(timing.spread_within(samples[k], TARGET_SPREAD) for k in ("candidate", *ref_keys))
         ):
             rounds += 1
             await self.progress(0.9 + 0.1 * min(rounds - 1, 9) / 10, f"timing, round {rounds}")
@@ -1100,21 +1103,6 @@ class _Job:
                 f"(reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
             )
         return result
-
-
-def _spread_ok(samples: dict[str, list[float]], keys: tuple[str, ...]) -> bool:
-    """True when each timed callable's interquartile range is within TARGET_SPREAD of its median
-    (or its median is at most SPREAD_ABOVE_US, where a few percent is noise nobody acts on)."""
-    import statistics
-
-    for k in keys:
-        xs = samples.get(k) or []
-        if len(xs) < 4:
-            return False
-        q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-        if med > SPREAD_ABOVE_US and (q3 - q1) > TARGET_SPREAD * med:
-            return False
-    return True
 
 
 PHYSICAL_FLOOR_FACTOR = 0.25

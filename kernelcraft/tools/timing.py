@@ -20,16 +20,16 @@ Protocol of one repetition (method "cuda_events"), after warm-up:
 
 The sample is start → mid, as `triton.testing.do_bench` times: fn's kernels are already queued
 when the start event runs, so the host's launch overhead (tens of µs for a Triton launch from
-Python) is not in the sample — do_bench gets the same by queueing all repetitions at once. The end event, recorded after a
-device-wide synchronise, guards it: mid → end is the host round-trip (synchronise returns, the end
-event is enqueued and runs; measured once per process with an empty body, `sync_overhead_us`) plus
-any work still running on another stream. When its least value over the repetitions exceeds that
-round-trip by more than `ESCAPE_SLACK_US` or `ESCAPE_FRACTION` of the sample in each of
-`ESCAPE_ATTEMPTS` measurements, fn hid work outside the timed stream and `WorkEscaped` is raised (a
-`forbidden_construct` verdict). One measurement is not enough: on the H200 machine the eager
-reference once showed a 289 µs median tail while other processes were starting on the GPU. An earlier version reported start → end
-minus the round-trip: the round-trip's jitter (~10 µs on the H200 machine) put the spread of a
-70 µs kernel at 15%. A sample is never reported as ≤ 0: it is clipped at `MIN_SAMPLE_US`, and
+Python) is not in the sample — do_bench gets the same by queueing all repetitions at once. The end
+event, recorded after a device-wide synchronise, guards it: mid → end is the host round-trip
+(synchronise returns, the end event is enqueued and runs; measured once per process with an empty
+body, `sync_overhead_us`) plus any work still running on another stream. When its least value over
+the repetitions exceeds that round-trip by more than `ESCAPE_SLACK_US` or `ESCAPE_FRACTION` of the
+sample in each of `ESCAPE_ATTEMPTS` measurements, fn hid work outside the timed stream and
+`WorkEscaped` is raised (a `forbidden_construct` verdict). One measurement is not enough: on the
+H200 machine the eager reference once showed a 289 µs median tail while other processes were
+starting on the GPU. An earlier version reported start → end minus the round-trip: the
+round-trip's jitter (~10 µs on the H200 machine) put the spread of a 70 µs kernel at 15%. A sample is never reported as ≤ 0: it is clipped at `MIN_SAMPLE_US`, and
 `Timing.clipped` counts the clipped samples (a kernel that fast is a measurement artefact or a
 cheat; the evaluator rejects timings below the physical floor). Repetitions continue until the
 spread (IQR / median) is within `target_spread` for kernels over 50 µs, or a time cap is reached.
@@ -373,6 +373,12 @@ def _spread(times: Sequence[float]) -> float:
     return t.iqr_us / t.median_us if t.median_us > 0 else 0.0
 
 
+def spread_within(times: Sequence[float], target: float) -> bool:
+    """True when the samples' IQR is within `target` of their median, or the median is at most
+    `SPREAD_CHECK_ABOVE_US` (where a few percent is noise nobody acts on). Pure Python."""
+    return statistics.median(times) <= SPREAD_CHECK_ABOVE_US or _spread(times) <= target
+
+
 def estimate_us(
     fn: Callable[..., Any], sets: list[Sequence[Any]], flush_l2: bool = True
 ) -> tuple[float, int]:
@@ -530,8 +536,7 @@ def time_cuda(
         else:
             times += _event_samples(fn, sets, batch, flush_l2, len(times))
         if len(times) >= min_reps:
-            median = statistics.median(times)
-            if median <= SPREAD_CHECK_ABOVE_US or _spread(times) <= target_spread:
+            if spread_within(times, target_spread):
                 break
         if _perf_counter() >= deadline:
             break

@@ -63,6 +63,10 @@ class Worker:
     def recv(self) -> Any:
         return self.channel.recv_frame(self.sock)
 
+    def task_error(self, e: BaseException) -> None:
+        """Tell the parent the trusted task itself failed (called inside the `except`)."""
+        self.send({"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)})
+
     def progress(self, message: str) -> None:
         self.send({"type": "progress", "message": message})
 
@@ -145,7 +149,7 @@ class Worker:
             model = self.build(task.Model, init, job["seed0"])
             n_sets = self.count_input_sets(task, job.get("interpret", False))
         except Exception as e:
-            self.send({"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)})
+            self.task_error(e)
             return
         self.send({"type": "task_ready", "input_sets": n_sets})
         private_inputs: list[Any] = []
@@ -161,9 +165,7 @@ class Worker:
                         ref_out = model(*[self._map(x, lambda t: t.clone()) for x in private_inputs])
                     self.sync()
                 except Exception as e:
-                    self.send(
-                        {"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)}
-                    )
+                    self.task_error(e)
                     return
                 shared = self._map(private_inputs, lambda t: t.clone())
                 self.sync()
@@ -188,9 +190,7 @@ class Worker:
                     init = self.init_inputs(task, job["seed0"])
                     model = self.build(task.Model, init, job["seed0"])
                 except Exception as e:
-                    self.send(
-                        {"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)}
-                    )
+                    self.task_error(e)
                     return
                 self.send({"type": "task_ready", "input_sets": n_sets})
             else:
@@ -329,7 +329,7 @@ class Worker:
             task = self.load_task(job, workdir)
             init = self.init_inputs(task, job["seed0"])
         except Exception as e:
-            self.send({"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)})
+            self.task_error(e)
             return
         self._limit_memory(job)
         sandbox_note = None
