@@ -4,6 +4,7 @@
     python bench/bench_tuner.py --cpu-smoke     # tiny, in Triton's interpreter: checks the harness runs
     python bench/bench_tuner.py --examples layernorm softmax --json results.json
     python bench/bench_tuner.py --replay results.json   # the tuner again on those grids, no GPU
+    python bench/bench_tuner.py --replay results.json --seeds 0 1 2 3 4 5 6 7   # how often it holds
 
 Part 1, tuner vs grid. For each example's seed kernel, the launch-configuration space the tuner
 reads from the source (`kernelcraft.agent.tuner`) is measured exhaustively (every configuration:
@@ -54,6 +55,12 @@ def _parse() -> argparse.Namespace:
         "--max-grid", type=int, default=400, help="narrow larger spaces to at most this many configs"
     )
     p.add_argument("--seed", type=int, default=0, help="the tuner's seed")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="with --replay: run the tuner once per seed and count how often the claim holds",
+    )
     p.add_argument("--target", default="sm_90a", help="roofline target")
     p.add_argument("--json", type=Path, help="write the results here as JSON")
     p.add_argument(
@@ -216,6 +223,7 @@ def tuner_row(
     space: Space,
     measured: dict[str, Observation],
     measure: Any = None,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """Run the tuner over `space`, answering from `measured` (the grid), and score it."""
     grid = space.grid()
@@ -239,7 +247,14 @@ def tuner_row(
 
     Space.of = same_space  # type: ignore[method-assign,assignment]
     try:
-        result = asyncio.run(tune(seed_source, objective, budget=max(len(grid) // 4, 1), seed=ARGS.seed))
+        result = asyncio.run(
+            tune(
+                seed_source,
+                objective,
+                budget=max(len(grid) // 4, 1),
+                seed=ARGS.seed if seed is None else seed,
+            )
+        )
     finally:
         Space.of = original  # type: ignore[method-assign]
     tuner_best = result.best
@@ -269,7 +284,7 @@ def tuner_row(
     return row
 
 
-def replay(path: Path) -> list[dict[str, Any]]:
+def replay(path: Path, seed: int | None = None) -> list[dict[str, Any]]:
     """The tuner on grids an earlier run measured (its JSON's "grid" lists): no GPU, same scoring."""
     rows = []
     for old in json.loads(path.read_text())["rows"]:
@@ -286,7 +301,7 @@ def replay(path: Path) -> list[dict[str, Any]]:
             ok = us is not None and failure is None
             measured[config_key(config)] = Observation(config, ok=ok, time_us=us, failure_class=failure)
         space = Space(params, {k: sorted(v) for k, v in values.items()})
-        row = tuner_row(old["example"], seed_source, params, space, measured)
+        row = tuner_row(old["example"], seed_source, params, space, measured, seed=seed)
         row.pop("_grid_best")
         row.update({k: old.get(k) for k in ("space_full", "eager_us", "compiled_us", "roofline_fraction")})
         row["speedup_vs_eager"] = old.get("speedup_vs_eager")
@@ -327,6 +342,8 @@ def compare_with_pytorch(
 
 
 def main() -> int:
+    if ARGS.replay and ARGS.seeds:
+        return report_seeds(ARGS.replay, ARGS.seeds)
     if ARGS.replay:
         return report(replay(ARGS.replay))
     if not ARGS.cpu_smoke and not torch.cuda.is_available():
@@ -347,6 +364,30 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     return report(rows)
+
+
+def report_seeds(path: Path, seeds: list[int]) -> int:
+    """The tuner once per seed on recorded grids: per example, how often the claim held, the most
+    evaluations it used and its worst gap to the grid's best."""
+    by_example: dict[str, list[dict[str, Any]]] = {}
+    for seed in seeds:
+        for row in replay(path, seed):
+            by_example.setdefault(row["example"], []).append(row)
+    print("| example | grid | seeds passing | most evaluations | worst gap to the grid's best |")
+    print("|---|---|---|---|---|")
+    for name, rows in by_example.items():
+        if rows[0]["passes"] is None:
+            print(f"| {name} | {rows[0]['grid_size']} | no claim (grid < 8) | — | — |")
+            continue
+        gaps = [
+            (r["tuner_best"]["us"] / r["grid_best"]["us"] - 1) * 100 if r["tuner_best"] else math.inf
+            for r in rows
+        ]
+        print(
+            f"| {name} | {rows[0]['grid_size']} | {sum(bool(r['passes']) for r in rows)} of {len(rows)} "
+            f"| {max(r['tuner_evaluations'] for r in rows)} | {max(gaps):.1f}% |"
+        )
+    return 0
 
 
 def report(rows: list[dict[str, Any]]) -> int:

@@ -201,3 +201,34 @@ def test_edits_apply_in_order_and_a_missing_or_ambiguous_old_text_says_why() -> 
         raise AssertionError("should not parse")
     except EditError as e:
         assert "`old` and `new`" in str(e)
+
+
+DOT_SAMPLE = """import triton
+import triton.language as tl
+
+TILE = 32  # shared by the copy kernel and the matmul
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    pass
+
+
+@triton.jit
+def mm_kernel(a_ptr, b_ptr, c_ptr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    acc = tl.dot(tl.load(a_ptr), tl.load(b_ptr))
+
+
+def run(x, y, a, b, c):
+    copy_kernel[(1,)](x, y, BLOCK=32)
+    copy_kernel[(1,)](x, y, BLOCK=TILE)
+    mm_kernel[(1,)](a, b, c, BLOCK_M=TILE, BLOCK_K=32, GROUP_M=8)
+"""
+
+
+def test_a_kernel_that_calls_tl_dot_gets_no_tile_under_16_unless_it_already_uses_one() -> None:
+    values = Space.of(find_params(DOT_SAMPLE)).values
+    assert values["copy_kernel.BLOCK"] == [4, 8, 16, 32, 64, 128, 256]  # no dot: down to 32 / 8
+    assert values["mm_kernel.BLOCK_K"] == [16, 32, 64, 128, 256]
+    assert values["TILE"] == [16, 32, 64, 128, 256]  # a constant that also feeds the matmul
+    assert values["mm_kernel.GROUP_M"] == [8, 16, 32, 64]  # the seed's own 8 stays possible

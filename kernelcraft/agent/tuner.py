@@ -8,7 +8,9 @@
    Only powers of two are tuned: a non-power-of-two constexpr is a shape, not a tile.
 2. `Space` gives each parameter its candidate values: num_warps in {1, 2, 4, 8, 16}, num_stages in
    1..5, meta-parameters the powers of two within a factor 8 of the current value (2 .. 65536), the
-   product of a launch's meta-parameters at most 2**20 elements (Triton's tensor limit).
+   product of a launch's meta-parameters at most 2**20 elements (Triton's tensor limit); in a kernel
+   that calls `tl.dot`, none below 16 (the least dot dimension Triton compiles) unless the kernel
+   already uses a smaller one.
 3. `Observation`s (a configuration, its time or its failure, the compile results' shared-memory use)
    bound the space: a failed configuration prunes the values at and beyond it in the direction it
    moved away from a working one (out of shared memory at BLOCK=256 → nothing ≥ 256), and a config
@@ -28,7 +30,7 @@ import json
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 ParamKind = Literal["num_warps", "num_stages", "meta"]
@@ -39,6 +41,7 @@ NUM_STAGES = (1, 2, 3, 4, 5)
 META_FACTOR = 8
 META_MIN, META_MAX = 2, 1 << 16  # 1 is a flag value, not a tile: find_params skips it
 MAX_TENSOR_NUMEL = 1 << 20
+MIN_DOT_DIM = 16  # tl.dot rejects an operand dimension under 16 ("Input shapes should have M >= 16...")
 
 # Shared memory (LDS) per block a kernel may use, in bytes, per compile target.
 SHARED_LIMIT_BYTES = {
@@ -61,6 +64,7 @@ class Param:
     end: int
     line: int
     launch: str  # the kernel whose launch it configures ("" for a constant used by several)
+    floor: int = META_MIN  # the least value proposed (MIN_DOT_DIM in a kernel that calls tl.dot)
 
 
 def _is_pow2(v: int) -> bool:
@@ -99,6 +103,7 @@ class _JitFn:
     constexpr: set[str]
     defaults: dict[str, ast.expr]
     autotuned: bool
+    uses_dot: bool
 
 
 def _jit_functions(tree: ast.Module) -> dict[str, _JitFn]:
@@ -118,6 +123,10 @@ def _jit_functions(tree: ast.Module) -> dict[str, _JitFn]:
             constexpr={a.arg for a in args if _is_constexpr_annotation(a.annotation)},
             defaults=defaults,
             autotuned=bool(names & {"autotune", "heuristics"}),
+            uses_dot=any(
+                isinstance(n, ast.Call) and _decorator_name(n.func) in ("dot", "dot_scaled")
+                for n in ast.walk(node)
+            ),
         )
     return out
 
@@ -192,14 +201,18 @@ def find_params(source: str) -> list[Param]:
         used_keys[base] = n
         return base if n == 1 else f"{base}#{n}"
 
-    def add_literal(node: ast.expr, base: str, name: str, launch: str) -> None:
+    def add_literal(node: ast.expr, base: str, name: str, launch: str, kernel: str) -> None:
         value = _int_const(node)
         kind = _kind_for(name)
         if value is None or not _tunable(kind, value):
             return
+        fn = jit.get(kernel)
+        floor = min(MIN_DOT_DIM, value) if kind == "meta" and fn is not None and fn.uses_dot else META_MIN
         start, end = offsets.span(node)
         if (start, end) not in params:
-            params[(start, end)] = Param(key_for(base), kind, value, start, end, node.lineno, launch)
+            params[(start, end)] = Param(key_for(base), kind, value, start, end, node.lineno, launch, floor)
+        elif floor > params[(start, end)].floor:  # a constant shared with a dot kernel
+            params[(start, end)] = replace(params[(start, end)], floor=floor)
 
     def add_named(
         name_node: ast.Name, name: str, launch: str, local: dict[str, list[ast.Assign]], scope: str
@@ -211,9 +224,7 @@ def find_params(source: str) -> list[Param]:
                     base = f"{where}.{name_node.id}" if where else name_node.id
                     # a constant shared by several launches configures all of them
                     value_node = defs[0].value
-                    if (offsets.span(value_node)) in params:
-                        return
-                    add_literal(value_node, base, name, launch if where else "")
+                    add_literal(value_node, base, name, launch if where else "", launch)
                 return
 
     scopes: list[tuple[str, ast.AST]] = [("", tree)]
@@ -257,13 +268,13 @@ def find_params(source: str) -> list[Param]:
                 if isinstance(value, ast.Name):
                     add_named(value, name, kernel, local, scope_name)
                 else:
-                    add_literal(value, f"{kernel}.{name}", name, kernel)
+                    add_literal(value, f"{kernel}.{name}", name, kernel, kernel)
     for kernel, fn in jit.items():
         if fn.autotuned:
             continue
         for name in sorted(fn.constexpr - passed.get(kernel, set())):
             if name in fn.defaults:
-                add_literal(fn.defaults[name], f"{kernel}.{name}", name, kernel)
+                add_literal(fn.defaults[name], f"{kernel}.{name}", name, kernel, kernel)
     return sorted(params.values(), key=lambda p: p.start)
 
 
@@ -319,7 +330,7 @@ class Space:
             elif p.kind == "num_stages":
                 values[p.key] = list(NUM_STAGES)
             else:
-                lo = max(META_MIN, p.value // META_FACTOR)
+                lo = max(p.floor, p.value // META_FACTOR)
                 hi = min(META_MAX, p.value * META_FACTOR)
                 values[p.key] = [1 << e for e in range(lo.bit_length() - 1, hi.bit_length())]
         return cls(params, values)
