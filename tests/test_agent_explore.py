@@ -311,3 +311,72 @@ def test_optimize_resumes_the_same_tree_after_sigkill(home: Path) -> None:
     assert "budget is spent" in summary["stopped_because"]
     nodes = [s["node_id"] for s in read_steps(out)]
     assert len(nodes) == len(set(nodes)) >= 2  # the first run's step plus the rest, none twice
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the_token(home: Path) -> None:
+    """`--server URL --token-env VAR`: the driver is an MCP client of a `kernelcraft serve --transport
+    http` process; the tree and its nodes live in that server's database, not the driver's."""
+    import urllib.request
+
+    port, token = _free_port(), "team-token-0123456789"
+    server_db = home / "server" / "kc.db"
+    server_db.parent.mkdir()
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kernelcraft", "serve", "--transport", "http", "--port", str(port)]
+        + ["--db", str(server_db)],
+        env={**base, "KERNELCRAFT_TOKENS": f"{token}=alice", "KERNELCRAFT_HOME": str(home / "server")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.stderr.read()  # type: ignore[union-attr]
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not answer /health within 120 s"
+                time.sleep(0.2)
+        cmd = [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", "--steps", "2"]
+        cmd += [
+            "--out",
+            str(home / "run"),
+            "--server",
+            f"http://127.0.0.1:{port}/mcp",
+            "--token-env",
+            "KC_TOKEN",
+        ]
+        client_env = {**base, "KERNELCRAFT_HOME": str(home / "client")}
+        no_token = subprocess.run(cmd, env=client_env, capture_output=True, text=True, timeout=120)
+        assert no_token.returncode != 0 and "export KC_TOKEN=" in no_token.stderr
+        ran = subprocess.run(
+            cmd + ["--json", "-q", "--no-compile-check"],
+            env={**client_env, "KC_TOKEN": token},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert ran.returncode == 0, ran.stderr
+        summary = json.loads(ran.stdout)
+        assert summary["steps_done"] == 2 and f"127.0.0.1:{port}" in summary["server"]
+        with sqlite3.connect(server_db) as conn:
+            nodes = conn.execute(
+                "SELECT COUNT(*) FROM nodes WHERE tree_id = ?", (summary["tree_id"],)
+            ).fetchone()[0]
+        assert nodes >= 3  # the seed and the two steps, written by the server
+        assert not (home / "client" / "kernelcraft.db").exists()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
