@@ -45,6 +45,11 @@ def env_int(name: str, default: int) -> int:
         raise UsageError(f"{name}={raw!r} is not an integer; unset it or give a whole number") from e
 
 
+def env_switch(name: str) -> bool:
+    """A setting that is on unless the environment says "off", "0" or "no" (any case)."""
+    return os.environ.get(name, "on").lower() not in ("off", "0", "no")
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the server and the CLI need to start. Built once, at start-up."""

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kernelcraft.config import env_switch
 from kernelcraft.errors import TaskError, UsageError
 from kernelcraft.knowledge.failures import FailureClass
 from kernelcraft.tools.channel import Frame
@@ -233,9 +234,9 @@ class LocalEvaluator:
         self._devices: list[_Device] | None = None
         self._closed = False
         self._active: set[WorkerProcess] = set()
-        # (task sha256, device index) -> (monotonic time measured, Timing of the compiled reference)
         # KERNELCRAFT_SANDBOX=off turns the candidates' filesystem sandbox off (see sandbox.py).
-        self._sandbox = os.environ.get("KERNELCRAFT_SANDBOX", "on").lower() not in ("off", "0", "no")
+        self._sandbox = env_switch("KERNELCRAFT_SANDBOX")
+        # (task sha256, device index) -> (monotonic time measured, Timing of the compiled reference)
         self._compiled_reference: dict[tuple[str, int | None], tuple[float, Timing]] = {}
         # (task sha256, device index) -> idle reference workers, oldest first, with when they idled
         self._idle_refs: dict[tuple[str, int | None], list[tuple[float, WorkerProcess, WorkerPool]]] = {}
@@ -1039,7 +1040,7 @@ class _Job:
             and not all(timing.spread_within(samples[k], TARGET_SPREAD) for k in ("candidate", *ref_keys))
         ):
             rounds += 1
-            await self.progress(0.9 + 0.1 * min(rounds - 1, 9) / 10, f"timing, round {rounds}")
+            await self.progress(0.9 + 0.1 * (rounds - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds}")
             await cand.send(
                 {
                     "op": "time_candidate",

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.config import env_switch
 from kernelcraft.errors import KernelcraftError
 from kernelcraft.tools.channel import ChannelError, Frame, read_frame, write_frame
 from kernelcraft.tools.zygote import ForkedChild, Zygote, ZygoteUnavailable
@@ -269,9 +270,8 @@ class WorkerPool:
         self._all: set[WorkerProcess] = set()
         self.started = 0
         """Workers started so far (a diagnostic)."""
-        use_zygote = os.environ.get("KERNELCRAFT_ZYGOTE", "on").lower() not in ("off", "0", "no")
         self._zygote: Zygote | None = None
-        if use_zygote:
+        if env_switch("KERNELCRAFT_ZYGOTE"):
             self._zygote = Zygote(
                 base_env(device, gpu, interpret),
                 Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",

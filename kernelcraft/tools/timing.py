@@ -29,10 +29,11 @@ sample in each of `ESCAPE_ATTEMPTS` measurements, fn hid work outside the timed 
 `WorkEscaped` is raised (a `forbidden_construct` verdict). One measurement is not enough: on the
 H200 machine the eager reference once showed a 289 µs median tail while other processes were
 starting on the GPU. An earlier version reported start → end minus the round-trip: the
-round-trip's jitter (~10 µs on the H200 machine) put the spread of a 70 µs kernel at 15%. A sample is never reported as ≤ 0: it is clipped at `MIN_SAMPLE_US`, and
-`Timing.clipped` counts the clipped samples (a kernel that fast is a measurement artefact or a
-cheat; the evaluator rejects timings below the physical floor). Repetitions continue until the
-spread (IQR / median) is within `target_spread` for kernels over 50 µs, or a time cap is reached.
+round-trip's jitter (~10 µs on the H200 machine) put the spread of a 70 µs kernel at 15%. A
+sample is never reported as ≤ 0: it is clipped at `MIN_SAMPLE_US`, and `Timing.clipped` counts
+the clipped samples (a kernel that fast is a measurement artefact or a cheat; the evaluator
+rejects timings below the physical floor). Repetitions continue until the spread (IQR / median)
+is within `target_spread` for kernels over 50 µs, or a time cap is reached.
 
 For kernels under ~20 µs launch overhead dominates, so method "cuda_graph" captures many calls of
 `fn` in one CUDA graph and divides a replay's time by the number of calls. **L2 policy:** in
