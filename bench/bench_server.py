@@ -21,7 +21,6 @@ import gc
 import json
 import logging
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from kernelcraft.server.app import create_server  # noqa: E402
 
 # The same tiny task and correct candidate the server tests use (400 elements: the interpreter
 # verifies it in well under a second once the workers are up).
-from tests.server_support import CANDIDATE, TASK  # noqa: E402
+from tests.server_support import CANDIDATE, TASK, free_port, wait_healthy  # noqa: E402
 
 QUERY = {"context": TASK, "arch": "sm_90a", "limit": 10}
 TOKEN = "bench-token-0123456789"
@@ -127,12 +126,6 @@ async def bench_stdio(home: Path, n: int) -> dict[str, float]:
 # ------------------------------------------------------------------------------------- 3 & 4. HTTP
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_http_server(home: Path, port: int) -> subprocess.Popen[bytes]:
     env = child_env(home, KERNELCRAFT_DB=str(home / "http.db"), KERNELCRAFT_TOKENS=f"{TOKEN}=bench")
     log_file = open(home / "http-server.log", "wb")  # noqa: SIM115 - closed with the process
@@ -143,18 +136,6 @@ def start_http_server(home: Path, port: int) -> subprocess.Popen[bytes]:
         stdout=log_file,
         stderr=subprocess.STDOUT,
     )
-
-
-async def wait_healthy(base: str, deadline_s: float = 120) -> None:
-    async with httpx2.AsyncClient(base_url=base) as http:
-        with anyio.fail_after(deadline_s):
-            while True:
-                try:
-                    if (await http.get("/health")).status_code == 200:
-                        return
-                except httpx2.TransportError:
-                    pass
-                await anyio.sleep(0.2)
 
 
 def http_client(base: str, timeout: float = 60) -> httpx2.AsyncClient:
@@ -249,7 +230,7 @@ async def bench_http(home: Path, args: argparse.Namespace, results: dict[str, An
     base = f"http://127.0.0.1:{port}"
     server = start_http_server(home, port)
     try:
-        await wait_healthy(base)
+        await wait_healthy(base, server=server)
         log(f"3/4 {args.clients} concurrent HTTP clients for {args.http_seconds:g} s")
         server_cpu, bench_cpu = process_cpu_s(server.pid), time.process_time()
         concurrent = await bench_http_concurrent(base, args.clients, args.http_seconds)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,21 @@ def job_for() -> Callable[..., object]:
         )  # type: ignore[arg-type]
 
     return make
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    """Async tests (`@pytest.mark.anyio`) run on asyncio, as the server does."""
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[Any]:
+    """An in-process MCP client of a fresh server (its own database) that never evaluates."""
+    from mcp import Client
+    from server_support import NoEvaluations, settings_for
+
+    from kernelcraft.server.app import create_server
+
+    async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as c:
+        yield c

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
+import subprocess
 from pathlib import Path
+
+import anyio
+import httpx2
 
 from kernelcraft.config import Settings
 from kernelcraft.tools.evaluator import ProgressCallback
@@ -106,3 +111,29 @@ def subprocess_env(db_path: Path, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_healthy(
+    base: str, deadline_s: float = 120, server: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait until the HTTP server at `base` answers /health; fail at once if `server` exits."""
+    async with httpx2.AsyncClient(base_url=base) as http:
+        with anyio.fail_after(deadline_s):
+            while True:
+                if server is not None and server.poll() is not None:
+                    raise RuntimeError(
+                        f"the server exited with status {server.returncode} before it was healthy"
+                    )
+                try:
+                    if (await http.get("/health")).status_code == 200:
+                        return
+                except httpx2.TransportError:
+                    pass
+                await anyio.sleep(0.2)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from agent_fakes import HttpError, Reply, Script, serve
+from server_support import free_port, wait_healthy
 
 from kernelcraft.agent.adapt import AdaptOptions, adapt
 from kernelcraft.agent.explore import Explorer, OptimizeOptions, optimize
@@ -313,42 +314,29 @@ def test_optimize_resumes_the_same_tree_after_sigkill(home: Path) -> None:
     assert len(nodes) == len(set(nodes)) >= 2  # the first run's step plus the rest, none twice
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the_token(home: Path) -> None:
     """`--server URL --token-env VAR`: the driver is an MCP client of a `kernelcraft serve --transport
     http` process; the tree and its nodes live in that server's database, not the driver's."""
-    import urllib.request
-
-    port, token = _free_port(), "team-token-0123456789"
+    port, token = free_port(), "team-token-0123456789"
     server_db = home / "server" / "kc.db"
     server_db.parent.mkdir()
+    server_log = home / "server" / "serve.log"
     base = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "kernelcraft", "serve", "--transport", "http", "--port", str(port)]
-        + ["--db", str(server_db)],
-        env={**base, "KERNELCRAFT_TOKENS": f"{token}=alice", "KERNELCRAFT_HOME": str(home / "server")},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    with open(server_log, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "kernelcraft", "serve", "--transport", "http", "--port", str(port)]
+            + ["--db", str(server_db)],
+            env={**base, "KERNELCRAFT_TOKENS": f"{token}=alice", "KERNELCRAFT_HOME": str(home / "server")},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, server.stderr.read()  # type: ignore[union-attr]
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the server did not answer /health within 120 s"
-                time.sleep(0.2)
+        try:
+            asyncio.run(wait_healthy(f"http://127.0.0.1:{port}", server=server))
+        except Exception as e:
+            raise AssertionError(f"{e}; its log: {server_log.read_text()[-2000:]}") from e
         cmd = [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", "--steps", "2"]
         cmd += [
             "--out",

@@ -4,6 +4,7 @@ the pool falls back to spawning when the zygote is gone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -49,8 +50,7 @@ def test_workers_are_forked_from_the_zygote_with_their_own_session_home_and_no_s
     monkeypatch.setenv("KERNELCRAFT_TEST_SECRET_TOKEN", "s3cr3t")
 
     async def main() -> None:
-        pool = WorkerPool(2, "cpu", tmp_path, interpret=True)
-        try:
+        async with contextlib.aclosing(WorkerPool(2, "cpu", tmp_path, interpret=True)) as pool:
             a = await pool.acquire()
             b = await pool.acquire()
             assert a.forked and b.forked and a.pid != b.pid
@@ -63,16 +63,13 @@ def test_workers_are_forked_from_the_zygote_with_their_own_session_home_and_no_s
             assert not any("SECRET" in k or "s3cr3t" in v for k, v in state["env"].items())
             await pool.release(a)
             await pool.release(b)
-        finally:
-            await pool.aclose()
 
     _run(main())
 
 
 def test_a_forked_workers_exit_status_names_the_signal(tmp_path: Path) -> None:
     async def main() -> None:
-        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
-        try:
+        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
             w = await pool.acquire()
             assert w.forked and w.pid is not None
             os.kill(w.pid, signal.SIGTERM)
@@ -80,8 +77,6 @@ def test_a_forked_workers_exit_status_names_the_signal(tmp_path: Path) -> None:
             assert w.exit_description() == "killed by signal SIGTERM"
             assert await w.frames.get() is None  # the channel closed with it
             await pool.release(w)
-        finally:
-            await pool.aclose()
 
     _run(main())
 
@@ -90,23 +85,19 @@ def test_forked_workers_start_in_a_fraction_of_a_spawned_workers_time(tmp_path: 
     # Not a speed target (bench/ measures those): a check that the pool really forks, i.e. that
     # six more workers do not each pay torch's import.
     async def main() -> float:
-        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
-        try:
+        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
             await pool.release(await pool.acquire())  # the zygote has imported everything
             start = time.perf_counter()
             for _ in range(6):
                 await pool.release(await pool.acquire())
             return time.perf_counter() - start
-        finally:
-            await pool.aclose()
 
     assert _run(main()) < 6 * 1.0
 
 
 def test_the_pool_spawns_workers_when_the_zygote_dies(tmp_path: Path) -> None:
     async def main() -> None:
-        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
-        try:
+        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
             first = await pool.acquire()
             assert first.forked
             zygote = pool._zygote
@@ -124,8 +115,6 @@ def test_the_pool_spawns_workers_when_the_zygote_dies(tmp_path: Path) -> None:
                 w = await pool.acquire()
             assert w.alive() and w.info["type"] == "ready"
             await pool.release(w)
-        finally:
-            await pool.aclose()
 
     _run(main())
 
@@ -134,12 +123,9 @@ def test_kernelcraft_zygote_off_spawns_every_worker(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("KERNELCRAFT_ZYGOTE", "off")
 
     async def main() -> None:
-        pool = WorkerPool(1, "cpu", tmp_path, interpret=True)
-        try:
+        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
             w = await pool.acquire()
             assert not w.forked and w.alive()
             await pool.release(w)
-        finally:
-            await pool.aclose()
 
     _run(main())

@@ -32,11 +32,6 @@ BASE = "http://127.0.0.1:8765"
 ALICE, BOB = "alice-secret-token", "bob-secret-token-2"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def http_app(
     tmp_path: Path, plan: HttpPlan, evaluator_factory: EvaluatorFactory = NoEvaluations

@@ -3,32 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from jsonschema.validators import validator_for
 from mcp import Client
 from pydantic import BaseModel
-from server_support import TASK, NoEvaluations, settings_for
+from server_support import TASK
 
 from kernelcraft.knowledge.failures import FailureClass
 from kernelcraft.knowledge.rulebook import RuleOut
-from kernelcraft.server.app import create_server
 from kernelcraft.server.schema import FlatSchema
 from kernelcraft.server.tools import RuleList
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[Client]:
-    async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as c:
-        yield c
 
 
 class NestedRuleList(BaseModel):

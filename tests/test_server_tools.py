@@ -27,17 +27,6 @@ SEED_RULE = "You cannot use tl.arange with a range whose length is not a power o
 ARANGE_ERROR = "ValueError: arange's range must be a power of 2"
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[Client]:
-    async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as c:
-        yield c
-
-
 def error_text(result: Any) -> str:
     assert result.is_error, f"expected a tool error, got {result.structured_content}"
     return "\n".join(block.text for block in result.content if block.type == "text")
