@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # the HTTP clients (LLM APIs, --server) log every request at INFO
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         code = args.func(args)
     except UsageError as e:

@@ -21,6 +21,7 @@ from kernelcraft.agent.adapt import AdaptOptions, adapt
 from kernelcraft.agent.explore import Explorer, OptimizeOptions, optimize
 from kernelcraft.agent.llm import LLMConfig, RetryPolicy, UsageMeter
 from kernelcraft.agent.rundir import RunDir
+from kernelcraft.agent.session import open_session
 from kernelcraft.errors import LLMError, UsageError
 from kernelcraft.search.tree import ContextKernel, NextStep
 
@@ -315,7 +316,9 @@ def test_optimize_resumes_the_same_tree_after_sigkill(home: Path) -> None:
 
 
 @pytest.mark.slow
-def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the_token(home: Path) -> None:
+def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the_token(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--server URL --token-env VAR`: the driver is an MCP client of a `kernelcraft serve --transport
     http` process; the tree and its nodes live in that server's database, not the driver's."""
     port, token = free_port(), "team-token-0123456789"
@@ -348,7 +351,28 @@ def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the
         ]
         client_env = {**base, "KERNELCRAFT_HOME": str(home / "client")}
         no_token = subprocess.run(cmd, env=client_env, capture_output=True, text=True, timeout=120)
-        assert no_token.returncode != 0 and "export KC_TOKEN=" in no_token.stderr
+        assert no_token.returncode == 2 and "export KC_TOKEN=" in no_token.stderr
+        wrong = subprocess.run(
+            cmd,
+            env={**client_env, "KC_TOKEN": "not-a-team-token"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert wrong.returncode == 2 and "refused the token in $KC_TOKEN (HTTP 401)" in wrong.stderr
+        assert "Traceback" not in wrong.stderr and "HTTP Request" not in wrong.stderr, wrong.stderr
+
+        async def connect(url: str, token_env: str | None) -> None:
+            async with open_session(server_url=url, token_env=token_env, db_path=None):
+                pass
+
+        with pytest.raises(UsageError, match="needs a bearer token .* --token-env"):
+            asyncio.run(connect(f"http://127.0.0.1:{port}/mcp", None))
+        monkeypatch.setenv("KC_TOKEN", token)
+        with pytest.raises(UsageError, match="no MCP endpoint .* ends in /mcp"):
+            asyncio.run(connect(f"http://127.0.0.1:{port}/", "KC_TOKEN"))
+        with pytest.raises(UsageError, match="could not reach .* is running there"):
+            asyncio.run(connect(f"http://127.0.0.1:{free_port()}/mcp", None))
         ran = subprocess.run(
             cmd + ["--json", "-q", "--no-compile-check"],
             env={**client_env, "KC_TOKEN": token},

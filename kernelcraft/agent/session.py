@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -161,9 +161,26 @@ async def open_session(
                     "(the server's admin gives you one)"
                 )
             headers["Authorization"] = f"Bearer {token}"
-        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=900.0)) as http:
-            async with Client(streamable_http_client(server_url, http_client=http)) as client:
-                yield ToolSession(client, server_url)
+        statuses: list[int] = []
+
+        async def note_status(response: httpx2.Response) -> None:
+            statuses.append(response.status_code)
+
+        async with AsyncExitStack() as stack:
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=headers,
+                    timeout=httpx2.Timeout(30.0, read=900.0),
+                    event_hooks={"response": [note_status]},
+                )
+            )
+            try:
+                client = await stack.enter_async_context(
+                    Client(streamable_http_client(server_url, http_client=http))
+                )
+            except Exception as e:  # the SDK raises an ExceptionGroup whatever went wrong
+                raise UsageError(_connect_problem(server_url, token_env, statuses, e)) from None
+            yield ToolSession(client, server_url)
         return
 
     from kernelcraft.config import Settings
@@ -173,3 +190,28 @@ async def open_session(
     server = create_server(settings)
     async with Client(server) as client:
         yield ToolSession(client, f"the in-process server (database {settings.db_path})")
+
+
+def _connect_problem(url: str, token_env: str | None, statuses: list[int], e: BaseException) -> str:
+    """Why connecting to a kernelcraft HTTP server failed, and what to do about it."""
+    refused = next((code for code in statuses if code >= 400), None)
+    if refused == 401:
+        if token_env:
+            return (
+                f"the server at {url} refused the token in ${token_env} (HTTP 401): it is not one the "
+                "server accepts; ask its admin for yours"
+            )
+        return (
+            f"the server at {url} needs a bearer token (HTTP 401): export it in a variable and pass "
+            "--token-env VARIABLE"
+        )
+    if refused == 404:
+        return f"no MCP endpoint at {url} (HTTP 404): a kernelcraft server's URL ends in /mcp"
+    if refused is not None:
+        return f"the server at {url} answered HTTP {refused}; its log says why"
+    while getattr(e, "exceptions", None):  # an exception group (Python 3.11+, or its backport)
+        e = e.exceptions[0]  # type: ignore[attr-defined]
+    return (
+        f"could not reach {url} ({type(e).__name__}: {e}); check the URL and that "
+        "`kernelcraft serve --transport http` is running there"
+    )
