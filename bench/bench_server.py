@@ -38,7 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kernelcraft.config import Settings  # noqa: E402
+from kernelcraft.base.config import Settings  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402
 
 # The same tiny task and correct candidate the server tests use (400 elements: the interpreter

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import aiosqlite
 
-from kernelcraft.errors import StoreError
+from kernelcraft.base.errors import StoreError
 
 logger = logging.getLogger(__name__)
 

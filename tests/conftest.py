@@ -27,7 +27,7 @@ class EvalRunner:
     """Submits jobs to one LocalEvaluator running on a private event loop thread."""
 
     def __init__(self) -> None:
-        from kernelcraft.tools.local import LocalEvaluator
+        from kernelcraft.engine.local import LocalEvaluator
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -66,7 +66,7 @@ def evaluator() -> Iterator[EvalRunner]:
 @pytest.fixture
 def job_for() -> Callable[..., object]:
     """job_for(task_path, candidate_path_or_source, **EvalJob fields)."""
-    from kernelcraft.tools.models import EvalJob
+    from kernelcraft.base.evaluation import EvalJob
 
     def make(task: Path, candidate: Path | str, **kw: object) -> EvalJob:
         cand_src = candidate.read_text() if isinstance(candidate, Path) else candidate

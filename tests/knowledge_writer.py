@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.base.failures import FailureClass
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.store import Store
 

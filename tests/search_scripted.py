@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.tools.evaluator import ProgressCallback
-from kernelcraft.tools.models import (
+from kernelcraft.base.evaluation import (
     CompileResult,
     EvalJob,
     EvalResult,
@@ -26,6 +24,8 @@ from kernelcraft.tools.models import (
     Timing,
     VerifyResult,
 )
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.evaluator import ProgressCallback
 
 TASK = '''"""Add two vectors."""
 import torch

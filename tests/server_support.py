@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import httpx2
 
-from kernelcraft.config import Settings
-from kernelcraft.tools.evaluator import ProgressCallback
-from kernelcraft.tools.models import EvalJob, EvalResult
+from kernelcraft.base.config import Settings
+from kernelcraft.base.evaluation import EvalJob, EvalResult
+from kernelcraft.engine.evaluator import ProgressCallback
 
 REPO = Path(__file__).resolve().parent.parent
 

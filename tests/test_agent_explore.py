@@ -22,8 +22,8 @@ from kernelcraft.agent.explore import Explorer, OptimizeOptions, optimize
 from kernelcraft.agent.llm import LLMConfig, RetryPolicy, UsageMeter
 from kernelcraft.agent.rundir import RunDir
 from kernelcraft.agent.session import open_session
-from kernelcraft.errors import LLMError, UsageError
-from kernelcraft.search.tree import ContextKernel, NextStep
+from kernelcraft.base.errors import LLMError, UsageError
+from kernelcraft.base.tree import ContextKernel, NextStep
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = ROOT / "examples" / "elementwise" / "task.py"

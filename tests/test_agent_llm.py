@@ -23,7 +23,7 @@ from kernelcraft.agent.llm import (
     price_for,
 )
 from kernelcraft.agent.openai_backend import OpenAICompatibleLLM
-from kernelcraft.errors import LLMError
+from kernelcraft.base.errors import LLMError
 
 FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05, seed=0)
 ASK = [Message("user", "Write the kernel.")]

@@ -19,16 +19,16 @@ import pytest
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from kernelcraft.errors import UsageError  # noqa: E402
-from kernelcraft.knowledge.failures import FailureClass  # noqa: E402
-from kernelcraft.tools.aot import (  # noqa: E402
+from kernelcraft.base.errors import UsageError  # noqa: E402
+from kernelcraft.base.failures import FailureClass  # noqa: E402
+from kernelcraft.engine.aot import (  # noqa: E402
     AotCompileError,
     InterpretedKernelError,
     compile_for_targets,
     compile_launch,
     target_spec,
 )
-from kernelcraft.tools.launches import LaunchRecord, intercept_launches  # noqa: E402
+from kernelcraft.engine.launches import LaunchRecord, intercept_launches  # noqa: E402
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels" / "launch_kernels.py"
 ALL_TARGETS = ["sm_80", "sm_89", "sm_90a", "sm_100", "gfx942"]
@@ -174,9 +174,9 @@ def test_the_host_target_reads_registers_spills_and_shared_from_the_jit_compiled
     # here a fake JITFunction checks how `compile_host` reads a CompiledKernel (Triton 3.6 / 3.9).
     from types import SimpleNamespace
 
-    from kernelcraft.tools.aot import compile_host
-    from kernelcraft.tools.launches import LaunchRecord
-    from kernelcraft.tools.models import KernelLaunch
+    from kernelcraft.base.evaluation import KernelLaunch
+    from kernelcraft.engine.aot import compile_host
+    from kernelcraft.engine.launches import LaunchRecord
 
     class Kernel:
         metadata = SimpleNamespace(shared=4096, num_warps=4, num_stages=3, name="k")

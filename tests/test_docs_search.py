@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kernelcraft.errors import NotFoundError, UsageError
+from kernelcraft.base.errors import NotFoundError, UsageError
 from kernelcraft.knowledge.docs import HW_DOCS_DIR, HwDocs, parse_doc
 from kernelcraft.store import Store
 

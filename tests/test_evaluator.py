@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.errors import TaskError
+from kernelcraft.base.errors import TaskError
 from tests.conftest import EXAMPLES
 
 CHEATS = Path(__file__).parent / "cheats"
@@ -135,7 +135,7 @@ def test_a_cancelled_submit_kills_its_workers_even_when_cancelled_repeatedly(eva
 def test_obfuscated_side_streams_are_found_statically() -> None:
     import ast
 
-    from kernelcraft.tools.static import check_candidate_source
+    from kernelcraft.engine.static import check_candidate_source
 
     def constructs(src: str) -> list[str]:
         return [f.construct for f in check_candidate_source(ast.parse(src))]
@@ -153,7 +153,7 @@ def test_obfuscated_side_streams_are_found_statically() -> None:
 
 
 def _timing(median: float, method: str = "cuda_graph", sets: int = 8, clipped: int = 0):  # type: ignore[no-untyped-def]
-    from kernelcraft.tools.models import Timing
+    from kernelcraft.base.evaluation import Timing
 
     return Timing(
         median_us=median, iqr_us=0.1, min_us=median, reps=20, method=method, sets=sets, clipped=clipped
@@ -161,8 +161,8 @@ def _timing(median: float, method: str = "cuda_graph", sets: int = 8, clipped: i
 
 
 def test_a_timing_below_the_physical_floor_is_rejected_not_reported() -> None:
-    from kernelcraft.tools import roofline
-    from kernelcraft.tools.local import _profile_result, physical_floor_us
+    from kernelcraft.engine import roofline
+    from kernelcraft.engine.local import _profile_result, physical_floor_us
 
     # 8192 x 4000 fp32 softmax: 131 MB read, 131 MB written.
     nbytes = 2 * 8192 * 4000 * 4
@@ -199,7 +199,7 @@ def _cuda() -> bool:
 def gpu_eval():  # type: ignore[no-untyped-def]
     if not _cuda():
         pytest.skip("needs a CUDA GPU")
-    from kernelcraft.tools.local import LocalEvaluator
+    from kernelcraft.engine.local import LocalEvaluator
 
     async def make():  # type: ignore[no-untyped-def]
         ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
@@ -358,7 +358,7 @@ def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> No
 
 
 def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
-    from kernelcraft.tools.local import _GpuLock
+    from kernelcraft.engine.local import _GpuLock
 
     async def main() -> list[str]:
         lock = _GpuLock()

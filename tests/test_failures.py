@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.knowledge.failures import FailureClass, classify, diagnosis
+from kernelcraft.base.failures import FailureClass, classify, diagnosis
 
 FIXTURES = Path(__file__).parent / "fixtures" / "errors"
 

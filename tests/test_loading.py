@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernelcraft.errors import TaskError
-from kernelcraft.tools.loading import check_candidate, check_task
-from kernelcraft.tools.static import check_candidate_source
+from kernelcraft.base.errors import TaskError
+from kernelcraft.engine.loading import check_candidate, check_task
+from kernelcraft.engine.static import check_candidate_source
 
 KERNELBENCH_RELU = '''import torch
 import torch.nn as nn

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kernelcraft.tools.pool import WorkerPool, WorkerProcess
+from kernelcraft.engine.pool import WorkerPool, WorkerProcess
 
 
 def _run(coro: Any) -> Any:

@@ -12,9 +12,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kernelcraft.errors import NotFoundError, UsageError
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.knowledge.rulebook import Rulebook, arch_family, validate_rule
+from kernelcraft.base.errors import NotFoundError, UsageError
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.targets import arch_family
+from kernelcraft.knowledge.rulebook import Rulebook, validate_rule
 from kernelcraft.knowledge.text import is_near_duplicate, normalize_rule
 from kernelcraft.store import Store
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernelcraft.search.tree import StartResult, SubmitResult, TreeStatus, TreeView
+from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus, TreeView
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,15 @@ import random
 
 import pytest
 
-from kernelcraft.errors import UsageError
-from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.evaluation import (
+    CompileResult,
+    EvalResult,
+    Evidence,
+    ProfileResult,
+    VerifyResult,
+)
+from kernelcraft.base.failures import FailureClass
 from kernelcraft.search.policy import (
     Beam,
     BeamParams,
@@ -26,13 +33,6 @@ from kernelcraft.search.policy import (
     small_chain,
     step_rng,
     ucb1,
-)
-from kernelcraft.tools.models import (
-    CompileResult,
-    EvalResult,
-    Evidence,
-    ProfileResult,
-    VerifyResult,
 )
 
 C = C_EXP = 0.3

@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 from search_scripted import TASK, ScriptedEvaluator, candidate
 
-from kernelcraft.errors import BudgetError, NotFoundError, TaskError, UsageError
+from kernelcraft.base.errors import BudgetError, NotFoundError, TaskError, UsageError
+from kernelcraft.base.tree import NextStep, TreeStatus
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.policy import reward_for
 from kernelcraft.search.service import SearchService
-from kernelcraft.search.tree import NextStep, TreeStatus, ancestors, siblings
+from kernelcraft.search.tree import ancestors, siblings
 from kernelcraft.store import Store, code_hash
 
 REPO = Path(__file__).resolve().parents[1]

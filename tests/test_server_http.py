@@ -20,13 +20,13 @@ from mcp.client.streamable_http import streamable_http_client
 from search_scripted import ScriptedEvaluator, candidate
 from server_support import TASK, NoEvaluations, failure_clients, settings_for
 
-from kernelcraft.config import Settings
-from kernelcraft.errors import UsageError
-from kernelcraft.server import commands
+from kernelcraft.base.config import Settings
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.evaluation import EvalJob, EvalResult
+from kernelcraft.cli import server as commands
+from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.server.app import EvaluatorFactory, create_server
 from kernelcraft.server.auth import HttpPlan, load_tokens_file, parse_tokens, plan_http
-from kernelcraft.tools.evaluator import ProgressCallback
-from kernelcraft.tools.models import EvalJob, EvalResult
 
 BASE = "http://127.0.0.1:8765"
 ALICE, BOB = "alice-secret-token", "bob-secret-token-2"

@@ -11,8 +11,8 @@ from mcp import Client
 from pydantic import BaseModel
 from server_support import TASK
 
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.knowledge.rulebook import RuleOut
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.rules import RuleOut
 from kernelcraft.server.schema import FlatSchema
 from kernelcraft.server.tools import RuleList
 

@@ -14,11 +14,11 @@ import pytest
 from mcp import Client
 from server_support import CANDIDATE, REPO, TASK, NoEvaluations, failure_clients, settings_for
 
-from kernelcraft.config import Settings
+from kernelcraft.base.config import Settings
+from kernelcraft.base.evaluation import EvalJob, EvalResult
+from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.local import LocalEvaluator
 from kernelcraft.server.app import create_server
-from kernelcraft.tools.evaluator import ProgressCallback
-from kernelcraft.tools.local import LocalEvaluator
-from kernelcraft.tools.models import EvalJob, EvalResult
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "list_tools.json"
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 from kernelcraft import store as store_module
-from kernelcraft.errors import StoreError
+from kernelcraft.base.errors import StoreError
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.store import MIGRATIONS, Store
 

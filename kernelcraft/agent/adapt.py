@@ -21,7 +21,7 @@ from typing import Any
 from kernelcraft.agent.explore import OptimizeOptions, find_seed, optimize
 from kernelcraft.agent.llm import LLMConfig, load_dotenv
 from kernelcraft.agent.session import open_session
-from kernelcraft.errors import LLMError, UsageError
+from kernelcraft.base.errors import LLMError, UsageError
 
 _TASK_MARKERS = (re.compile(r"^class Model\b", re.M), re.compile(r"^def get_inputs\b", re.M))
 

@@ -26,7 +26,7 @@ from kernelcraft.agent.llm import (
     cost_of,
     with_retries,
 )
-from kernelcraft.errors import LLMError
+from kernelcraft.base.errors import LLMError
 
 
 def _retry_after(e: anthropic.APIStatusError) -> float | None:

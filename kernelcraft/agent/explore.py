@@ -66,9 +66,9 @@ from kernelcraft.agent.tuner import (
     find_params,
     next_config,
 )
-from kernelcraft.errors import LLMError, UsageError
-from kernelcraft.search.tree import ContextKernel, NextStep, NodeInfo, SubmitResult
-from kernelcraft.tools.models import CompileResult
+from kernelcraft.base.errors import LLMError, UsageError
+from kernelcraft.base.evaluation import CompileResult
+from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo, SubmitResult
 
 logger = logging.getLogger(__name__)
 
@@ -631,7 +631,7 @@ async def optimize(opts: OptimizeOptions) -> dict[str, Any]:
                     policy=opts.policy,
                 )
                 ex.tree_id = started_tree.tree.id
-                from kernelcraft.config import default_db_path
+                from kernelcraft.base.config import default_db_path
 
                 run.save_run(
                     {

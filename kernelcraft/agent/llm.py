@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from kernelcraft.errors import LLMError
+from kernelcraft.base.errors import LLMError
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 import openai
 
 from kernelcraft.agent.llm import LLMReply, Message, RetryPolicy, ToolCall, ToolSpec, Usage, with_retries
-from kernelcraft.errors import LLMError
+from kernelcraft.base.errors import LLMError
 
 
 def is_transient(e: BaseException) -> tuple[bool, float | None]:

@@ -8,7 +8,7 @@ context; these prompts add the answer contract of each call (which tool, what sh
 
 from __future__ import annotations
 
-from kernelcraft.search.tree import ContextKernel, NextStep
+from kernelcraft.base.tree import ContextKernel, NextStep
 
 SYSTEM = """\
 You are an expert GPU kernel engineer writing Triton kernels that replace PyTorch operators.

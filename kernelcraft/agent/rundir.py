@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from kernelcraft.errors import UsageError
+from kernelcraft.base.errors import UsageError
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 from mcp import Client
 from pydantic import BaseModel
 
-from kernelcraft.errors import BudgetError, KernelcraftError, UsageError
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.knowledge.rulebook import FailureRecorded
-from kernelcraft.search.tree import StartResult, SubmitResult, TreeStatus
-from kernelcraft.tools.models import CompileResult
+from kernelcraft.base.errors import BudgetError, KernelcraftError, UsageError
+from kernelcraft.base.evaluation import CompileResult
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.rules import FailureRecorded
+from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -183,7 +183,7 @@ async def open_session(
             yield ToolSession(client, server_url)
         return
 
-    from kernelcraft.config import Settings
+    from kernelcraft.base.config import Settings
     from kernelcraft.server.app import create_server
 
     settings = Settings.from_env(db_path)

@@ -19,53 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from kernelcraft.errors import NotFoundError, UsageError
-from kernelcraft.knowledge.rulebook import arch_family
+from kernelcraft.base.docs import DocSection, IndexReport, SectionRef
+from kernelcraft.base.errors import NotFoundError, UsageError
+from kernelcraft.base.targets import KNOWN_ARCHES, arch_family
 from kernelcraft.knowledge.text import fts_query
 from kernelcraft.store import Store
 
 HW_DOCS_DIR = Path(__file__).resolve().parent.parent / "hw_docs"
 SKIPPED_FILES = frozenset({"FORMAT.md", "README.md"})
-KNOWN_ARCHES = ("sm_80", "sm_89", "sm_90a", "sm_100", "gfx942", "any")
 SNIPPET_CHARS = 600
 # BM25 column weights: heading_path, body. Headings name the topic; a match there means more.
 HEADING_WEIGHT, BODY_WEIGHT = 4.0, 1.0
 EXACT_ARCH_BOOST = 1.3
-
-
-class SectionRef(BaseModel):
-    """Where one section of a hardware manual is: enough to list it and fetch it."""
-
-    id: int
-    heading_path: str
-    file: str
-    arch: str
-
-
-class DocSection(BaseModel):
-    """One section of a hardware manual."""
-
-    id: int = Field(description="Section id; pass it to get_section for the whole text.")
-    title: str = Field(description="The manual's title.")
-    heading_path: str = Field(description="Title and headings down to this section, joined with ' > '.")
-    file: str = Field(description="The manual's file name in kernelcraft/hw_docs/.")
-    arch: str = Field(
-        description="The target(s) the section concerns (sm_80, sm_90a, gfx942, ...), or 'any'."
-    )
-    snippet: str = Field(
-        description="The start of the section (search results) or its whole body (get_section)."
-    )
-    score: float = Field(default=0.0, description="Relevance to the query; higher is better.")
-    sources: list[str] = Field(default_factory=list, description="Where the manual's facts come from.")
-
-
-class IndexReport(BaseModel):
-    indexed: list[str] = Field(default_factory=list, description="Files (re)indexed.")
-    unchanged: list[str] = Field(default_factory=list)
-    removed: list[str] = Field(default_factory=list)
-    sections: int = 0
 
 
 @dataclass

@@ -26,52 +26,33 @@ import re
 import uuid
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiosqlite
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
-from kernelcraft.errors import NotFoundError, UsageError
-from kernelcraft.knowledge.failures import FailureClass, classify, diagnosis
+from kernelcraft.base.errors import NotFoundError, UsageError
+from kernelcraft.base.failures import FailureClass, classify, diagnosis
+from kernelcraft.base.rules import (
+    MAX_RULE_CHARS,
+    NO_GUIDANCE,
+    FailureRecorded,
+    ImportResult,
+    RuleAction,
+    RuleLine,
+    RuleOut,
+    RuleScope,
+    RuleStatus,
+)
+from kernelcraft.base.targets import arch_family
 from kernelcraft.knowledge.text import fts_query, is_near_duplicate, normalize_rule, rule_similarity
 from kernelcraft.store import Store, utcnow
-
-RuleStatus = Literal["candidate", "active", "retired"]
-RuleAction = Literal["created", "incremented", "linked", "none"]
-
-NO_GUIDANCE = "no guidance"
-MAX_RULE_CHARS = 400
 
 # Scope weights in query ranking: a rule for the asked family beats a general one, which beats
 # one for another family (still shown if nothing better matches: most Triton rules carry over).
 SCOPE_MATCH, SCOPE_GENERAL, SCOPE_OTHER = 1.25, 1.0, 0.3
 # Candidates fetched from FTS5 per result slot before re-weighting by count and scope.
 OVERFETCH = 4
-
-_FAMILIES = {"nvidia": "nvidia", "cuda": "nvidia", "amd": "amd", "hip": "amd", "rocm": "amd"}
-_NO_FAMILY = {"host", "cpu", "interpreter", "any", ""}
-
-
-def arch_family(arch: str | None) -> str | None:
-    """'sm_80', 'sm_89', 'sm_90a', 'sm_100', 'cuda' → 'nvidia'; 'gfx942', 'hip' → 'amd'.
-
-    None, 'host', 'cpu' and 'interpreter' have no family (None). Anything else is a UsageError.
-    """
-    if arch is None:
-        return None
-    a = arch.strip().lower()
-    if a in _NO_FAMILY:
-        return None
-    if a in _FAMILIES:
-        return _FAMILIES[a]
-    if re.fullmatch(r"sm_?\d+[a-z]?", a) or a.startswith("cuda:"):
-        return "nvidia"
-    if re.fullmatch(r"gfx[0-9a-f]+", a) or a.startswith("hip:"):
-        return "amd"
-    raise UsageError(
-        f"unknown architecture {arch!r}; use an NVIDIA target such as sm_80, sm_89, sm_90a, sm_100, "
-        "an AMD one such as gfx942, or a family name (nvidia, amd)"
-    )
 
 
 def rule_uid(norm_text: str) -> str:
@@ -100,73 +81,6 @@ def validate_rule(rule: str) -> str | None:
             "Keep only the 'You cannot …' sentence"
         )
     return text
-
-
-class RuleScope(BaseModel):
-    dsl: str = Field(default="triton", description="The kernel language the rule is about.")
-    arch_family: str | None = Field(default=None, description="'nvidia', 'amd', or null when general.")
-    op_category: str | None = Field(default=None, description="Operator category (e.g. 'matmul'), or null.")
-
-
-class RuleOut(BaseModel):
-    """A rule as clients see it."""
-
-    id: int = Field(description="Row id in this database.")
-    uid: str = Field(description="Stable id, the same in every database that has this rule.")
-    text: str = Field(description="One sentence: 'You cannot …'.")
-    count: int = Field(description="How many failures produced or matched this rule.")
-    status: RuleStatus = Field(
-        description="'candidate' (count below the activation threshold), 'active', 'retired'."
-    )
-    scope: RuleScope
-    reason: str | None = Field(default=None, description="One line: why Triton behaves this way.")
-    failure_class: FailureClass | None = Field(
-        default=None, description="The failure class this rule prevents."
-    )
-    score: float = Field(
-        default=0.0, description="Relevance to the query (higher is better); 0 outside queries."
-    )
-    seed: bool = Field(default=False, description="Shipped with kernelcraft rather than learnt.")
-
-
-class FailureRecorded(BaseModel):
-    """What record_failure did."""
-
-    failure_id: int
-    failure_class: FailureClass
-    rule: RuleOut | None = Field(default=None, description="The rule created, incremented or linked.")
-    rule_action: RuleAction = Field(
-        description="'created' (new rule, count 1), 'incremented' (near-duplicate of an existing rule), "
-        "'linked' (no rule proposed; linked to the rule of this failure class), 'none'."
-    )
-    activated: bool = Field(description="True when this failure made the rule reach the activation count.")
-
-
-class RuleLine(BaseModel):
-    """One line of a rules JSON Lines file (export, import, seed_rules.jsonl)."""
-
-    uid: str | None = None
-    text: str
-    reason: str | None = None
-    count: int = Field(default=1, ge=0)
-    status: RuleStatus = "candidate"
-    scope: RuleScope = Field(default_factory=RuleScope)
-    failure_class: FailureClass | None = None
-    seed: bool = False
-    created_by: str | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-    origin: str | None = Field(default=None, description="Id of the database that exported the line.")
-    verified_by: str | None = Field(
-        default=None, description="Seeds: the evidence for the claim (a capture.py case)."
-    )
-
-
-class ImportResult(BaseModel):
-    created: int = 0
-    merged: int = 0
-    unchanged: int = 0
-    lines: int = 0
 
 
 _RULE_COLUMNS = "r.id, r.uid, r.text, r.count, r.status, r.dsl, r.arch_family, r.op_category, r.reason, r.failure_class, r.seed"
@@ -392,7 +306,7 @@ class Rulebook:
                 "UPDATE rules SET status = ?, updated_at = ? WHERE uid = ?", (status, utcnow(), uid)
             )
             if cur.rowcount == 0:
-                from kernelcraft.errors import NotFoundError
+                from kernelcraft.base.errors import NotFoundError
 
                 raise NotFoundError(f"no rule with uid {uid!r}; list them with `kernelcraft rules list`")
             rows = await _rows(conn, f"SELECT {_RULE_COLUMNS} FROM rules r WHERE r.uid = ?", (uid,))

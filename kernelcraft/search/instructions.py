@@ -7,8 +7,8 @@ wording can be read, and changed, in one place.
 
 from __future__ import annotations
 
-from kernelcraft.knowledge.rulebook import RuleOut
-from kernelcraft.search.tree import ContextKernel
+from kernelcraft.base.rules import RuleOut
+from kernelcraft.base.tree import ContextKernel
 
 ANSWER_FORMAT = (
     "Answer with one complete Python module: `import torch`, `import torch.nn as nn`, `import triton`, "

@@ -42,12 +42,10 @@ from typing import ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kernelcraft.errors import UsageError
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.tools.models import EvalResult
-
-StepKind = Literal["root", "large", "small"]
-Outcome = Literal["not_compiled", "wrong", "correct"]
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.evaluation import EvalResult
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.tree import Outcome, StepKind
 
 REWARD_NOT_COMPILED = 0.0
 REWARD_COMPILED_BUT_WRONG = 0.05

@@ -28,10 +28,23 @@ from typing import Any
 
 import aiosqlite
 
-from kernelcraft.config import KNOWN_TARGETS
-from kernelcraft.errors import BudgetError, KernelcraftError, NotFoundError, UsageError
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.knowledge.rulebook import Rulebook, RuleOut
+from kernelcraft.base.errors import BudgetError, KernelcraftError, NotFoundError, UsageError
+from kernelcraft.base.evaluation import EvalJob, EvalResult
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.rules import RuleOut
+from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.base.tree import (
+    NextStep,
+    NodeInfo,
+    OutcomeCounts,
+    StartResult,
+    SubmitResult,
+    TreeStatus,
+    TreeView,
+    WarmStart,
+)
+from kernelcraft.engine.evaluator import Evaluator, ProgressCallback
+from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search import instructions
 from kernelcraft.search.policy import (
     CommonParams,
@@ -45,15 +58,7 @@ from kernelcraft.search.policy import (
 )
 from kernelcraft.search.task import task_key
 from kernelcraft.search.tree import (
-    NextStep,
-    NodeInfo,
-    OutcomeCounts,
-    StartResult,
-    SubmitResult,
     TreeRow,
-    TreeStatus,
-    TreeView,
-    WarmStart,
     best_node_id,
     context_kernel,
     insert_node,
@@ -69,8 +74,6 @@ from kernelcraft.search.tree import (
     trim,
 )
 from kernelcraft.store import Store
-from kernelcraft.tools.evaluator import Evaluator, ProgressCallback
-from kernelcraft.tools.models import EvalJob, EvalResult
 
 logger = logging.getLogger(__name__)
 

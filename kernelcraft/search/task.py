@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 
-from kernelcraft.errors import TaskError
+from kernelcraft.base.errors import TaskError
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 

@@ -26,7 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kernelcraft import __version__
-from kernelcraft.config import Settings
+from kernelcraft.base.config import Settings
+from kernelcraft.engine.evaluator import Evaluator
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.service import SearchService
@@ -45,7 +46,6 @@ from kernelcraft.server.tools import (
     register_search_tool,
 )
 from kernelcraft.store import Store
-from kernelcraft.tools.evaluator import Evaluator
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def describe_invalid_arguments(tool: str, error: ValidationError) -> str:
 
 
 def default_evaluator_factory(settings: Settings) -> Evaluator:
-    from kernelcraft.tools.local import LocalEvaluator
+    from kernelcraft.engine.local import LocalEvaluator
 
     return LocalEvaluator()
 

@@ -25,7 +25,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
-from kernelcraft.errors import UsageError
+from kernelcraft.base.errors import UsageError
 
 LOCAL_CLIENT = "local"
 SCOPE = "kernelcraft"

@@ -11,10 +11,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from pydantic import BaseModel, Field
 
-from kernelcraft.errors import KernelcraftError
-from kernelcraft.knowledge.docs import DocSection
-from kernelcraft.knowledge.rulebook import RuleOut
-from kernelcraft.search.tree import NodeInfo, TreeView
+from kernelcraft.base.docs import DocSection
+from kernelcraft.base.errors import KernelcraftError
+from kernelcraft.base.rules import RuleOut
+from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.server.state import AppState, StateSlot
 
 JSON = "application/json"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernelcraft.config import Settings
+from kernelcraft.base.config import Settings
+from kernelcraft.engine.evaluator import Evaluator
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.service import SearchService
 from kernelcraft.store import Store
-from kernelcraft.tools.evaluator import Evaluator
 
 
 @dataclass

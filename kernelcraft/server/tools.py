@@ -22,25 +22,18 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from kernelcraft.errors import KernelcraftError
-from kernelcraft.knowledge.docs import DocSection
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.knowledge.rulebook import FailureRecorded, RuleOut
-from kernelcraft.search.tree import StartResult, SubmitResult, TreeStatus
+from kernelcraft.base.docs import DocSection
+from kernelcraft.base.errors import KernelcraftError
+from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.rules import FailureRecorded, RuleOut
+from kernelcraft.base.targets import DEFAULT_TARGETS, Target
+from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
+from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.schema import FlatSchema
 from kernelcraft.server.state import AppState
 from kernelcraft.store import code_hash
-from kernelcraft.tools.evaluator import ProgressCallback
-from kernelcraft.tools.models import (
-    DEFAULT_TARGETS,
-    CompileResult,
-    EvalJob,
-    EvalResult,
-    ProfileResult,
-    Target,
-    VerifyResult,
-)
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

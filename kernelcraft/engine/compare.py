@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.tools.models import Evidence
-from kernelcraft.tools.tensors import leaves
+from kernelcraft.base.evaluation import Evidence
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.tensors import leaves
 
 Verdict = tuple[FailureClass, Evidence]
 

@@ -66,7 +66,7 @@ from typing import Any, Literal
 
 import torch
 
-from kernelcraft.tools.models import Timing
+from kernelcraft.base.evaluation import Timing
 
 # Captured before any candidate can be imported into this process.
 _perf_counter = time.perf_counter

@@ -14,9 +14,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kernelcraft.config import Settings
-from kernelcraft.knowledge.docs import DocSection, HwDocs
-from kernelcraft.knowledge.rulebook import Rulebook, RuleOut
+from kernelcraft.base.config import Settings
+from kernelcraft.base.docs import DocSection
+from kernelcraft.base.rules import RuleOut
+from kernelcraft.knowledge.docs import HwDocs
+from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.store import Store
 
 T = TypeVar("T")

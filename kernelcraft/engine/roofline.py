@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelcraft.errors import UsageError
-from kernelcraft.tools.models import Roofline
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.evaluation import Roofline
 
 
 @dataclass(frozen=True)

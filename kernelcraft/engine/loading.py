@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from kernelcraft.errors import TaskError
+from kernelcraft.base.errors import TaskError
 
 TASK_REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 TASK_OPTIONAL = ("get_input_sets", "get_cpu_inputs", "get_cpu_input_sets")

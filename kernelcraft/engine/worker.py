@@ -1,4 +1,4 @@
-"""A single-use evaluation worker process: `python -m kernelcraft.tools.worker FD`.
+"""A single-use evaluation worker process: `python -m kernelcraft.engine.worker FD`.
 
 The parent (`pool.py`) starts it with a scrubbed environment, in its own session, with one end of
 a socket pair as file descriptor FD. It imports torch and Triton (and initialises CUDA when it has
@@ -42,7 +42,7 @@ class Worker:
     def __init__(self, sock: socket.socket) -> None:
         import torch
 
-        from kernelcraft.tools import channel, tensors
+        from kernelcraft.engine import channel, tensors
 
         self.sock = sock
         self.torch = torch
@@ -95,7 +95,7 @@ class Worker:
     # ---- shared by both roles ----
 
     def load_task(self, job: dict[str, Any], workdir: Path) -> Any:
-        from kernelcraft.tools.loading import import_source
+        from kernelcraft.engine.loading import import_source
 
         return import_source(job["task_source"], workdir, "kernelcraft_task")
 
@@ -197,9 +197,9 @@ class Worker:
                 return
 
     def compare(self, frame: Any, ref_out: Any, private_inputs: list[Any]) -> dict[str, Any]:
-        from kernelcraft.knowledge.failures import FailureClass
-        from kernelcraft.tools.compare import compare_outputs, inputs_changed
-        from kernelcraft.tools.models import Evidence
+        from kernelcraft.base.evaluation import Evidence
+        from kernelcraft.base.failures import FailureClass
+        from kernelcraft.engine.compare import compare_outputs, inputs_changed
 
         h = frame.header
         try:
@@ -239,7 +239,7 @@ class Worker:
         """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the
         floor is counted on the full-size `get_inputs()` built on the meta device (no memory, no
         compute); if the model cannot run on meta, on the trial's inputs."""
-        from kernelcraft.tools import roofline
+        from kernelcraft.engine import roofline
 
         errors = []
         if header.get("full_size"):
@@ -281,7 +281,7 @@ class Worker:
     def time_reference(self, model: Any, inputs: list[Any], header: dict[str, Any]) -> dict[str, Any]:
         """One round of reference timing, eager and torch.compile'd (compiled once, on first use)."""
         try:
-            from kernelcraft.tools import timing
+            from kernelcraft.engine import timing
 
             torch = self.torch
             out: dict[str, Any] = {"type": "timed"}
@@ -311,9 +311,9 @@ class Worker:
     def candidate(self, job: dict[str, Any], workdir: Path) -> None:
         import threading
 
-        from kernelcraft.knowledge.failures import FailureClass
-        from kernelcraft.tools import guard
-        from kernelcraft.tools.loading import import_source
+        from kernelcraft.base.failures import FailureClass
+        from kernelcraft.engine import guard
+        from kernelcraft.engine.loading import import_source
 
         torch = self.torch
         if job.get("interpret"):
@@ -321,7 +321,7 @@ class Worker:
         else:
             os.environ.pop("TRITON_INTERPRET", None)
         if self.device.startswith("cuda"):
-            from kernelcraft.tools import timing  # (captures the timers before the candidate)
+            from kernelcraft.engine import timing  # (captures the timers before the candidate)
 
             self.harness_stream = timing._current_stream()
         integrity = guard.Integrity()
@@ -334,7 +334,7 @@ class Worker:
         self._limit_memory(job)
         sandbox_note = None
         if job.get("sandbox", True):
-            from kernelcraft.tools.sandbox import restrict_writes
+            from kernelcraft.engine.sandbox import restrict_writes
 
             # From here on this process writes only in its own directory (Triton cache, HOME,
             # TMPDIR) and to device files: not the database, not the user's files.
@@ -416,7 +416,7 @@ class Worker:
 
     def restore_stream(self) -> bool:
         """Set the harness's stream current again; True when the candidate had changed it."""
-        timing = sys.modules.get("kernelcraft.tools.timing")
+        timing = sys.modules.get("kernelcraft.engine.timing")
         if self.harness_stream is None or timing is None:
             return False
         return bool(timing.stream_changed(self.harness_stream))
@@ -455,14 +455,14 @@ class Worker:
         allowed: frozenset[str],
         job: dict[str, Any],
     ) -> tuple[Any, list[str]] | None:
-        from kernelcraft.knowledge.failures import FailureClass
-        from kernelcraft.tools import guard
-        from kernelcraft.tools.launches import intercept_launches
+        from kernelcraft.base.failures import FailureClass
+        from kernelcraft.engine import guard
+        from kernelcraft.engine.launches import intercept_launches
 
         torch = self.torch
         self.poison(poison_sizes, value)
         recorder = guard.OpRecorder(allowed)
-        timing = sys.modules.get("kernelcraft.tools.timing") if self.device.startswith("cuda") else None
+        timing = sys.modules.get("kernelcraft.engine.timing") if self.device.startswith("cuda") else None
         stream = self.harness_stream
         try:
             with (
@@ -500,10 +500,10 @@ class Worker:
     def check_harness(self, integrity: Any, threads_before: int, when: str) -> bool:
         import threading
 
-        from kernelcraft.knowledge.failures import FailureClass
+        from kernelcraft.base.failures import FailureClass
 
         changed = integrity.changed()
-        timing_mod = sys.modules.get("kernelcraft.tools.timing")
+        timing_mod = sys.modules.get("kernelcraft.engine.timing")
         patched_timer = timing_mod.timing_functions_intact() if timing_mod is not None else None
         if patched_timer:
             changed.append(str(patched_timer))
@@ -529,7 +529,7 @@ class Worker:
         )
 
     def fail_exception(self, e: BaseException, stage: str) -> None:
-        from kernelcraft.knowledge.failures import FailureClass, classify
+        from kernelcraft.base.failures import FailureClass, classify
 
         text = _trim("".join(traceback.format_exception(type(e), e, e.__traceback__)))
         try:
@@ -561,8 +561,8 @@ class Worker:
     # ---- compile and profile stages (candidate side) ----
 
     def compile_stage(self, model: Any, inputs: list[Any], header: dict[str, Any]) -> dict[str, Any]:
-        from kernelcraft.tools.aot import compile_for_targets
-        from kernelcraft.tools.launches import intercept_launches
+        from kernelcraft.engine.aot import compile_for_targets
+        from kernelcraft.engine.launches import intercept_launches
 
         start = time.perf_counter()
         try:
@@ -571,7 +571,7 @@ class Worker:
             self.restore_stream()
             targets = compile_for_targets(rec.records, header["targets"])
             if self.device.startswith("cuda"):
-                from kernelcraft.tools.aot import compile_host
+                from kernelcraft.engine.aot import compile_host
 
                 targets.append(compile_host(rec.records))  # the real JIT compile on this GPU
         except Exception as e:
@@ -589,7 +589,7 @@ class Worker:
 
     def time_candidate(self, model: Any, inputs: list[Any], header: dict[str, Any]) -> dict[str, Any]:
         try:
-            from kernelcraft.tools import timing
+            from kernelcraft.engine import timing
 
             self.restore_stream()
             with self.torch.no_grad():
@@ -605,8 +605,8 @@ class Worker:
             }
         except Exception as e:
             name = type(e).__name__
-            if name in ("StreamChanged", "WorkEscaped") and type(e).__module__ == "kernelcraft.tools.timing":
-                from kernelcraft.knowledge.failures import FailureClass
+            if name in ("StreamChanged", "WorkEscaped") and type(e).__module__ == "kernelcraft.engine.timing":
+                from kernelcraft.base.failures import FailureClass
 
                 op = "torch.cuda.set_stream" if name == "StreamChanged" else "another CUDA stream"
                 return {
@@ -619,7 +619,7 @@ class Worker:
     def warmup(self, model: Any, inputs: list[Any]) -> dict[str, Any]:
         """Compile the kernels forward will launch without running any (launch discovery, then
         `JITFunction.warmup`), so that JIT compilation happens before the GPU lock is taken."""
-        from kernelcraft.tools.launches import intercept_launches
+        from kernelcraft.engine.launches import intercept_launches
 
         compiled = 0
         try:
@@ -641,12 +641,12 @@ def _import_base() -> None:
     import triton  # noqa: F401  (imported before any job: the pool's workers start warm)
     import triton.language  # noqa: F401
 
-    from kernelcraft.knowledge import failures  # noqa: F401
-    from kernelcraft.tools import compare, guard, launches, loading, models, roofline  # noqa: F401
+    from kernelcraft.base import evaluation, failures  # noqa: F401
+    from kernelcraft.engine import compare, guard, launches, loading, roofline  # noqa: F401
 
 
 def _import_dynamo() -> None:
-    from kernelcraft.tools import guard
+    from kernelcraft.engine import guard
 
     guard.Integrity()  # imports torch._dynamo and runs the dispatch-mode machinery once
 
@@ -654,7 +654,7 @@ def _import_dynamo() -> None:
 def _import_inductor() -> None:
     import torch._inductor.compile_fx  # noqa: F401
 
-    from kernelcraft.tools import timing  # noqa: F401  (captures the timers; no candidate yet)
+    from kernelcraft.engine import timing  # noqa: F401  (captures the timers; no candidate yet)
 
 
 def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from kernelcraft.config import Settings
-from kernelcraft.errors import UsageError
+from kernelcraft.base.config import Settings
+from kernelcraft.base.errors import UsageError
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

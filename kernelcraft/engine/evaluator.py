@@ -1,7 +1,7 @@
 """The evaluator: where compile, verify and profile jobs go.
 
 `Evaluator` is the interface every caller (CLI, search tree, MCP server) uses. `LocalEvaluator`
-(in `kernelcraft.tools.local`) runs jobs on this machine in isolated worker processes; a later
+(in `kernelcraft.engine.local`) runs jobs on this machine in isolated worker processes; a later
 Ray implementation will sit behind the same interface.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from kernelcraft.tools.models import EvalJob, EvalResult
+from kernelcraft.base.evaluation import EvalJob, EvalResult
 
 # progress(fraction 0..1, message) — e.g. "queued at position 2", "compiling", "trial 3 of 5".
 ProgressCallback = Callable[[float, str], Awaitable[None]]

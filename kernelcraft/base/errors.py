@@ -1,7 +1,7 @@
 """The errors kernelcraft raises on purpose.
 
 A candidate kernel that fails is not an error of ours: it is a verdict with a failure class
-(`kernelcraft.knowledge.failures.FailureClass`). These exceptions are for unusable input and for
+(`kernelcraft.base.failures.FailureClass`). These exceptions are for unusable input and for
 faults of the tool itself. Each message says what happened and what to do about it. The CLI maps
 `UsageError` to exit code 2; the MCP server turns any `KernelcraftError` into a `ToolError`.
 """

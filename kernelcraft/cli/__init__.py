@@ -1,7 +1,7 @@
 """The `kernelcraft` command line.
 
-Each layer registers its own subcommands (a `register(subparsers)` function in its `commands`
-module); this file only assembles them and maps errors to exit codes: 0 success, 1 a negative
+Each layer's subcommands live in a module of this package (`engine`, `knowledge`, `server`,
+`search`, `agent`), each with a `register(subparsers)` function; this file only assembles them and maps errors to exit codes: 0 success, 1 a negative
 verdict (a candidate that is not correct), 2 unusable arguments or files.
 """
 
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kernelcraft import __version__
-from kernelcraft.errors import KernelcraftError, UsageError
+from kernelcraft.base.errors import KernelcraftError, UsageError
 
 EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE = 0, 1, 2
 
@@ -27,22 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kernelcraft {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    # Each layer adds its commands. Import inside the function keeps `kernelcraft --help` fast.
-    from kernelcraft.tools import commands as tool_commands
+    # Each layer's commands live in their own module here. Imported inside the function so that
+    # `kernelcraft --help` stays fast.
+    from kernelcraft.cli import agent, engine, knowledge, search, server
 
-    tool_commands.register(sub)
-    from kernelcraft.knowledge import commands as knowledge_commands
-
-    knowledge_commands.register(sub)
-    from kernelcraft.server import commands as server_commands
-
-    server_commands.register(sub)
-    from kernelcraft.search import commands as search_commands
-
-    search_commands.register(sub)
-    from kernelcraft.agent import commands as agent_commands
-
-    agent_commands.register(sub)
+    for module in (engine, knowledge, server, search, agent):
+        module.register(sub)
     return parser
 
 

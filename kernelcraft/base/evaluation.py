@@ -11,10 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kernelcraft.knowledge.failures import FailureClass
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.targets import DEFAULT_TARGETS
 
-Target = Literal["sm_80", "sm_89", "sm_90a", "sm_100", "gfx942"]
-DEFAULT_TARGETS: tuple[Target, ...] = ("sm_80", "sm_90a", "sm_100", "gfx942")
 Stage = Literal["compile", "verify", "profile"]
 
 

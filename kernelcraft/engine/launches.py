@@ -3,7 +3,7 @@
 `intercept_launches()` hooks Triton's launch path for the duration of a `with` block and records
 every launch as a `LaunchRecord`: the public `KernelLaunch` (name, argument types, constexprs,
 grid, num_warps/num_stages when given), the `JITFunction` and the arguments it was called with,
-so that `kernelcraft.tools.aot` can compile the same specialisation for any target afterwards.
+so that `kernelcraft.engine.aot` can compile the same specialisation for any target afterwards.
 
     with intercept_launches(execute=False) as rec:   # compile discovery: no kernel body runs,
         model(*inputs)                               # no GPU or driver is needed
@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kernelcraft.tools.models import KernelLaunch
+from kernelcraft.base.evaluation import KernelLaunch
 
 # Lazily filled by _triton(): importing triton costs ~1 s and this module is imported by the CLI.
 _T: dict[str, Any] = {}

@@ -13,9 +13,6 @@ from pathlib import Path
 
 DEFAULT_HOME = Path("~/.kernelcraft")
 
-# Targets the ahead-of-time compiler knows. "host" means the machine's own GPU, if any.
-KNOWN_TARGETS = ("sm_80", "sm_89", "sm_90a", "sm_100", "gfx942")
-
 
 def home_dir() -> Path:
     """The kernelcraft home directory, created if missing."""
@@ -40,7 +37,7 @@ def env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError as e:
-        from kernelcraft.errors import UsageError
+        from kernelcraft.base.errors import UsageError
 
         raise UsageError(f"{name}={raw!r} is not an integer; unset it or give a whole number") from e
 

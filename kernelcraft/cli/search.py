@@ -22,20 +22,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from kernelcraft.config import KNOWN_TARGETS, Settings
-from kernelcraft.errors import UsageError
+from kernelcraft.base.config import Settings
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.base.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
-from kernelcraft.search.tree import (
-    NextStep,
-    NodeInfo,
-    StartResult,
-    SubmitResult,
-    TreeStatus,
-    TreeView,
-    tree_view,
-)
+from kernelcraft.search.tree import tree_view
 from kernelcraft.store import Store, utcnow
 
 T = TypeVar("T")
@@ -115,7 +109,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _read(path: str) -> str:
-    from kernelcraft.tools.loading import read_source
+    from kernelcraft.engine.loading import read_source
 
     return read_source(path)
 
@@ -144,7 +138,7 @@ def _run(args: argparse.Namespace, body: Callable[[SearchService], Awaitable[T]]
     settings = Settings.from_env(args.db)
 
     async def go() -> T:
-        from kernelcraft.tools.local import LocalEvaluator
+        from kernelcraft.engine.local import LocalEvaluator
 
         store = await Store.open(settings.db_path)
         evaluator = LocalEvaluator(device=getattr(args, "device", "auto"))

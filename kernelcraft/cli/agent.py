@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.agent.llm import LLMConfig
-from kernelcraft.config import KNOWN_TARGETS
+from kernelcraft.base.targets import KNOWN_TARGETS
 
 LLM_HELP = (
     "anthropic (default; key in $ANTHROPIC_API_KEY), openai (any OpenAI-compatible server: OpenAI, vLLM, "

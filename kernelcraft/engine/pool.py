@@ -6,7 +6,7 @@ is one worker: its own session (process group), a scrubbed environment, its own 
 (Triton cache included), stdout/stderr to a log file, and a socket pair as the only channel.
 `kill()` kills the whole process group. Workers are forked from the pool's zygote (`zygote.py`:
 torch and the harness imported once) and, when it is unavailable, spawned as
-`python -m kernelcraft.tools.worker` (`KERNELCRAFT_ZYGOTE=off` forces this).
+`python -m kernelcraft.engine.worker` (`KERNELCRAFT_ZYGOTE=off` forces this).
 
 Only `local.py` uses this module; nothing here imports torch.
 """
@@ -27,10 +27,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.config import env_switch
-from kernelcraft.errors import KernelcraftError
-from kernelcraft.tools.channel import ChannelError, Frame, read_frame, write_frame
-from kernelcraft.tools.zygote import ForkedChild, Zygote, ZygoteUnavailable
+from kernelcraft.base.config import env_switch
+from kernelcraft.base.errors import KernelcraftError
+from kernelcraft.engine.channel import ChannelError, Frame, read_frame, write_frame
+from kernelcraft.engine.zygote import ForkedChild, Zygote, ZygoteUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class WorkerProcess:
                 env = base_env(self.device, self.gpu, self.interpret) | own_env(self.dir)
                 with open(self.log_path, "wb") as out:
                     self.proc = subprocess.Popen(
-                        [sys.executable, "-m", "kernelcraft.tools.worker", str(child_sock.fileno())],
+                        [sys.executable, "-m", "kernelcraft.engine.worker", str(child_sock.fileno())],
                         pass_fds=(child_sock.fileno(),),
                         stdin=subprocess.DEVNULL,
                         stdout=out,

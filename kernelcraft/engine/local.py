@@ -45,13 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelcraft.config import env_switch
-from kernelcraft.errors import TaskError, UsageError
-from kernelcraft.knowledge.failures import FailureClass
-from kernelcraft.tools.channel import Frame
-from kernelcraft.tools.evaluator import ProgressCallback
-from kernelcraft.tools.loading import check_candidate, check_task
-from kernelcraft.tools.models import (
+from kernelcraft.base.config import env_switch
+from kernelcraft.base.errors import TaskError, UsageError
+from kernelcraft.base.evaluation import (
     CompileResult,
     EvalJob,
     EvalResult,
@@ -63,8 +59,12 @@ from kernelcraft.tools.models import (
     Timing,
     VerifyResult,
 )
-from kernelcraft.tools.pool import WorkerPool, WorkerProcess
-from kernelcraft.tools.static import check_candidate_source
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.channel import Frame
+from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.loading import check_candidate, check_task
+from kernelcraft.engine.pool import WorkerPool, WorkerProcess
+from kernelcraft.engine.static import check_candidate_source
 
 log = logging.getLogger(__name__)
 
@@ -857,7 +857,7 @@ class _Job:
             )
         h = frame.header
         if "error" in h:
-            from kernelcraft.knowledge.failures import classify
+            from kernelcraft.base.failures import classify
 
             text = str(h.get("error", ""))
             cls = classify(text, "compile")
@@ -1027,7 +1027,7 @@ class _Job:
         """Interleave rounds of candidate and reference timing (each in its own process, on the
         same inputs), then summarise each side's samples."""
         assert self.ref is not None
-        from kernelcraft.tools import timing
+        from kernelcraft.engine import timing
 
         samples: dict[str, list[float]] = {"candidate": [], "eager": [], "compiled": []}
         methods: dict[str, str] = {}
@@ -1127,7 +1127,7 @@ def physical_floor_us(roof: Roofline, device: str) -> float:
     bandwidth or its FLOPs at the device's fastest rate (any dtype, tensor cores), whichever is
     larger. Deliberately optimistic (fastest precision), so only impossible timings fall below it.
     An unknown device uses the roofline target's peaks."""
-    from kernelcraft.tools.roofline import PEAKS
+    from kernelcraft.engine.roofline import PEAKS
 
     gbps, tflops = roof.peak_gbps, roof.peak_tflops
     for needle, key in _DEVICE_PEAKS:

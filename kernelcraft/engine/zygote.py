@@ -1,6 +1,6 @@
 """A zygote: one process that imports torch, Triton and the harness once, then forks workers.
 
-A worker started with `python -m kernelcraft.tools.worker` spends seconds importing torch,
+A worker started with `python -m kernelcraft.engine.worker` spends seconds importing torch,
 Triton, torch._dynamo and inductor before it can take a job; a batch of candidates spends most of
 its CPU there. The zygote pays those imports once per pool and forks each worker from that state
 (the way Android's zygote and Chrome's zygote start processes), so a worker is ready in the time
@@ -19,7 +19,7 @@ What keeps this as clean as a spawned process:
   still names the signal.
 
 Pool side: `Zygote` (asyncio; no torch import). Zygote side: `main()`, run as
-`python -m kernelcraft.tools.zygote FD`.
+`python -m kernelcraft.engine.zygote FD`.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class Zygote:
                     [
                         sys.executable,
                         "-m",
-                        "kernelcraft.tools.zygote",
+                        "kernelcraft.engine.zygote",
                         str(child.fileno()),
                         "cuda" if self._cuda else "cpu",
                     ],
@@ -323,7 +323,7 @@ def _child(ctrl: socket.socket, wake: tuple[int, int], req: dict[str, Any], fd: 
         import tempfile
 
         tempfile.tempdir = None  # recomputed from TMPDIR (the worker's own directory)
-        from kernelcraft.tools import worker
+        from kernelcraft.engine import worker
 
         worker.serve(fd)
     except BaseException:
@@ -338,7 +338,7 @@ def main() -> None:
     ctrl = socket.socket(fileno=int(sys.argv[1]))
     os.set_inheritable(ctrl.fileno(), False)
     cuda = sys.argv[2] == "cuda"
-    from kernelcraft.tools import worker
+    from kernelcraft.engine import worker
 
     # Each import stage runs here only if a throwaway fork shows it leaves the GPU driver alone
     # and starts no thread; the others are left to each forked worker.

@@ -20,10 +20,10 @@ import sys
 import time
 from typing import Any
 
-from kernelcraft.config import KNOWN_TARGETS
-from kernelcraft.errors import UsageError
-from kernelcraft.tools.loading import check_candidate, check_task, read_source
-from kernelcraft.tools.models import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
+from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.engine.loading import check_candidate, check_task, read_source
 
 EXIT_OK, EXIT_NEGATIVE = 0, 1
 
@@ -92,7 +92,7 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
 
 
 def _run(job: EvalJob, device: str) -> EvalResult:
-    from kernelcraft.tools.local import LocalEvaluator
+    from kernelcraft.engine.local import LocalEvaluator
 
     started = time.monotonic()
 

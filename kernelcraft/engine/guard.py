@@ -1,6 +1,6 @@
 """Dynamic anti-cheat checks, installed in the candidate worker around `ModelNew.forward`.
 
-- Launches are counted with `kernelcraft.tools.launches.intercept_launches(execute=True)` (the
+- Launches are counted with `kernelcraft.engine.launches.intercept_launches(execute=True)` (the
   worker wraps forward in it); zero launches means `no_triton_launch`.
 - `OpRecorder` is a `TorchDispatchMode` that records every aten op forward runs outside a Triton
   launch; anything but allocation, views, layout copies and fills is `pytorch_fallback` unless the
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelcraft.tools.launches import in_triton_launch
+from kernelcraft.engine.launches import in_triton_launch
 
 # aten overload packets (without the "aten::" prefix) a candidate's forward may use freely.
 ALLOWED_OPS = frozenset(
@@ -76,7 +76,7 @@ def _watched() -> dict[str, Callable[[], Any]]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    from kernelcraft.tools import channel, launches, tensors
+    from kernelcraft.engine import channel, launches, tensors
 
     watched: dict[str, Callable[[], Any]] = {
         "torch.allclose": lambda: torch.allclose,
@@ -118,7 +118,7 @@ def _watched() -> dict[str, Callable[[], Any]]:
         "launches.in_triton_launch": lambda: launches.in_triton_launch,
         "launches.intercept_launches": lambda: launches.intercept_launches,
     }
-    for name in ("kernelcraft.tools.worker", "kernelcraft.tools.compare", "kernelcraft.tools.launches"):
+    for name in ("kernelcraft.engine.worker", "kernelcraft.engine.compare", "kernelcraft.engine.launches"):
         mod = sys.modules.get(name)
         if mod is not None:
             for attr, value in list(vars(mod).items()):

@@ -38,10 +38,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kernelcraft.errors import KernelcraftError, UsageError
-from kernelcraft.knowledge.failures import FailureClass, classify
-from kernelcraft.tools.launches import LaunchRecord, specialize
-from kernelcraft.tools.models import KernelCompileInfo, TargetCompileResult
+from kernelcraft.base.errors import KernelcraftError, UsageError
+from kernelcraft.base.evaluation import KernelCompileInfo, TargetCompileResult
+from kernelcraft.base.failures import FailureClass, classify
+from kernelcraft.engine.launches import LaunchRecord, specialize
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,82 @@
+"""Rules as clients see them: a rule, its scope, what record_failure did, a line of a rules file."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from kernelcraft.base.failures import FailureClass
+
+RuleStatus = Literal["candidate", "active", "retired"]
+RuleAction = Literal["created", "incremented", "linked", "none"]
+
+NO_GUIDANCE = "no guidance"
+MAX_RULE_CHARS = 400
+
+
+class RuleScope(BaseModel):
+    dsl: str = Field(default="triton", description="The kernel language the rule is about.")
+    arch_family: str | None = Field(default=None, description="'nvidia', 'amd', or null when general.")
+    op_category: str | None = Field(default=None, description="Operator category (e.g. 'matmul'), or null.")
+
+
+class RuleOut(BaseModel):
+    """A rule as clients see it."""
+
+    id: int = Field(description="Row id in this database.")
+    uid: str = Field(description="Stable id, the same in every database that has this rule.")
+    text: str = Field(description="One sentence: 'You cannot …'.")
+    count: int = Field(description="How many failures produced or matched this rule.")
+    status: RuleStatus = Field(
+        description="'candidate' (count below the activation threshold), 'active', 'retired'."
+    )
+    scope: RuleScope
+    reason: str | None = Field(default=None, description="One line: why Triton behaves this way.")
+    failure_class: FailureClass | None = Field(
+        default=None, description="The failure class this rule prevents."
+    )
+    score: float = Field(
+        default=0.0, description="Relevance to the query (higher is better); 0 outside queries."
+    )
+    seed: bool = Field(default=False, description="Shipped with kernelcraft rather than learnt.")
+
+
+class FailureRecorded(BaseModel):
+    """What record_failure did."""
+
+    failure_id: int
+    failure_class: FailureClass
+    rule: RuleOut | None = Field(default=None, description="The rule created, incremented or linked.")
+    rule_action: RuleAction = Field(
+        description="'created' (new rule, count 1), 'incremented' (near-duplicate of an existing rule), "
+        "'linked' (no rule proposed; linked to the rule of this failure class), 'none'."
+    )
+    activated: bool = Field(description="True when this failure made the rule reach the activation count.")
+
+
+class RuleLine(BaseModel):
+    """One line of a rules JSON Lines file (export, import, seed_rules.jsonl)."""
+
+    uid: str | None = None
+    text: str
+    reason: str | None = None
+    count: int = Field(default=1, ge=0)
+    status: RuleStatus = "candidate"
+    scope: RuleScope = Field(default_factory=RuleScope)
+    failure_class: FailureClass | None = None
+    seed: bool = False
+    created_by: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    origin: str | None = Field(default=None, description="Id of the database that exported the line.")
+    verified_by: str | None = Field(
+        default=None, description="Seeds: the evidence for the claim (a capture.py case)."
+    )
+
+
+class ImportResult(BaseModel):
+    created: int = 0
+    merged: int = 0
+    unchanged: int = 0
+    lines: int = 0
