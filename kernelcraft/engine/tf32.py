@@ -1,0 +1,59 @@
+"""TF32 in Triton's CPU interpreter, as the GPU's tensor cores compute it.
+
+On an NVIDIA GPU, `tl.dot` on fp32 operands uses TF32 unless the kernel asks for
+`input_precision="ieee"` (or `"tf32x3"`, three TF32 products that recover near-fp32 accuracy):
+each operand keeps 10 of its 23 mantissa bits, a relative error near 1e-3 that fails an fp32
+tolerance. Triton's interpreter ignores `input_precision` and multiplies in full fp32, so without
+this module a kernel that is wrong on the GPU is `correct` on the CPU.
+
+`emulate_tf32()` wraps the interpreter's `create_dot`: fp32 operands of a TF32 dot lose their
+low 13 mantissa bits first (truncation, as the tensor cores read the top 19 bits of an fp32
+register fed to a TF32 MMA: the larger of the two possible errors, so the CPU is never more
+lenient than the GPU). TF32x3 and IEEE dots, and dots of other dtypes, are unchanged.
+
+Only the candidate worker calls this, in interpreter mode, before the candidate is imported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_LOW_MANTISSA = np.uint32(0x1FFF)  # the 13 of fp32's 23 mantissa bits that TF32 drops
+_installed: dict[str, Any] = {}
+
+
+def to_tf32(values: np.ndarray) -> np.ndarray:
+    """fp32 values with the mantissa bits TF32 drops cleared; inf and NaN unchanged."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    cut = (bits & ~_LOW_MANTISSA).view(np.float32)
+    return np.where(np.isfinite(values), cut, values).astype(np.float32)
+
+
+def is_tf32(input_precision: Any) -> bool:
+    """True for the interpreter's `INPUT_PRECISION.TF32` (not TF32x3, not IEEE)."""
+    name = getattr(input_precision, "name", str(input_precision))
+    return str(name).upper() == "TF32"
+
+
+def emulate_tf32() -> None:
+    """Make every later interpreted fp32 `tl.dot` with TF32 precision round like the GPU.
+    Idempotent."""
+    if _installed:
+        return
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+
+    def create_dot(
+        self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any
+    ) -> Any:
+        if is_tf32(input_precision) and a.data.dtype == np.float32 and b.data.dtype == np.float32:
+            a = interpreter.TensorHandle(to_tf32(a.data), a.dtype.scalar)
+            b = interpreter.TensorHandle(to_tf32(b.data), b.dtype.scalar)
+        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot
+    _installed["create_dot"] = original
