@@ -1,0 +1,71 @@
+"""Verify's fresh parameters: equal in both models, different from their initial values."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelcraft.engine.perturb import perturb, signature, task_allows
+
+
+class Ref(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.bn = torch.nn.BatchNorm1d(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+class IgnoresAffine(torch.nn.Module):
+    """A candidate that keeps LayerNorm's parameters but never reads them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(16))
+        self.bias = torch.nn.Parameter(torch.zeros(16))
+        self.bn = torch.nn.BatchNorm1d(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x, (16,))
+
+
+def test_both_models_get_the_same_fresh_values_by_order_and_shape():
+    ref, cand = Ref(), IgnoresAffine()
+    assert signature(ref) == signature(cand)
+    assert perturb(ref, 1234) == perturb(cand, 1234) == 6  # 2 + 2 parameters, 2 float buffers
+    for a, b in zip(ref.parameters(), cand.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(ref.norm.weight, torch.ones(16))
+    assert not torch.equal(ref.norm.bias, torch.zeros(16))
+
+
+def test_a_layernorm_that_ignores_its_weight_and_bias_no_longer_matches():
+    ref, cand = Ref(), IgnoresAffine()
+    x = torch.randn(4, 16)
+    assert torch.allclose(ref(x), cand(x))  # the hole: initial values hide the bug
+    perturb(ref, 99)
+    perturb(cand, 99)
+    assert not torch.allclose(ref(x), cand(x))
+
+
+def test_buffers_keep_their_sign_and_integer_buffers_are_left_alone():
+    m = torch.nn.BatchNorm1d(8)
+    perturb(m, 5)
+    assert bool((m.running_var > 0).all())
+    assert torch.equal(m.running_mean, torch.zeros(8))
+    assert int(m.num_batches_tracked) == 0
+
+
+def test_another_seed_gives_other_values():
+    a, b = Ref(), Ref()
+    perturb(a, 1)
+    perturb(b, 2)
+    assert not torch.equal(a.norm.weight, b.norm.weight)
+
+
+def test_a_task_can_opt_out():
+    class Task:
+        KERNELCRAFT_PERTURB_PARAMETERS = False
+
+    assert task_allows(object()) and not task_allows(Task())
