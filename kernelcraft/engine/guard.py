@@ -6,8 +6,8 @@
   launch; anything but allocation, views, layout copies and fills is `pytorch_fallback` unless the
   caller allowed it. Recording is suspended inside launches: the interpreter copies tensors
   to and from the CPU with aten ops that are not the candidate's.
-- `Integrity` captures the functions the harness relies on before the candidate is imported and
-  reports any that were replaced afterwards (`forbidden_construct`).
+- `Integrity` captures the functions and constants (`ALLOWED_OPS`, ...) the harness relies on before
+  the candidate is imported and reports any that were replaced afterwards (`forbidden_construct`).
 
 These run in the candidate's own process, so a determined candidate can defeat them; they catch
 what the static checks miss. The verdict on the numbers never depends on them: outputs are
@@ -118,13 +118,29 @@ def _watched() -> dict[str, Callable[[], Any]]:
         "launches.in_triton_launch": lambda: launches.in_triton_launch,
         "launches.intercept_launches": lambda: launches.intercept_launches,
     }
-    for name in ("kernelcraft.engine.worker", "kernelcraft.engine.compare", "kernelcraft.engine.launches"):
+    for name in HARNESS_MODULES:
         mod = sys.modules.get(name)
-        if mod is not None:
-            for attr, value in list(vars(mod).items()):
-                if callable(value) and getattr(value, "__module__", None) == name:
-                    watched[f"{name}.{attr}"] = lambda m=mod, a=attr: getattr(m, a, None)  # type: ignore[misc]
+        if mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            own_function = callable(value) and getattr(value, "__module__", None) == name
+            if own_function or _is_constant(attr, value):
+                watched[f"{name}.{attr}"] = lambda m=mod, a=attr: getattr(m, a, None)  # type: ignore[misc]
     return watched
+
+
+# Harness modules whose functions and constants a candidate must leave alone. Constants count:
+# rebinding `guard.ALLOWED_OPS` from an imported helper module would widen the fallback allow-list.
+HARNESS_MODULES = tuple(
+    f"kernelcraft.engine.{m}"
+    for m in ("worker", "compare", "launches", "guard", "tensors", "channel", "knockout", "perturb", "tf32")
+)
+_CONSTANT_TYPES = (str, bytes, int, float, bool, frozenset, tuple, type(None))
+
+
+def _is_constant(attr: str, value: Any) -> bool:
+    """An UPPERCASE module attribute holding an immutable value (the harness's settings)."""
+    return attr.isupper() and isinstance(value, _CONSTANT_TYPES)
 
 
 class Integrity:
