@@ -24,6 +24,7 @@ from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.cli import server as commands
+from kernelcraft.cli.common import run
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.server.app import EvaluatorFactory, create_server
 from kernelcraft.server.auth import HttpPlan, load_tokens_file, parse_tokens, plan_http
@@ -192,7 +193,7 @@ def test_the_server_runs_on_uvloop_where_it_is_installed() -> None:
     async def main() -> None:
         loops.append(type(asyncio.get_running_loop()).__module__)
 
-    commands.run_event_loop(main)
+    run(main)
     assert loops[0].startswith("uvloop")
 
 

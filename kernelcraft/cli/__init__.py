@@ -1,8 +1,10 @@
 """The `kernelcraft` command line.
 
 Each layer's subcommands live in a module of this package (`engine`, `knowledge`, `server`,
-`search`, `agent`), each with a `register(subparsers)` function; this file only assembles them and maps errors to exit codes: 0 success, 1 a negative
-verdict (a candidate that is not correct), 2 unusable arguments or files.
+`search`, `agent`), each with a `register(subparsers)` function; what they share (options, exit
+codes, the event-loop runner, the JSON printer) is in `common`. This file only assembles them and
+maps errors to exit codes: 0 success, 1 a negative verdict (a candidate that is not correct),
+2 unusable arguments or files, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from collections.abc import Sequence
 
 from kernelcraft import __version__
 from kernelcraft.base.errors import KernelcraftError, UsageError
-
-EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE = 0, 1, 2
+from kernelcraft.cli.common import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="kernelcraft",
         description="Write fast, correct Triton kernels for PyTorch operators: an MCP server, "
         "an evaluation engine and a driver agent.",
@@ -57,5 +58,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(EXIT_NEGATIVE)
     except KeyboardInterrupt:
         print("kernelcraft: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(code or EXIT_OK)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from kernelcraft.agent.llm import LLMConfig
 from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK, Subcommands, add_db, add_json, print_json, run
 
 LLM_HELP = (
-    "anthropic (default; key in $ANTHROPIC_API_KEY), openai (any OpenAI-compatible server: OpenAI, vLLM, "
+    "anthropic (key in $ANTHROPIC_API_KEY), openai (any OpenAI-compatible server: OpenAI, vLLM, "
     "Ollama, llama.cpp; with --base-url and --model) or none (the offline tuner only; needs a seed kernel)"
 )
 
@@ -41,9 +39,7 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
     g.add_argument("--server", metavar="URL", help="a kernelcraft server over HTTP (default: in-process)")
     g.add_argument("--token-env", metavar="VAR", help="variable holding the bearer token for --server")
-    g.add_argument(
-        "--db", type=Path, help="database of the in-process server (default $KERNELCRAFT_HOME/kernelcraft.db)"
-    )
+    add_db(g, "database of the in-process server")
     g.add_argument("--target", choices=KNOWN_TARGETS, default="sm_90a", help="GPU the kernels are for")
 
 
@@ -56,10 +52,6 @@ def llm_config(args: argparse.Namespace) -> LLMConfig:
         max_tokens=args.max_output_tokens,
         thinking_budget=args.thinking_budget,
     )
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 def _run_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,23 +81,23 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         tuner_steps=args.tuner_steps,
         **_run_options(args),
     )
-    summary = asyncio.run(optimize(opts))
+    summary = run(lambda: optimize(opts))
     if args.json:
-        _print_json(summary)
-    return 0 if summary["best"] is not None else 1
+        print_json(summary)
+    return EXIT_OK if summary["best"] is not None else EXIT_NEGATIVE
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
     from kernelcraft.agent.adapt import AdaptOptions, adapt
 
     opts = AdaptOptions(tasks_dir=args.tasks_dir, **_run_options(args))
-    report = asyncio.run(adapt(opts))
+    report = run(lambda: adapt(opts))
     if args.json:
-        _print_json(report)
-    return 0
+        print_json(report)
+    return EXIT_OK
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "optimize",
         help="optimise a task's kernel with the tree search (AdaExplore's Explore)",
@@ -118,7 +110,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--seed", type=Path, help="seed kernel (ModelNew); default <task>_seed.py or seed.py beside task.py"
     )
-    p.add_argument("--steps", type=int, default=10, help="candidates to evaluate (the tree's budget)")
+    p.add_argument("--steps", type=int, default=10, help="candidates to evaluate: the tree's budget")
     p.add_argument("--out", type=Path, help="run directory (default ./kernelcraft-runs/<task>)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the tree's and the tuner's choices")
     p.add_argument(
@@ -131,10 +123,10 @@ def register(sub: Any) -> None:
         choices=["off", "alternate", "only"],
         default="alternate",
         help="with an LLM, small steps the offline tuner writes (no tokens) when the kernel to refine is "
-        "correct and has tunable launch parameters: alternate (default: LLM and tuner take turns), "
+        "correct and has tunable launch parameters: alternate (LLM and tuner take turns), "
         "only (every such step), off (never)",
     )
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    add_json(p, "the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     _llm_args(p)
     _server_args(p)
@@ -152,7 +144,7 @@ def register(sub: Any) -> None:
     a.add_argument(
         "--out", type=Path, help="folder for the per-task run directories (default ./kernelcraft-adapt)"
     )
-    a.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    add_json(a, "the report as JSON")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     _llm_args(a)
     _server_args(a)

@@ -15,7 +15,6 @@ Written by the evaluation engine.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from typing import Any
@@ -23,26 +22,23 @@ from typing import Any
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK, Subcommands, add_device, add_json, emit, run
 from kernelcraft.engine.loading import check_candidate, check_task, read_source
 
-EXIT_OK, EXIT_NEGATIVE = 0, 1
 
-
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
         )
         p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
-        p.add_argument(
-            "--timeout", type=float, default=300.0, metavar="S", help="deadline in seconds (default 300)"
-        )
-        p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
-        p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help=argparse.SUPPRESS)
+        p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="deadline in seconds")
+        add_json(p)
+        add_device(p)
 
     p = sub.add_parser("verify", help="check a candidate against its task's reference (isolated, anti-cheat)")
     common(p)
-    p.add_argument("--trials", type=int, default=5, metavar="N", help="trials per input set (default 5)")
+    p.add_argument("--trials", type=int, default=5, metavar="N", help="trials per input set")
     p.add_argument(
         "--allow-op",
         action="append",
@@ -61,15 +57,13 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="T",
-        help=f"target ({', '.join(KNOWN_TARGETS)}); repeatable",
+        help=f"target ({', '.join(KNOWN_TARGETS)}); repeatable (default: sm_90a)",
     )
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("profile", help="time a candidate against the reference (eager and torch.compile)")
     common(p)
-    p.add_argument(
-        "--target", default="sm_90a", metavar="T", help="roofline target without a GPU (default sm_90a)"
-    )
+    p.add_argument("--target", default="sm_90a", metavar="T", help="roofline target without a GPU")
     p.set_defaults(func=cmd_profile)
 
 
@@ -103,19 +97,18 @@ def _run(job: EvalJob, device: str) -> EvalResult:
         async with LocalEvaluator(workers=3 if "compile" in job.stages else 2, device=device) as ev:  # type: ignore[arg-type]
             return await ev.submit(job, progress)
 
-    return asyncio.run(main())
+    return run(main)
 
 
-def _emit(model: VerifyResult | CompileResult | ProfileResult, as_json: bool, summary: str) -> None:
-    if as_json:
-        print(model.model_dump_json())
-    else:
-        print(summary)
-        ev = getattr(model, "evidence", None)
-        if ev is not None:
-            print(f"  {ev.message}")
-            if ev.error_text:
-                print("  " + ev.error_text.strip().replace("\n", "\n  ")[-2000:])
+def _with_evidence(model: VerifyResult | CompileResult | ProfileResult, summary: str) -> str:
+    """The summary, then the evidence of a verdict (what failed and its error text)."""
+    lines = [summary]
+    ev = getattr(model, "evidence", None)
+    if ev is not None:
+        lines.append(f"  {ev.message}")
+        if ev.error_text:
+            lines.append("  " + ev.error_text.strip().replace("\n", "\n  ")[-2000:])
+    return "\n".join(lines)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -130,7 +123,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if v.correct
         else f"FAILED: {v.status} {where} (after {v.trials_passed} passing trials)"
     )
-    _emit(v, args.json, summary)
+    emit(v, args.json, _with_evidence(v, summary))
     return EXIT_OK if v.correct else EXIT_NEGATIVE
 
 
@@ -152,7 +145,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         )
         if t.error:
             lines.append("    " + t.error.strip()[:1500])
-    _emit(c, args.json, "\n".join(lines))
+    emit(c, args.json, _with_evidence(c, "\n".join(lines)))
     return EXIT_OK if c.ok else EXIT_NEGATIVE
 
 
@@ -175,6 +168,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if p.roofline:
         r = p.roofline
         summary += f"\nroofline on {r.target}: {r.flops:.3g} FLOP, {r.bytes:.3g} B, floor {r.floor_us:.2f} µs ({r.bound}-bound)"
-    _emit(p, args.json, summary)
+    emit(p, args.json, _with_evidence(p, summary))
     ok = p.available or (p.failure_class is None and "needs a CUDA GPU" in p.message)
     return EXIT_OK if ok else EXIT_NEGATIVE

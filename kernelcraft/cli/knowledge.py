@@ -8,31 +8,23 @@ prints the same pydantic models the MCP tools return.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.rules import RuleOut
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, run
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.store import Store
 
 T = TypeVar("T")
+RULES_JSON = "the rules as a JSON array"
 
 
-def _add_db(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--db",
-        default=None,
-        help="database file (default: $KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db)",
-    )
-
-
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     """Add the `rules` and `docs` command groups to the CLI's subparsers."""
     rules = sub.add_parser("rules", help="the shared rulebook: query, list, export, import")
     rsub = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
@@ -40,27 +32,32 @@ def register(sub: Any) -> None:
     p = rsub.add_parser("query", help="rank active rules for a context (a task, a kernel, an error text)")
     p.add_argument("text", help="the context; '-' reads it from stdin")
     p.add_argument("--arch", default=None, help="target or family: sm_80, sm_90a, gfx942, nvidia, amd")
-    p.add_argument("--limit", type=int, default=10)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    _add_db(p)
+    p.add_argument("--limit", type=int, default=10, help="most rules to print")
+    add_json(p, RULES_JSON)
+    add_db(p)
     p.set_defaults(func=_rules_query)
 
     p = rsub.add_parser("list", help="list rules, most counted first")
-    p.add_argument("--status", choices=["candidate", "active", "retired"], default=None)
-    p.add_argument("--arch", default=None)
-    p.add_argument("--json", action="store_true")
-    _add_db(p)
+    p.add_argument(
+        "--status",
+        choices=["candidate", "active", "retired"],
+        default=None,
+        help="only rules with this status",
+    )
+    p.add_argument("--arch", default=None, help="target or family: sm_80, sm_90a, gfx942, nvidia, amd")
+    add_json(p, RULES_JSON)
+    add_db(p)
     p.set_defaults(func=_rules_list)
 
     p = rsub.add_parser("export", help="write every rule to a JSON Lines file (stable ids)")
     p.add_argument("file", type=Path)
-    _add_db(p)
+    add_db(p)
     p.set_defaults(func=_rules_export)
 
     p = rsub.add_parser("import", help="merge rules from a JSON Lines file (counts add; re-import is safe)")
     p.add_argument("file", type=Path)
     p.add_argument("--client", default="import", help="recorded as created_by for new rules without one")
-    _add_db(p)
+    add_db(p)
     p.set_defaults(func=_rules_import)
 
     docs = sub.add_parser("docs", help="the hardware manuals: search")
@@ -68,9 +65,9 @@ def register(sub: Any) -> None:
     p = dsub.add_parser("search", help="search the manuals' sections")
     p.add_argument("text")
     p.add_argument("--arch", default=None, help="sm_80, sm_89, sm_90a, sm_100, gfx942, nvidia or amd")
-    p.add_argument("--limit", type=int, default=5)
-    p.add_argument("--json", action="store_true")
-    _add_db(p)
+    p.add_argument("--limit", type=int, default=5, help="most sections to print")
+    add_json(p, "the sections as a JSON array")
+    add_db(p)
     p.set_defaults(func=_docs_search)
 
 
@@ -86,13 +83,10 @@ def _run(args: argparse.Namespace, body: Callable[[Store, Rulebook], Awaitable[T
         finally:
             await store.aclose()
 
-    return asyncio.run(go())
+    return run(go)
 
 
-def _print_rules(rules: list[RuleOut], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps([r.model_dump(mode="json") for r in rules], indent=2))
-        return
+def _print_rules(rules: list[RuleOut]) -> None:
     if not rules:
         print("no rules match")
     for r in rules:
@@ -106,26 +100,26 @@ def _print_rules(rules: list[RuleOut], as_json: bool) -> None:
 def _rules_query(args: argparse.Namespace) -> int:
     text = _stdin_or(args.text)
     rules = _run(args, lambda _s, rb: rb.query_rules(text, arch=args.arch, limit=args.limit))
-    _print_rules(rules, args.json)
-    return 0
+    emit(rules, args.json, lambda: _print_rules(rules))
+    return EXIT_OK
 
 
 def _rules_list(args: argparse.Namespace) -> int:
     rules = _run(args, lambda _s, rb: rb.list_rules(status=args.status, arch=args.arch))
-    _print_rules(rules, args.json)
-    return 0
+    emit(rules, args.json, lambda: _print_rules(rules))
+    return EXIT_OK
 
 
 def _rules_export(args: argparse.Namespace) -> int:
     n = _run(args, lambda _s, rb: rb.export_jsonl(args.file))
     print(f"wrote {n} rules to {args.file}")
-    return 0
+    return EXIT_OK
 
 
 def _rules_import(args: argparse.Namespace) -> int:
     res = _run(args, lambda _s, rb: rb.import_jsonl(args.file, client=args.client))
     print(f"{res.lines} lines: {res.created} new rules, {res.merged} merged, {res.unchanged} unchanged")
-    return 0
+    return EXIT_OK
 
 
 def _docs_search(args: argparse.Namespace) -> int:
@@ -135,15 +129,16 @@ def _docs_search(args: argparse.Namespace) -> int:
         return await docs.search_hw_docs(args.text, arch=args.arch, limit=args.limit)
 
     sections = _run(args, body)
-    if args.json:
-        print(json.dumps([s.model_dump(mode="json") for s in sections], indent=2))
-        return 0
+    emit(sections, args.json, lambda: _print_sections(sections))
+    return EXIT_OK
+
+
+def _print_sections(sections: list[DocSection]) -> None:
     if not sections:
         print("no sections match")
     for s in sections:
         print(f"[{s.id}] {s.heading_path}  ({s.file}, {s.arch}, score {s.score:.2f})")
         print("  " + s.snippet[:300].replace("\n", "\n  "))
-    return 0
 
 
 def _stdin_or(text: str) -> str:

@@ -26,6 +26,16 @@ from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.base.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
+from kernelcraft.cli.common import (
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    Subcommands,
+    add_db,
+    add_device,
+    add_json,
+    emit,
+    print_json,
+)
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
@@ -33,10 +43,9 @@ from kernelcraft.search.tree import tree_view
 from kernelcraft.store import Store, utcnow
 
 T = TypeVar("T")
-EXIT_OK, EXIT_NEGATIVE = 0, 1
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     """Add the `tree` command group to the CLI's subparsers."""
     tree = sub.add_parser(
         "tree", help="search trees over kernels (AdaExplore): start, submit, abandon, status, show"
@@ -48,8 +57,8 @@ def register(sub: Any) -> None:
         "task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
     )
     p.add_argument("--seed-candidate", metavar="F", default=None, help="a kernel file to start from")
-    p.add_argument("--target", default="sm_90a", choices=KNOWN_TARGETS, help="target arch (default sm_90a)")
-    p.add_argument("--policy", default="adaexplore", choices=sorted(POLICIES), help="default adaexplore")
+    p.add_argument("--target", default="sm_90a", choices=KNOWN_TARGETS, help="target arch")
+    p.add_argument("--policy", default="adaexplore", choices=sorted(POLICIES), help="search policy")
     p.add_argument(
         "--param",
         action="append",
@@ -57,7 +66,7 @@ def register(sub: Any) -> None:
         metavar="K=V",
         help="a policy parameter, e.g. p_large=0.3 or lease_seconds=600; repeatable",
     )
-    p.add_argument("--budget", type=int, default=50, metavar="N", help="candidates to evaluate (default 50)")
+    p.add_argument("--budget", type=int, default=50, metavar="N", help="candidates to evaluate")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the tree's random choices")
     _common(p)
     p.set_defaults(func=_start)
@@ -88,24 +97,16 @@ def register(sub: Any) -> None:
 
     p = tsub.add_parser("show", help="every node of a tree")
     p.add_argument("tree_id", type=int, metavar="TREE_ID")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
-    _add_db(p)
+    add_json(p)
+    add_db(p)
     p.set_defaults(func=_show)
 
 
-def _add_db(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--db",
-        default=None,
-        help="database file (default: $KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db)",
-    )
-
-
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--client", default="local", help="who is stepping the tree (default local)")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help=argparse.SUPPRESS)
-    _add_db(p)
+    p.add_argument("--client", default="local", help="who is stepping the tree")
+    add_json(p)
+    add_device(p)
+    add_db(p)
 
 
 def _read(path: str) -> str:
@@ -179,11 +180,7 @@ def _start(args: argparse.Namespace) -> int:
         )
 
     result = _run(args, body)
-    if args.json:
-        print(result.model_dump_json())
-    else:
-        print(result.message)
-        _print_step(result.next_step, None)
+    emit(result, args.json, lambda: _print_result(result))
     return EXIT_OK
 
 
@@ -194,12 +191,7 @@ def _submit(args: argparse.Namespace) -> int:
         return await svc.submit(args.tree_id, args.node_id, code, client=args.client, progress=_progress)
 
     result = _run(args, body)
-    if args.json:
-        print(result.model_dump_json())
-    else:
-        print(result.message)
-        print(f"Budget left: {result.budget_left}.")
-        _print_step(result.next_step, result.next_step_note)
+    emit(result, args.json, lambda: _print_result(result))
     return EXIT_OK if result.node.outcome == "correct" else EXIT_NEGATIVE
 
 
@@ -208,12 +200,7 @@ def _abandon(args: argparse.Namespace) -> int:
         return await svc.abandon(args.tree_id, args.node_id, args.reason, client=args.client)
 
     result = _run(args, body)
-    if args.json:
-        print(result.model_dump_json())
-    else:
-        print(result.message)
-        print(f"Budget left: {result.budget_left}.")
-        _print_step(result.next_step, result.next_step_note)
+    emit(result, args.json, lambda: _print_result(result))
     return EXIT_OK
 
 
@@ -223,7 +210,7 @@ def _status(args: argparse.Namespace) -> int:
 
     st = _run(args, body)
     if args.json:
-        print(st.model_dump_json())
+        print_json(st)
         return EXIT_OK
     t = st.tree
     c = st.counts
@@ -252,7 +239,7 @@ def _show(args: argparse.Namespace) -> int:
 
     view = asyncio.run(go())
     if args.json:
-        print(view.model_dump_json())
+        print_json(view)
         return EXIT_OK
     t = view.tree
     print(
@@ -283,6 +270,15 @@ def _node_line(n: NodeInfo) -> str:
     else:
         what = f"{n.outcome} ({n.failure_class.value if n.failure_class else '?'})"
     return f"{head}: {what}, reward {n.reward:.3f}, visits {n.visits}, mean {n.mean_value:.3f}"
+
+
+def _print_result(result: StartResult | SubmitResult) -> None:
+    print(result.message)
+    if isinstance(result, StartResult):
+        _print_step(result.next_step, None)
+        return
+    print(f"Budget left: {result.budget_left}.")
+    _print_step(result.next_step, result.next_step_note)
 
 
 def _print_step(step: NextStep | None, note: str | None) -> None:

@@ -10,17 +10,14 @@ stderr; stdout belongs to the stdio protocol.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio
-
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, run
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -39,7 +36,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_PORT = 8765
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "serve",
         help="run the MCP server (stdio by default; --transport http for a team)",
@@ -47,12 +44,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "launch; --transport http serves a team over streamable HTTP at http://HOST:PORT/mcp with bearer "
         f"tokens from {TOKENS_ENV} ({TOKENS_FORMAT}) or --tokens-file (one token=name a line).",
     )
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
     p.add_argument(
-        "--db", type=Path, default=None, help="database file (default: $KERNELCRAFT_DB or ~/.kernelcraft)"
+        "--transport", choices=("stdio", "http"), default="stdio", help="how clients talk to the server"
     )
-    p.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP: port (default {DEFAULT_PORT})")
+    add_db(p)
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP: port")
     p.add_argument("--tokens-file", type=Path, default=None, help="HTTP: file of token=name lines")
     p.add_argument(
         "--no-auth", action="store_true", help="HTTP: serve without authentication (loopback addresses only)"
@@ -76,7 +73,7 @@ def run_serve(args: argparse.Namespace) -> int:
         serve_stdio(settings)
     else:
         serve_http(settings, http_plan_from_args(args))
-    return 0
+    return EXIT_OK
 
 
 def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:
@@ -108,7 +105,7 @@ def serve_stdio(settings: Settings) -> None:
     from kernelcraft.server.app import create_server
 
     server = create_server(settings, freeze_after_start=True)
-    run_event_loop(server.run_stdio_async)
+    run(server.run_stdio_async)
 
 
 def serve_http(settings: Settings, plan: HttpPlan) -> None:
@@ -125,7 +122,7 @@ def serve_http(settings: Settings, plan: HttpPlan) -> None:
     config = uvicorn.Config(
         app, host=plan.host, port=plan.port, log_config=None, lifespan="on", http="httptools"
     )
-    run_event_loop(uvicorn.Server(config).serve)
+    run(uvicorn.Server(config).serve)
 
 
 def asgi_app(server: MCPServer[AppState], plan: HttpPlan) -> Starlette:
@@ -136,10 +133,3 @@ def asgi_app(server: MCPServer[AppState], plan: HttpPlan) -> Starlette:
     that they arrive). A call that sends no notification is answered as plain JSON either way.
     """
     return server.streamable_http_app(host=plan.host, transport_security=plan.security, json_response=False)
-
-
-def run_event_loop(main: Callable[[], Awaitable[None]]) -> None:
-    """Run `main` on uvloop (the event loop in C) where it is installed (not on Windows), else on
-    asyncio's own loop."""
-    use_uvloop = importlib.util.find_spec("uvloop") is not None
-    anyio.run(main, backend_options={"use_uvloop": use_uvloop})

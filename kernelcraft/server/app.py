@@ -65,19 +65,23 @@ EvaluatorFactory = Callable[[Settings], Evaluator]
 
 
 class KernelcraftServer(MCPServer[AppState]):
-    """MCPServer whose argument errors and unknown-tool errors tell the model how to recover."""
+    """MCPServer whose argument errors and unknown-tool errors tell the model how to recover.
+
+    Only the SDK's public API: the tool list is read (`list_tools`) on the error path alone, so a
+    call that succeeds costs nothing more.
+    """
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[AppState, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        if self._tool_manager.get_tool(name) is None:
-            known = ", ".join(t.name for t in self._tool_manager.list_tools())
-            raise ToolError(f"unknown tool {name!r}; this server has: {known}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as e:
             if isinstance(e.__cause__, ValidationError):
                 raise ToolError(describe_invalid_arguments(name, e.__cause__)) from e.__cause__
+            known = [t.name for t in await self.list_tools()]
+            if name not in known:
+                raise ToolError(f"unknown tool {name!r}; this server has: {', '.join(known)}") from None
             raise
 
 

@@ -1,0 +1,96 @@
+"""What every `kernelcraft` command shares: exit codes, the common options, one event-loop runner
+and one printer.
+
+A command module adds `--db`, `--json` and the hidden `--device` through the adders here, so
+that they read the same in every command; runs its coroutine with `run`; and prints its result
+with `emit` (JSON or text) or `print_json`, so that `--json` prints the pydantic model the MCP
+tools return. Help pages show each option's default (`Parser`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeAlias, TypeVar
+
+import anyio
+from pydantic import BaseModel
+
+T = TypeVar("T")
+
+EXIT_OK = 0  # success; a correct candidate
+EXIT_NEGATIVE = 1  # a negative verdict: not correct, not compiled, crashed or timed out
+EXIT_USAGE = 2  # unusable arguments or files (argparse exits 2 on bad arguments too)
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
+
+DB_FALLBACK = "$KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db"
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" to an option's help, except where X says nothing (None, False, [])."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help shows defaults. `add_subparsers` makes its subcommands with
+    `type(self)`, so every subcommand's help shows them too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+# What each command module's `register` receives, and what the adders add to (a parser or an
+# argument group). Typeshed makes the first generic; at run time it is not, hence the strings.
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Options: TypeAlias = "argparse._ActionsContainer"
+
+
+def add_db(p: Options, what: str = "database file") -> None:
+    """`--db PATH`: the database a command opens; without it, `Settings.from_env` finds one."""
+    p.add_argument("--db", type=Path, default=None, help=f"{what} (default: {DB_FALLBACK})")
+
+
+def add_json(p: Options, what: str = "the result as one JSON object") -> None:
+    """`--json`: print the result for a program to read instead of the human summary."""
+    p.add_argument("--json", action="store_true", help=f"print {what} on stdout")
+
+
+def add_device(p: Options) -> None:
+    """The hidden `--device auto|cuda|cpu` of the commands that evaluate candidates (tests force cpu)."""
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help=argparse.SUPPRESS)
+
+
+def run(main: Callable[[], Awaitable[T]]) -> T:
+    """Run `main()` on a fresh event loop and return its result: on uvloop (the event loop in C)
+    where it is installed (not on Windows), else on asyncio's own loop."""
+    use_uvloop = importlib.util.find_spec("uvloop") is not None
+    return anyio.run(main, backend_options={"use_uvloop": use_uvloop})
+
+
+def print_json(result: BaseModel | Sequence[BaseModel] | Mapping[str, Any]) -> None:
+    """A model as one line of JSON (as the MCP tools return it); a list of models or a plain
+    mapping as indented JSON."""
+    if isinstance(result, BaseModel):
+        print(result.model_dump_json())
+    elif isinstance(result, Mapping):
+        print(json.dumps(result, indent=2))
+    else:
+        print(json.dumps([m.model_dump(mode="json") for m in result], indent=2))
+
+
+def emit(result: BaseModel | Sequence[BaseModel], as_json: bool, text: str | Callable[[], None]) -> None:
+    """Print `result` as JSON (`--json`), else its human rendering: `text`, or what `text()` prints."""
+    if as_json:
+        print_json(result)
+    elif isinstance(text, str):
+        print(text)
+    else:
+        text()

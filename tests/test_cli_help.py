@@ -1,0 +1,50 @@
+"""`kernelcraft … --help` shows each option's default, and only defaults that say something."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+
+from kernelcraft.cli import build_parser, main
+
+
+def help_page(capsys: pytest.CaptureFixture[str], *command: str) -> str:
+    """The help of `command`, unwrapped onto one line (argparse wraps to the terminal's width)."""
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--help"])
+    assert exited.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def every_parser(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from every_parser(sub)
+
+
+def test_verify_help_shows_the_default_trials_and_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    page = help_page(capsys, "verify")
+    assert "trials per input set (default: 5)" in page
+    assert "deadline in seconds (default: 300.0)" in page
+
+
+def test_a_nested_command_shows_its_defaults_too(capsys: pytest.CaptureFixture[str]) -> None:
+    page = help_page(capsys, "tree", "start")
+    assert "search policy (default: adaexplore)" in page
+    assert "candidates to evaluate (default: 50)" in page
+
+
+def test_serve_help_shows_the_transport_host_and_port_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    page = help_page(capsys, "serve")
+    assert "(default: stdio)" in page and "(default: 127.0.0.1)" in page and "(default: 8765)" in page
+
+
+def test_no_help_page_prints_a_default_that_says_nothing() -> None:
+    pages = [p.format_help() for p in every_parser(build_parser())]
+    assert len(pages) > 15  # every command and action, not only the top page
+    for empty in ("(default: None)", "(default: False)", "(default: [])", "(default: ==SUPPRESS==)"):
+        assert not [page for page in pages if empty in page], empty
