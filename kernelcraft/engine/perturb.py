@@ -33,7 +33,7 @@ def signature(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], str]]:
 
 
 def _tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    out = [("parameter", p) for p in model.parameters()]
+    out: list[tuple[str, torch.Tensor]] = [("parameter", p) for p in model.parameters()]
     out += [("buffer", b) for b in model.buffers()]
     return [(k, t) for k, t in out if t.is_floating_point()]
 
