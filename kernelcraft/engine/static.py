@@ -1,29 +1,24 @@
-"""Static (AST) anti-cheat checks on a candidate's source, run in the parent before any process.
+"""Static (AST) anti-cheat rules on a candidate's source, run in the parent before any process.
 
-Each finding is a `forbidden_construct` with the line and the construct. What is banned, and why:
+Each rule is a named function whose docstring is its one-line rationale, registered in `RULES`
+(read the list there); a finding is a `forbidden_construct` with the line, the construct and the
+rule that found it. `check_candidate_source` reads the module once for what the rules need to know
+(`Candidate`: the modules it imports, the classes it defines, the `try` statements in its forward),
+then walks it twice, the import statements first and every other node after, in `ast.walk` order,
+and sorts the findings by line.
 
-- try/except inside `forward` or around a kernel launch: a fallback to PyTorch when the kernel
-  fails hides the failure (Kevin, arXiv 2507.11948).
-- side streams (`torch.cuda.Stream`, `torch.cuda.stream`, `set_stream`, ...): work hidden from the
-  timer's stream; also `getattr(torch..., "set_" + "stream")` (literal names are folded) and any
-  `getattr` on a torch module with a name computed at run time. The worker backs this up: forward
-  leaving another stream current is `forbidden_construct` (see `timing.py`).
-- threads and processes (`threading`, `_thread`, `multiprocessing`, `concurrent`, `subprocess`):
-  work done after forward returns.
-- reaching for the reference: importing `Model` or the task module, subclassing or naming a `Model`
-  the candidate does not define, `sys.modules`, `__import__`, `importlib`, frame inspection, `gc`.
-- patching: assignment to an attribute of an imported module (`torch.allclose = ...`),
-  `setattr`/`delattr` on anything but `self`, `builtins`.
-- leaving early or reading secrets: `os._exit`, `sys.exit`, `os.environ`, `os.getenv`.
-
-The dynamic checks in the worker (see `guard.py`) back these up for what the source hides.
+The dynamic checks in the worker back these up for what the source hides: `guard.py` (patching,
+threads, exits, the environment) and `timing.py` (forward leaving another stream current).
 Written by the evaluation engine only.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from kernelcraft.base.failures import FailureClass
 
 BANNED_MODULES = (
     "threading",
@@ -39,6 +34,8 @@ STREAM_ATTRS = ("Stream", "stream", "set_stream", "ExternalStream", "StreamConte
 FRAME_ATTRS = ("_getframe", "currentframe", "stack", "getouterframes", "modules")
 EXIT_ATTRS = {("os", "_exit"), ("sys", "exit"), ("os", "kill"), ("os", "abort")}
 ENV_ATTRS = {("os", "environ"), ("os", "environb"), ("os", "getenv"), ("os", "getenvb"), ("os", "putenv")}
+DYNAMIC_BUILTINS = ("__import__", "__builtins__", "exit", "quit", "exec", "eval", "compile", "globals")
+REFERENCE_MODULES = ("task", "reference", "__main__")
 
 
 @dataclass(frozen=True)
@@ -46,6 +43,78 @@ class Finding:
     line: int
     construct: str
     message: str
+    rule: str  # the name of the rule in RULES that found it
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a rule reports on one node; `rank` orders the hits of one statement by the imported
+    name they concern (0: the statement as a whole)."""
+
+    node: ast.AST
+    construct: str
+    message: str
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What the rules know about the whole module before they look at one node."""
+
+    modules: dict[str, str]  # local alias -> the module (or `module.name`) it names
+    defined_classes: frozenset[str]
+    forward_tries: frozenset[int]  # id() of each `try` inside a `ModelNew.forward`
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> Candidate:
+        modules: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    root = a.name.split(".")[0]
+                    modules[a.asname or root] = a.name if a.asname else root
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    modules.setdefault(a.asname or a.name, f"{node.module or ''}.{a.name}")
+        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        tries = {
+            id(n)
+            for c in classes
+            if c.name == "ModelNew"
+            for item in c.body
+            if isinstance(item, ast.FunctionDef) and item.name == "forward"
+            for n in ast.walk(item)
+            if isinstance(n, ast.Try)
+        }
+        return cls(modules, frozenset(c.name for c in classes), frozenset(tries))
+
+    def root_of(self, dotted: list[str]) -> str:
+        """The module the first name of `dotted` refers to ("" for a name that is no import)."""
+        return self.modules.get(dotted[0], "") if dotted else ""
+
+
+Check = Callable[[ast.AST, Candidate], Iterator[Hit]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    rationale: str
+    check: Check
+    failure_class: FailureClass = FailureClass.FORBIDDEN_CONSTRUCT
+
+
+RULES: list[Rule] = []  # every rule, in the order it runs on a node
+
+
+def rule(name: str) -> Callable[[Check], Check]:
+    """Register `check` in RULES under `name`, with its docstring as the rationale."""
+
+    def register(check: Check) -> Check:
+        RULES.append(Rule(name, (check.__doc__ or "").strip(), check))
+        return check
+
+    return register
 
 
 def _launches(node: ast.AST) -> bool:
@@ -95,123 +164,191 @@ def _const_str(node: ast.AST) -> str | None:
     return None
 
 
+def _module_attr(node: ast.AST, cand: Candidate) -> tuple[list[str], str, tuple[str, str]] | None:
+    """For `a.b.c`: the dotted names, the module `a` names, and (that module's last part, "c")."""
+    if not isinstance(node, ast.Attribute):
+        return None
+    dotted = _dotted(node)
+    if not dotted:
+        return None
+    root = cand.root_of(dotted)
+    return dotted, root, (root.split(".")[-1] if root else dotted[0], node.attr)
+
+
+def _from_imports(node: ast.AST, names: set[tuple[str, str]]) -> Iterator[Hit]:
+    """A hit for each of `names` ((module, name) pairs) that a `from os|sys import ...` takes."""
+    if isinstance(node, ast.ImportFrom) and node.module in ("os", "sys"):
+        for i, a in enumerate(node.names):
+            if (node.module, a.name) in names:
+                yield Hit(node, f"from {node.module} import {a.name}", f"uses {node.module}.{a.name}", i + 1)
+
+
+def _torch_getattr(node: ast.AST, cand: Candidate) -> tuple[str, str | None] | None:
+    """For `getattr(<torch module>, name)`: the target's dotted text and the name if it folds."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and cand.root_of(_dotted(node.args[0])).startswith("torch")
+    ):
+        return None
+    return ".".join(_dotted(node.args[0])), _const_str(node.args[1])
+
+
+@rule("banned-module")
+def banned_module(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Threads and processes work after forward returns; gc, builtins and importlib reach past the source."""
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.name.split(".")[0] in BANNED_MODULES:
+                why = f"imports {a.name}: threads, processes and introspection are not allowed"
+                yield Hit(node, f"import {a.name}", why)
+    elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in BANNED_MODULES:
+        why = f"imports from {node.module}: threads, processes and introspection are not allowed"
+        yield Hit(node, f"from {node.module} import", why)
+
+
+@rule("reference-model")
+def reference_model(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """A candidate that imports, subclasses or calls the reference `Model` is timed against itself."""
+    if isinstance(node, ast.ImportFrom):
+        mod = node.module or ""
+        for i, a in enumerate(node.names):
+            if a.name == "Model" or mod.split(".")[0] in REFERENCE_MODULES:
+                why = "imports the reference module; write the kernel instead"
+                yield Hit(node, f"from {mod} import {a.name}", why, rank=i + 1)
+    elif isinstance(node, ast.ClassDef) and "Model" not in cand.defined_classes:
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id == "Model":
+                yield Hit(
+                    node, "subclass of Model", "subclasses the reference Model; write the kernel instead"
+                )
+    elif (
+        isinstance(node, ast.Name)
+        and isinstance(node.ctx, ast.Load)
+        and node.id == "Model"
+        and "Model" not in cand.defined_classes
+    ):
+        yield Hit(node, "Model", "uses the reference Model; write the kernel instead")
+
+
+@rule("try-in-forward")
+def try_in_forward(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """A try/except in forward can fall back to PyTorch when the kernel fails (Kevin, arXiv 2507.11948)."""
+    if isinstance(node, ast.Try) and id(node) in cand.forward_tries:
+        yield Hit(
+            node, "try/except in forward", "try/except in forward can hide a fallback; let errors surface"
+        )
+
+
+@rule("try-around-launch")
+def try_around_launch(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """A try/except around a kernel launch, wherever it is, can hide the same fallback."""
+    if isinstance(node, ast.Try) and any(_launches(s) for s in node.body):
+        yield Hit(node, "try/except around a launch", "try/except around a kernel launch can hide a fallback")
+
+
+@rule("dynamic-builtin")
+def dynamic_builtin(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """exec, eval, __import__, globals and exit run, import or leave by names the checker cannot read."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in DYNAMIC_BUILTINS:
+        yield Hit(node, node.id, f"uses {node.id}")
+
+
+@rule("side-stream")
+def side_stream(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Work on a side stream is hidden from the timer, which records its events on the current one."""
+    why = "uses a side stream; launch on the current stream"
+    found = _module_attr(node, cand)
+    if found is not None:
+        dotted, root, _ = found
+        if root.startswith("torch") and dotted[-1] in STREAM_ATTRS:
+            yield Hit(node, ".".join(dotted), why)
+    got = _torch_getattr(node, cand)
+    if got is not None and got[1] in STREAM_ATTRS:
+        yield Hit(node, f"{got[0]}.{got[1]}", why)
+
+
+@rule("computed-torch-getattr")
+def computed_torch_getattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """getattr on a torch module with a name computed at run time hides what it uses (a stream, say)."""
+    got = _torch_getattr(node, cand)
+    if got is not None and got[1] is None:
+        yield Hit(
+            node, f"getattr({got[0]}, ...)", f"getattr on {got[0]} with a computed name hides what it uses"
+        )
+
+
+@rule("process-exit")
+def process_exit(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Leaving the process from the candidate can leave a fake verdict behind it."""
+    yield from _from_imports(node, EXIT_ATTRS)
+    found = _module_attr(node, cand)
+    if found is not None and found[2] in EXIT_ATTRS:
+        yield Hit(node, ".".join(found[0]), "exits the process from the candidate")
+
+
+@rule("environment")
+def environment(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """The environment holds the evaluator's settings and secrets, which a kernel has no use for."""
+    yield from _from_imports(node, ENV_ATTRS)
+    found = _module_attr(node, cand)
+    if found is not None and found[2] in ENV_ATTRS:
+        yield Hit(node, ".".join(found[0]), "reads the environment")
+
+
+@rule("interpreter-introspection")
+def interpreter_introspection(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """sys.modules and the interpreter's frames reach the reference and the checker's own state."""
+    yield from _from_imports(node, {("sys", "modules")})
+    found = _module_attr(node, cand)
+    if found is not None and found[1] in ("sys", "inspect") and found[0][-1] in FRAME_ATTRS:
+        yield Hit(node, ".".join(found[0]), "inspects the interpreter's frames or modules")
+
+
+@rule("module-patch")
+def module_patch(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Assigning to an imported module's attribute (torch.allclose = ...) can rig the comparison."""
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return
+    for t in targets:
+        dotted = _dotted(t) if isinstance(t, ast.Attribute) else []
+        if dotted and dotted[0] in cand.modules:
+            yield Hit(node, ".".join(dotted), f"patches {'.'.join(dotted)}; modules must not be modified")
+
+
+@rule("setattr-delattr")
+def setattr_delattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """setattr/delattr on anything but self patches modules by a name the checker cannot read."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("setattr", "delattr")
+    ):
+        first = node.args[0] if node.args else None
+        if not (isinstance(first, ast.Name) and first.id == "self"):
+            why = f"{node.func.id} on something other than self can patch modules"
+            yield Hit(node, node.func.id, why)
+
+
 def check_candidate_source(tree: ast.Module) -> list[Finding]:
-    """All forbidden constructs in a parsed candidate, in source order."""
+    """All forbidden constructs in a parsed candidate, in source order (by line; on one line,
+    those of import statements first, then in `ast.walk` order)."""
+    cand = Candidate.of(tree)
     findings: list[Finding] = []
-    modules: dict[str, str] = {}  # local alias -> module it names
-    defined_classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-
-    def add(node: ast.AST, construct: str, message: str) -> None:
-        findings.append(Finding(getattr(node, "lineno", 1), construct, message))
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                modules[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-                if a.name.split(".")[0] in BANNED_MODULES:
-                    add(
-                        node,
-                        f"import {a.name}",
-                        f"imports {a.name}: threads, processes and introspection are not allowed",
-                    )
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if mod.split(".")[0] in BANNED_MODULES:
-                add(
-                    node,
-                    f"from {mod} import",
-                    f"imports from {mod}: threads, processes and introspection are not allowed",
-                )
-            for a in node.names:
-                if a.name == "Model" or mod.split(".")[0] in ("task", "reference", "__main__"):
-                    add(
-                        node,
-                        f"from {mod} import {a.name}",
-                        "imports the reference module; write the kernel instead",
-                    )
-                if mod in ("os", "sys") and (mod, a.name) in EXIT_ATTRS | ENV_ATTRS | {("sys", "modules")}:
-                    add(node, f"from {mod} import {a.name}", f"uses {mod}.{a.name}")
-                modules.setdefault(a.asname or a.name, f"{mod}.{a.name}")
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            for base in node.bases:
-                if isinstance(base, ast.Name) and base.id == "Model" and "Model" not in defined_classes:
-                    add(node, "subclass of Model", "subclasses the reference Model; write the kernel instead")
-            if node.name == "ModelNew":
-                for item in node.body:
-                    if isinstance(item, ast.FunctionDef) and item.name == "forward":
-                        for n in ast.walk(item):
-                            if isinstance(n, ast.Try):
-                                add(
-                                    n,
-                                    "try/except in forward",
-                                    "try/except in forward can hide a fallback; let errors surface",
-                                )
-        elif isinstance(node, ast.Try) and any(_launches(s) for s in node.body):
-            add(node, "try/except around a launch", "try/except around a kernel launch can hide a fallback")
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            if node.id == "Model" and "Model" not in defined_classes:
-                add(node, "Model", "uses the reference Model; write the kernel instead")
-            elif node.id in (
-                "__import__",
-                "__builtins__",
-                "exit",
-                "quit",
-                "exec",
-                "eval",
-                "compile",
-                "globals",
-            ):
-                add(node, node.id, f"uses {node.id}")
-        elif isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
-            if not dotted:
+    for imports in (True, False):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) != imports:
                 continue
-            root = modules.get(dotted[0], "")
-            pair = (root.split(".")[-1] if root else dotted[0], node.attr)
-            if root.startswith("torch") and node.attr in STREAM_ATTRS:
-                add(node, ".".join(dotted), "uses a side stream; launch on the current stream")
-            elif pair in EXIT_ATTRS:
-                add(node, ".".join(dotted), "exits the process from the candidate")
-            elif pair in ENV_ATTRS:
-                add(node, ".".join(dotted), "reads the environment")
-            elif root in ("sys", "inspect") and node.attr in FRAME_ATTRS:
-                add(node, ".".join(dotted), "inspects the interpreter's frames or modules")
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = (
-                node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]  # type: ignore[union-attr]
-            )
-            for t in targets:
-                dotted = _dotted(t) if isinstance(t, ast.Attribute) else []
-                if dotted and dotted[0] in modules:
-                    add(node, ".".join(dotted), f"patches {'.'.join(dotted)}; modules must not be modified")
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "getattr"
-            and len(node.args) >= 2
-            and modules.get((_dotted(node.args[0]) or [""])[0], "").startswith("torch")
-        ):
-            # getattr(torch.cuda, 'Str' + 'eam'): a stream attribute by a folded name, or any
-            # attribute of torch by a name the source computes at run time.
-            name = _const_str(node.args[1])
-            target = ".".join(_dotted(node.args[0]))
-            if name is None:
-                add(
-                    node,
-                    f"getattr({target}, ...)",
-                    f"getattr on {target} with a computed name hides what it uses",
-                )
-            elif name in STREAM_ATTRS:
-                add(node, f"{target}.{name}", "uses a side stream; launch on the current stream")
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("setattr", "delattr")
-        ):
-            first = node.args[0] if node.args else None
-            if not (isinstance(first, ast.Name) and first.id == "self"):
-                add(node, node.func.id, f"{node.func.id} on something other than self can patch modules")
+            hits = [(h, r) for r in RULES for h in r.check(node, cand)]
+            hits.sort(key=lambda hr: hr[0].rank)
+            findings += [
+                Finding(getattr(h.node, "lineno", 1), h.construct, h.message, r.name) for h, r in hits
+            ]
     findings.sort(key=lambda f: f.line)
     return findings
