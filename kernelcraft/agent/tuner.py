@@ -1,8 +1,8 @@
 """The offline tuner: launch-configuration search over a kernel's source, with no LLM.
 
-1. `find_params(source)` reads the module with `ast` and finds the integer literals that set a
-   launch configuration: `num_warps=`/`num_stages=` and UPPERCASE (or `tl.constexpr`) meta-parameters
-   at launch sites `kernel[grid](..., BLOCK_SIZE=128, num_warps=4)`, constexpr arguments passed by
+1. `find_params(source)` (`tuner_params.py`, one named function per decision) reads the module with
+   `ast` and finds the integer literals that set a launch configuration: `num_warps=`/`num_stages=`
+   and UPPERCASE (or `tl.constexpr`) meta-parameters at launch sites `kernel[grid](..., BLOCK_SIZE=128, num_warps=4)`, constexpr arguments passed by
    position, `tl.constexpr` defaults of `@triton.jit` functions that no launch overrides, and integer
    constants (module-level or local to the launching function) that a launch passes by name.
    Only powers of two are tuned: a non-power-of-two constexpr is a shape, not a tile.
@@ -24,24 +24,21 @@
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
-ParamKind = Literal["num_warps", "num_stages", "meta"]
+from kernelcraft.agent.tuner_params import NUM_STAGES, NUM_WARPS, Param, find_params
+
 Config = dict[str, int]
 
-NUM_WARPS = (1, 2, 4, 8, 16)
-NUM_STAGES = (1, 2, 3, 4, 5)
 META_FACTOR = 8
-META_MIN, META_MAX = 2, 1 << 16  # 1 is a flag value, not a tile: find_params skips it
+META_MAX = 1 << 16
 MAX_TENSOR_NUMEL = 1 << 20
-MIN_DOT_DIM = 16  # tl.dot rejects an operand dimension under 16 ("Input shapes should have M >= 16...")
 
 # Shared memory (LDS) per block a kernel may use, in bytes, per compile target.
 SHARED_LIMIT_BYTES = {
@@ -51,231 +48,6 @@ SHARED_LIMIT_BYTES = {
     "sm_100": 232_448,
     "gfx942": 65_536,
 }
-
-
-@dataclass(frozen=True)
-class Param:
-    """One tunable integer literal. `start:end` is its character span in the source."""
-
-    key: str
-    kind: ParamKind
-    value: int
-    start: int
-    end: int
-    line: int
-    launch: str  # the kernel whose launch it configures ("" for a constant used by several)
-    floor: int = META_MIN  # the least value proposed (MIN_DOT_DIM in a kernel that calls tl.dot)
-
-
-def _is_pow2(v: int) -> bool:
-    return v >= 1 and (v & (v - 1)) == 0
-
-
-def _int_const(node: ast.AST | None) -> int | None:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    return None
-
-
-def _is_constexpr_annotation(node: ast.AST | None) -> bool:
-    if isinstance(node, ast.Attribute):
-        return node.attr == "constexpr"
-    if isinstance(node, ast.Name):
-        return node.id == "constexpr"
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.endswith("constexpr")
-    return False
-
-
-def _decorator_name(node: ast.AST) -> str:
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return ""
-
-
-@dataclass
-class _JitFn:
-    params: list[str]
-    constexpr: set[str]
-    defaults: dict[str, ast.expr]
-    autotuned: bool
-    uses_dot: bool
-
-
-def _jit_functions(tree: ast.Module) -> dict[str, _JitFn]:
-    out: dict[str, _JitFn] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        names = {_decorator_name(d) for d in node.decorator_list}
-        if "jit" not in names:
-            continue
-        args = node.args.posonlyargs + node.args.args
-        defaults = dict(
-            zip([a.arg for a in args][len(args) - len(node.args.defaults) :], node.args.defaults, strict=True)
-        )
-        out[node.name] = _JitFn(
-            params=[a.arg for a in args],
-            constexpr={a.arg for a in args if _is_constexpr_annotation(a.annotation)},
-            defaults=defaults,
-            autotuned=bool(names & {"autotune", "heuristics"}),
-            uses_dot=any(
-                isinstance(n, ast.Call) and _decorator_name(n.func) in ("dot", "dot_scaled")
-                for n in ast.walk(node)
-            ),
-        )
-    return out
-
-
-class _Offsets:
-    """ast positions (line, UTF-8 byte column) to character offsets in the source string."""
-
-    def __init__(self, source: str) -> None:
-        self.lines = source.splitlines(keepends=True)
-        self.starts = [0]
-        for line in self.lines:
-            self.starts.append(self.starts[-1] + len(line))
-
-    def at(self, lineno: int, col: int) -> int:
-        line = self.lines[lineno - 1]
-        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", errors="replace"))
-
-    def span(self, node: ast.expr) -> tuple[int, int]:
-        end = self.at(node.end_lineno or node.lineno, node.end_col_offset or 0)
-        return self.at(node.lineno, node.col_offset), end
-
-
-def _kind_for(name: str) -> ParamKind:
-    return "num_warps" if name == "num_warps" else "num_stages" if name == "num_stages" else "meta"
-
-
-def _tunable(kind: ParamKind, value: int) -> bool:
-    if kind == "num_warps":
-        return value in NUM_WARPS
-    if kind == "num_stages":
-        return value in NUM_STAGES
-    return _is_pow2(value) and value >= 2
-
-
-def _launch_name(call: ast.Call) -> str | None:
-    func = call.func
-    if not isinstance(func, ast.Subscript):
-        return None
-    target = func.value
-    if isinstance(target, ast.Name):
-        return target.id
-    if isinstance(target, ast.Attribute):
-        return target.attr
-    return None
-
-
-def _int_assignments(body: Iterable[ast.stmt]) -> dict[str, list[ast.Assign]]:
-    found: dict[str, list[ast.Assign]] = {}
-    for stmt in body:
-        for node in ast.walk(stmt) if not isinstance(stmt, ast.FunctionDef | ast.ClassDef) else ():
-            if (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-            ):
-                found.setdefault(node.targets[0].id, []).append(node)
-    return found
-
-
-def find_params(source: str) -> list[Param]:
-    """The tunable literals of a candidate module, in source order. Raises SyntaxError."""
-    tree = ast.parse(source)
-    offsets = _Offsets(source)
-    jit = _jit_functions(tree)
-    module_assigns = _int_assignments(tree.body)
-    params: dict[tuple[int, int], Param] = {}
-    used_keys: dict[str, int] = {}
-    passed: dict[str, set[str]] = {}
-
-    def key_for(base: str) -> str:
-        n = used_keys.get(base, 0) + 1
-        used_keys[base] = n
-        return base if n == 1 else f"{base}#{n}"
-
-    def add_literal(node: ast.expr, base: str, name: str, launch: str, kernel: str) -> None:
-        value = _int_const(node)
-        kind = _kind_for(name)
-        if value is None or not _tunable(kind, value):
-            return
-        fn = jit.get(kernel)
-        floor = min(MIN_DOT_DIM, value) if kind == "meta" and fn is not None and fn.uses_dot else META_MIN
-        start, end = offsets.span(node)
-        if (start, end) not in params:
-            params[(start, end)] = Param(key_for(base), kind, value, start, end, node.lineno, launch, floor)
-        elif floor > params[(start, end)].floor:  # a constant shared with a dot kernel
-            params[(start, end)] = replace(params[(start, end)], floor=floor)
-
-    def add_named(
-        name_node: ast.Name, name: str, launch: str, local: dict[str, list[ast.Assign]], scope: str
-    ) -> None:
-        for assigns, where in ((local, scope), (module_assigns, "")):
-            if name_node.id in assigns:
-                defs = assigns[name_node.id]
-                if len(defs) == 1:  # a name assigned twice is not a constant
-                    base = f"{where}.{name_node.id}" if where else name_node.id
-                    # a constant shared by several launches configures all of them
-                    value_node = defs[0].value
-                    add_literal(value_node, base, name, launch if where else "", launch)
-                return
-
-    scopes: list[tuple[str, ast.AST]] = [("", tree)]
-    scopes += [(n.name, n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in jit]
-    for scope_name, scope in scopes:
-        local = _int_assignments(scope.body) if isinstance(scope, ast.FunctionDef) else {}
-        nodes = (
-            ast.walk(scope)
-            if scope_name
-            else (
-                n
-                for stmt in tree.body
-                if not isinstance(stmt, ast.FunctionDef | ast.ClassDef)
-                for n in ast.walk(stmt)
-            )
-        )
-        for node in nodes:
-            if not isinstance(node, ast.Call):
-                continue
-            kernel = _launch_name(node)
-            if kernel is None:
-                continue
-            fn = jit.get(kernel)
-            if fn is not None and fn.autotuned:
-                continue  # @triton.autotune picks its own configs
-            passed.setdefault(kernel, set())
-            pairs: list[tuple[str, ast.expr]] = []
-            if fn is not None:
-                pairs += [(fn.params[i], a) for i, a in enumerate(node.args) if i < len(fn.params)]
-            pairs += [(kw.arg, kw.value) for kw in node.keywords if kw.arg is not None]
-            for name, value in pairs:
-                passed[kernel].add(name)
-                if name in ("num_warps", "num_stages"):
-                    is_meta = True
-                elif fn is not None:
-                    is_meta = name in fn.constexpr
-                else:  # a kernel imported from elsewhere: go by the UPPERCASE convention
-                    is_meta = name.isupper()
-                if not is_meta:
-                    continue
-                if isinstance(value, ast.Name):
-                    add_named(value, name, kernel, local, scope_name)
-                else:
-                    add_literal(value, f"{kernel}.{name}", name, kernel, kernel)
-    for kernel, fn in jit.items():
-        if fn.autotuned:
-            continue
-        for name in sorted(fn.constexpr - passed.get(kernel, set())):
-            if name in fn.defaults:
-                add_literal(fn.defaults[name], f"{kernel}.{name}", name, kernel, kernel)
-    return sorted(params.values(), key=lambda p: p.start)
 
 
 def current_config(params: list[Param]) -> Config:

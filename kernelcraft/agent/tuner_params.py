@@ -1,0 +1,309 @@
+"""What the offline tuner may change in a kernel's source: its tunable launch parameters.
+
+`find_params(source)` reads the module with `ast` and returns the integer literals that set a launch
+configuration. It is built from small named decisions, each with its rationale in its docstring:
+where the launches are (`launches`), which argument binds to which kernel parameter
+(`launch_arguments`), which parameters configure a launch (`is_launch_parameter`), which values are
+tuned (`is_tunable`), which names passed to a launch are constants (`constant_for`), the least tile
+a `tl.dot` kernel may be given (`dot_floor`), and the constexpr defaults no launch overrides
+(`unpassed_defaults`). `tuner.py` searches the values; this module only finds them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Literal
+
+ParamKind = Literal["num_warps", "num_stages", "meta"]
+Assignments = dict[str, list[ast.Assign]]  # name -> every plain `name = ...` of one scope
+
+NUM_WARPS = (1, 2, 4, 8, 16)
+NUM_STAGES = (1, 2, 3, 4, 5)
+META_MIN = 2  # 1 is a flag value, not a tile: find_params skips it
+MIN_DOT_DIM = 16  # tl.dot rejects an operand dimension under 16 ("Input shapes should have M >= 16...")
+LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable integer literal. `start:end` is its character span in the source."""
+
+    key: str
+    kind: ParamKind
+    value: int
+    start: int
+    end: int
+    line: int
+    launch: str  # the kernel whose launch it configures ("" for a constant used by several)
+    floor: int = META_MIN  # the least value proposed (MIN_DOT_DIM in a kernel that calls tl.dot)
+
+
+@dataclass
+class JitFn:
+    """A `@triton.jit` function of the module, as far as the tuner cares."""
+
+    params: list[str]
+    constexpr: set[str]
+    defaults: dict[str, ast.expr]
+    autotuned: bool
+    uses_dot: bool
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One `kernel[grid](...)` call, with the constants of the function it is in."""
+
+    call: ast.Call
+    kernel: str
+    fn: JitFn | None  # None: a kernel imported from elsewhere
+    scope: str  # the enclosing function's name; "" at module level
+    local: Assignments
+
+
+def _is_pow2(v: int) -> bool:
+    return v >= 1 and (v & (v - 1)) == 0
+
+
+def _int_const(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _is_constexpr_annotation(node: ast.AST | None) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr == "constexpr"
+    if isinstance(node, ast.Name):
+        return node.id == "constexpr"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.endswith("constexpr")
+    return False
+
+
+def _decorator_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+class _Offsets:
+    """ast positions (line, UTF-8 byte column) to character offsets in the source string."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def at(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", errors="replace"))
+
+    def span(self, node: ast.expr) -> tuple[int, int]:
+        end = self.at(node.end_lineno or node.lineno, node.end_col_offset or 0)
+        return self.at(node.lineno, node.col_offset), end
+
+
+def jit_functions(tree: ast.Module) -> dict[str, JitFn]:
+    """The module-level `@triton.jit` functions: only their signatures say which arguments are constexpr."""
+    out: dict[str, JitFn] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        names = {_decorator_name(d) for d in node.decorator_list}
+        if "jit" not in names:
+            continue
+        args = node.args.posonlyargs + node.args.args
+        defaults = dict(
+            zip([a.arg for a in args][len(args) - len(node.args.defaults) :], node.args.defaults, strict=True)
+        )
+        out[node.name] = JitFn(
+            params=[a.arg for a in args],
+            constexpr={a.arg for a in args if _is_constexpr_annotation(a.annotation)},
+            defaults=defaults,
+            autotuned=bool(names & {"autotune", "heuristics"}),
+            uses_dot=any(
+                isinstance(n, ast.Call) and _decorator_name(n.func) in ("dot", "dot_scaled")
+                for n in ast.walk(node)
+            ),
+        )
+    return out
+
+
+def assignments(body: Iterable[ast.stmt]) -> Assignments:
+    """Plain `name = value` statements of one scope, not counting nested functions and classes."""
+    found: Assignments = {}
+    for stmt in body:
+        for node in ast.walk(stmt) if not isinstance(stmt, ast.FunctionDef | ast.ClassDef) else ():
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                found.setdefault(node.targets[0].id, []).append(node)
+    return found
+
+
+def launch_name(call: ast.Call) -> str | None:
+    """`kernel[grid](...)` and `mod.kernel[grid](...)` launch `kernel`; any other call is no launch."""
+    func = call.func
+    if not isinstance(func, ast.Subscript):
+        return None
+    target = func.value
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return None
+
+
+def launches(tree: ast.Module, jit: dict[str, JitFn]) -> Iterator[Launch]:
+    """Launches in module-level code, then in each function that is not a kernel (a launch in a
+    nested function is seen from both); an autotuned kernel's are skipped, as @triton.autotune picks
+    its own configs."""
+    scopes: list[tuple[str, ast.AST]] = [("", tree)]
+    scopes += [(n.name, n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name not in jit]
+    for scope_name, scope in scopes:
+        local = assignments(scope.body) if isinstance(scope, ast.FunctionDef) else {}
+        nodes = (
+            ast.walk(scope)
+            if scope_name
+            else (
+                n
+                for stmt in tree.body
+                if not isinstance(stmt, ast.FunctionDef | ast.ClassDef)
+                for n in ast.walk(stmt)
+            )
+        )
+        for node in nodes:
+            if not isinstance(node, ast.Call) or (kernel := launch_name(node)) is None:
+                continue
+            fn = jit.get(kernel)
+            if fn is None or not fn.autotuned:
+                yield Launch(node, kernel, fn, scope_name, local)
+
+
+def launch_arguments(launch: Launch) -> list[tuple[str, ast.expr]]:
+    """(kernel parameter, argument) pairs: by position for a kernel defined here, by keyword for any."""
+    pairs: list[tuple[str, ast.expr]] = []
+    if launch.fn is not None:
+        params = launch.fn.params
+        pairs += [(params[i], a) for i, a in enumerate(launch.call.args) if i < len(params)]
+    pairs += [(kw.arg, kw.value) for kw in launch.call.keywords if kw.arg is not None]
+    return pairs
+
+
+def is_launch_parameter(name: str, fn: JitFn | None) -> bool:
+    """num_warps/num_stages always; a constexpr of a kernel defined here; else an UPPERCASE name,
+    the convention for a kernel imported from elsewhere."""
+    if name in LAUNCH_OPTIONS:
+        return True
+    if fn is not None:
+        return name in fn.constexpr
+    return name.isupper()
+
+
+def kind_of(name: str) -> ParamKind:
+    """A launch option is its own kind; every other launch parameter is a meta-parameter."""
+    return "num_warps" if name == "num_warps" else "num_stages" if name == "num_stages" else "meta"
+
+
+def is_tunable(kind: ParamKind, value: int) -> bool:
+    """Options within Triton's ranges; a meta-parameter only as a power of two of at least 2 (another
+    value is a shape, not a tile, and 1 is a flag)."""
+    if kind == "num_warps":
+        return value in NUM_WARPS
+    if kind == "num_stages":
+        return value in NUM_STAGES
+    return _is_pow2(value) and value >= META_MIN
+
+
+def constant_for(name: ast.Name, launch: Launch, module: Assignments) -> tuple[ast.expr, str, str] | None:
+    """For a name passed to a launch: (its value, its key, the launch it configures) when the first
+    scope that assigns it (the function, then the module) assigns it exactly once, else None. A
+    module constant is keyed by its name and configures every launch that passes it ("")."""
+    for assigns, where in ((launch.local, launch.scope), (module, "")):
+        if name.id in assigns:
+            defs = assigns[name.id]
+            if len(defs) != 1:  # a name assigned twice is not a constant
+                return None
+            if where:
+                return defs[0].value, f"{where}.{name.id}", launch.kernel
+            return defs[0].value, name.id, ""
+    return None
+
+
+def dot_floor(kind: ParamKind, value: int, fn: JitFn | None) -> int:
+    """The least value proposed: in a kernel that calls tl.dot, a meta-parameter stays at 16 or
+    more (tl.dot's least dimension) unless it is already smaller."""
+    return min(MIN_DOT_DIM, value) if kind == "meta" and fn is not None and fn.uses_dot else META_MIN
+
+
+def unpassed_defaults(
+    jit: dict[str, JitFn], passed: dict[str, set[str]]
+) -> Iterator[tuple[str, str, ast.expr]]:
+    """(kernel, name, default) of each constexpr default that no launch passes: it configures every
+    launch of its kernel. Autotuned kernels are skipped."""
+    for kernel, fn in jit.items():
+        if fn.autotuned:
+            continue
+        for name in sorted(fn.constexpr - passed.get(kernel, set())):
+            if name in fn.defaults:
+                yield kernel, name, fn.defaults[name]
+
+
+class _Found:
+    """The params found so far, one per literal (by its span), keyed in the order found."""
+
+    def __init__(self, source: str, jit: dict[str, JitFn]) -> None:
+        self.offsets = _Offsets(source)
+        self.jit = jit
+        self.params: dict[tuple[int, int], Param] = {}
+        self.used_keys: dict[str, int] = {}
+
+    def key_for(self, base: str) -> str:
+        n = self.used_keys.get(base, 0) + 1
+        self.used_keys[base] = n
+        return base if n == 1 else f"{base}#{n}"
+
+    def add(self, node: ast.expr, base: str, name: str, launch: str, kernel: str) -> None:
+        """Add `node` if it is a tunable literal for parameter `name` of `kernel`'s launch."""
+        value = _int_const(node)
+        kind = kind_of(name)
+        if value is None or not is_tunable(kind, value):
+            return
+        floor = dot_floor(kind, value, self.jit.get(kernel))
+        span = self.offsets.span(node)
+        if span not in self.params:
+            self.params[span] = Param(self.key_for(base), kind, value, *span, node.lineno, launch, floor)
+        elif floor > self.params[span].floor:  # a constant shared with a dot kernel
+            self.params[span] = replace(self.params[span], floor=floor)
+
+
+def find_params(source: str) -> list[Param]:
+    """The tunable literals of a candidate module, in source order. Raises SyntaxError."""
+    tree = ast.parse(source)
+    jit = jit_functions(tree)
+    module = assignments(tree.body)
+    found = _Found(source, jit)
+    passed: dict[str, set[str]] = {}
+    for launch in launches(tree, jit):
+        passed.setdefault(launch.kernel, set())
+        for name, value in launch_arguments(launch):
+            passed[launch.kernel].add(name)
+            if not is_launch_parameter(name, launch.fn):
+                continue
+            if not isinstance(value, ast.Name):
+                found.add(value, f"{launch.kernel}.{name}", name, launch.kernel, launch.kernel)
+            elif (constant := constant_for(value, launch, module)) is not None:
+                const_value, key, configures = constant
+                found.add(const_value, key, name, configures, launch.kernel)
+    for kernel, name, default in unpassed_defaults(jit, passed):
+        found.add(default, f"{kernel}.{name}", name, kernel, kernel)
+    return sorted(found.params.values(), key=lambda p: p.start)
