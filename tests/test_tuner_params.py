@@ -1,0 +1,221 @@
+"""What the offline tuner counts as a tunable launch parameter: each named decision of
+`agent/tuner_params.py` on its own, then `find_params` putting them together."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from kernelcraft.agent.tuner_params import (
+    MIN_DOT_DIM,
+    JitFn,
+    Launch,
+    assignments,
+    constant_for,
+    dot_floor,
+    find_params,
+    is_launch_parameter,
+    is_tunable,
+    jit_functions,
+    kind_of,
+    launch_arguments,
+    launch_name,
+    launches,
+    unpassed_defaults,
+)
+
+KERNELS = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_kernel(a_ptr, n, BLOCK_M: tl.constexpr, BLOCK_K: "tl.constexpr" = 32, EVEN: constexpr = 1):
+    acc = tl.dot(a_ptr, a_ptr)
+
+
+@triton.jit
+def add_kernel(x_ptr, n, BLOCK: tl.constexpr, GROUP: tl.constexpr = 8):
+    pass
+
+
+@triton.autotune(configs=[], key=["n"])
+@triton.jit
+def tuned_kernel(x_ptr, BLOCK: tl.constexpr = 64):
+    pass
+"""
+
+
+def jit_of(src: str = KERNELS) -> dict[str, JitFn]:
+    return jit_functions(ast.parse(src))
+
+
+def call(src: str) -> ast.Call:
+    node = ast.parse(src).body[0]
+    assert isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+    return node.value
+
+
+def launch_of(src: str, jit: dict[str, JitFn], scope: str = "", local: str = "") -> Launch:
+    c = call(src)
+    kernel = launch_name(c)
+    assert kernel is not None
+    return Launch(c, kernel, jit.get(kernel), scope, assignments(ast.parse(local).body))
+
+
+def test_jit_functions_read_constexpr_annotations_defaults_autotune_and_dot() -> None:
+    jit = jit_of()
+    assert set(jit) == {"mm_kernel", "add_kernel", "tuned_kernel"}
+    mm = jit["mm_kernel"]
+    assert mm.params == ["a_ptr", "n", "BLOCK_M", "BLOCK_K", "EVEN"]
+    assert mm.constexpr == {"BLOCK_M", "BLOCK_K", "EVEN"}  # tl.constexpr, "tl.constexpr", constexpr
+    assert set(mm.defaults) == {"BLOCK_K", "EVEN"} and mm.uses_dot and not mm.autotuned
+    assert jit["tuned_kernel"].autotuned and not jit["add_kernel"].uses_dot
+
+
+@pytest.mark.parametrize(
+    ("src", "kernel"),
+    [("k[grid](x)\n", "k"), ("lib.k[(1,)](x)\n", "k"), ("k(x)\n", None), ("f()[0](x)\n", None)],
+)
+def test_only_a_subscripted_name_called_is_a_launch(src: str, kernel: str | None) -> None:
+    assert launch_name(call(src)) == kernel
+
+
+def test_launches_are_found_at_module_level_and_in_functions_but_not_for_autotuned_kernels() -> None:
+    src = KERNELS + (
+        "add_kernel[(1,)](x, n, 64)\n"
+        "def run(x):\n"
+        "    T = 128\n"
+        "    mm_kernel[(1,)](x, n, T)\n"
+        "    tuned_kernel[(1,)](x)\n"
+        "    def again(y):\n"
+        "        add_kernel[(2,)](y, n, 16)\n"
+    )
+    jit = jit_of(src)
+    found = [(x.scope, x.kernel, sorted(x.local)) for x in launches(ast.parse(src), jit)]
+    assert found == [
+        ("", "add_kernel", []),
+        ("run", "mm_kernel", ["T"]),
+        ("run", "add_kernel", ["T"]),  # a nested function's launch is seen from its parent too
+        ("again", "add_kernel", []),
+    ]
+
+
+def test_launch_arguments_bind_by_position_to_a_known_kernel_and_by_keyword_to_any() -> None:
+    jit = jit_of()
+    known = launch_of("mm_kernel[g](a, n, 64, 32, 1, 99, num_warps=4, **kw)\n", jit)
+    assert [name for name, _ in launch_arguments(known)] == [
+        "a_ptr",
+        "n",
+        "BLOCK_M",
+        "BLOCK_K",
+        "EVEN",  # the sixth positional argument binds to no parameter; **kw to none either
+        "num_warps",
+    ]
+    imported = launch_of("ext_kernel[g](a, 64, BLOCK=64, num_stages=2)\n", jit)
+    assert [name for name, _ in launch_arguments(imported)] == ["BLOCK", "num_stages"]
+
+
+@pytest.mark.parametrize(
+    ("name", "kernel", "expected"),
+    [
+        ("num_warps", "add_kernel", True),
+        ("num_stages", None, True),
+        ("BLOCK", "add_kernel", True),  # a constexpr of a kernel defined here
+        ("n", "add_kernel", False),
+        ("BLOCK_M", "add_kernel", False),  # UPPERCASE but no parameter of this kernel
+        ("BLOCK_M", None, True),  # a kernel imported from elsewhere: the UPPERCASE convention
+        ("block_m", None, False),
+    ],
+)
+def test_a_launch_parameter_is_an_option_a_constexpr_or_uppercase_for_an_imported_kernel(
+    name: str, kernel: str | None, expected: bool
+) -> None:
+    fn = jit_of()[kernel] if kernel else None
+    assert is_launch_parameter(name, fn) is expected
+
+
+def test_launch_options_are_their_own_kind_and_the_rest_meta_parameters() -> None:
+    assert [kind_of(n) for n in ("num_warps", "num_stages", "BLOCK")] == ["num_warps", "num_stages", "meta"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "expected"),
+    [
+        ("num_warps", 16, True),
+        ("num_warps", 3, False),
+        ("num_stages", 5, True),
+        ("num_stages", 6, False),
+        ("meta", 2, True),
+        ("meta", 65536, True),
+        ("meta", 1, False),  # a flag, not a tile
+        ("meta", 784, False),  # a shape, not a tile
+    ],
+)
+def test_options_are_tuned_within_tritons_ranges_and_meta_parameters_as_powers_of_two(
+    kind: str, value: int, expected: bool
+) -> None:
+    assert is_tunable(kind, value) is expected  # type: ignore[arg-type]
+
+
+def test_a_name_passed_to_a_launch_is_a_constant_when_its_first_scope_assigns_it_once() -> None:
+    jit = jit_of()
+    module = assignments(ast.parse("B = 64\nTWICE = 8\nTWICE = 16\nS = 32\n").body)
+
+    def const(arg: str, local: str = "") -> tuple[object, str, str] | None:
+        launch = launch_of(f"add_kernel[g](x, n, {arg})\n", jit, "run" if local else "", local)
+        value = launch.call.args[2]
+        assert isinstance(value, ast.Name)
+        found = constant_for(value, launch, module)
+        return None if found is None else (ast.literal_eval(found[0]), found[1], found[2])
+
+    assert const("B") == (64, "B", "")  # a module constant configures every launch passing it
+    assert const("L", local="L = 128\n") == (128, "run.L", "add_kernel")
+    assert const("B", local="B = 256\n") == (256, "run.B", "add_kernel")  # the function's own first
+    assert const("TWICE") is None
+    assert const("S", local="S = 1\nS = 2\n") is None  # assigned twice locally: no constant at all
+    assert const("UNKNOWN") is None
+
+
+def test_a_tl_dot_kernel_is_not_given_a_tile_under_16_unless_it_has_one() -> None:
+    jit = jit_of()
+    assert dot_floor("meta", 64, jit["mm_kernel"]) == MIN_DOT_DIM
+    assert dot_floor("meta", 8, jit["mm_kernel"]) == 8
+    assert dot_floor("num_warps", 4, jit["mm_kernel"]) == 2
+    assert dot_floor("meta", 64, jit["add_kernel"]) == 2
+    assert dot_floor("meta", 64, None) == 2
+
+
+def test_constexpr_defaults_no_launch_passes_are_found_except_for_autotuned_kernels() -> None:
+    jit = jit_of()
+    found = [(k, n, ast.literal_eval(d)) for k, n, d in unpassed_defaults(jit, {"mm_kernel": {"BLOCK_K"}})]
+    assert found == [("mm_kernel", "EVEN", 1), ("add_kernel", "GROUP", 8)]
+
+
+def test_assignments_of_a_scope_leave_out_nested_functions_and_classes() -> None:
+    body = ast.parse(
+        "A = 1\nif x:\n    B = 2\nC, D = 3, 4\nE += 1\ndef f():\n    F = 5\nclass K:\n    G = 6\n"
+    ).body
+    assert sorted(assignments(body)) == ["A", "B"]
+
+
+def test_find_params_gives_a_constant_shared_with_a_dot_kernel_the_dot_floor_and_numbers_repeated_keys() -> (
+    None
+):
+    src = KERNELS + (
+        "SHARED = 32\n"
+        "def run(x):\n"
+        "    add_kernel[(1,)](x, n, SHARED, num_warps=4)\n"
+        "    mm_kernel[(1,)](x, n, SHARED, num_warps=8)\n"
+        "    add_kernel[(1,)](x, n, BLOCK=64, num_warps=2)\n"
+    )
+    found = [(p.key, p.value, p.launch, p.floor) for p in find_params(src)]
+    assert found == [
+        ("mm_kernel.BLOCK_K", 32, "mm_kernel", 16),
+        ("add_kernel.GROUP", 8, "add_kernel", 2),
+        ("SHARED", 32, "", 16),
+        ("add_kernel.num_warps", 4, "add_kernel", 2),
+        ("mm_kernel.num_warps", 8, "mm_kernel", 2),
+        ("add_kernel.BLOCK", 64, "add_kernel", 2),
+        ("add_kernel.num_warps#2", 2, "add_kernel", 2),
+    ]
