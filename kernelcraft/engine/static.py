@@ -98,6 +98,9 @@ Check = Callable[[ast.AST, Candidate], Iterator[Hit]]
 
 @dataclass(frozen=True)
 class Rule:
+    """One anti-cheat rule: `check` yields a hit for each construct it forbids on one node;
+    `rationale` says in one line why it is forbidden."""
+
     name: str
     rationale: str
     check: Check
@@ -211,7 +214,7 @@ def banned_module(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 
 @rule("reference-model")
 def reference_model(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
-    """A candidate that imports, subclasses or calls the reference `Model` is timed against itself."""
+    """A candidate that imports, subclasses or calls the reference `Model` runs the reference, not a kernel."""
     if isinstance(node, ast.ImportFrom):
         mod = node.module or ""
         for i, a in enumerate(node.names):
