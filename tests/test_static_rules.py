@@ -5,6 +5,7 @@ rationale and samples here."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("import threading\n", "import threading"),
         ("import multiprocessing.pool as mp\n", "import multiprocessing.pool"),
         ("from concurrent.futures import ThreadPoolExecutor\n", "from concurrent.futures import"),
+        ("from kernelcraft.engine import guard\n", "from kernelcraft.engine import"),
     ],
     "reference-model": [
         ("from task import get_inputs\n", "from task import get_inputs"),
@@ -67,6 +69,8 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("import sys\nsys.modules['task']\n", "sys.modules"),
         ("import inspect\nf = inspect.currentframe()\n", "inspect.currentframe"),
         ("from sys import modules\n", "from sys import modules"),
+        ("from sys import _getframe\n", "from sys import _getframe"),
+        ("from inspect import currentframe as cf\n", "from inspect import currentframe"),
     ],
     "module-patch": [
         ("import torch\ntorch.allclose = lambda *a, **k: True\n", "torch.allclose"),
@@ -175,3 +179,28 @@ def test_the_static_cheat_fixtures_are_caught_by_the_rule_named_for_them(
 
 def test_the_honest_fixture_trips_no_rule() -> None:
     assert findings((CHEATS / "good.py").read_text()) == []
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="except* is Python 3.11+")
+def test_a_try_star_in_forward_is_a_try_too() -> None:
+    src = (
+        "class ModelNew:\n    def forward(self, x):\n        try:\n            return kernel[(1,)](x)\n"
+        "        except* Exception:\n            return x\n"
+    )
+    assert [f.rule for f in findings(src)] == ["try-in-forward", "try-around-launch"]
+
+
+def test_the_check_follows_the_candidates_own_imports(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text("import os\n\nimport inner  # noqa\n")
+    (tmp_path / "inner.py").write_text("x = 1\nfrom kernelcraft.engine import guard\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "clean.py").write_text("import torch\n")
+    src = "import torch\nfrom pkg import clean\nimport helper\n"
+    found = check_candidate_source(ast.parse(src), search_path=[str(tmp_path)])
+    assert [(f.line, f.rule) for f in found] == [(3, "banned-module")]
+    assert "helper" in found[0].message and "inner" in found[0].message
+
+
+def test_an_installed_package_is_not_followed() -> None:
+    assert check_candidate_source(ast.parse("import torch\nimport triton.language as tl\n")) == []

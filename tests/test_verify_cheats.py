@@ -40,6 +40,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "uninitialised.py": ("task_scale.py", {"nan_or_inf", "numerical_mismatch", "nondeterministic"}),
     "thread_after_return.py": ("task_scale.py", {"forbidden_construct"}),
     "widens_allow_list.py": ("task_scale.py", {"forbidden_construct"}),
+    "widens_allow_list_runtime.py": ("task_scale.py", {"forbidden_construct"}),
 }
 
 

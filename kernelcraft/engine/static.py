@@ -15,8 +15,13 @@ Written by the evaluation engine only.
 from __future__ import annotations
 
 import ast
+import os
+import site
+import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.machinery import PathFinder
+from pathlib import Path
 
 from kernelcraft.base.failures import FailureClass
 
@@ -29,6 +34,7 @@ BANNED_MODULES = (
     "gc",
     "builtins",
     "importlib",
+    "kernelcraft",
 )
 STREAM_ATTRS = ("Stream", "stream", "set_stream", "ExternalStream", "StreamContext")
 FRAME_ATTRS = ("_getframe", "currentframe", "stack", "getouterframes", "modules")
@@ -36,6 +42,10 @@ EXIT_ATTRS = {("os", "_exit"), ("sys", "exit"), ("os", "kill"), ("os", "abort")}
 ENV_ATTRS = {("os", "environ"), ("os", "environb"), ("os", "getenv"), ("os", "getenvb"), ("os", "putenv")}
 DYNAMIC_BUILTINS = ("__import__", "__builtins__", "exit", "quit", "exec", "eval", "compile", "globals")
 REFERENCE_MODULES = ("task", "reference", "__main__")
+# `try` and, from Python 3.11, `try: ... except* ...`: both can hide a fallback.
+TRY_NODES: tuple[type[ast.AST], ...] = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))
+# How deep the check follows a candidate's imports of its own (not installed) modules.
+MAX_IMPORT_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ class Candidate:
             for item in c.body
             if isinstance(item, ast.FunctionDef) and item.name == "forward"
             for n in ast.walk(item)
-            if isinstance(n, ast.Try)
+            if isinstance(n, TRY_NODES)
         }
         return cls(modules, frozenset(c.name for c in classes), frozenset(tries))
 
@@ -179,8 +189,8 @@ def _module_attr(node: ast.AST, cand: Candidate) -> tuple[list[str], str, tuple[
 
 
 def _from_imports(node: ast.AST, names: set[tuple[str, str]]) -> Iterator[Hit]:
-    """A hit for each of `names` ((module, name) pairs) that a `from os|sys import ...` takes."""
-    if isinstance(node, ast.ImportFrom) and node.module in ("os", "sys"):
+    """A hit for each of `names` ((module, name) pairs) that a `from os|sys|inspect import ...` takes."""
+    if isinstance(node, ast.ImportFrom) and node.module in ("os", "sys", "inspect"):
         for i, a in enumerate(node.names):
             if (node.module, a.name) in names:
                 yield Hit(node, f"from {node.module} import {a.name}", f"uses {node.module}.{a.name}", i + 1)
@@ -201,15 +211,20 @@ def _torch_getattr(node: ast.AST, cand: Candidate) -> tuple[str, str | None] | N
 
 @rule("banned-module")
 def banned_module(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
-    """Threads and processes work after forward returns; gc, builtins and importlib reach past the source."""
+    """Threads and processes work after forward returns; gc, builtins, importlib and the harness reach past the source."""
     if isinstance(node, ast.Import):
         for a in node.names:
             if a.name.split(".")[0] in BANNED_MODULES:
-                why = f"imports {a.name}: threads, processes and introspection are not allowed"
-                yield Hit(node, f"import {a.name}", why)
+                yield Hit(node, f"import {a.name}", f"imports {a.name}: {_why_banned(a.name)}")
     elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in BANNED_MODULES:
-        why = f"imports from {node.module}: threads, processes and introspection are not allowed"
+        why = f"imports from {node.module}: {_why_banned(node.module or '')}"
         yield Hit(node, f"from {node.module} import", why)
+
+
+def _why_banned(module: str) -> str:
+    if module.split(".")[0] == "kernelcraft":
+        return "the harness is off limits to a candidate"
+    return "threads, processes and introspection are not allowed"
 
 
 @rule("reference-model")
@@ -239,7 +254,7 @@ def reference_model(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("try-in-forward")
 def try_in_forward(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """A try/except in forward can fall back to PyTorch when the kernel fails (Kevin, arXiv 2507.11948)."""
-    if isinstance(node, ast.Try) and id(node) in cand.forward_tries:
+    if isinstance(node, TRY_NODES) and id(node) in cand.forward_tries:
         yield Hit(
             node, "try/except in forward", "try/except in forward can hide a fallback; let errors surface"
         )
@@ -248,7 +263,7 @@ def try_in_forward(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("try-around-launch")
 def try_around_launch(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """A try/except around a kernel launch, wherever it is, can hide the same fallback."""
-    if isinstance(node, ast.Try) and any(_launches(s) for s in node.body):
+    if isinstance(node, TRY_NODES) and any(_launches(s) for s in getattr(node, "body", [])):
         yield Hit(node, "try/except around a launch", "try/except around a kernel launch can hide a fallback")
 
 
@@ -304,7 +319,7 @@ def environment(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("interpreter-introspection")
 def interpreter_introspection(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """sys.modules and the interpreter's frames reach the reference and the checker's own state."""
-    yield from _from_imports(node, {("sys", "modules")})
+    yield from _from_imports(node, {(m, a) for m in ("sys", "inspect") for a in FRAME_ATTRS})
     found = _module_attr(node, cand)
     if found is not None and found[1] in ("sys", "inspect") and found[0][-1] in FRAME_ATTRS:
         yield Hit(node, ".".join(found[0]), "inspects the interpreter's frames or modules")
@@ -339,9 +354,88 @@ def setattr_delattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
             yield Hit(node, node.func.id, why)
 
 
-def check_candidate_source(tree: ast.Module) -> list[Finding]:
+def check_candidate_source(tree: ast.Module, search_path: list[str] | None = None) -> list[Finding]:
     """All forbidden constructs in a parsed candidate, in source order (by line; on one line,
-    those of import statements first, then in `ast.walk` order)."""
+    those of import statements first, then in `ast.walk` order), then those of the modules of its
+    own that it imports (found on `search_path`, default `local_search_path()`), reported at the
+    import that brings them in."""
+    path = local_search_path() if search_path is None else search_path
+    return _check_module(tree, path, depth=0, seen=set())
+
+
+def _check_module(tree: ast.Module, search_path: list[str], depth: int, seen: set[Path]) -> list[Finding]:
+    findings = _check_nodes(tree)
+    if depth >= MAX_IMPORT_DEPTH:
+        return findings
+    for line, name, file in _local_imports(tree, search_path):
+        if file in seen:
+            continue
+        seen.add(file)
+        try:
+            inner_tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+        except (OSError, SyntaxError, ValueError) as e:
+            findings.append(
+                Finding(
+                    line,
+                    f"import {name}",
+                    f"imports {name} ({file}), which cannot be read: {e}",
+                    "local-import",
+                )
+            )
+            continue
+        for f in _check_module(inner_tree, search_path, depth + 1, seen)[:1]:
+            message = f"imports {name} ({file}), whose line {f.line} {f.message}"
+            findings.append(Finding(line, f.construct, message, f.rule))
+    findings.sort(key=lambda f: f.line)
+    return findings
+
+
+def local_search_path() -> list[str]:
+    """Where a worker finds modules that are not installed: the directory above the kernelcraft
+    package (an editable install's checkout) and the PYTHONPATH it inherits, minus the standard
+    library and site-packages (whose modules are packages, not the candidate's own code)."""
+    installed = {Path(p).resolve() for p in site.getsitepackages() + [site.getusersitepackages()]}
+    installed |= {
+        Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+    entries = [str(Path(__file__).resolve().parents[2]), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    out = []
+    for e in entries:
+        if e and Path(e).resolve() not in installed and e not in out:
+            out.append(e)
+    return out
+
+
+def _local_imports(tree: ast.Module, search_path: list[str]) -> Iterator[tuple[int, str, Path]]:
+    """(line, module, file) for each import that resolves to a source file on `search_path`.
+    Resolution reads directories only: nothing is imported."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            file = _find_source(name, search_path)
+            if file is not None:
+                yield node.lineno, name, file
+
+
+def _find_source(dotted: str, search_path: list[str]) -> Path | None:
+    """The .py file `dotted` names on `search_path` (a package's `__init__.py`), if any."""
+    parts = dotted.split(".")
+    spec = PathFinder.find_spec(parts[0], search_path)
+    for part in parts[1:]:
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        spec = PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _check_nodes(tree: ast.Module) -> list[Finding]:
     cand = Candidate.of(tree)
     findings: list[Finding] = []
     for imports in (True, False):
