@@ -38,13 +38,14 @@ from mcp.client.streamable_http import streamable_http_client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.support import free_port, task_source, wait_healthy  # noqa: E402
 from kernelcraft.base.config import Settings  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402
 
-# The same tiny task and correct candidate the server tests use (400 elements: the interpreter
-# verifies it in well under a second once the workers are up).
-from tests.server_support import CANDIDATE, TASK, free_port, wait_healthy  # noqa: E402
-
+# A tiny task and its correct candidate (400 elements: the interpreter verifies it in well under a
+# second once the workers are up); the server tests use the same pair.
+TASK = task_source("scaled_add")
+CANDIDATE = task_source("scaled_add_triton")
 QUERY = {"context": TASK, "arch": "sm_90a", "limit": 10}
 TOKEN = "bench-token-0123456789"
 
