@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
 from kernelcraft.base.evaluation import (
     CompileResult,
@@ -27,26 +28,7 @@ from kernelcraft.base.evaluation import (
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.evaluator import ProgressCallback
 
-TASK = '''"""Add two vectors."""
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x, y):
-        return x + y
-
-
-N = 1000
-
-
-def get_inputs():
-    return [torch.randn(N), torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-'''
+TASK = (Path(__file__).resolve().parent / "fixtures" / "tasks" / "vector_add.py").read_text()
 
 _MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile)(?:\s+([0-9.]+))?")
 

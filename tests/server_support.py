@@ -17,61 +17,12 @@ from kernelcraft.engine.evaluator import ProgressCallback
 
 REPO = Path(__file__).resolve().parent.parent
 
-# A tiny KernelBench-format task and a correct Triton candidate: 400 elements, so the interpreter
-# verifies it in well under a second once the workers are up.
-TASK = '''\
-import torch
-import torch.nn as nn
+TASKS = REPO / "tests" / "fixtures" / "tasks"
 
-
-class Model(nn.Module):
-    """A scaled residual add: out = scale * x + y (an elementwise kernel a model would fuse)."""
-
-    def __init__(self, scale: float = 0.5):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.scale * x + y
-
-
-def get_inputs():
-    return [torch.randn(4, 100), torch.randn(4, 100)]
-
-
-def get_init_inputs():
-    return [0.5]
-'''
-
-CANDIDATE = """\
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def scaled_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, scale, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, scale * x + y, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale: float = 0.5):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        x, y = x.contiguous(), y.contiguous()
-        out = torch.empty_like(x)
-        n = out.numel()
-        scaled_add_kernel[(triton.cdiv(n, 128),)](x, y, out, n, self.scale, BLOCK=128)
-        return out
-"""
+# A tiny KernelBench-format task (a scaled residual add) and a correct Triton candidate: 400 elements,
+# so the interpreter verifies it in well under a second once the workers are up.
+TASK = (TASKS / "scaled_add.py").read_text()
+CANDIDATE = (TASKS / "scaled_add_triton.py").read_text()
 
 
 class NoEvaluations:

@@ -13,49 +13,9 @@ from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus, TreeVie
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TASK = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x, y):
-        return x + y
-
-
-N = 1000
-
-
-def get_inputs():
-    return [torch.randn(N), torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-GOOD = """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, x + y, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x, y):
-        out = torch.empty_like(x)
-        n = x.numel()
-        add_kernel[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)
-        return out
-"""
+TASKS = ROOT / "tests" / "fixtures" / "tasks"
+TASK = (TASKS / "vector_add.py").read_text()
+GOOD = (TASKS / "vector_add_triton.py").read_text()
 
 WRONG = GOOD.replace("x + y, mask=mask", "x - y, mask=mask")
 
