@@ -9,9 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
@@ -20,13 +18,8 @@ from kernelcraft.base.errors import StoreError
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.store import MIGRATIONS, Store
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 WRITER = Path(__file__).resolve().parent / "knowledge_writer.py"
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
 
 
 def _env() -> dict[str, str]:
@@ -38,17 +31,13 @@ def _tables(path: Path) -> set[str]:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
 
 
-def test_migrations_from_a_blank_database_apply_every_migration_once(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_migrations_from_a_blank_database_apply_every_migration_once(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
-
-    async def go() -> tuple[list[str], list[str]]:
-        s = await Store.open(db, migrate=False)
-        first = await s.migrate()
-        second = await s.migrate()
-        await s.aclose()
-        return first, second
-
-    first, second = run(go())
+    s = await Store.open(db, migrate=False)
+    first = await s.migrate()
+    second = await s.migrate()
+    await s.aclose()
     assert first == [m.name for m in MIGRATIONS]
     assert second == []
     tables = _tables(db)
@@ -68,47 +57,39 @@ def test_migrations_from_a_blank_database_apply_every_migration_once(tmp_path: P
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_migrating_a_database_created_at_the_first_migration_keeps_its_rules(
+@pytest.mark.anyio
+async def test_migrating_a_database_created_at_the_first_migration_keeps_its_rules(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "old.db"
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:1])
-
-    async def old() -> None:
-        s = await Store.open(db)
-        rb = Rulebook(s)
-        # Without m003 a rulebook can still learn (record_failure needs only m001's tables).
-        for _ in range(3):
-            await rb.record_failure(
-                "code", "boom", rule="You cannot use break inside a loop in a Triton kernel."
-            )
-        await s.aclose()
-
-    run(old())
+    s = await Store.open(db)
+    rb = Rulebook(s)
+    # Without m003 a rulebook can still learn (record_failure needs only m001's tables).
+    for _ in range(3):
+        await rb.record_failure("code", "boom", rule="You cannot use break inside a loop in a Triton kernel.")
+    await s.aclose()
     assert "rule_imports" not in _tables(db)
+
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
-
-    async def new() -> tuple[list[str], list[Any]]:
-        s = await Store.open(db, migrate=False)
-        applied = await s.migrate()
-        rules = await Rulebook(s).list_rules()
-        await Rulebook(s).database_id()  # uses m003's table
-        await s.aclose()
-        return applied, rules
-
-    applied, rules = run(new())
+    s = await Store.open(db, migrate=False)
+    applied = await s.migrate()
+    rules = await Rulebook(s).list_rules()
+    await Rulebook(s).database_id()  # uses m003's table
+    await s.aclose()
     assert applied == [m.name for m in MIGRATIONS[1:]]
     assert len(rules) == 1 and rules[0].count == 3 and rules[0].status == "active"
     assert "rule_imports" in _tables(db)
 
 
-def test_a_database_from_a_newer_kernelcraft_is_refused_with_advice(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_database_from_a_newer_kernelcraft_is_refused_with_advice(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
-    run(_open_close(db))
+    await _open_close(db)
     with sqlite3.connect(db) as conn:
         conn.execute("INSERT INTO _migrations VALUES ('m999_future', 'x')")
     with pytest.raises(StoreError, match="newer kernelcraft.*upgrade"):
-        run(_open_close(db))
+        await _open_close(db)
 
 
 async def _open_close(db: Path) -> None:
@@ -116,55 +97,61 @@ async def _open_close(db: Path) -> None:
     await s.aclose()
 
 
-def test_a_corrupt_file_gets_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_corrupt_file_gets_a_clear_error(tmp_path: Path) -> None:
     db = tmp_path / "corrupt.db"
     db.write_bytes(b"this is not a database\n" * 200)
     with pytest.raises(StoreError, match="not a SQLite database or is corrupt.*another --db"):
-        run(_open_close(db))
+        await _open_close(db)
 
 
-def test_a_truncated_database_gets_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_truncated_database_gets_a_clear_error(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
-    run(_open_close(db))
+    await _open_close(db)
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     data = db.read_bytes()
     db.write_bytes(data[:100] + b"\xff" * (len(data) - 100))
     Path(str(db) + "-wal").unlink(missing_ok=True)
     with pytest.raises(StoreError):
-        run(_open_close(db))
+        await _open_close(db)
 
 
-def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "other.db"
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE moz_places (id INTEGER)")
     with pytest.raises(StoreError, match="not a kernelcraft one.*moz_places"):
-        run(_open_close(db))
+        await _open_close(db)
 
 
-def test_a_directory_as_database_path_is_refused(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_directory_as_database_path_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="is a directory"):
-        run(_open_close(tmp_path))
+        await _open_close(tmp_path)
 
 
-def test_concurrent_coroutines_share_one_connection_without_nesting_transactions(tmp_path: Path) -> None:
-    async def go() -> int:
-        s = await Store.open(tmp_path / "k.db")
-        rb = Rulebook(s)
-        await asyncio.gather(
-            *(rb.record_failure(f"c{i}", f"e{i}", rule=f"You cannot do thing t{i}.") for i in range(30))
-        )
-        n = (await s.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]  # type: ignore[index]
-        await s.aclose()
-        return int(n)
+@pytest.mark.anyio
+async def test_concurrent_coroutines_share_one_connection_without_nesting_transactions(
+    tmp_path: Path,
+) -> None:
+    s = await Store.open(tmp_path / "k.db")
+    rb = Rulebook(s)
+    await asyncio.gather(
+        *(rb.record_failure(f"c{i}", f"e{i}", rule=f"You cannot do thing t{i}.") for i in range(30))
+    )
+    n = (await s.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]  # type: ignore[index]
+    await s.aclose()
+    assert n == 30
 
-    assert run(go()) == 30
 
-
-def test_sixteen_writer_processes_recording_100_failures_each_lose_nothing(tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_sixteen_writer_processes_recording_100_failures_each_lose_nothing(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
-    run(_open_close(db))  # migrate once, so the writers race only on data
+    await _open_close(db)  # migrate once, so the writers race only on data
     procs = [
         subprocess.Popen(
             [sys.executable, str(WRITER), str(db), str(w), "100"],
@@ -189,9 +176,13 @@ def test_sixteen_writer_processes_recording_100_failures_each_lose_nothing(tmp_p
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-def test_a_writer_killed_mid_write_leaves_an_intact_database_with_every_committed_row(tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_writer_killed_mid_write_leaves_an_intact_database_with_every_committed_row(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "k.db"
-    run(_open_close(db))
+    await _open_close(db)
     p = subprocess.Popen(
         [sys.executable, str(WRITER), str(db), "0", "100000"],
         stdout=subprocess.PIPE,
@@ -222,50 +213,44 @@ def test_a_writer_killed_mid_write_leaves_an_intact_database_with_every_committe
         fts = conn.execute("SELECT count(*) FROM rules_fts WHERE rules_fts MATCH 'mask'").fetchone()[0]
         assert fts == conn.execute("SELECT count(*) FROM rules").fetchone()[0]
 
-    async def reopen() -> int:
-        s = await Store.open(db)
-        r = await Rulebook(s).record_failure("after", "again", rule="You cannot write after a crash.")
-        await s.aclose()
-        return r.failure_id
-
-    assert run(reopen()) > max(committed)
+    s = await Store.open(db)
+    r = await Rulebook(s).record_failure("after", "again", rule="You cannot write after a crash.")
+    await s.aclose()
+    assert r.failure_id > max(committed)
 
 
-def test_code_is_content_addressed(tmp_path: Path) -> None:
-    async def go() -> tuple[str, str, str | None]:
-        s = await Store.open(tmp_path / "k.db")
-        async with s.transaction():
-            a = await s.put_code("x = 1\n")
-            b = await s.put_code("x = 1\n")
-        src = await s.get_code(a)
-        await s.aclose()
-        return a, b, src
-
-    a, b, src = run(go())
+@pytest.mark.anyio
+async def test_code_is_content_addressed(tmp_path: Path) -> None:
+    s = await Store.open(tmp_path / "k.db")
+    async with s.transaction():
+        a = await s.put_code("x = 1\n")
+        b = await s.put_code("x = 1\n")
+    src = await s.get_code(a)
+    await s.aclose()
     assert a == b and len(a) == 64 and src == "x = 1\n"
 
 
-def test_a_full_disk_is_a_clear_error_that_loses_nothing_and_writes_resume_after(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_full_disk_is_a_clear_error_that_loses_nothing_and_writes_resume_after(
+    tmp_path: Path,
+) -> None:
     # SQLite's max_page_count makes the database file "full" exactly as a full disk does (SQLITE_FULL).
-    async def go() -> tuple[str, int, int]:
-        store = await Store.open(tmp_path / "kc.db")
-        try:
-            rb = Rulebook(store)
-            first = await rb.record_failure("kernel 1", "boom", failure_class=None)
-            pages = (await store.conn.execute_fetchall("PRAGMA page_count"))[0][0]
-            await store.conn.execute(f"PRAGMA max_page_count = {pages}")
-            with pytest.raises(StoreError) as caught:
-                await rb.record_failure("x" * 200_000, "a failure too big for the space left")
-            kept = (await store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
-            await store.conn.execute("PRAGMA max_page_count = 1073741823")
-            again = await rb.record_failure("kernel 2", "boom again")
-            assert again.failure_id > first.failure_id
-            total = (await store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
-            return str(caught.value), kept, total
-        finally:
-            await store.aclose()
-
-    message, kept, total = run(go())
+    store = await Store.open(tmp_path / "kc.db")
+    try:
+        rb = Rulebook(store)
+        first = await rb.record_failure("kernel 1", "boom", failure_class=None)
+        pages = (await store.conn.execute_fetchall("PRAGMA page_count"))[0][0]
+        await store.conn.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(StoreError) as caught:
+            await rb.record_failure("x" * 200_000, "a failure too big for the space left")
+        kept = (await store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
+        await store.conn.execute("PRAGMA max_page_count = 1073741823")
+        again = await rb.record_failure("kernel 2", "boom again")
+        assert again.failure_id > first.failure_id
+        total = (await store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
+    finally:
+        await store.aclose()
+    message = str(caught.value)
     assert "full" in message and "nothing was written" in message
     assert kept == 1  # the failed write left nothing half-done; the earlier row is there
     assert total == 2
