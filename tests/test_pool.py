@@ -9,15 +9,12 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
 
-
-def _run(coro: Any) -> Any:
-    return asyncio.run(coro)
+pytestmark = pytest.mark.slow  # every test starts worker processes
 
 
 async def _job_env(w: WorkerProcess) -> dict[str, str]:
@@ -44,88 +41,79 @@ with open(os.path.join(os.environ["HOME"], "state.json"), "w") as f:
     return json.loads((w.dir / "state.json").read_text())
 
 
-def test_workers_are_forked_from_the_zygote_with_their_own_session_home_and_no_secrets(
+@pytest.mark.anyio
+async def test_workers_are_forked_from_the_zygote_with_their_own_session_home_and_no_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KERNELCRAFT_TEST_SECRET_TOKEN", "s3cr3t")
-
-    async def main() -> None:
-        async with contextlib.aclosing(WorkerPool(2, "cpu", tmp_path, interpret=True)) as pool:
-            a = await pool.acquire()
-            b = await pool.acquire()
-            assert a.forked and b.forked and a.pid != b.pid
-            state = await _job_env(a)
-            assert state["sid"] == state["pid"] == a.pid  # its own session and process group
-            assert state["env"]["HOME"] == state["env"]["TMPDIR"] == str(a.dir)
-            assert state["tmp"] == str(a.dir) and state["cwd"] == str(a.dir)
-            assert state["env"]["TRITON_CACHE_DIR"] == str(a.dir / "triton-cache")
-            assert state["env"]["TRITON_INTERPRET"] == "1"
-            assert not any("SECRET" in k or "s3cr3t" in v for k, v in state["env"].items())
-            await pool.release(a)
-            await pool.release(b)
-
-    _run(main())
+    async with contextlib.aclosing(WorkerPool(2, "cpu", tmp_path, interpret=True)) as pool:
+        a = await pool.acquire()
+        b = await pool.acquire()
+        assert a.forked and b.forked and a.pid != b.pid
+        state = await _job_env(a)
+        assert state["sid"] == state["pid"] == a.pid  # its own session and process group
+        assert state["env"]["HOME"] == state["env"]["TMPDIR"] == str(a.dir)
+        assert state["tmp"] == str(a.dir) and state["cwd"] == str(a.dir)
+        assert state["env"]["TRITON_CACHE_DIR"] == str(a.dir / "triton-cache")
+        assert state["env"]["TRITON_INTERPRET"] == "1"
+        assert not any("SECRET" in k or "s3cr3t" in v for k, v in state["env"].items())
+        await pool.release(a)
+        await pool.release(b)
 
 
-def test_a_forked_workers_exit_status_names_the_signal(tmp_path: Path) -> None:
-    async def main() -> None:
-        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
-            w = await pool.acquire()
-            assert w.forked and w.pid is not None
-            os.kill(w.pid, signal.SIGTERM)
-            assert await w.wait_exit(10) == -signal.SIGTERM
-            assert w.exit_description() == "killed by signal SIGTERM"
-            assert await w.frames.get() is None  # the channel closed with it
-            await pool.release(w)
-
-    _run(main())
+@pytest.mark.anyio
+async def test_a_forked_workers_exit_status_names_the_signal(tmp_path: Path) -> None:
+    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+        w = await pool.acquire()
+        assert w.forked and w.pid is not None
+        os.kill(w.pid, signal.SIGTERM)
+        assert await w.wait_exit(10) == -signal.SIGTERM
+        assert w.exit_description() == "killed by signal SIGTERM"
+        assert await w.frames.get() is None  # the channel closed with it
+        await pool.release(w)
 
 
-def test_forked_workers_start_in_a_fraction_of_a_spawned_workers_time(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_forked_workers_start_in_a_fraction_of_a_spawned_workers_time(tmp_path: Path) -> None:
     # Not a speed target (bench/ measures those): a check that the pool really forks, i.e. that
     # six more workers do not each pay torch's import.
-    async def main() -> float:
-        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
-            await pool.release(await pool.acquire())  # the zygote has imported everything
-            start = time.perf_counter()
-            for _ in range(6):
-                await pool.release(await pool.acquire())
-            return time.perf_counter() - start
-
-    assert _run(main()) < 6 * 1.0
+    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+        await pool.release(await pool.acquire())  # the zygote has imported everything
+        start = time.perf_counter()
+        for _ in range(6):
+            await pool.release(await pool.acquire())
+        elapsed = time.perf_counter() - start
+    assert elapsed < 6 * 1.0
 
 
-def test_the_pool_spawns_workers_when_the_zygote_dies(tmp_path: Path) -> None:
-    async def main() -> None:
-        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
-            first = await pool.acquire()
-            assert first.forked
-            zygote = pool._zygote
-            assert zygote is not None and zygote._proc is not None
-            os.killpg(zygote._proc.pid, signal.SIGKILL)
-            await pool.release(first)
-            for _ in range(50):
-                if zygote.broken:
-                    break
-                await asyncio.sleep(0.1)
-            assert zygote.broken
-            w = await pool.acquire()
-            while w.forked:  # one may have been forked before the zygote died
-                await pool.release(w)
-                w = await pool.acquire()
-            assert w.alive() and w.info["type"] == "ready"
+@pytest.mark.anyio
+async def test_the_pool_spawns_workers_when_the_zygote_dies(tmp_path: Path) -> None:
+    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+        first = await pool.acquire()
+        assert first.forked
+        zygote = pool._zygote
+        assert zygote is not None and zygote._proc is not None
+        os.killpg(zygote._proc.pid, signal.SIGKILL)
+        await pool.release(first)
+        for _ in range(50):
+            if zygote.broken:
+                break
+            await asyncio.sleep(0.1)
+        assert zygote.broken
+        w = await pool.acquire()
+        while w.forked:  # one may have been forked before the zygote died
             await pool.release(w)
+            w = await pool.acquire()
+        assert w.alive() and w.info["type"] == "ready"
+        await pool.release(w)
 
-    _run(main())
 
-
-def test_kernelcraft_zygote_off_spawns_every_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.anyio
+async def test_kernelcraft_zygote_off_spawns_every_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KERNELCRAFT_ZYGOTE", "off")
-
-    async def main() -> None:
-        async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
-            w = await pool.acquire()
-            assert not w.forked and w.alive()
-            await pool.release(w)
-
-    _run(main())
+    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+        w = await pool.acquire()
+        assert not w.forked and w.alive()
+        await pool.release(w)
