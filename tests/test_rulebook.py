@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
@@ -19,19 +17,10 @@ from kernelcraft.knowledge.rulebook import Rulebook, validate_rule
 from kernelcraft.knowledge.text import is_near_duplicate, normalize_rule
 from kernelcraft.store import Store
 
-T = TypeVar("T")
 SEEDS = Path(__file__).resolve().parent.parent / "kernelcraft" / "knowledge" / "seed_rules.jsonl"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "errors"
 
 FLOAT32 = "You cannot call tl.float32 as a function inside a Triton kernel."
-
-
-def run(fn: Callable[[Rulebook], Coroutine[Any, Any, T]], *, seed: bool = False, activation: int = 3) -> T:
-    async def go() -> T:
-        async with rulebook(seed=seed, activation=activation) as rb:
-            return await fn(rb)
-
-    return asyncio.run(go())
 
 
 @asynccontextmanager
@@ -48,6 +37,20 @@ async def rulebook(
         await store.aclose()
 
 
+@pytest.fixture
+async def rb() -> AsyncIterator[Rulebook]:
+    """A rulebook on a fresh in-memory database."""
+    async with rulebook() as book:
+        yield book
+
+
+@pytest.fixture
+async def seeded() -> AsyncIterator[Rulebook]:
+    """A rulebook on a fresh in-memory database holding the seed rules."""
+    async with rulebook(seed=True) as book:
+        yield book
+
+
 # ----------------------------------------------------------------------------- rule form
 
 
@@ -61,22 +64,20 @@ async def rulebook(
         "You cannot " + "x" * 500,
     ],
 )
-def test_a_rule_not_in_adaexplore_form_is_rejected_before_anything_is_written(bad: str) -> None:
-    async def go(rb: Rulebook) -> int:
-        with pytest.raises(UsageError, match="You cannot|one sentence"):
-            await rb.record_failure("code", "err", rule=bad)
-        return len(list(await rb.store.conn.execute_fetchall("SELECT 1 FROM failures")))
+@pytest.mark.anyio
+async def test_a_rule_not_in_adaexplore_form_is_rejected_before_anything_is_written(
+    rb: Rulebook, bad: str
+) -> None:
+    with pytest.raises(UsageError, match="You cannot|one sentence"):
+        await rb.record_failure("code", "err", rule=bad)
+    assert len(list(await rb.store.conn.execute_fetchall("SELECT 1 FROM failures"))) == 0
 
-    assert run(go) == 0
 
-
-def test_no_guidance_stores_the_failure_but_no_rule() -> None:
-    async def go(rb: Rulebook) -> tuple[Any, int]:
-        rec = await rb.record_failure("code", "weird", rule="No guidance.")
-        return rec, len(await rb.list_rules())
-
-    rec, n = run(go)
-    assert rec.rule is None and rec.rule_action == "none" and n == 0 and rec.failure_id > 0
+@pytest.mark.anyio
+async def test_no_guidance_stores_the_failure_but_no_rule(rb: Rulebook) -> None:
+    rec = await rb.record_failure("code", "weird", rule="No guidance.")
+    assert rec.rule is None and rec.rule_action == "none" and rec.failure_id > 0
+    assert await rb.list_rules() == []
 
 
 def test_validate_rule_keeps_dotted_names_in_one_sentence() -> None:
@@ -90,17 +91,14 @@ def test_validate_rule_keeps_dotted_names_in_one_sentence() -> None:
 # ----------------------------------------------------------------------------- dedup and activation
 
 
-def test_near_duplicates_increment_and_the_rule_activates_at_the_third() -> None:
+@pytest.mark.anyio
+async def test_near_duplicates_increment_and_the_rule_activates_at_the_third(rb: Rulebook) -> None:
     variants = [
         FLOAT32,
         "You cannot call `tl.float32()` as a function in a Triton kernel",
         "You cannot use tl.float32 as a function to cast values inside a Triton kernel.",
     ]
-
-    async def go(rb: Rulebook) -> list[Any]:
-        return [await rb.record_failure(f"code {i}", "TypeError", rule=v) for i, v in enumerate(variants)]
-
-    recs = run(go)
+    recs = [await rb.record_failure(f"code {i}", "TypeError", rule=v) for i, v in enumerate(variants)]
     assert [r.rule_action for r in recs] == ["created", "incremented", "incremented"]
     assert [r.activated for r in recs] == [False, False, True]
     assert [r.rule.count for r in recs] == [1, 2, 3]
@@ -108,15 +106,12 @@ def test_near_duplicates_increment_and_the_rule_activates_at_the_third() -> None
     assert len({r.rule.uid for r in recs}) == 1
 
 
-def test_rules_naming_different_identifiers_are_not_duplicates() -> None:
-    async def go(rb: Rulebook) -> list[Any]:
-        a = await rb.record_failure("c", "e", rule=FLOAT32)
-        b = await rb.record_failure("c", "e", rule=FLOAT32.replace("float32", "float16"))
-        c = await rb.record_failure("c", "e", rule="You cannot use break inside a loop in a Triton kernel.")
-        return [a, b, c]
-
-    recs = run(go)
-    assert [r.rule_action for r in recs] == ["created", "created", "created"]
+@pytest.mark.anyio
+async def test_rules_naming_different_identifiers_are_not_duplicates(rb: Rulebook) -> None:
+    a = await rb.record_failure("c", "e", rule=FLOAT32)
+    b = await rb.record_failure("c", "e", rule=FLOAT32.replace("float32", "float16"))
+    c = await rb.record_failure("c", "e", rule="You cannot use break inside a loop in a Triton kernel.")
+    assert [r.rule_action for r in (a, b, c)] == ["created", "created", "created"]
 
 
 @pytest.mark.parametrize(
@@ -138,61 +133,49 @@ def test_near_duplicate_threshold(a: str, b: str, dup: bool) -> None:
     assert is_near_duplicate(normalize_rule(a), normalize_rule(b)) is dup
 
 
-def test_the_activation_count_is_configurable() -> None:
-    async def go(rb: Rulebook) -> list[Any]:
-        return [await rb.record_failure("c", "e", rule=FLOAT32) for _ in range(2)]
-
-    recs = run(go, activation=2)
+@pytest.mark.anyio
+async def test_the_activation_count_is_configurable() -> None:
+    async with rulebook(activation=2) as rb:
+        recs = [await rb.record_failure("c", "e", rule=FLOAT32) for _ in range(2)]
     assert recs[1].activated and recs[1].rule.status == "active"
     with pytest.raises(UsageError):
         Rulebook(None, activation_count=0)  # type: ignore[arg-type]
 
 
-def test_a_candidate_rule_is_not_returned_by_query_until_active() -> None:
-    async def go(rb: Rulebook) -> list[int]:
-        sizes = []
-        for _ in range(3):
-            await rb.record_failure("c", "e", rule=FLOAT32)
-            sizes.append(len(await rb.query_rules("tl.float32(x)")))
-        return sizes
-
-    assert run(go) == [0, 0, 1]
+@pytest.mark.anyio
+async def test_a_candidate_rule_is_not_returned_by_query_until_active(rb: Rulebook) -> None:
+    sizes = []
+    for _ in range(3):
+        await rb.record_failure("c", "e", rule=FLOAT32)
+        sizes.append(len(await rb.query_rules("tl.float32(x)")))
+    assert sizes == [0, 0, 1]
 
 
-def test_a_given_failure_class_is_used_and_otherwise_the_error_is_classified() -> None:
-    async def go(rb: Rulebook) -> list[Any]:
-        a = await rb.record_failure("c", "anything", failure_class=FailureClass.NAN_OR_INF)
-        b = await rb.record_failure("c", "unsupported AST node type: Break")
-        return [a, b]
-
-    a, b = run(go)
+@pytest.mark.anyio
+async def test_a_given_failure_class_is_used_and_otherwise_the_error_is_classified(rb: Rulebook) -> None:
+    a = await rb.record_failure("c", "anything", failure_class=FailureClass.NAN_OR_INF)
+    b = await rb.record_failure("c", "unsupported AST node type: Break")
     assert a.failure_class is FailureClass.NAN_OR_INF
     assert b.failure_class is FailureClass.COMPILE_UNSUPPORTED
 
 
-def test_without_a_rule_the_failure_links_to_the_seed_rule_of_its_class() -> None:
+@pytest.mark.anyio
+async def test_without_a_rule_the_failure_links_to_the_seed_rule_of_its_class(seeded: Rulebook) -> None:
     text = (FIXTURES / "triton-3.9" / "break_in_loop.txt").read_text()
-
-    async def go(rb: Rulebook) -> tuple[Any, Any, list[int]]:
-        rec = await rb.record_failure("code", text, arch="sm_90a")
-        nan = await rb.record_failure("code", "NaN in output 0", failure_class=FailureClass.NAN_OR_INF)
-        return rec, nan, await rb.evidence(rec.rule.uid if rec.rule else "")
-
-    rec, nan, evidence = run(go, seed=True)
+    rec = await seeded.record_failure("code", text, arch="sm_90a")
+    nan = await seeded.record_failure("code", "NaN in output 0", failure_class=FailureClass.NAN_OR_INF)
+    evidence = await seeded.evidence(rec.rule.uid if rec.rule else "")
     assert rec.rule_action == "linked" and rec.rule is not None
     assert "break" in rec.rule.text and rec.rule.count == 2
     assert evidence == [rec.failure_id]
     assert nan.rule_action == "none"  # no seed rule maps to nan_or_inf
 
 
-def test_a_rule_seen_on_two_architecture_families_becomes_general() -> None:
-    async def go(rb: Rulebook) -> list[Any]:
-        a = await rb.record_failure("c", "e", rule=FLOAT32, arch="sm_80")
-        b = await rb.record_failure("c", "e", rule=FLOAT32, arch="sm_90a")
-        c = await rb.record_failure("c", "e", rule=FLOAT32, arch="gfx942")
-        return [a, b, c]
-
-    recs = run(go)
+@pytest.mark.anyio
+async def test_a_rule_seen_on_two_architecture_families_becomes_general(rb: Rulebook) -> None:
+    recs = [
+        await rb.record_failure("c", "e", rule=FLOAT32, arch=arch) for arch in ("sm_80", "sm_90a", "gfx942")
+    ]
     assert [r.rule.scope.arch_family for r in recs] == ["nvidia", "nvidia", None]
 
 
@@ -222,30 +205,25 @@ def test_an_unknown_architecture_is_a_usage_error() -> None:
 # ----------------------------------------------------------------------------- query
 
 
-def test_query_weights_scope_and_count() -> None:
-    async def go(rb: Rulebook) -> tuple[list[str], list[str], list[str]]:
-        nv = "You cannot use more than 228 KB of shared memory per block with wgmma tiles."
-        amd = "You cannot use more than 64 KB of LDS shared memory per workgroup with MFMA tiles."
-        for _ in range(3):
-            await rb.record_failure("c", "e", rule=nv, arch="sm_90a")
-            await rb.record_failure("c", "e", rule=amd, arch="gfx942")
-        on_amd = [r.text for r in await rb.query_rules("shared memory tiles", arch="gfx942")]
-        on_nv = [r.text for r in await rb.query_rules("shared memory tiles", arch="sm_90a")]
-        empty_amd = [r.text for r in await rb.query_rules("", arch="gfx942")]
-        return on_amd, on_nv, empty_amd
-
-    on_amd, on_nv, empty_amd = run(go)
+@pytest.mark.anyio
+async def test_query_weights_scope_and_count(rb: Rulebook) -> None:
+    nv = "You cannot use more than 228 KB of shared memory per block with wgmma tiles."
+    amd = "You cannot use more than 64 KB of LDS shared memory per workgroup with MFMA tiles."
+    for _ in range(3):
+        await rb.record_failure("c", "e", rule=nv, arch="sm_90a")
+        await rb.record_failure("c", "e", rule=amd, arch="gfx942")
+    on_amd = [r.text for r in await rb.query_rules("shared memory tiles", arch="gfx942")]
+    on_nv = [r.text for r in await rb.query_rules("shared memory tiles", arch="sm_90a")]
+    empty_amd = [r.text for r in await rb.query_rules("", arch="gfx942")]
     assert "LDS" in on_amd[0] and "wgmma" in on_nv[0]
     assert len(empty_amd) == 1 and "LDS" in empty_amd[0]  # the other family's rule is not "often broken here"
 
 
-def test_empty_context_returns_the_most_often_broken_rules() -> None:
-    async def go(rb: Rulebook) -> list[str]:
-        for _ in range(5):
-            await rb.record_failure("c", "e", rule=FLOAT32, arch="sm_90a")
-        return [r.text for r in await rb.query_rules("   ", arch="sm_90a", limit=3)]
-
-    top = run(go, seed=True)
+@pytest.mark.anyio
+async def test_empty_context_returns_the_most_often_broken_rules(seeded: Rulebook) -> None:
+    for _ in range(5):
+        await seeded.record_failure("c", "e", rule=FLOAT32, arch="sm_90a")
+    top = [r.text for r in await seeded.query_rules("   ", arch="sm_90a", limit=3)]
     # FLOAT32 is a near-duplicate of the seed rule about tl dtypes, whose count it raised to 6.
     assert "tl.float32" in top[0] and len(top) == 3
 
@@ -262,8 +240,9 @@ def test_empty_context_returns_the_most_often_broken_rules() -> None:
         "\x00\u2028",
     ],
 )
-def test_any_text_is_a_safe_query(context: str) -> None:
-    run(lambda rb: rb.query_rules(context), seed=True)
+@pytest.mark.anyio
+async def test_any_text_is_a_safe_query(seeded: Rulebook, context: str) -> None:
+    await seeded.query_rules(context)
 
 
 # Retrieval quality: a context (an error text, code, a task) → the seed rule it should surface in
@@ -304,17 +283,16 @@ def _context(label: str) -> str:
     return label
 
 
-def test_retrieval_finds_the_expected_seed_rule_in_the_top_3_for_labelled_contexts() -> None:
-    async def go(rb: Rulebook) -> list[str]:
-        misses = []
-        for label, expected in LABELLED:
-            top = [r.text for r in await rb.query_rules(_context(label), arch="sm_90a", limit=3)]
-            if not any(expected in t for t in top):
-                misses.append(f"{label!r} -> {top}")
-        return misses
-
+@pytest.mark.anyio
+async def test_retrieval_finds_the_expected_seed_rule_in_the_top_3_for_labelled_contexts(
+    seeded: Rulebook,
+) -> None:
     assert len(LABELLED) >= 20
-    misses = run(go, seed=True)
+    misses = []
+    for label, expected in LABELLED:
+        top = [r.text for r in await seeded.query_rules(_context(label), arch="sm_90a", limit=3)]
+        if not any(expected in t for t in top):
+            misses.append(f"{label!r} -> {top}")
     assert misses == []
 
 
@@ -335,51 +313,42 @@ def test_the_seed_rulebook_has_at_least_40_rules_each_scoped_classed_reasoned_an
     assert len({normalize_rule(x["text"]) for x in lines}) == len(lines)
 
 
-def test_import_seed_is_idempotent_and_marks_seeds_active() -> None:
-    async def go(rb: Rulebook) -> tuple[int, int, list[Any]]:
-        a = await rb.import_seed()
-        b = await rb.import_seed()
-        return a, b, await rb.list_rules()
-
-    a, b, rules = run(go)
+@pytest.mark.anyio
+async def test_import_seed_is_idempotent_and_marks_seeds_active(rb: Rulebook) -> None:
+    a = await rb.import_seed()
+    b = await rb.import_seed()
+    rules = await rb.list_rules()
     assert a >= 40 and b == 0 and len(rules) == a
     assert all(r.seed and r.status == "active" for r in rules)
 
 
-def test_a_retired_seed_stays_retired_after_import_seed() -> None:
-    async def go(rb: Rulebook) -> tuple[str, list[str]]:
-        await rb.import_seed()
-        uid = (await rb.list_rules())[0].uid
-        await rb.set_status(uid, "retired")
-        await rb.import_seed()
-        return uid, [r.uid for r in await rb.list_rules(status="retired")]
-
-    uid, retired = run(go)
-    assert retired == [uid]
+@pytest.mark.anyio
+async def test_a_retired_seed_stays_retired_after_import_seed(rb: Rulebook) -> None:
+    await rb.import_seed()
+    uid = (await rb.list_rules())[0].uid
+    await rb.set_status(uid, "retired")
+    await rb.import_seed()
+    assert [r.uid for r in await rb.list_rules(status="retired")] == [uid]
 
 
 # ----------------------------------------------------------------------------- export / import
 
 
-def test_export_then_import_moves_rules_with_stable_ids_and_adds_counts(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_export_then_import_moves_rules_with_stable_ids_and_adds_counts(tmp_path: Path) -> None:
     f = tmp_path / "rules.jsonl"
-
-    async def go() -> tuple[Any, Any, Any, list[Any], list[Any]]:
-        async with rulebook() as a:
-            await a.record_failure("c", "e", rule="You cannot use break inside a loop in a Triton kernel.")
-            for _ in range(3):
-                await a.record_failure("c", "e", rule=FLOAT32, arch="sm_90a", client="alice")
-            await a.record_failure("c", "e", rule="You cannot use a while loop with a block condition.")
-            n = await a.export_jsonl(f)
-            exported = await a.list_rules()
-        async with rulebook() as b:
-            await b.record_failure("c", "e", rule=FLOAT32, client="bob")  # count 1, candidate
-            first = await b.import_jsonl(f)
-            again = await b.import_jsonl(f)  # same origin: nothing grows
-            imported = await b.list_rules()
-        return n, first, again, exported, imported
-
-    n, first, again, exported, imported = asyncio.run(go())
+    async with rulebook() as a:
+        await a.record_failure("c", "e", rule="You cannot use break inside a loop in a Triton kernel.")
+        for _ in range(3):
+            await a.record_failure("c", "e", rule=FLOAT32, arch="sm_90a", client="alice")
+        await a.record_failure("c", "e", rule="You cannot use a while loop with a block condition.")
+        n = await a.export_jsonl(f)
+        exported = await a.list_rules()
+    async with rulebook() as b:
+        await b.record_failure("c", "e", rule=FLOAT32, client="bob")  # count 1, candidate
+        first = await b.import_jsonl(f)
+        again = await b.import_jsonl(f)  # same origin: nothing grows
+        imported = await b.list_rules()
     assert n == len(exported) and first.lines == n
     assert first.merged == 1 and first.created == n - 1
     assert again.created == 0 and again.merged == 0 and again.unchanged == n
@@ -391,23 +360,21 @@ def test_export_then_import_moves_rules_with_stable_ids_and_adds_counts(tmp_path
     assert all(r.seed for r in imported if r.text in {e.text for e in exported if e.seed})
 
 
-def test_importing_a_grown_export_adds_only_the_growth(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_importing_a_grown_export_adds_only_the_growth(tmp_path: Path) -> None:
     f = tmp_path / "rules.jsonl"
-
-    async def go() -> int:
-        async with rulebook() as a, rulebook() as b:
-            await a.record_failure("c", "e", rule=FLOAT32)
-            await a.export_jsonl(f)
-            await b.import_jsonl(f)
-            await a.record_failure("c", "e", rule=FLOAT32)
-            await a.export_jsonl(f)
-            await b.import_jsonl(f)
-            return (await b.list_rules())[0].count
-
-    assert asyncio.run(go()) == 2
+    async with rulebook() as a, rulebook() as b:
+        await a.record_failure("c", "e", rule=FLOAT32)
+        await a.export_jsonl(f)
+        await b.import_jsonl(f)
+        await a.record_failure("c", "e", rule=FLOAT32)
+        await a.export_jsonl(f)
+        await b.import_jsonl(f)
+        assert (await b.list_rules())[0].count == 2
 
 
-def test_import_keeps_provenance(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_import_keeps_provenance(rb: Rulebook, tmp_path: Path) -> None:
     f = tmp_path / "rules.jsonl"
     f.write_text(
         json.dumps(
@@ -415,14 +382,10 @@ def test_import_keeps_provenance(tmp_path: Path) -> None:
         )
         + "\n"
     )
-
-    async def go(rb: Rulebook) -> list[Any]:
-        await rb.import_jsonl(f)
-        return list(
-            await rb.store.conn.execute_fetchall("SELECT created_by, created_at, count, status FROM rules")
-        )
-
-    rows = run(go)
+    await rb.import_jsonl(f)
+    rows = list(
+        await rb.store.conn.execute_fetchall("SELECT created_by, created_at, count, status FROM rules")
+    )
     assert tuple(rows[0]) == ("team-a", "2026-01-01T00:00:00+00:00", 7, "active")
 
 
@@ -434,41 +397,35 @@ def test_import_keeps_provenance(tmp_path: Path) -> None:
         ('{"text": "Do not do that."}\n', r"rules.jsonl:1: a rule must be"),
     ],
 )
-def test_a_bad_import_file_changes_nothing_and_names_the_line(
-    tmp_path: Path, content: str, match: str
+@pytest.mark.anyio
+async def test_a_bad_import_file_changes_nothing_and_names_the_line(
+    rb: Rulebook, tmp_path: Path, content: str, match: str
 ) -> None:
     f = tmp_path / "rules.jsonl"
     f.write_text(content)
-
-    async def go(rb: Rulebook) -> int:
-        with pytest.raises(UsageError, match=match):
-            await rb.import_jsonl(f)
-        return len(await rb.list_rules())
-
-    assert run(go) == 0
+    with pytest.raises(UsageError, match=match):
+        await rb.import_jsonl(f)
+    assert await rb.list_rules() == []
 
 
-def test_importing_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_importing_a_missing_file_is_a_usage_error(rb: Rulebook, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not exist"):
-        run(lambda rb: rb.import_jsonl(tmp_path / "nope.jsonl"))
+        await rb.import_jsonl(tmp_path / "nope.jsonl")
 
 
-def test_a_rule_proposed_for_a_recorded_failure_attaches_to_it_and_counts_it_once() -> None:
+@pytest.mark.anyio
+async def test_a_rule_proposed_for_a_recorded_failure_attaches_to_it_and_counts_it_once(rb: Rulebook) -> None:
     # The search tree records every failed candidate; a driver then proposes a rule for that same
     # failure by its id. One failure row; the rule counts the failure once, however often it is sent.
     text = (FIXTURES / "triton-3.9" / "break_in_loop.txt").read_text()
-
-    async def go(rb: Rulebook) -> tuple[Any, ...]:
-        first = await rb.record_failure("kernel A", text, arch="sm_90a")
-        with_rule = await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=first.failure_id)
-        again = await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=first.failure_id)
-        other = await rb.record_failure("kernel B", text, arch="sm_90a", rule=FLOAT32)
-        rows = await rb.store.conn.execute_fetchall("SELECT count(*) FROM failures")
-        with pytest.raises(NotFoundError):
-            await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=999)
-        return first, with_rule, again, other, rows[0][0]
-
-    first, with_rule, again, other, n_failures = run(go)
+    first = await rb.record_failure("kernel A", text, arch="sm_90a")
+    with_rule = await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=first.failure_id)
+    again = await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=first.failure_id)
+    other = await rb.record_failure("kernel B", text, arch="sm_90a", rule=FLOAT32)
+    n_failures = (await rb.store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]  # type: ignore[index]
+    with pytest.raises(NotFoundError):
+        await rb.record_failure("kernel A", text, rule=FLOAT32, failure_id=999)
     assert with_rule.failure_id == first.failure_id and with_rule.failure_class == first.failure_class
     assert with_rule.rule is not None and with_rule.rule.count == 1 and with_rule.rule_action == "created"
     assert again.rule is not None and again.rule.count == 1 and again.rule_action == "linked"
