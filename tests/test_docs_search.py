@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
 from kernelcraft.base.errors import NotFoundError, UsageError
 from kernelcraft.knowledge.docs import HW_DOCS_DIR, HwDocs, parse_doc
 from kernelcraft.store import Store
-
-T = TypeVar("T")
 
 DOC = """---
 title: Test GPU
@@ -47,17 +44,23 @@ Only on the newer part.
 """
 
 
-def run_docs(fn: Callable[[HwDocs], Coroutine[Any, Any, T]], folder: Path | None = None) -> T:
-    async def go() -> T:
-        store = await Store.open(":memory:")
-        try:
-            docs = HwDocs(store, folder)
-            await docs.index()
-            return await fn(docs)
-        finally:
-            await store.aclose()
+@asynccontextmanager
+async def indexed_docs(folder: Path | None = None) -> AsyncIterator[HwDocs]:
+    """The manuals in `folder` (default: the shipped ones), indexed into a fresh in-memory database."""
+    store = await Store.open(":memory:")
+    try:
+        docs = HwDocs(store, folder)
+        await docs.index()
+        yield docs
+    finally:
+        await store.aclose()
 
-    return asyncio.run(go())
+
+@pytest.fixture
+async def docs() -> AsyncIterator[HwDocs]:
+    """The shipped manuals, indexed."""
+    async with indexed_docs() as indexed:
+        yield indexed
 
 
 def test_a_manual_is_split_into_sections_with_heading_paths() -> None:
@@ -94,27 +97,23 @@ def test_every_shipped_manual_parses_and_cites_sources() -> None:
         assert doc.sources and doc.sections
 
 
-def test_indexing_is_skipped_for_unchanged_files_and_redone_for_changed_or_removed_ones(
+@pytest.mark.anyio
+async def test_indexing_is_skipped_for_unchanged_files_and_redone_for_changed_or_removed_ones(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "a.md").write_text(DOC)
     (tmp_path / "FORMAT.md").write_text("not a manual")
-
-    async def go() -> list[Any]:
-        store = await Store.open(":memory:")
-        docs = HwDocs(store, tmp_path)
-        first = await docs.index()
-        second = await docs.index()
-        (tmp_path / "a.md").write_text(DOC.replace("The L2 is shared.", "The L2 holds 50 MB of victims."))
-        third = await docs.index()
-        hit = await docs.search_hw_docs("victims")
-        (tmp_path / "a.md").unlink()
-        fourth = await docs.index()
-        gone = await docs.search_hw_docs("victims")
-        await store.aclose()
-        return [first, second, third, hit, fourth, gone]
-
-    first, second, third, hit, fourth, gone = asyncio.run(go())
+    store = await Store.open(":memory:")
+    docs = HwDocs(store, tmp_path)
+    first = await docs.index()
+    second = await docs.index()
+    (tmp_path / "a.md").write_text(DOC.replace("The L2 is shared.", "The L2 holds 50 MB of victims."))
+    third = await docs.index()
+    hit = await docs.search_hw_docs("victims")
+    (tmp_path / "a.md").unlink()
+    fourth = await docs.index()
+    gone = await docs.search_hw_docs("victims")
+    await store.aclose()
     assert first.indexed == ["a.md"] and first.sections == 4
     assert second.indexed == [] and second.unchanged == ["a.md"]
     assert third.indexed == ["a.md"]
@@ -122,43 +121,41 @@ def test_indexing_is_skipped_for_unchanged_files_and_redone_for_changed_or_remov
     assert fourth.removed == ["a.md"] and gone == []
 
 
-def test_arch_filter_leaves_out_other_architectures_and_keeps_arch_independent_guides(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_arch_filter_leaves_out_other_architectures_and_keeps_arch_independent_guides(
+    tmp_path: Path,
+) -> None:
     shutil.copy(HW_DOCS_DIR / "triton-guide.md", tmp_path / "triton-guide.md")
     (tmp_path / "a.md").write_text(DOC)
-
-    async def go(docs: HwDocs) -> tuple[list[str], list[str], list[str]]:
+    async with indexed_docs(tmp_path) as docs:
         h = [s.arch for s in await docs.search_hw_docs("shared memory L2 clusters", arch="sm_90a", limit=20)]
         a = [s.arch for s in await docs.search_hw_docs("shared memory L2 clusters", arch="gfx942", limit=20)]
         n = [s.arch for s in await docs.search_hw_docs("newer part", arch="nvidia", limit=20)]
-        return h, a, n
-
-    h, a, n = run_docs(go, tmp_path)
     assert "sm_90a" in h and "sm_100" not in h
     assert set(a) <= {"any", "gfx942"} and "any" in a
     assert "sm_100" in n
 
 
-def test_get_section_returns_the_whole_body_and_an_unknown_id_is_not_found() -> None:
-    async def go(docs: HwDocs) -> Any:
-        hit = (await docs.search_hw_docs("wgmma warpgroup", arch="sm_90a"))[0]
-        full = await docs.get_section(hit.id)
-        with pytest.raises(NotFoundError, match="search_hw_docs"):
-            await docs.get_section(10**9)
-        return hit, full
-
-    hit, full = run_docs(go)
+@pytest.mark.anyio
+async def test_get_section_returns_the_whole_body_and_an_unknown_id_is_not_found(docs: HwDocs) -> None:
+    hit = (await docs.search_hw_docs("wgmma warpgroup", arch="sm_90a"))[0]
+    full = await docs.get_section(hit.id)
+    with pytest.raises(NotFoundError, match="search_hw_docs"):
+        await docs.get_section(10**9)
     assert full.heading_path == hit.heading_path and len(full.snippet) >= len(hit.snippet.rstrip(" …"))
     assert full.sources and full.file.endswith(".md")
 
 
-def test_an_unknown_arch_is_a_usage_error() -> None:
+@pytest.mark.anyio
+async def test_an_unknown_arch_is_a_usage_error(docs: HwDocs) -> None:
     with pytest.raises(UsageError, match="sm_90a"):
-        run_docs(lambda d: d.search_hw_docs("L2", arch="sm_70"))
+        await docs.search_hw_docs("L2", arch="sm_70")
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("query", ['NEAR("', "AND OR NOT", "*", "tl.load(ptr + offs, mask=m)", ""])
-def test_any_text_is_a_safe_search(query: str) -> None:
-    run_docs(lambda d: d.search_hw_docs(query))
+async def test_any_text_is_a_safe_search(docs: HwDocs, query: str) -> None:
+    await docs.search_hw_docs(query)
 
 
 # query, arch, the file and a heading fragment expected among the top 3.
@@ -183,33 +180,28 @@ LABELLED = [
 ]
 
 
-def test_retrieval_finds_the_expected_section_in_the_top_3_for_labelled_queries() -> None:
+@pytest.mark.anyio
+async def test_retrieval_finds_the_expected_section_in_the_top_3_for_labelled_queries(docs: HwDocs) -> None:
     present = {p.name for p in HW_DOCS_DIR.glob("*.md")}
     labelled = [x for x in LABELLED if x[2] in present]
     assert len(labelled) >= 12
-
-    async def go(docs: HwDocs) -> list[str]:
-        misses = []
-        for query, arch, file, fragment in labelled:
-            top = await docs.search_hw_docs(query, arch=arch, limit=3)
-            if not any(s.file == file and fragment.lower() in s.heading_path.lower() for s in top):
-                misses.append(f"{query!r} -> {[(s.file, s.heading_path) for s in top]}")
-        return misses
-
-    assert run_docs(go) == []
+    misses = []
+    for query, arch, file, fragment in labelled:
+        top = await docs.search_hw_docs(query, arch=arch, limit=3)
+        if not any(s.file == file and fragment.lower() in s.heading_path.lower() for s in top):
+            misses.append(f"{query!r} -> {[(s.file, s.heading_path) for s in top]}")
+    assert misses == []
 
 
-def test_list_sections_names_every_indexed_section_with_its_file_and_arch() -> None:
-    async def go() -> tuple[int, list[Any]]:
-        store = await Store.open(":memory:")
-        try:
-            docs = HwDocs(store)
-            report = await docs.index()
-            return report.sections, await docs.list_sections()
-        finally:
-            await store.aclose()
-
-    n, refs = asyncio.run(go())
+@pytest.mark.anyio
+async def test_list_sections_names_every_indexed_section_with_its_file_and_arch() -> None:
+    store = await Store.open(":memory:")
+    try:
+        docs = HwDocs(store)
+        n = (await docs.index()).sections
+        refs = await docs.list_sections()
+    finally:
+        await store.aclose()
     assert len(refs) == n > 0
     assert {r.file for r in refs} >= {"nvidia-hopper-h100-h200.md", "triton-guide.md"}
     assert any(r.arch == "sm_90a" for r in refs) and all(r.arch for r in refs)
