@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
+
+import pytest
 
 from kernelcraft.agent.edits import Edit, EditError, apply_edits, parse_edits
 from kernelcraft.agent.tuner import (
@@ -157,7 +158,8 @@ def test_applying_a_config_rewrites_only_the_literals() -> None:
     assert family_of(SAMPLE.replace("* scale", "* scale * 1.0"), params) != family_of(SAMPLE, params)
 
 
-def test_tune_finds_the_grid_optimum_of_a_smooth_objective_with_a_quarter_of_the_evaluations() -> None:
+@pytest.mark.anyio
+async def test_tune_finds_the_grid_optimum_of_a_smooth_objective_with_a_quarter_of_the_evaluations() -> None:
     params = find_params(SAMPLE)
     space = Space.of(params)
     optimum = {
@@ -176,7 +178,7 @@ def test_tune_finds_the_grid_optimum_of_a_smooth_objective_with_a_quarter_of_the
         return Observation(config, ok=True, time_us=time_of(config))
 
     grid = space.grid()
-    result = asyncio.run(tune(SAMPLE, objective, budget=len(grid) // 4, seed=0))
+    result = await tune(SAMPLE, objective, budget=len(grid) // 4, seed=0)
     assert result.best is not None
     assert result.best.time_us == min(time_of(c) for c in grid)
     # it stops at the optimum once no neighbour or pair move improves: far under the budget

@@ -13,6 +13,7 @@ from tests.conftest import EXAMPLES
 CHEATS = Path(__file__).parent / "cheats"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(p.parent.name for p in EXAMPLES.glob("*/seed.py")))
 def test_every_example_seed_passes_its_task(evaluator, job_for, example: str) -> None:
     v = evaluator.submit(
@@ -22,6 +23,7 @@ def test_every_example_seed_passes_its_task(evaluator, job_for, example: str) ->
     assert v.trials_passed == 2 * v.input_sets
 
 
+@pytest.mark.slow
 def test_a_candidate_hardcoding_the_default_shape_fails_the_extra_input_set(evaluator, job_for) -> None:
     seed = (EXAMPLES / "elementwise" / "seed.py").read_text()
     hardcoded = seed.replace("n_elements = x.numel()", "n_elements = 37 * 129")
@@ -30,18 +32,21 @@ def test_a_candidate_hardcoding_the_default_shape_fails_the_extra_input_set(eval
     assert v.evidence is not None and v.evidence.input_set == 1 and v.trials_passed == 1
 
 
+@pytest.mark.slow
 def test_a_runtime_import_error_is_a_load_error_verdict(evaluator, job_for) -> None:
     src = "import no_such_module_kc\n" + (CHEATS / "good.py").read_text()
     v = evaluator.submit(job_for(CHEATS / "task_scale.py", src, trials=1)).verify
     assert v is not None and v.status == "load_error" and "no_such_module_kc" in (v.evidence.error_text or "")
 
 
+@pytest.mark.slow
 def test_a_kernel_error_in_the_interpreter_gets_a_compile_class(evaluator, job_for) -> None:
     src = (CHEATS / "good.py").read_text().replace("tl.maximum(x, 0.0)", "tl.no_such_function(x)")
     v = evaluator.submit(job_for(CHEATS / "task_scale.py", src, trials=1)).verify
     assert v is not None and not v.correct and v.status == "compile_unknown_api", v
 
 
+@pytest.mark.slow
 def test_profile_without_a_gpu_gives_the_roofline_floor(evaluator, job_for) -> None:
     r = evaluator.submit(
         job_for(
@@ -59,6 +64,7 @@ def test_profile_without_a_gpu_gives_the_roofline_floor(evaluator, job_for) -> N
     )
 
 
+@pytest.mark.slow
 def test_progress_reports_trials(evaluator, job_for) -> None:
     seen: list[str] = []
 
@@ -70,6 +76,7 @@ def test_progress_reports_trials(evaluator, job_for) -> None:
     assert "trial 1 of 2" in seen and "trial 2 of 2" in seen
 
 
+@pytest.mark.slow
 def test_a_batch_submitted_at_once_gets_one_result_each(evaluator, job_for) -> None:
     jobs = [
         job_for(CHEATS / "task_scale.py", CHEATS / name, trials=1)
@@ -92,6 +99,7 @@ def _dead(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_a_cancelled_submit_kills_its_workers_even_when_cancelled_repeatedly(evaluator, job_for) -> None:
     # anyio (the MCP server) cancels again at every await until the task ends: the job's cleanup
     # must kill its workers before its first await, or they survive until shutdown.
@@ -213,6 +221,7 @@ def gpu_eval():  # type: ignore[no-untyped-def]
     loop.close()
 
 
+@pytest.mark.slow
 @gpu
 def test_gpu_seed_passes_and_profiles(gpu_eval, job_for) -> None:
     r = gpu_eval(
@@ -247,6 +256,7 @@ def _side_stream(seed: str, how: str) -> str:
     return out
 
 
+@pytest.mark.slow
 @gpu
 @pytest.mark.parametrize("how", ["getattr", "attrgetter"])
 def test_gpu_side_stream_work_is_not_hidden_from_the_timer(gpu_eval, job_for, how: str) -> None:
@@ -260,6 +270,7 @@ def test_gpu_side_stream_work_is_not_hidden_from_the_timer(gpu_eval, job_for, ho
     assert r.profile.failure_class is not None and not r.profile.speedup_vs_eager, r.profile
 
 
+@pytest.mark.slow
 @gpu
 def test_gpu_side_stream_set_only_while_timing_is_rejected_by_the_timer(gpu_eval, job_for) -> None:
     # forward switches streams only from its 5th call on (after the verify trials): the timer's
@@ -284,6 +295,7 @@ def test_gpu_side_stream_set_only_while_timing_is_rejected_by_the_timer(gpu_eval
     assert r.profile.speedup_vs_eager is None
 
 
+@pytest.mark.slow
 @gpu
 def test_gpu_softmax_timing_is_plausible_and_not_l2_hot(gpu_eval, job_for) -> None:
     r = gpu_eval(
@@ -302,12 +314,14 @@ def test_gpu_softmax_timing_is_plausible_and_not_l2_hot(gpu_eval, job_for) -> No
     print(r.model_dump_json(indent=1))
 
 
+@pytest.mark.slow
 @gpu
 def test_gpu_stale_memory_is_not_the_reference_output(gpu_eval, job_for) -> None:
     v = gpu_eval(job_for(CHEATS / "task_scale.py", CHEATS / "uninitialised.py")).verify
     assert v is not None and not v.correct
 
 
+@pytest.mark.slow
 @gpu
 def test_gpu_illegal_access_then_a_second_evaluation_succeeds(gpu_eval, job_for) -> None:
     src = (
@@ -323,6 +337,7 @@ def test_gpu_illegal_access_then_a_second_evaluation_succeeds(gpu_eval, job_for)
     assert v2 is not None and v2.correct, v2
 
 
+@pytest.mark.slow
 def test_the_reference_worker_is_kept_for_the_next_job_on_the_same_task(evaluator, job_for, tmp_path) -> None:
     ev = evaluator.evaluator
     task = tmp_path / "task.py"
@@ -342,6 +357,7 @@ def test_the_reference_worker_is_kept_for_the_next_job_on_the_same_task(evaluato
     assert set(ev.idle_reference_pids()) & kept
 
 
+@pytest.mark.slow
 def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> None:
     ev = evaluator.evaluator
     # Model breaks on the extra input set only: the job is unusable, and so is its reference.
@@ -357,46 +373,44 @@ def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> No
     assert set(ev.idle_reference_pids()) <= before
 
 
-def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
+@pytest.mark.anyio
+async def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
     from kernelcraft.engine.local import _GpuLock
 
-    async def main() -> list[str]:
-        lock = _GpuLock()
-        log: list[str] = []
+    lock = _GpuLock()
+    log: list[str] = []
 
-        async def verify(name: str, hold: float) -> None:
-            async with lock.shared():
-                log.append(f"+{name}")
-                await asyncio.sleep(hold)
-                log.append(f"-{name}")
+    async def verify(name: str, hold: float) -> None:
+        async with lock.shared():
+            log.append(f"+{name}")
+            await asyncio.sleep(hold)
+            log.append(f"-{name}")
 
-        async def time_it(name: str) -> None:
-            async with lock.exclusive():
-                log.append(f"+{name}")
-                await asyncio.sleep(0.02)
-                log.append(f"-{name}")
+    async def time_it(name: str) -> None:
+        async with lock.exclusive():
+            log.append(f"+{name}")
+            await asyncio.sleep(0.02)
+            log.append(f"-{name}")
 
-        a = asyncio.ensure_future(verify("v1", 0.05))
-        b = asyncio.ensure_future(verify("v2", 0.05))
-        await asyncio.sleep(0.01)
-        t = asyncio.ensure_future(time_it("t1"))
-        await asyncio.sleep(0.01)
-        c = asyncio.ensure_future(verify("v3", 0.01))  # arrives while a timing waits: goes after it
-        # A cancelled waiter leaves nothing held.
-        d = asyncio.ensure_future(time_it("t2"))
-        await asyncio.sleep(0)
-        d.cancel()
-        await asyncio.gather(a, b, t, c, return_exceptions=True)
-        assert not lock.busy()
-        return log
-
-    log = asyncio.run(main())
+    a = asyncio.ensure_future(verify("v1", 0.05))
+    b = asyncio.ensure_future(verify("v2", 0.05))
+    await asyncio.sleep(0.01)
+    t = asyncio.ensure_future(time_it("t1"))
+    await asyncio.sleep(0.01)
+    c = asyncio.ensure_future(verify("v3", 0.01))  # arrives while a timing waits: goes after it
+    # A cancelled waiter leaves nothing held.
+    d = asyncio.ensure_future(time_it("t2"))
+    await asyncio.sleep(0)
+    d.cancel()
+    await asyncio.gather(a, b, t, c, return_exceptions=True)
+    assert not lock.busy()
     assert log[:2] == ["+v1", "+v2"]  # verifications overlap
     i = log.index("+t1")
     assert {"-v1", "-v2"} <= set(log[:i]) and log[i + 1] == "-t1"  # timing alone
     assert log.index("+v3") > log.index("-t1")  # fair to the waiting timing
 
 
+@pytest.mark.slow
 def test_concurrent_jobs_on_one_task_share_a_few_reference_workers(evaluator, job_for, tmp_path) -> None:
     ev = evaluator.evaluator
     task = tmp_path / "task.py"
@@ -417,6 +431,7 @@ def test_concurrent_jobs_on_one_task_share_a_few_reference_workers(evaluator, jo
     assert started <= 6 + ev._refs_per_task + pool.size, started
 
 
+@pytest.mark.slow
 def test_jobs_waiting_for_a_reference_never_block_a_timing(evaluator, job_for, tmp_path) -> None:
     # The GPU lock's ordering, with the CPU device made to take it as a GPU does: one reference
     # worker per task, so jobs queue for it while its holder waits to time alone. A job that held
