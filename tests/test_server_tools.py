@@ -268,6 +268,7 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_verify_passes_a_correct_kernel_in_the_interpreter_and_reports_progress(engine: Client) -> None:
     messages: list[tuple[float, str | None]] = []
@@ -290,6 +291,7 @@ async def test_verify_passes_a_correct_kernel_in_the_interpreter_and_reports_pro
     assert fractions == sorted(fractions), "MCP progress must never decrease"
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_candidate_that_segfaults_is_a_crash_verdict_not_a_server_error(engine: Client) -> None:
     with anyio.fail_after(120):
@@ -304,6 +306,7 @@ async def test_a_candidate_that_segfaults_is_a_crash_verdict_not_a_server_error(
     assert not (await engine.call_tool("query_rules", {"context": "segfault"})).is_error
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_compile_kernel_reports_registers_per_target(engine: Client) -> None:
     with anyio.fail_after(120):
@@ -328,6 +331,7 @@ async def test_an_unknown_target_is_a_tool_error_listing_the_known_ones(engine: 
     assert "targets.0" in text and "'sm_90a'" in text and "gfx942" in text
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_profile_without_a_gpu_says_timing_needs_one(engine: Client) -> None:
     with anyio.fail_after(120):
@@ -358,6 +362,7 @@ async def test_candidate_code_over_one_megabyte_is_refused_before_any_evaluation
     assert "over the 1,000,000-byte limit" in error_text(result)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_other_calls_are_served_during_an_evaluation_and_a_cancelled_one_leaves_no_worker(
     engine: Client, local_evaluator: LocalEvaluator
@@ -396,6 +401,7 @@ async def test_other_calls_are_served_during_an_evaluation_and_a_cancelled_one_l
 # ---------------------------------------------------------------------------- the search tree
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_search_tree_step_starts_submits_and_reports_the_best_kernel(engine: Client) -> None:
     started = await engine.call_tool(

@@ -44,6 +44,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", sorted(EXPECTED))
 def test_verify_rejects_cheat(evaluator, job_for, fixture: str) -> None:
     task, classes = EXPECTED[fixture]
@@ -55,6 +56,7 @@ def test_verify_rejects_cheat(evaluator, job_for, fixture: str) -> None:
     assert v.evidence is not None and v.evidence.message
 
 
+@pytest.mark.slow
 def test_verify_accepts_the_honest_version_of_the_cheats(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "good.py", trials=3)).verify
     assert v is not None and v.correct, v
@@ -62,12 +64,14 @@ def test_verify_accepts_the_honest_version_of_the_cheats(evaluator, job_for) -> 
     assert v.interpreter and "interpreter" in v.device
 
 
+@pytest.mark.slow
 def test_verify_names_the_fallback_op(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "decoy_kernel.py", trials=1)).verify
     assert v is not None and v.evidence is not None
     assert v.evidence.op in ("aten.relu", "aten.mul", "aten.add")
 
 
+@pytest.mark.slow
 def test_verify_allows_an_op_the_caller_named(evaluator, job_for) -> None:
     src = (CHEATS / "good.py").read_text().replace("        return y\n", "        return y + 0.0\n")
     v = evaluator.submit(job_for(TASK, src, trials=1, allowed_ops=["add"])).verify
@@ -76,6 +80,7 @@ def test_verify_allows_an_op_the_caller_named(evaluator, job_for) -> None:
     assert v is not None and v.status == "pytorch_fallback" and v.evidence and v.evidence.op == "aten.add"
 
 
+@pytest.mark.slow
 def test_verify_reports_mismatch_evidence(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "off_by_one_mask.py", trials=2)).verify
     assert v is not None and v.evidence is not None
@@ -85,6 +90,7 @@ def test_verify_reports_mismatch_evidence(evaluator, job_for) -> None:
     assert ev.max_abs_error is not None and ev.max_abs_error > 0.9 and ev.relative_l2_error is not None
 
 
+@pytest.mark.slow
 def test_verify_reports_the_static_line(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "try_except_fallback.py")).verify
     assert v is not None and v.evidence is not None and v.evidence.line is not None
@@ -92,16 +98,19 @@ def test_verify_reports_the_static_line(evaluator, job_for) -> None:
     assert src[v.evidence.line - 1].strip() == "try:"
 
 
+@pytest.mark.slow
 def test_verify_times_out_a_hang_and_kills_it(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "hang.py", trials=1, timeout_s=6)).verify
     assert v is not None and v.status == "runtime_timeout", v
 
 
+@pytest.mark.slow
 def test_verify_stops_a_memory_hog(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "memory_hog.py", trials=1, timeout_s=60)).verify
     assert v is not None and v.status == "runtime_out_of_memory", v
 
 
+@pytest.mark.slow
 def test_verify_never_shows_a_candidate_the_parents_secrets(evaluator, job_for) -> None:
     result = evaluator.submit(job_for(TASK, CHEATS / "reads_secrets.py", trials=1))
     v = result.verify
@@ -112,6 +121,7 @@ def test_verify_never_shows_a_candidate_the_parents_secrets(evaluator, job_for) 
         assert value not in text and name not in text
 
 
+@pytest.mark.slow
 def test_fake_verdict_on_stdout_is_not_believed(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "exit_fake_verdict.py", trials=1)).verify
     assert v is not None and not v.correct and v.status == "runtime_crash"
@@ -137,6 +147,7 @@ def test_the_worker_environment_drops_secrets_and_kernelcrafts_own_settings() ->
     assert env == {"PATH": "/usr/bin"}
 
 
+@pytest.mark.slow
 def test_a_candidate_cannot_write_outside_its_directory(evaluator, job_for, tmp_path: Path) -> None:
     # Candidates run as the server's user: without the sandbox they could rewrite the shared
     # database or any of the user's files. The writes are attempted quietly, so the candidate is
