@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ["bench_tuner_h200.json", "bench_tuner_h200_matmul_epilogue.json"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RECORDED)
 def test_the_tuner_claim_holds_on_recorded_h200_grids_for_every_seed(name: str) -> None:
     seeds = ["0", "1", "2", "3", "4", "5"]

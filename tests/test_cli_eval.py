@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # every test runs the CLI in a subprocess
+
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples" / "elementwise"
 

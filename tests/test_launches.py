@@ -143,6 +143,7 @@ INTERPRETER_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_in_the_interpreter_launches_run_are_counted_and_flagged_as_inside() -> None:
     pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": pythonpath}

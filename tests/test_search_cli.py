@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus, TreeView
+
+pytestmark = pytest.mark.slow  # every test runs the CLI in a subprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -622,6 +622,7 @@ def _read_lines(proc: subprocess.Popen[str], until: int, timeout: float) -> list
     return lines
 
 
+@pytest.mark.slow
 def test_a_tree_killed_mid_search_resumes_with_the_same_best_node(tmp_path):
     db = tmp_path / "kc.db"
     script = tmp_path / "worker.py"

@@ -19,6 +19,7 @@ INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 
 pytestmark = [
     pytest.mark.inspector,
+    pytest.mark.slow,
     pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed"),
 ]
 

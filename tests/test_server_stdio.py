@@ -12,6 +12,7 @@ from mcp import Client, StdioServerParameters
 from server_support import REPO, failure_clients, subprocess_env
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_kernelcraft_serve_speaks_mcp_over_stdio_and_records_writes_as_local(tmp_path: Path) -> None:
     db = tmp_path / "stdio.db"
