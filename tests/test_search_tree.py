@@ -70,14 +70,11 @@ def scripted(svc: SearchService) -> ScriptedEvaluator:
 # -------------------------------------------------------------------------------- basic steps
 
 
-def test_start_without_a_seed_hands_out_a_large_step_from_the_root(tmp_path):
-    async def go():
-        async with service(tmp_path / "kc.db") as svc:
-            r = await svc.start(TASK, task_name="add.py", budget=5)
-            view = await svc.show(r.tree.id)
-            return r, view
-
-    r, view = asyncio.run(go())
+@pytest.mark.anyio
+async def test_start_without_a_seed_hands_out_a_large_step_from_the_root(tmp_path):
+    async with service(tmp_path / "kc.db") as svc:
+        r = await svc.start(TASK, task_name="add.py", budget=5)
+        view = await svc.show(r.tree.id)
     step = r.next_step
     assert step is not None and step.kind == "large" and step.pool == [] and step.start_code is None
     assert step.parent_id == view.nodes[0].id and view.nodes[0].kind == "root"
@@ -87,25 +84,21 @@ def test_start_without_a_seed_hands_out_a_large_step_from_the_root(tmp_path):
     assert step.task_source == TASK and r.tree.params["c"] == 0.3 and r.tree.params["c_exp"] == 0.3
 
 
-def test_submit_records_the_verdict_back_propagates_and_hands_out_the_next_step(tmp_path):
+@pytest.mark.anyio
+async def test_submit_records_the_verdict_back_propagates_and_hands_out_the_next_step(tmp_path):
     verdicts = ["correct 2.0", "wrong", "compile", "correct 3.0", "correct 0.5"]
-
-    async def go():
-        async with service(tmp_path / "kc.db", gpu=True) as svc:
-            r = await svc.start(TASK, seed_candidate=candidate("correct 1.5"), budget=10)
-            step = r.next_step
-            results = []
-            for v in verdicts:
-                assert step is not None
-                res = await svc.submit(r.tree.id, step.node_id, candidate(v))
-                results.append(res)
-                step = res.next_step
-            view = await svc.show(r.tree.id)
-            paths = {n.id: await ancestors(svc.store.conn, n.id) for n in view.nodes}
-            sibs = await siblings(svc.store.conn, results[0].node.id)
-            return r, results, view, paths, sibs
-
-    r, results, view, paths, sibs = asyncio.run(go())
+    async with service(tmp_path / "kc.db", gpu=True) as svc:
+        r = await svc.start(TASK, seed_candidate=candidate("correct 1.5"), budget=10)
+        step = r.next_step
+        results = []
+        for v in verdicts:
+            assert step is not None
+            res = await svc.submit(r.tree.id, step.node_id, candidate(v))
+            results.append(res)
+            step = res.next_step
+        view = await svc.show(r.tree.id)
+        paths = {n.id: await ancestors(svc.store.conn, n.id) for n in view.nodes}
+        sibs = await siblings(svc.store.conn, results[0].node.id)
     assert [x.node.outcome for x in results] == ["correct", "wrong", "not_compiled", "correct", "correct"]
     assert results[0].node.speedup == 2.0 and results[0].new_best
     assert results[0].node.reward == pytest.approx(reward_for("correct", 2.0))
@@ -123,15 +116,13 @@ def test_submit_records_the_verdict_back_propagates_and_hands_out_the_next_step(
     assert sibs == [n.id for n in view.nodes if n.parent_id == node0.parent_id and n.id != node0.id]
 
 
-def test_on_a_cpu_only_correctness_is_checked_and_the_speedup_is_unknown(tmp_path):
-    async def go():
-        async with service(tmp_path / "kc.db", gpu=False) as svc:
-            r = await svc.start(TASK, budget=3)
-            assert r.next_step is not None
-            res = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 4.0"))
-            return r, res, scripted(svc).jobs
-
-    r, res, jobs = asyncio.run(go())
+@pytest.mark.anyio
+async def test_on_a_cpu_only_correctness_is_checked_and_the_speedup_is_unknown(tmp_path):
+    async with service(tmp_path / "kc.db", gpu=False) as svc:
+        r = await svc.start(TASK, budget=3)
+        assert r.next_step is not None
+        res = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 4.0"))
+        jobs = scripted(svc).jobs
     assert jobs[-1].stages == ["verify"]
     assert res.node.outcome == "correct" and res.node.speedup is None
     assert res.node.reward == pytest.approx(reward_for("correct", 1.0))
@@ -140,34 +131,29 @@ def test_on_a_cpu_only_correctness_is_checked_and_the_speedup_is_unknown(tmp_pat
     assert "speedup unknown: no GPU" in res.next_step.instructions
 
 
-def test_on_a_gpu_candidates_are_compiled_verified_and_profiled_for_the_target(tmp_path):
-    async def go():
-        async with service(tmp_path / "kc.db", gpu=True) as svc:
-            r = await svc.start(TASK, budget=3, target="sm_80")
-            assert r.next_step is not None
-            res = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 2.5"))
-            return res, scripted(svc).jobs
-
-    res, jobs = asyncio.run(go())
+@pytest.mark.anyio
+async def test_on_a_gpu_candidates_are_compiled_verified_and_profiled_for_the_target(tmp_path):
+    async with service(tmp_path / "kc.db", gpu=True) as svc:
+        r = await svc.start(TASK, budget=3, target="sm_80")
+        assert r.next_step is not None
+        res = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 2.5"))
+        jobs = scripted(svc).jobs
     assert jobs[-1].stages == ["compile", "verify", "profile"] and jobs[-1].targets == ["sm_80"]
     assert res.node.speedup == 2.5 and res.node.candidate_us == pytest.approx(40.0)
     assert "2.50× vs PyTorch" in res.message
 
 
-def test_a_failed_candidate_is_recorded_in_the_rulebook_with_class_code_and_error(tmp_path):
+@pytest.mark.anyio
+async def test_a_failed_candidate_is_recorded_in_the_rulebook_with_class_code_and_error(tmp_path):
     bad = candidate("compile", "uses tl.tanh")
-
-    async def go():
-        async with service(tmp_path / "kc.db") as svc:
-            r = await svc.start(TASK, budget=3)
-            assert r.next_step is not None
-            await svc.submit(r.tree.id, r.next_step.node_id, bad, client="alice")
-            rows = await svc.store.conn.execute_fetchall(
-                "SELECT class, error_text, code_hash, task_hash, arch, client FROM failures"
-            )
-            return r, [tuple(x) for x in rows]
-
-    r, rows = asyncio.run(go())
+    async with service(tmp_path / "kc.db") as svc:
+        r = await svc.start(TASK, budget=3)
+        assert r.next_step is not None
+        await svc.submit(r.tree.id, r.next_step.node_id, bad, client="alice")
+        rows = await svc.store.conn.execute_fetchall(
+            "SELECT class, error_text, code_hash, task_hash, arch, client FROM failures"
+        )
+        rows = [tuple(x) for x in rows]
     assert rows == [
         (
             "compile_unknown_api",
@@ -180,21 +166,18 @@ def test_a_failed_candidate_is_recorded_in_the_rulebook_with_class_code_and_erro
     ]
 
 
-def test_a_failed_node_names_its_rulebook_failure_so_a_proposed_rule_attaches_to_it(tmp_path):
+@pytest.mark.anyio
+async def test_a_failed_node_names_its_rulebook_failure_so_a_proposed_rule_attaches_to_it(tmp_path):
     bad = candidate("compile", "uses tl.tanh")
     rule = "You cannot use tl.tanh in a Triton kernel."
-
-    async def go():
-        async with service(tmp_path / "kc.db") as svc:
-            r = await svc.start(TASK, budget=3)
-            assert r.next_step is not None
-            sub = await svc.submit(r.tree.id, r.next_step.node_id, bad)
-            assert sub.node.failure_id is not None
-            rec = await svc.rulebook.record_failure(bad, "ignored", rule=rule, failure_id=sub.node.failure_id)
-            n = await svc.store.conn.execute_fetchall("SELECT count(*) FROM failures")
-            return sub, rec, n[0][0]
-
-    sub, rec, n_failures = asyncio.run(go())
+    async with service(tmp_path / "kc.db") as svc:
+        r = await svc.start(TASK, budget=3)
+        assert r.next_step is not None
+        sub = await svc.submit(r.tree.id, r.next_step.node_id, bad)
+        assert sub.node.failure_id is not None
+        rec = await svc.rulebook.record_failure(bad, "ignored", rule=rule, failure_id=sub.node.failure_id)
+        n = await svc.store.conn.execute_fetchall("SELECT count(*) FROM failures")
+        n_failures = n[0][0]
     assert n_failures == 1  # the driver's rule did not record the failure a second time
     assert rec.failure_id == sub.node.failure_id and rec.rule is not None and rec.rule.count == 1
 
@@ -202,27 +185,23 @@ def test_a_failed_node_names_its_rulebook_failure_so_a_proposed_rule_attaches_to
 # ------------------------------------------------------------------------------------ abandon
 
 
-def test_an_abandoned_step_fails_without_an_evaluation_or_a_rulebook_entry_and_the_other_kind_follows(
+@pytest.mark.anyio
+async def test_an_abandoned_step_fails_without_an_evaluation_or_a_rulebook_entry_and_the_other_kind_follows(
     tmp_path,
 ):
     # p_large = 0 and c_exp = 0: the first step is small from the seed, and selection descends.
     reason = "the tuner's edits did not apply: old text 'BLOCK = 64' not found"
-
-    async def go():
-        async with service(tmp_path / "kc.db") as svc:
-            r = await svc.start(
-                TASK, seed_candidate=candidate("correct"), params={"p_large": 0.0, "c_exp": 0.0}, budget=5
-            )
-            assert r.next_step is not None
-            jobs_before = len(scripted(svc).jobs)
-            res = await svc.abandon(r.tree.id, r.next_step.node_id, reason, client="alice")
-            jobs_after = len(scripted(svc).jobs)
-            failures = (await svc.store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
-            view = await svc.show(r.tree.id)
-            st = await svc.status(r.tree.id, client="alice")
-            return r, res, jobs_before, jobs_after, failures, view, st
-
-    r, res, jobs_before, jobs_after, failures, view, st = asyncio.run(go())
+    async with service(tmp_path / "kc.db") as svc:
+        r = await svc.start(
+            TASK, seed_candidate=candidate("correct"), params={"p_large": 0.0, "c_exp": 0.0}, budget=5
+        )
+        assert r.next_step is not None
+        jobs_before = len(scripted(svc).jobs)
+        res = await svc.abandon(r.tree.id, r.next_step.node_id, reason, client="alice")
+        jobs_after = len(scripted(svc).jobs)
+        failures = (await svc.store.conn.execute_fetchall("SELECT count(*) FROM failures"))[0][0]
+        view = await svc.show(r.tree.id)
+        st = await svc.status(r.tree.id, client="alice")
     assert r.seed_node is not None and r.next_step is not None
     assert jobs_after == jobs_before and failures == 0
     node = res.node
@@ -242,43 +221,40 @@ def test_an_abandoned_step_fails_without_an_evaluation_or_a_rulebook_entry_and_t
     assert st.counts.not_compiled == 1 and st.budget_used == 1
 
 
-def test_abandon_refuses_what_submit_refuses_and_an_empty_reason(tmp_path):
+@pytest.mark.anyio
+async def test_abandon_refuses_what_submit_refuses_and_an_empty_reason(tmp_path):
     clock = Clock()
-
-    async def go():
-        async with service(tmp_path / "kc.db", clock=clock) as svc:
-            a = await svc.start(TASK, budget=2)
-            b = await svc.start(TASK, budget=2, params={"warm_start": False})
-            assert a.next_step is not None and b.next_step is not None
-            with pytest.raises(NotFoundError, match="no search tree 999"):
-                await svc.abandon(999, a.next_step.node_id, "x")
-            with pytest.raises(NotFoundError, match="no node 12345"):
-                await svc.abandon(a.tree.id, 12345, "x")
-            with pytest.raises(UsageError, match=f"belongs to tree {b.tree.id}, not tree {a.tree.id}"):
-                await svc.abandon(a.tree.id, b.next_step.node_id, "x")
-            with pytest.raises(UsageError, match="is the root"):
-                await svc.abandon(a.tree.id, a.next_step.parent_id, "x")
-            with pytest.raises(UsageError, match="reason is empty"):
-                await svc.abandon(a.tree.id, a.next_step.node_id, " \n")
-            first = await svc.abandon(a.tree.id, a.next_step.node_id, "the model wrote no ModelNew")
-            with pytest.raises(UsageError, match="already has a verdict"):
-                await svc.abandon(a.tree.id, a.next_step.node_id, "again")
-            with pytest.raises(UsageError, match="already has a verdict"):
-                await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
-            assert first.next_step is not None
-            last = await svc.abandon(a.tree.id, first.next_step.node_id, "nothing again")
-            # a lapsed step whose budget another client spent is refused, as a late submit is
-            c = await svc.start(TASK, budget=1, params={"lease_seconds": 10, "warm_start": False})
-            assert c.next_step is not None
-            clock.advance(11)
-            other, _ = await svc.next_step(c.tree.id, client="b")
-            assert other is not None
-            await svc.abandon(c.tree.id, other.node_id, "b gave up too", client="b")
-            with pytest.raises(BudgetError, match="budget is spent: 1 of 1"):
-                await svc.abandon(c.tree.id, c.next_step.node_id, "late")
-            return first, last, await svc.status(a.tree.id)
-
-    first, last, st = asyncio.run(go())
+    async with service(tmp_path / "kc.db", clock=clock) as svc:
+        a = await svc.start(TASK, budget=2)
+        b = await svc.start(TASK, budget=2, params={"warm_start": False})
+        assert a.next_step is not None and b.next_step is not None
+        with pytest.raises(NotFoundError, match="no search tree 999"):
+            await svc.abandon(999, a.next_step.node_id, "x")
+        with pytest.raises(NotFoundError, match="no node 12345"):
+            await svc.abandon(a.tree.id, 12345, "x")
+        with pytest.raises(UsageError, match=f"belongs to tree {b.tree.id}, not tree {a.tree.id}"):
+            await svc.abandon(a.tree.id, b.next_step.node_id, "x")
+        with pytest.raises(UsageError, match="is the root"):
+            await svc.abandon(a.tree.id, a.next_step.parent_id, "x")
+        with pytest.raises(UsageError, match="reason is empty"):
+            await svc.abandon(a.tree.id, a.next_step.node_id, " \n")
+        first = await svc.abandon(a.tree.id, a.next_step.node_id, "the model wrote no ModelNew")
+        with pytest.raises(UsageError, match="already has a verdict"):
+            await svc.abandon(a.tree.id, a.next_step.node_id, "again")
+        with pytest.raises(UsageError, match="already has a verdict"):
+            await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
+        assert first.next_step is not None
+        last = await svc.abandon(a.tree.id, first.next_step.node_id, "nothing again")
+        # a lapsed step whose budget another client spent is refused, as a late submit is
+        c = await svc.start(TASK, budget=1, params={"lease_seconds": 10, "warm_start": False})
+        assert c.next_step is not None
+        clock.advance(11)
+        other, _ = await svc.next_step(c.tree.id, client="b")
+        assert other is not None
+        await svc.abandon(c.tree.id, other.node_id, "b gave up too", client="b")
+        with pytest.raises(BudgetError, match="budget is spent: 1 of 1"):
+            await svc.abandon(c.tree.id, c.next_step.node_id, "late")
+        st = await svc.status(a.tree.id)
     assert first.best is None and first.budget_left == 1
     assert last.next_step is None and "budget is spent: 2 of 2" in (last.next_step_note or "")
     assert st.best is None and st.tree.status == "done" and st.counts.not_compiled == 2
@@ -287,21 +263,18 @@ def test_abandon_refuses_what_submit_refuses_and_an_empty_reason(tmp_path):
 # ---------------------------------------------------------------------------- step contexts
 
 
-def test_a_small_step_carries_the_chain_with_verdicts_errors_and_timings(tmp_path):
+@pytest.mark.anyio
+async def test_a_small_step_carries_the_chain_with_verdicts_errors_and_timings(tmp_path):
     # p_large = 0 and c_exp = 0: always small, always descend — root → seed → A → B.
-    async def go():
-        async with service(tmp_path / "kc.db", gpu=True, seed_rules=True) as svc:
-            r = await svc.start(
-                TASK, seed_candidate=candidate("correct 1.5"), params={"p_large": 0.0, "c_exp": 0.0}, budget=9
-            )
-            s1 = r.next_step
-            assert s1 is not None
-            a = await svc.submit(r.tree.id, s1.node_id, candidate("correct 2.0"))
-            assert a.next_step is not None
-            b = await svc.submit(r.tree.id, a.next_step.node_id, candidate("compile"))
-            return r, s1, a, b
-
-    r, s1, a, b = asyncio.run(go())
+    async with service(tmp_path / "kc.db", gpu=True, seed_rules=True) as svc:
+        r = await svc.start(
+            TASK, seed_candidate=candidate("correct 1.5"), params={"p_large": 0.0, "c_exp": 0.0}, budget=9
+        )
+        s1 = r.next_step
+        assert s1 is not None
+        a = await svc.submit(r.tree.id, s1.node_id, candidate("correct 2.0"))
+        assert a.next_step is not None
+        b = await svc.submit(r.tree.id, a.next_step.node_id, candidate("compile"))
     assert r.seed_node is not None
     assert s1.kind == "small" and s1.parent_id == r.seed_node.id and s1.start_code == candidate("correct 1.5")
     step = b.next_step
@@ -319,18 +292,15 @@ def test_a_small_step_carries_the_chain_with_verdicts_errors_and_timings(tmp_pat
     assert step.rules[0].text in step.instructions
 
 
-def test_a_large_step_carries_the_pool_of_branch_bests_and_says_to_beat_them_all(tmp_path):
+@pytest.mark.anyio
+async def test_a_large_step_carries_the_pool_of_branch_bests_and_says_to_beat_them_all(tmp_path):
     # p_large = 1 and c_exp = 0: every step below the root is large and selection descends.
-    async def go():
-        async with service(tmp_path / "kc.db", gpu=True) as svc:
-            r = await svc.start(
-                TASK, seed_candidate=candidate("correct 1.5"), params={"p_large": 1.0, "c_exp": 0.0}, budget=9
-            )
-            assert r.next_step is not None
-            l1 = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 3.0"))
-            return r, l1
-
-    r, l1 = asyncio.run(go())
+    async with service(tmp_path / "kc.db", gpu=True) as svc:
+        r = await svc.start(
+            TASK, seed_candidate=candidate("correct 1.5"), params={"p_large": 1.0, "c_exp": 0.0}, budget=9
+        )
+        assert r.next_step is not None
+        l1 = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 3.0"))
     assert r.seed_node is not None
     first = r.next_step
     assert first is not None and first.kind == "large" and [k.node_id for k in first.pool] == [r.seed_node.id]
@@ -365,10 +335,11 @@ async def drive(db: Path, seed: int, steps: int = 14) -> list[tuple[int, str]]:
         return seq
 
 
-def test_the_same_seed_replays_the_same_sequence_of_steps(tmp_path):
-    first = asyncio.run(drive(tmp_path / "a.db", seed=5))
-    again = asyncio.run(drive(tmp_path / "b.db", seed=5))
-    other = asyncio.run(drive(tmp_path / "c.db", seed=6))
+@pytest.mark.anyio
+async def test_the_same_seed_replays_the_same_sequence_of_steps(tmp_path):
+    first = await drive(tmp_path / "a.db", seed=5)
+    again = await drive(tmp_path / "b.db", seed=5)
+    other = await drive(tmp_path / "c.db", seed=6)
     assert first == again
     assert first != other
     assert {k for _, k in first} == {"small", "large"}
@@ -377,7 +348,8 @@ def test_the_same_seed_replays_the_same_sequence_of_steps(tmp_path):
 # --------------------------------------------------------------------------------- concurrency
 
 
-def test_eight_concurrent_clients_get_distinct_steps_and_no_node_is_lost(tmp_path):
+@pytest.mark.anyio
+async def test_eight_concurrent_clients_get_distinct_steps_and_no_node_is_lost(tmp_path):
     db = tmp_path / "kc.db"
     budget = 40
 
@@ -394,18 +366,14 @@ def test_eight_concurrent_clients_get_distinct_steps_and_no_node_is_lost(tmp_pat
                 step = res.next_step
         return got
 
-    async def go():
-        async with service(db, gpu=True) as svc:
-            r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=budget, client="c0")
-        got = await asyncio.gather(
-            *(client(r.tree.id, f"c{k}", k, r.next_step if k == 0 else None) for k in range(8))
-        )
-        async with service(db, gpu=True) as svc:
-            view = await svc.show(r.tree.id)
-            st = await svc.status(r.tree.id, client="observer")
-        return got, view, st
-
-    got, view, st = asyncio.run(go())
+    async with service(db, gpu=True) as svc:
+        r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=budget, client="c0")
+    got = await asyncio.gather(
+        *(client(r.tree.id, f"c{k}", k, r.next_step if k == 0 else None) for k in range(8))
+    )
+    async with service(db, gpu=True) as svc:
+        view = await svc.show(r.tree.id)
+        st = await svc.status(r.tree.id, client="observer")
     handed = [n for g in got for n in g]
     assert len(handed) == len(set(handed)), "a step was handed to two clients"
     evaluated = {n.id for n in view.nodes if n.status == "evaluated" and n.kind != "root" and not n.seed}
@@ -419,58 +387,47 @@ def test_eight_concurrent_clients_get_distinct_steps_and_no_node_is_lost(tmp_pat
 # ----------------------------------------------------------------------------------- leases
 
 
-def test_a_late_submit_for_a_lapsed_lease_still_counts(tmp_path):
+@pytest.mark.anyio
+async def test_a_late_submit_for_a_lapsed_lease_still_counts(tmp_path):
     clock = Clock()
-
-    async def go():
-        async with service(tmp_path / "kc.db", clock=clock) as svc:
-            r = await svc.start(TASK, budget=3, params={"lease_seconds": 60})
-            assert r.next_step is not None
-            clock.advance(61)
-            st = await svc.status(r.tree.id, client="bob")
-            late = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"), client="alice")
-            return r, st, late
-
-    r, st, late = asyncio.run(go())
+    async with service(tmp_path / "kc.db", clock=clock) as svc:
+        r = await svc.start(TASK, budget=3, params={"lease_seconds": 60})
+        assert r.next_step is not None
+        clock.advance(61)
+        st = await svc.status(r.tree.id, client="bob")
+        late = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"), client="alice")
     assert st.counts.lapsed == 1 and st.counts.pending == 1  # alice's lapsed, bob's new one
     assert st.next_step is not None and st.next_step.node_id != r.next_step.node_id
     assert late.node.status == "evaluated" and late.node.outcome == "correct" and late.budget_left == 2
 
 
-def test_a_lapsed_lease_whose_budget_was_handed_on_is_refused(tmp_path):
+@pytest.mark.anyio
+async def test_a_lapsed_lease_whose_budget_was_handed_on_is_refused(tmp_path):
     clock = Clock()
-
-    async def go():
-        async with service(tmp_path / "kc.db", clock=clock) as svc:
-            r = await svc.start(TASK, budget=2, params={"lease_seconds": 60})
-            assert r.next_step is not None
-            clock.advance(61)
-            b, _ = await svc.next_step(r.tree.id, client="b")
-            c, _ = await svc.next_step(r.tree.id, client="c")
-            d, note = await svc.next_step(r.tree.id, client="d")
-            with pytest.raises(BudgetError, match="held by 2 other open step"):
-                await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
-            assert b is not None and c is not None
-            await svc.submit(r.tree.id, b.node_id, candidate("correct"), client="b")
-            await svc.submit(r.tree.id, c.node_id, candidate("wrong"), client="c")
-            with pytest.raises(BudgetError, match="budget is spent: 2 of 2"):
-                await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
-            return d, note
-
-    d, note = asyncio.run(go())
+    async with service(tmp_path / "kc.db", clock=clock) as svc:
+        r = await svc.start(TASK, budget=2, params={"lease_seconds": 60})
+        assert r.next_step is not None
+        clock.advance(61)
+        b, _ = await svc.next_step(r.tree.id, client="b")
+        c, _ = await svc.next_step(r.tree.id, client="c")
+        d, note = await svc.next_step(r.tree.id, client="d")
+        with pytest.raises(BudgetError, match="held by 2 other open step"):
+            await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
+        assert b is not None and c is not None
+        await svc.submit(r.tree.id, b.node_id, candidate("correct"), client="b")
+        await svc.submit(r.tree.id, c.node_id, candidate("wrong"), client="c")
+        with pytest.raises(BudgetError, match="budget is spent: 2 of 2"):
+            await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
     assert d is None and "held by 2 open step" in (note or "")
 
 
-def test_status_re_offers_the_step_a_client_already_holds(tmp_path):
-    async def go():
-        async with service(tmp_path / "kc.db") as svc:
-            r = await svc.start(TASK, budget=5, client="alice")
-            again = await svc.status(r.tree.id, client="alice")
-            twice = await svc.status(r.tree.id, client="alice")
-            other = await svc.status(r.tree.id, client="bob")
-            return r, again, twice, other
-
-    r, again, twice, other = asyncio.run(go())
+@pytest.mark.anyio
+async def test_status_re_offers_the_step_a_client_already_holds(tmp_path):
+    async with service(tmp_path / "kc.db") as svc:
+        r = await svc.start(TASK, budget=5, client="alice")
+        again = await svc.status(r.tree.id, client="alice")
+        twice = await svc.status(r.tree.id, client="alice")
+        other = await svc.status(r.tree.id, client="bob")
     assert r.next_step is not None and again.next_step is not None and other.next_step is not None
     assert again.next_step.node_id == r.next_step.node_id == twice.next_step.node_id  # type: ignore[union-attr]
     assert other.next_step.node_id != r.next_step.node_id
@@ -480,28 +437,26 @@ def test_status_re_offers_the_step_a_client_already_holds(tmp_path):
 # -------------------------------------------------------------------------------- warm start
 
 
-def test_a_tree_for_the_same_operator_and_shapes_on_the_same_arch_starts_from_the_earlier_best(tmp_path):
+@pytest.mark.anyio
+async def test_a_tree_for_the_same_operator_and_shapes_on_the_same_arch_starts_from_the_earlier_best(
+    tmp_path,
+):
     reformatted = TASK.replace('"""Add two vectors."""', "# the same task, written differently").replace(
         "        return x + y", "        return x + y  # elementwise"
     )
     other_size = TASK.replace("N = 1000", "N = 2000")
-
-    async def go():
-        async with service(tmp_path / "kc.db", gpu=True) as svc:
-            first = await svc.start(TASK, budget=4)
-            step = first.next_step
-            for v in ["correct 1.5", "correct 4.0", "wrong"]:
-                assert step is not None
-                step = (await svc.submit(first.tree.id, step.node_id, candidate(v, "first tree"))).next_step
-            best = (await svc.status(first.tree.id)).best
-            same = await svc.start(TASK, budget=2)
-            moved = await svc.start(reformatted, budget=2)
-            arch = await svc.start(TASK, budget=2, target="sm_100")
-            size = await svc.start(other_size, budget=2)
-            off = await svc.start(TASK, budget=2, params={"warm_start": False})
-            return best, same, moved, arch, size, off
-
-    best, same, moved, arch, size, off = asyncio.run(go())
+    async with service(tmp_path / "kc.db", gpu=True) as svc:
+        first = await svc.start(TASK, budget=4)
+        step = first.next_step
+        for v in ["correct 1.5", "correct 4.0", "wrong"]:
+            assert step is not None
+            step = (await svc.submit(first.tree.id, step.node_id, candidate(v, "first tree"))).next_step
+        best = (await svc.status(first.tree.id)).best
+        same = await svc.start(TASK, budget=2)
+        moved = await svc.start(reformatted, budget=2)
+        arch = await svc.start(TASK, budget=2, target="sm_100")
+        size = await svc.start(other_size, budget=2)
+        off = await svc.start(TASK, budget=2, params={"warm_start": False})
     assert best is not None and best.speedup == 4.0
     assert same.warm_start is not None and same.warm_start.match == "task_hash"
     assert same.warm_start.node_id == best.id and same.warm_start.tree_id == best.tree_id
@@ -515,61 +470,54 @@ def test_a_tree_for_the_same_operator_and_shapes_on_the_same_arch_starts_from_th
 # ------------------------------------------------------------------------------------ errors
 
 
-def test_bad_input_gets_an_error_that_says_what_to_do(tmp_path):
-    async def go():
-        async with service(tmp_path / "kc.db") as svc:
-            a = await svc.start(TASK, budget=1)
-            b = await svc.start(TASK, budget=3, params={"warm_start": False})
-            assert a.next_step is not None and b.next_step is not None
-            with pytest.raises(NotFoundError, match="no search tree 999"):
-                await svc.submit(999, a.next_step.node_id, candidate("correct"))
-            with pytest.raises(NotFoundError, match="no search tree 999"):
-                await svc.status(999)
-            with pytest.raises(NotFoundError, match="no node 12345"):
-                await svc.submit(a.tree.id, 12345, candidate("correct"))
-            with pytest.raises(UsageError, match=f"belongs to tree {b.tree.id}, not tree {a.tree.id}"):
-                await svc.submit(a.tree.id, b.next_step.node_id, candidate("correct"))
-            with pytest.raises(UsageError, match="is the root"):
-                await svc.submit(a.tree.id, a.next_step.parent_id, candidate("correct"))
-            with pytest.raises(UsageError, match="candidate is empty"):
-                await svc.submit(a.tree.id, a.next_step.node_id, "  \n")
-            res = await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
-            assert res.next_step is None and "budget is spent: 1 of 1" in (res.next_step_note or "")
-            with pytest.raises(UsageError, match="already has a verdict"):
-                await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
-            st = await svc.status(a.tree.id)
-            assert st.tree.status == "done" and st.next_step is None
-            with pytest.raises(UsageError, match="unknown target 'sm_75'"):
-                await svc.start(TASK, target="sm_75")
-            with pytest.raises(UsageError, match="unknown policy"):
-                await svc.start(TASK, policy="random")
-            with pytest.raises(UsageError, match="budget must be between 1"):
-                await svc.start(TASK, budget=0)
-            with pytest.raises(TaskError, match="lacks get_inputs"):
-                await svc.start(
-                    "import torch\nclass Model:\n    pass\ndef get_init_inputs():\n    return []\n"
-                )
-            with pytest.raises(TaskError, match="does not parse"):
-                await svc.start("class Model(:\n")
-
-    asyncio.run(go())
+@pytest.mark.anyio
+async def test_bad_input_gets_an_error_that_says_what_to_do(tmp_path):
+    async with service(tmp_path / "kc.db") as svc:
+        a = await svc.start(TASK, budget=1)
+        b = await svc.start(TASK, budget=3, params={"warm_start": False})
+        assert a.next_step is not None and b.next_step is not None
+        with pytest.raises(NotFoundError, match="no search tree 999"):
+            await svc.submit(999, a.next_step.node_id, candidate("correct"))
+        with pytest.raises(NotFoundError, match="no search tree 999"):
+            await svc.status(999)
+        with pytest.raises(NotFoundError, match="no node 12345"):
+            await svc.submit(a.tree.id, 12345, candidate("correct"))
+        with pytest.raises(UsageError, match=f"belongs to tree {b.tree.id}, not tree {a.tree.id}"):
+            await svc.submit(a.tree.id, b.next_step.node_id, candidate("correct"))
+        with pytest.raises(UsageError, match="is the root"):
+            await svc.submit(a.tree.id, a.next_step.parent_id, candidate("correct"))
+        with pytest.raises(UsageError, match="candidate is empty"):
+            await svc.submit(a.tree.id, a.next_step.node_id, "  \n")
+        res = await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
+        assert res.next_step is None and "budget is spent: 1 of 1" in (res.next_step_note or "")
+        with pytest.raises(UsageError, match="already has a verdict"):
+            await svc.submit(a.tree.id, a.next_step.node_id, candidate("correct"))
+        st = await svc.status(a.tree.id)
+        assert st.tree.status == "done" and st.next_step is None
+        with pytest.raises(UsageError, match="unknown target 'sm_75'"):
+            await svc.start(TASK, target="sm_75")
+        with pytest.raises(UsageError, match="unknown policy"):
+            await svc.start(TASK, policy="random")
+        with pytest.raises(UsageError, match="budget must be between 1"):
+            await svc.start(TASK, budget=0)
+        with pytest.raises(TaskError, match="lacks get_inputs"):
+            await svc.start("import torch\nclass Model:\n    pass\ndef get_init_inputs():\n    return []\n")
+        with pytest.raises(TaskError, match="does not parse"):
+            await svc.start("class Model(:\n")
 
 
-def test_a_budget_already_spent_refuses_a_late_submit(tmp_path):
+@pytest.mark.anyio
+async def test_a_budget_already_spent_refuses_a_late_submit(tmp_path):
     clock = Clock()
-
-    async def go():
-        async with service(tmp_path / "kc.db", clock=clock) as svc:
-            r = await svc.start(TASK, budget=1, params={"lease_seconds": 10})
-            assert r.next_step is not None
-            clock.advance(11)
-            other, _ = await svc.next_step(r.tree.id, client="b")
-            assert other is not None
-            await svc.submit(r.tree.id, other.node_id, candidate("correct"), client="b")
-            with pytest.raises(BudgetError, match="budget is spent: 1 of 1 candidates evaluated"):
-                await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
-
-    asyncio.run(go())
+    async with service(tmp_path / "kc.db", clock=clock) as svc:
+        r = await svc.start(TASK, budget=1, params={"lease_seconds": 10})
+        assert r.next_step is not None
+        clock.advance(11)
+        other, _ = await svc.next_step(r.tree.id, client="b")
+        assert other is not None
+        await svc.submit(r.tree.id, other.node_id, candidate("correct"), client="b")
+        with pytest.raises(BudgetError, match="budget is spent: 1 of 1 candidates evaluated"):
+            await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
 
 
 # -------------------------------------------------------------------------------------- resume
@@ -623,7 +571,8 @@ def _read_lines(proc: subprocess.Popen[str], until: int, timeout: float) -> list
 
 
 @pytest.mark.slow
-def test_a_tree_killed_mid_search_resumes_with_the_same_best_node(tmp_path):
+@pytest.mark.anyio
+async def test_a_tree_killed_mid_search_resumes_with_the_same_best_node(tmp_path):
     db = tmp_path / "kc.db"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
@@ -661,16 +610,11 @@ def test_a_tree_killed_mid_search_resumes_with_the_same_best_node(tmp_path):
         assert fresh.best.id == last_best_id
     assert fresh.budget_used >= len(recorded)
     assert fresh.best.code is not None and fresh.best.verdict is not None
-
-    async def resume():
-        async with service(db, gpu=True) as svc:
-            st = await svc.status(tree_id, client="worker")
-            assert st.best is not None and st.best.id == fresh.best.id  # type: ignore[union-attr]
-            assert st.next_step is not None
-            res = await svc.submit(tree_id, st.next_step.node_id, candidate("correct 9.0"), client="worker")
-            return st, res
-
-    st, res = asyncio.run(resume())
+    async with service(db, gpu=True) as svc:
+        st = await svc.status(tree_id, client="worker")
+        assert st.best is not None and st.best.id == fresh.best.id  # type: ignore[union-attr]
+        assert st.next_step is not None
+        res = await svc.submit(tree_id, st.next_step.node_id, candidate("correct 9.0"), client="worker")
     # The worker's open step (if the kill left one) is offered back rather than a new one.
     assert st.next_step is not None
     if fresh.next_step is not None:
