@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -40,7 +39,8 @@ def anthropic_llm(base: str, **kw: object) -> AnthropicLLM:
     )  # type: ignore[arg-type]
 
 
-def test_anthropic_backend_forces_the_answer_tool_caches_the_prefix_and_prices_the_call() -> None:
+@pytest.mark.anyio
+async def test_anthropic_backend_forces_the_answer_tool_caches_the_prefix_and_prices_the_call() -> None:
     script = Script().add(
         "submit_kernel",
         Reply(
@@ -48,15 +48,11 @@ def test_anthropic_backend_forces_the_answer_tool_caches_the_prefix_and_prices_t
         ),
     )
     with serve(script) as base:
-
-        async def go():
-            llm = anthropic_llm(base)
-            try:
-                return await llm.call("SYSTEM", ASK, list(ANSWER_TOOLS), "submit_kernel")
-            finally:
-                await llm.aclose()
-
-        reply = asyncio.run(go())
+        llm = anthropic_llm(base)
+        try:
+            reply = await llm.call("SYSTEM", ASK, list(ANSWER_TOOLS), "submit_kernel")
+        finally:
+            await llm.aclose()
     assert reply.tool_call is not None and reply.tool_call.input["code"] == "class ModelNew: ..."
     body = script.requests[0]
     assert body["tool_choice"] == {"type": "tool", "name": "submit_kernel"}
@@ -68,7 +64,8 @@ def test_anthropic_backend_forces_the_answer_tool_caches_the_prefix_and_prices_t
     assert reply.usage.cost_usd == pytest.approx((100 * 2 + 50 * 10 + 2000 * 0.10) / 1e6)
 
 
-def test_anthropic_backend_retries_a_529_overload_and_a_429_then_answers() -> None:
+@pytest.mark.anyio
+async def test_anthropic_backend_retries_a_529_overload_and_a_429_then_answers() -> None:
     script = Script().add(
         "propose_rule",
         HttpError(529, "overloaded_error", "Overloaded"),
@@ -76,15 +73,11 @@ def test_anthropic_backend_retries_a_529_overload_and_a_429_then_answers() -> No
         Reply({"text": "You cannot call tl.float32 as a function."}),
     )
     with serve(script) as base:
-
-        async def go():
-            llm = anthropic_llm(base)
-            try:
-                return await llm.call("S", ASK, [PROPOSE_RULE], "propose_rule")
-            finally:
-                await llm.aclose()
-
-        reply = asyncio.run(go())
+        llm = anthropic_llm(base)
+        try:
+            reply = await llm.call("S", ASK, [PROPOSE_RULE], "propose_rule")
+        finally:
+            await llm.aclose()
     assert reply.tool_call is not None and reply.tool_call.input["text"].startswith("You cannot")
     assert script.served == [
         ("propose_rule", "error 529"),
@@ -93,73 +86,63 @@ def test_anthropic_backend_retries_a_529_overload_and_a_429_then_answers() -> No
     ]
 
 
-def test_anthropic_backend_gives_up_after_its_bounded_retries_with_an_llm_error() -> None:
+@pytest.mark.anyio
+async def test_anthropic_backend_gives_up_after_its_bounded_retries_with_an_llm_error() -> None:
     script = Script().add("propose_rule", *[HttpError(529) for _ in range(3)])
     with serve(script) as base:
-
-        async def go():
-            llm = anthropic_llm(base)
-            try:
+        llm = anthropic_llm(base)
+        try:
+            with pytest.raises(LLMError, match="529"):
                 await llm.call("S", ASK, [PROPOSE_RULE], "propose_rule")
-            finally:
-                await llm.aclose()
-
-        with pytest.raises(LLMError, match="529"):
-            asyncio.run(go())
+        finally:
+            await llm.aclose()
     assert len(script.served) == 3
 
 
-def test_anthropic_backend_says_which_variable_holds_a_rejected_key() -> None:
+@pytest.mark.anyio
+async def test_anthropic_backend_says_which_variable_holds_a_rejected_key() -> None:
     script = Script().add("submit_kernel", HttpError(401, "authentication_error", "invalid x-api-key"))
     with serve(script) as base:
-
-        async def go():
-            llm = anthropic_llm(base)
-            try:
+        llm = anthropic_llm(base)
+        try:
+            with pytest.raises(LLMError, match="ANTHROPIC_API_KEY"):
                 await llm.call("S", ASK, [SUBMIT_KERNEL], "submit_kernel")
-            finally:
-                await llm.aclose()
-
-        with pytest.raises(LLMError, match="ANTHROPIC_API_KEY"):
-            asyncio.run(go())
+        finally:
+            await llm.aclose()
 
 
-def test_anthropic_backend_with_thinking_lets_the_model_choose_and_reports_a_missing_tool_call() -> None:
+@pytest.mark.anyio
+async def test_anthropic_backend_with_thinking_lets_the_model_choose_and_reports_a_missing_tool_call() -> (
+    None
+):
     script = Script().add("submit_kernel", Reply(None, text="I think the kernel should..."))
     with serve(script) as base:
-
-        async def go():
-            llm = anthropic_llm(base, thinking_budget=2048, max_tokens=8192)
-            try:
-                return await llm.call("S", ASK, [SUBMIT_KERNEL], "submit_kernel")
-            finally:
-                await llm.aclose()
-
-        reply = asyncio.run(go())
+        llm = anthropic_llm(base, thinking_budget=2048, max_tokens=8192)
+        try:
+            reply = await llm.call("S", ASK, [SUBMIT_KERNEL], "submit_kernel")
+        finally:
+            await llm.aclose()
     body = script.requests[0]
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert body["tool_choice"] == {"type": "auto"}
     assert reply.tool_call is None and "kernel should" in reply.text
 
 
-def test_openai_backend_forces_the_function_and_retries_a_503() -> None:
+@pytest.mark.anyio
+async def test_openai_backend_forces_the_function_and_retries_a_503() -> None:
     script = Script().add(
         "submit_edits",
         HttpError(503, "server_error", "busy"),
         Reply({"edits": [{"old": "num_warps=4", "new": "num_warps=8"}]}, input_tokens=30, output_tokens=7),
     )
     with serve(script) as base:
-
-        async def go():
-            llm = OpenAICompatibleLLM.create(
-                api_key="k", model="qwen-coder", base_url=f"{base}/v1", sdk_max_retries=0, retry=FAST_RETRY
-            )
-            try:
-                return await llm.call("SYS", ASK, list(ANSWER_TOOLS), "submit_edits")
-            finally:
-                await llm.aclose()
-
-        reply = asyncio.run(go())
+        llm = OpenAICompatibleLLM.create(
+            api_key="k", model="qwen-coder", base_url=f"{base}/v1", sdk_max_retries=0, retry=FAST_RETRY
+        )
+        try:
+            reply = await llm.call("SYS", ASK, list(ANSWER_TOOLS), "submit_edits")
+        finally:
+            await llm.aclose()
     assert reply.tool_call is not None and reply.tool_call.input["edits"][0]["new"] == "num_warps=8"
     body = script.requests[-1]
     assert body["tool_choice"] == {"type": "function", "function": {"name": "submit_edits"}}
@@ -168,18 +151,17 @@ def test_openai_backend_forces_the_function_and_retries_a_503() -> None:
     assert [s for _, s in script.served] == ["error 503", "reply"]
 
 
-def test_openai_backend_accepts_json_arguments_given_as_text_by_servers_that_ignore_tool_choice() -> None:
+@pytest.mark.anyio
+async def test_openai_backend_accepts_json_arguments_given_as_text_by_servers_that_ignore_tool_choice() -> (
+    None
+):
     script = Script().add("propose_rule", Reply(None, text='```json\n{"text": "no guidance"}\n```'))
     with serve(script) as base:
-
-        async def go():
-            llm = OpenAICompatibleLLM.create(api_key="k", model="m", base_url=f"{base}/v1", sdk_max_retries=0)
-            try:
-                return await llm.call("S", ASK, [PROPOSE_RULE], "propose_rule")
-            finally:
-                await llm.aclose()
-
-        reply = asyncio.run(go())
+        llm = OpenAICompatibleLLM.create(api_key="k", model="m", base_url=f"{base}/v1", sdk_max_retries=0)
+        try:
+            reply = await llm.call("S", ASK, [PROPOSE_RULE], "propose_rule")
+        finally:
+            await llm.aclose()
     assert reply.tool_call is not None and reply.tool_call.input == {"text": "no guidance"}
 
 
