@@ -3,7 +3,6 @@ interpreter), the tuner, and Claude played by a local server speaking the Messag
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -45,12 +44,15 @@ def read_steps(out: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_optimize_with_the_offline_tuner_runs_three_steps_on_the_cpu_and_writes_the_run(home: Path) -> None:
+@pytest.mark.anyio
+async def test_optimize_with_the_offline_tuner_runs_three_steps_on_the_cpu_and_writes_the_run(
+    home: Path,
+) -> None:
     out = home / "run"
     opts = OptimizeOptions(
         task=TASK, steps=3, llm=LLMConfig(kind="none"), out=out, db_path=home / "kc.db", progress=False
     )
-    summary = asyncio.run(optimize(opts))
+    summary = await optimize(opts)
     steps = read_steps(out)
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert all(s["mode"] == "tuner" and s["tuner"]["changed"] for s in steps)
@@ -69,7 +71,8 @@ def test_optimize_with_the_offline_tuner_runs_three_steps_on_the_cpu_and_writes_
 
 
 @pytest.mark.slow
-def test_optimize_with_claude_retries_overload_fails_malformed_edits_and_learns_a_rule_from_a_wrong_kernel(
+@pytest.mark.anyio
+async def test_optimize_with_claude_retries_overload_fails_malformed_edits_and_learns_a_rule_from_a_wrong_kernel(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
@@ -91,7 +94,7 @@ def test_optimize_with_claude_retries_overload_fails_malformed_edits_and_learns_
             retry=RetryPolicy(attempts=3, base_delay=0.01, seed=0),
         )
         opts = OptimizeOptions(task=TASK, steps=3, llm=llm, out=out, db_path=home / "kc.db", progress=False)
-        summary = asyncio.run(optimize(opts))
+        summary = await optimize(opts)
     steps = read_steps(out)
     assert len(steps) == 3
 
@@ -123,7 +126,8 @@ def test_optimize_with_claude_retries_overload_fails_malformed_edits_and_learns_
 
 
 @pytest.mark.slow
-def test_with_claude_the_offline_tuner_takes_its_turn_at_a_small_step_and_spends_no_tokens(
+@pytest.mark.anyio
+async def test_with_claude_the_offline_tuner_takes_its_turn_at_a_small_step_and_spends_no_tokens(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
@@ -139,7 +143,7 @@ def test_with_claude_the_offline_tuner_takes_its_turn_at_a_small_step_and_spends
         opts = OptimizeOptions(
             task=TASK, steps=3, llm=llm, out=out, db_path=home / "kc.db", progress=False, compile_check=False
         )
-        summary = asyncio.run(optimize(opts))
+        summary = await optimize(opts)
     steps = read_steps(out)
     # search seed 0: a small step (the LLM's), a large one, then a small one on a correct kernel
     assert [(s["kind"], s["proposer"]) for s in steps] == [
@@ -182,7 +186,8 @@ def test_the_small_step_proposer_alternates_only_on_correct_tunable_kernels(tmp_
 
 
 @pytest.mark.slow
-def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_function_call_and_learns_a_rule(
+@pytest.mark.anyio
+async def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_function_call_and_learns_a_rule(
     home: Path,
 ) -> None:
     task = home / "gelu.py"  # no gelu_seed.py beside it: the first step is the root's large step
@@ -202,7 +207,7 @@ def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_function_c
             kind="openai", model="qwen-coder", base_url=f"{base}/v1", api_key_env="none", sdk_max_retries=0
         )
         opts = OptimizeOptions(task=task, steps=2, llm=llm, out=out, db_path=home / "kc.db", progress=False)
-        summary = asyncio.run(optimize(opts))
+        summary = await optimize(opts)
     steps = read_steps(out)
     assert len(steps) == 2
 
@@ -228,39 +233,38 @@ def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_function_c
     assert summary["usage"]["calls"] == len(script.requests) and summary["usage"]["cost_usd"] is None
 
 
-def test_optimize_with_llm_none_and_no_seed_says_a_seed_is_needed(home: Path) -> None:
+@pytest.mark.anyio
+async def test_optimize_with_llm_none_and_no_seed_says_a_seed_is_needed(home: Path) -> None:
     task = home / "lonely.py"
     task.write_text(TASK.read_text())
     with pytest.raises(UsageError, match=r"--llm none needs a seed kernel.*lonely_seed\.py"):
-        asyncio.run(
-            optimize(OptimizeOptions(task=task, llm=LLMConfig(kind="none"), out=home / "r", progress=False))
-        )
+        await optimize(OptimizeOptions(task=task, llm=LLMConfig(kind="none"), out=home / "r", progress=False))
 
 
-def test_optimize_without_an_api_key_fails_before_starting_anything(
+@pytest.mark.anyio
+async def test_optimize_without_an_api_key_fails_before_starting_anything(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.chdir(home)  # no .env here
     with pytest.raises(LLMError, match="ANTHROPIC_API_KEY"):
-        asyncio.run(optimize(OptimizeOptions(task=TASK, out=home / "r", progress=False)))
+        await optimize(OptimizeOptions(task=TASK, out=home / "r", progress=False))
     assert not (home / "r").exists()
 
 
-def test_adapt_with_llm_none_skips_tasks_without_seeds_and_says_why(home: Path) -> None:
+@pytest.mark.anyio
+async def test_adapt_with_llm_none_skips_tasks_without_seeds_and_says_why(home: Path) -> None:
     tasks = home / "tasks"
     tasks.mkdir()
     (tasks / "gelu.py").write_text(TASK.read_text())
-    report = asyncio.run(
-        adapt(
-            AdaptOptions(
-                tasks_dir=tasks,
-                steps=1,
-                llm=LLMConfig(kind="none"),
-                out=home / "a",
-                db_path=home / "kc.db",
-                progress=False,
-            )
+    report = await adapt(
+        AdaptOptions(
+            tasks_dir=tasks,
+            steps=1,
+            llm=LLMConfig(kind="none"),
+            out=home / "a",
+            db_path=home / "kc.db",
+            progress=False,
         )
     )
     assert (
@@ -316,7 +320,8 @@ def test_optimize_resumes_the_same_tree_after_sigkill(home: Path) -> None:
 
 
 @pytest.mark.slow
-def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the_token(
+@pytest.mark.anyio
+async def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the_token(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`--server URL --token-env VAR`: the driver is an MCP client of a `kernelcraft serve --transport
@@ -337,7 +342,7 @@ def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the
         )
     try:
         try:
-            asyncio.run(wait_healthy(f"http://127.0.0.1:{port}", server=server))
+            await wait_healthy(f"http://127.0.0.1:{port}", server=server)
         except Exception as e:
             raise AssertionError(f"{e}; its log: {server_log.read_text()[-2000:]}") from e
         cmd = [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", "--steps", "2"]
@@ -367,12 +372,12 @@ def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_needs_the
                 pass
 
         with pytest.raises(UsageError, match="needs a bearer token .* --token-env"):
-            asyncio.run(connect(f"http://127.0.0.1:{port}/mcp", None))
+            await connect(f"http://127.0.0.1:{port}/mcp", None)
         monkeypatch.setenv("KC_TOKEN", token)
         with pytest.raises(UsageError, match="no MCP endpoint .* ends in /mcp"):
-            asyncio.run(connect(f"http://127.0.0.1:{port}/", "KC_TOKEN"))
+            await connect(f"http://127.0.0.1:{port}/", "KC_TOKEN")
         with pytest.raises(UsageError, match="could not reach .* is running there"):
-            asyncio.run(connect(f"http://127.0.0.1:{free_port()}/mcp", None))
+            await connect(f"http://127.0.0.1:{free_port()}/mcp", None)
         ran = subprocess.run(
             cmd + ["--json", "-q", "--no-compile-check"],
             env={**client_env, "KC_TOKEN": token},
