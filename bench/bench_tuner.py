@@ -21,10 +21,12 @@ Part 2, the examples' best kernels (the grid's best configuration) against PyTor
 torch.compile, with the roofline fraction (`kernelcraft.engine.roofline.roofline_for`).
 
 Harness: in-process `triton.testing.do_bench(..., return_mode="median")` (L2 flushed by do_bench),
-not the engine's `LocalEvaluator`. Why: a grid is hundreds of configurations per kernel, and the
-engine spends ~9 s per evaluation in a fresh process (DESIGN.md), i.e. hours per kernel; in-process
-each configuration costs its JIT compile plus ~100 ms of timing. The kernels timed are our own
-examples, so the evaluator's isolation (which exists for untrusted candidates) buys nothing here.
+not the engine's `LocalEvaluator`. Why: a grid is hundreds of configurations per kernel, and each
+evaluation through the engine (verify and profile) takes ~1.9 s on the H200 (docs/benchmarks.md; a
+fresh-process harness like KernelBench's takes 8.9 s, docs/design.md "Measured facts"), i.e. many
+minutes per kernel; in-process each configuration costs its JIT compile plus ~100 ms of timing. The
+kernels timed are our own examples, so the evaluator's isolation (which exists for untrusted
+candidates) buys nothing here.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ elementwise FLOPs / peak(fp32). A kernel can come close to the floor but not bea
 
 Peaks: datasheet numbers with their source beside each, dense (no 2:4 sparsity; where a datasheet
 gives only sparse figures they are halved, as its footnotes say). `h200-measured` holds what we
-measured on our H200 (DESIGN.md, "Measured facts").
+measured on our H200 (docs/design.md, "Measured facts").
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ PEAKS: dict[str, Peak] = {
         {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
         "NVIDIA H100 datasheet",
     ),
-    # Measured on our H200 (torch 2.11, Triton 3.6; DESIGN.md "Measured facts"): ~4.3 TB/s
+    # Measured on our H200 (torch 2.11, Triton 3.6; docs/design.md "Measured facts"): ~4.3 TB/s
     # device-to-device, ~790 TFLOP/s bf16 dense. Rates we did not measure keep the datasheet value.
     "h200-measured": Peak(
         "H200 SXM (measured)",
