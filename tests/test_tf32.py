@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from kernelcraft.engine.tf32 import is_tf32, to_tf32
 
@@ -58,6 +59,7 @@ _KERNEL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_an_interpreted_fp32_dot_is_tf32_unless_the_kernel_asks_for_ieee(tmp_path):
     script = tmp_path / "dot.py"
     script.write_text(_KERNEL)
