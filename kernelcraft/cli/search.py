@@ -7,11 +7,12 @@
     kernelcraft tree status TREE_ID [--code] [--json]
     kernelcraft tree show TREE_ID [--json]
 
-Each command opens the database (`--db`, else KERNELCRAFT_DB / KERNELCRAFT_HOME), does one thing
-and closes it; candidates are evaluated by a `LocalEvaluator` on this machine. `--json` prints the
-same pydantic models the MCP tool `search_tree_step` returns. Exit codes: 0, except `submit` of a
-candidate that is not correct (1); 2 for unusable arguments. `abandon` (a step you could write no
-candidate for) exits 0: the step is recorded as failed with your reason.
+Each command opens the database (`--db`, else KERNELCRAFT_DB / KERNELCRAFT_HOME) as the server does
+(`kernelcraft.server.state.open_app_state`), does one thing and closes it; candidates are evaluated
+by a `LocalEvaluator` on this machine. `--json` prints the same pydantic models the MCP tool
+`search_tree_step` returns. Exit codes: 0, except `submit` of a candidate that is not correct (1);
+2 for unusable arguments. `abandon` (a step you could write no candidate for) exits 0: the step is
+recorded as failed with your reason.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
@@ -36,13 +37,13 @@ from kernelcraft.cli.common import (
     emit,
     print_json,
 )
-from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.engine.evaluator import Evaluator
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
-from kernelcraft.search.tree import tree_view
-from kernelcraft.store import Store, utcnow
+from kernelcraft.server.state import open_app_state
 
 T = TypeVar("T")
+Device = Literal["auto", "cuda", "cpu"]
 
 
 def register(sub: Subcommands) -> None:
@@ -135,23 +136,21 @@ def _params(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def _run(args: argparse.Namespace, body: Callable[[SearchService], Awaitable[T]]) -> T:
+def _run(
+    args: argparse.Namespace, body: Callable[[SearchService], Awaitable[T]], *, device: Device | None = None
+) -> T:
+    """Open the database's state as the server does (`open_app_state`), run `body` on its search
+    service, close it. Candidates are evaluated by a `LocalEvaluator` for `--device` (or `device`)."""
     settings = Settings.from_env(args.db)
 
-    async def go() -> T:
+    def local_evaluator(_: Settings) -> Evaluator:
         from kernelcraft.engine.local import LocalEvaluator
 
-        store = await Store.open(settings.db_path)
-        evaluator = LocalEvaluator(device=getattr(args, "device", "auto"))
-        try:
-            rulebook = Rulebook(store, settings.rule_activation_count)
-            await rulebook.import_seed()
-            return await body(
-                SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes)
-            )
-        finally:
-            await evaluator.aclose()
-            await store.aclose()
+        return LocalEvaluator(device=device or args.device)
+
+    async def go() -> T:
+        async with open_app_state(settings, local_evaluator) as state:
+            return await body(state.search)
 
     return asyncio.run(go())
 
@@ -228,16 +227,11 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    settings = Settings.from_env(args.db)
+    async def body(svc: SearchService) -> TreeView:
+        return await svc.show(args.tree_id)
 
-    async def go() -> TreeView:
-        store = await Store.open(settings.db_path)
-        try:
-            return await tree_view(store.conn, args.tree_id, utcnow())
-        finally:
-            await store.aclose()
-
-    view = asyncio.run(go())
+    # `show` evaluates nothing: a CPU evaluator neither imports torch nor starts a worker.
+    view = _run(args, body, device="cpu")
     if args.json:
         print_json(view)
         return EXIT_OK

@@ -1,8 +1,8 @@
 """The MCP server: one `MCPServer` whose lifespan owns the database and the evaluator.
 
-`create_server(settings)` builds the server; the transports (`commands.py`) only run it. The
-lifespan opens the one Store, the rulebook (importing the seed rules on first start), the
-hardware-manual index, the evaluator and the search service, and closes them in reverse order;
+`create_server(settings)` builds the server; the transports (`kernelcraft/cli/server.py`) only run
+it. The lifespan enters `open_app_state` (`state.py`: the one Store, the evaluator, the rulebook
+with its seed rules, the hardware-manual index and the search service, closed in reverse order);
 the tools (`tools.py`), resources (`resources.py`) and prompts (`prompts.py`) reach them through
 `AppState`.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -27,10 +27,6 @@ from starlette.responses import JSONResponse, Response
 
 from kernelcraft import __version__
 from kernelcraft.base.config import Settings
-from kernelcraft.engine.evaluator import Evaluator
-from kernelcraft.knowledge.docs import HwDocs
-from kernelcraft.knowledge.rulebook import Rulebook
-from kernelcraft.search.service import SearchService
 from kernelcraft.server.auth import HttpAuth
 from kernelcraft.server.prompts import register_prompts
 from kernelcraft.server.resources import (
@@ -38,14 +34,19 @@ from kernelcraft.server.resources import (
     register_rule_resources,
     register_tree_resources,
 )
-from kernelcraft.server.state import AppState, StateSlot
+from kernelcraft.server.state import (
+    AppState,
+    EvaluatorFactory,
+    StateSlot,
+    default_evaluator_factory,
+    open_app_state,
+)
 from kernelcraft.server.tools import (
     register_docs_tool,
     register_engine_tools,
     register_knowledge_tools,
     register_search_tool,
 )
-from kernelcraft.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,6 @@ search_hw_docs for the target's hardware facts. Check a candidate with verify_ag
 when it fails, call record_failure with the error so the rulebook learns. For a full optimisation,
 use search_tree_step (start, then submit one candidate per step, following each next_step).
 """
-
-EvaluatorFactory = Callable[[Settings], Evaluator]
 
 
 class KernelcraftServer(MCPServer[AppState]):
@@ -97,12 +96,6 @@ def describe_invalid_arguments(tool: str, error: ValidationError) -> str:
     )
 
 
-def default_evaluator_factory(settings: Settings) -> Evaluator:
-    from kernelcraft.engine.local import LocalEvaluator
-
-    return LocalEvaluator()
-
-
 def freeze_heap() -> None:
     """Move every object alive now out of the garbage collector's sight (`gc.freeze`).
 
@@ -133,38 +126,15 @@ def create_server(
 
     @asynccontextmanager
     async def lifespan(server: MCPServer[AppState]) -> AsyncIterator[AppState]:
-        async with AsyncExitStack() as stack:
-            store = await Store.open(settings.db_path)
-            stack.push_async_callback(store.aclose)
-            evaluator = evaluator_factory(settings)
-            stack.push_async_callback(evaluator.aclose)
-            rulebook = Rulebook(store, activation_count=settings.rule_activation_count)
-            added = await rulebook.import_seed()
-            if added:
-                logger.info("imported %d seed rules", added)
-            docs = HwDocs(store)
-            report = await docs.index()
-            if report.indexed or report.removed:
-                logger.info(
-                    "indexed hardware manuals: %s (%d sections)",
-                    ", ".join(report.indexed) or "-",
-                    report.sections,
-                )
-            search = SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes)
-            state = AppState(
-                settings=settings,
-                store=store,
-                evaluator=evaluator,
-                rulebook=rulebook,
-                docs=docs,
-                search=search,
-            )
+        async with open_app_state(settings, evaluator_factory) as state:
             slot.stack.append(state)
-            stack.callback(slot.stack.remove, state)
-            if freeze_after_start:
-                freeze_heap()
-            logger.info("kernelcraft server ready (database %s)", settings.db_path)
-            yield state
+            try:
+                if freeze_after_start:
+                    freeze_heap()
+                logger.info("kernelcraft server ready (database %s)", settings.db_path)
+                yield state
+            finally:
+                slot.stack.remove(state)
 
     mcp = KernelcraftServer(
         SERVER_NAME,

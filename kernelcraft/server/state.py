@@ -1,11 +1,20 @@
 """What the server's lifespan opens, shared by every request of one server process.
 
-The lifespan (`app.py`) is the only writer of `AppState`; handlers read it through the request
-context, or through `StateSlot` where the SDK gives them no context (static resources).
+`open_app_state(settings)` is the one place that wires the layers together: it opens the Store,
+the evaluator, the rulebook (importing the seed rules on first start), the hardware-manual index
+and the search service, and closes them in reverse order, also when opening fails half-way. The
+server's lifespan (`app.py`) and the `kernelcraft tree` commands both use it; the agent reaches it
+through the in-process server.
+
+The lifespan is the only writer of `AppState`; handlers read it through the request context, or
+through `StateSlot` where the SDK gives them no context (static resources).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from kernelcraft.base.config import Settings
@@ -14,6 +23,10 @@ from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.service import SearchService
 from kernelcraft.store import Store
+
+logger = logging.getLogger(__name__)
+
+EvaluatorFactory = Callable[[Settings], Evaluator]
 
 
 @dataclass
@@ -38,3 +51,57 @@ class StateSlot:
         if not self.stack:
             raise RuntimeError("the kernelcraft server is not running (no lifespan entered)")
         return self.stack[-1]
+
+
+def default_evaluator_factory(settings: Settings) -> Evaluator:
+    from kernelcraft.engine.local import LocalEvaluator
+
+    return LocalEvaluator()
+
+
+@asynccontextmanager
+async def open_app_state(
+    settings: Settings, evaluator_factory: EvaluatorFactory = default_evaluator_factory
+) -> AsyncIterator[AppState]:
+    """Open everything a kernelcraft process serves from, and close it in reverse order.
+
+    `evaluator_factory(settings)` makes the evaluator (tests may pass a lighter one, the `tree`
+    commands a `LocalEvaluator` for their `--device`).
+    """
+    async with AsyncExitStack() as stack:
+        store = await Store.open(settings.db_path)
+        stack.push_async_callback(store.aclose)
+        evaluator = evaluator_factory(settings)
+        stack.push_async_callback(evaluator.aclose)
+        rulebook = await _open_rulebook(store, settings)
+        docs = await _open_docs(store)
+        yield AppState(
+            settings=settings,
+            store=store,
+            evaluator=evaluator,
+            rulebook=rulebook,
+            docs=docs,
+            search=SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes),
+        )
+
+
+async def _open_rulebook(store: Store, settings: Settings) -> Rulebook:
+    """The rulebook, with the seed rules imported on first start."""
+    rulebook = Rulebook(store, activation_count=settings.rule_activation_count)
+    added = await rulebook.import_seed()
+    if added:
+        logger.info("imported %d seed rules", added)
+    return rulebook
+
+
+async def _open_docs(store: Store) -> HwDocs:
+    """The hardware manuals, (re)indexed where they changed since the last start."""
+    docs = HwDocs(store)
+    report = await docs.index()
+    if report.indexed or report.removed:
+        logger.info(
+            "indexed hardware manuals: %s (%d sections)",
+            ", ".join(report.indexed) or "-",
+            report.sections,
+        )
+    return docs
