@@ -17,9 +17,10 @@ from agent_fakes import HttpError, Reply, Script, serve
 from server_support import free_port, wait_healthy
 
 from kernelcraft.agent.adapt import AdaptOptions, adapt
-from kernelcraft.agent.explore import Explorer, OptimizeOptions, optimize
-from kernelcraft.agent.llm import LLMConfig, RetryPolicy, UsageMeter
+from kernelcraft.agent.explore import OptimizeOptions, optimize
+from kernelcraft.agent.llm import LLMConfig, RetryPolicy
 from kernelcraft.agent.rundir import RunDir
+from kernelcraft.agent.runloop import small_proposer
 from kernelcraft.agent.session import open_session
 from kernelcraft.base.errors import LLMError, UsageError
 from kernelcraft.base.tree import ContextKernel, NextStep
@@ -171,10 +172,8 @@ def test_the_small_step_proposer_alternates_only_on_correct_tunable_kernels(tmp_
         if last is not None:
             run.append_step({"kind": "small", "proposer": last})
             run.append_step({"kind": "large", "proposer": "llm"})
-        opts = OptimizeOptions(task=TASK, tuner_steps=mode)  # type: ignore[arg-type]
-        ex = Explorer(opts, None, None, run, UsageMeter())  # type: ignore[arg-type]
         step = NextStep.model_construct(kind="small", parent_id=5, chain=[parent])
-        return ex.small_proposer(step)
+        return small_proposer(step, mode, run.steps())  # type: ignore[arg-type]
 
     assert proposer("alternate", tunable, None) == "llm"  # the LLM goes first
     assert proposer("alternate", tunable, "llm") == "tuner"

@@ -28,8 +28,8 @@ from kernelcraft.base.errors import BudgetError, NotFoundError, TaskError, Usage
 from kernelcraft.base.tree import NextStep, TreeStatus
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.policy import reward_for
-from kernelcraft.search.service import SearchService
 from kernelcraft.search.repository import ancestors, siblings
+from kernelcraft.search.service import SearchService
 from kernelcraft.store import Store, code_hash
 
 REPO = Path(__file__).resolve().parents[1]

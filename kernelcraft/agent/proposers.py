@@ -1,0 +1,323 @@
+"""Who writes a step's candidate: the LLM (`LLMProposer`) or the offline tuner (`TunerProposer`).
+
+Each takes the server's `NextStep` and returns a `StepOutcome`: a candidate module, or why the
+step produced none (the explore loop then abandons the step with that reason). `StepOutcome.info`
+is what the step's record in `steps.jsonl` keeps about how the candidate was written.
+
+- LLM, large step: one call (`submit_kernel`) writing a whole ModelNew that must beat the pool.
+- LLM, small step: a reviser call (`propose_improvements`; skipped when no kernel of the chain is
+  correct) and a tuner call (`submit_edits`) whose edits are applied to the parent, with
+  `edit_retries` retries that show the model why its edits did not apply.
+- LLM, after a failed candidate: `propose_rule` and `record_failure` with the rule.
+- Tuner: the next configuration of the kernel's launch parameters (a distant one for a large
+  step), from what the run and the tree's context have tried; without a GPU each proposal is
+  compiled for the target first, and one that does not compile is recorded and replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelcraft.agent import prompts
+from kernelcraft.agent.edits import EditError, apply_edits, parse_edits
+from kernelcraft.agent.llm import ANSWER_TOOLS, LLM, Message, Usage, UsageMeter
+from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.tuner import (
+    SHARED_LIMIT_BYTES,
+    Observation,
+    Space,
+    apply_config,
+    current_config,
+    family_of,
+    find_params,
+    next_config,
+)
+from kernelcraft.base.evaluation import CompileResult
+from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
+
+logger = logging.getLogger(__name__)
+
+PRECHECK_TRIES = 4
+NO_KERNEL = "the model returned no kernel module (no submit_kernel call with a ModelNew)"
+
+# Before `abandon` existed the driver submitted a module that raised with the reason; trees from
+# those runs still hold such placeholders, which are never refined.
+FAILED_STEP_HEADER = '"""kernelcraft driver: this step produced no candidate."""'
+
+
+def is_failed_step(code: str | None) -> bool:
+    return code is not None and code.startswith(FAILED_STEP_HEADER)
+
+
+def shared_fraction(result: CompileResult, target: str) -> float | None:
+    limit = SHARED_LIMIT_BYTES.get(target)
+    if not limit:
+        return None
+    used = [
+        k.shared_bytes
+        for t in result.targets
+        if t.target == target
+        for k in t.kernels
+        if k.shared_bytes is not None
+    ]
+    return max(used) / limit if used else None
+
+
+@dataclass
+class StepOutcome:
+    """A candidate for the step, or (`code` None) the reason the step produced none."""
+
+    code: str | None
+    info: dict[str, Any] = field(default_factory=dict)
+    driver_failure: str | None = None
+
+    @classmethod
+    def failed(cls, reason: str, info: dict[str, Any]) -> StepOutcome:
+        return cls(None, info, reason)
+
+
+class LLMProposer:
+    """The LLM's steps and rules. `usage` holds the tokens of the current step (`begin_step`)."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        meter: UsageMeter,
+        session: ToolSession,
+        *,
+        task_source: str,
+        target: str,
+        edit_retries: int,
+    ) -> None:
+        self.llm = llm
+        self.meter = meter
+        self.session = session
+        self.task_source = task_source
+        self.target = target
+        self.edit_retries = edit_retries
+        self.usage = Usage()
+
+    def begin_step(self) -> None:
+        self.usage = Usage()
+
+    async def ask(self, prompt: str, tool: str) -> dict[str, Any] | None:
+        reply = await self.llm.call(prompts.SYSTEM, [Message("user", prompt)], list(ANSWER_TOOLS), tool)
+        self.meter.add(reply.usage)
+        self.usage.add(reply.usage)
+        if reply.tool_call is None:
+            logger.warning("the model answered without calling %s: %s", tool, reply.text[:200])
+            return None
+        return reply.tool_call.input
+
+    async def large(self, step: NextStep) -> StepOutcome:
+        answer = await self.ask(prompts.large_step(step), "submit_kernel")
+        code = answer.get("code") if answer else None
+        if not isinstance(code, str) or "ModelNew" not in code:
+            return StepOutcome.failed(NO_KERNEL, {"mode": "llm"})
+        return StepOutcome(code, {"mode": "llm", "notes": (answer or {}).get("notes")})
+
+    async def small(self, step: NextStep) -> StepOutcome:
+        parent = step.start_code or ""
+        if is_failed_step(parent):
+            return await self._rewrite_failed_step(step)
+        improvements = await self._improvements(step)
+        reason: str | None = None
+        for _ in range(1 + self.edit_retries):
+            answer = await self.ask(prompts.tuner(step, improvements, reason), "submit_edits")
+            try:
+                edits = parse_edits(answer.get("edits") if answer else None)
+                code = apply_edits(parent, edits)
+            except EditError as e:
+                reason = str(e)
+                continue
+            return StepOutcome(code, {"mode": "llm", "improvements": improvements, "edits": len(edits)})
+        why = f"the tuner's edits did not apply: {reason}"
+        return StepOutcome.failed(why, {"mode": "llm", "improvements": improvements})
+
+    async def _rewrite_failed_step(self, step: NextStep) -> StepOutcome:
+        """Nothing to refine: the node is a step that produced no kernel; write one instead."""
+        prompt = (
+            prompts.large_step(step)
+            + "\n\nThe kernel in start_code is a placeholder for a step that produced nothing: "
+            "ignore it and write a complete, correct kernel for the task."
+        )
+        answer = await self.ask(prompt, "submit_kernel")
+        code = answer.get("code") if answer else None
+        if not isinstance(code, str) or "ModelNew" not in code:
+            return StepOutcome.failed(NO_KERNEL, {"mode": "llm"})
+        return StepOutcome(code, {"mode": "llm", "rewrote_failed_step": True})
+
+    async def _improvements(self, step: NextStep) -> list[str]:
+        """The reviser's 1-3 changes, or the fix of the chain's failure when none of it is correct."""
+        if step.chain and all(k.outcome != "correct" for k in step.chain):
+            last = step.chain[-1]
+            return [f"Fix the failure of the current kernel: {prompts.describe_kernel(last)[:1500]}"]
+        answer = await self.ask(prompts.reviser(step), "propose_improvements")
+        items = answer.get("items") if answer else None
+        improvements = [str(i) for i in items][:3] if isinstance(items, list) and items else []
+        return improvements or ["Make the kernel faster with one concrete change, keeping it correct."]
+
+    async def propose_rule(self, code: str, node: NodeInfo) -> dict[str, Any] | None:
+        error = node.error or (node.failure_class.value if node.failure_class else "failed")
+        cls = node.failure_class.value if node.failure_class else None
+        answer = await self.ask(prompts.rule_proposal(code, error, cls), "propose_rule")
+        text = str(answer.get("text", "")) if answer else ""
+        rule = prompts.normalize_rule(text)
+        if rule is None:
+            return {"proposed": text[:300] or None, "recorded": False}
+        recorded = await self.session.record_failure(
+            code,
+            error,
+            reference_code=self.task_source,
+            arch=self.target,
+            rule=rule,
+            failure_class=node.failure_class,
+            failure_id=node.failure_id,
+        )
+        return {
+            "proposed": rule,
+            "recorded": True,
+            "action": recorded.rule_action,
+            "rule_count": recorded.rule.count if recorded.rule else None,
+        }
+
+
+class TunerProposer:
+    """The offline tuner's steps: configurations of a kernel's launch parameters, at no token cost.
+
+    `compiled_any` says whether a proposal was compiled for the target (no GPU here), for the
+    run's summary.
+    """
+
+    def __init__(
+        self,
+        session: ToolSession,
+        *,
+        task_source: str,
+        seed_code: str | None,
+        seed_outcome: str | None,
+        search_seed: int,
+        compile_check: bool,
+    ) -> None:
+        self.session = session
+        self.task_source = task_source
+        self.seed_code = seed_code
+        self.seed_outcome = seed_outcome
+        self.search_seed = search_seed
+        self.compile_check = compile_check
+        self.compiled_any = False
+
+    def observations(self, family: str, records: list[dict[str, Any]]) -> list[Observation]:
+        """What the run's earlier tuner steps (and their rejected proposals) tried in this family."""
+        obs: list[Observation] = []
+        for r in records:
+            obs.extend(
+                Observation(rej["config"], ok=False, failure_class=rej.get("failure_class"))
+                for rej in r.get("rejected", [])
+                if rej.get("family") == family
+            )
+            t = r.get("tuner")
+            if t and t.get("family") == family:
+                obs.append(
+                    Observation(
+                        t["config"],
+                        ok=r.get("outcome") == "correct",
+                        time_us=r.get("candidate_us"),
+                        failure_class=r.get("failure_class"),
+                        shared_fraction=t.get("shared_fraction"),
+                    )
+                )
+        return obs
+
+    def context_observations(self, family: str, step: NextStep) -> list[Observation]:
+        """Kernels the tree shows (chain, pool) and the seed, when they are of this family: their
+        configurations count as tried, with their verdicts and times."""
+        kernels: list[tuple[str, bool, float | None]] = [
+            (k.code, k.outcome == "correct", k.candidate_us) for k in [*step.chain, *step.pool]
+        ]
+        if self.seed_code is not None and self.seed_outcome is not None:
+            kernels.append((self.seed_code, self.seed_outcome == "correct", None))
+        out = []
+        for code, ok, time_us in kernels:
+            try:
+                params = find_params(code)
+            except SyntaxError:
+                continue
+            if params and family_of(code, params) == family:
+                out.append(Observation(current_config(params), ok=ok, time_us=time_us))
+        return out
+
+    def pool_base(self, pool: list[ContextKernel], best_code: str | None) -> str | None:
+        """The kernel a jump starts from: the pool's fastest correct one, else the run's best, else the seed."""
+        correct = [k for k in pool if k.outcome == "correct"]
+        if correct:
+            return max(correct, key=lambda k: k.speedup or 0.0).code
+        return best_code or self.seed_code
+
+    async def step(self, step: NextStep, records: list[dict[str, Any]], best_code: str | None) -> StepOutcome:
+        jump = step.kind == "large"
+        base = self.pool_base(step.pool, best_code) if jump else step.start_code
+        if is_failed_step(base):  # a step that produced nothing: tune the best kernel instead
+            base, jump = self.pool_base([], best_code), True
+        if not base:
+            reason = "the offline tuner has no kernel to start from (no correct kernel and no seed)"
+            return StepOutcome.failed(reason, {"mode": "tuner"})
+        try:
+            params = find_params(base)
+        except SyntaxError as e:
+            reason = f"the kernel does not parse ({e.msg}, line {e.lineno}); the tuner cannot read it"
+            return StepOutcome.failed(reason, {"mode": "tuner"})
+        if not params:
+            reason = "the kernel has no tunable launch parameters (block sizes, num_warps, num_stages)"
+            return StepOutcome.failed(reason, {"mode": "tuner"})
+        family = family_of(base, params)
+        space = Space.of(params)
+        start = current_config(params)
+        obs = self.observations(family, records) + self.context_observations(family, step)
+        rejected: list[dict[str, Any]] = []
+        for _ in range(PRECHECK_TRIES):
+            config = next_config(space, start, obs, seed=self.search_seed, jump=jump)
+            if config is None:
+                reason = "the offline tuner has tried every allowed configuration of this kernel"
+                return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected})
+            code = apply_config(base, params, config)
+            info: dict[str, Any] = {
+                "mode": "tuner",
+                "tuner": {
+                    "family": family,
+                    "config": config,
+                    "changed": {k: [start[k], v] for k, v in config.items() if v != start[k]},
+                },
+                "rejected": rejected,
+            }
+            if self.compile_check and not step.speedup_measured:
+                failure_class = await self._precompile(step, code, info)
+                if failure_class is not None:
+                    rejected.append({"family": family, "config": config, "failure_class": failure_class})
+                    obs.append(Observation(config, ok=False, failure_class=failure_class))
+                    continue
+            return StepOutcome(code, info)
+        reason = f"{PRECHECK_TRIES} tuner proposals in a row failed to compile for {step.target}"
+        return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected})
+
+    async def _precompile(self, step: NextStep, code: str, info: dict[str, Any]) -> str | None:
+        """Compile a proposal for the target (no GPU to time it here): its shared memory goes into
+        `info`; one that does not compile is recorded as a failure and its class returned."""
+        compiled = await self.session.compile(self.task_source, code, [step.target])
+        self.compiled_any = True
+        info["tuner"]["shared_fraction"] = shared_fraction(compiled, step.target)
+        if compiled.ok:
+            return None
+        cls = compiled.failure_class.value if compiled.failure_class else "compile_error"
+        error = next((t.error for t in compiled.targets if t.error), None) or cls
+        await self.session.record_failure(
+            code,
+            error,
+            reference_code=self.task_source,
+            arch=step.target,
+            rule=None,
+            failure_class=compiled.failure_class,
+        )
+        return cls

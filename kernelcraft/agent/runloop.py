@@ -1,0 +1,339 @@
+"""The explore loop proper: step after step until the tree, token or dollar budget is spent.
+
+`Explorer` is built whole from a `StartedRun` (the tree `optimize` started or resumed, and its
+first step); per step it picks who writes the candidate (`small_proposer`), submits it (or abandons
+the step), proposes a rule after an LLM's failed candidate, appends the step's record to
+`steps.jsonl` and keeps `best_kernel.py` current. Only this loop writes the run directory's steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from kernelcraft.agent.llm import LLM, Usage, UsageMeter
+from kernelcraft.agent.proposers import LLMProposer, StepOutcome, TunerProposer
+from kernelcraft.agent.rundir import Progress, RunDir
+from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.tuner import find_params
+from kernelcraft.base.errors import LLMError
+from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult
+
+if TYPE_CHECKING:
+    from kernelcraft.agent.explore import OptimizeOptions, TunerSteps
+
+GPU_NOTE = (
+    "No GPU here: every candidate was verified in Triton's CPU interpreter{compiled}, so correctness "
+    "is real but speed is not measured (the tree scores a correct kernel as parity). On a GPU (or "
+    "with --server pointing at a GPU server) each candidate is also timed against PyTorch eager and "
+    "torch.compile, and the search then optimises speedup."
+)
+Proposer = Literal["llm", "tuner"]
+
+
+def sha256_of(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """What a run starts from: the task and seed, the tree `start` created (or `status` found, on a
+    resume), its best correct kernel so far and the first step to write (or why there is none)."""
+
+    task_source: str
+    seed_code: str | None
+    seed_outcome: str | None
+    tree_id: int
+    target: str
+    budget: int
+    measured: bool
+    best: NodeInfo | None
+    best_code: str | None
+    step: NextStep | None
+    note: str | None
+    message: str
+
+
+def save_best(
+    run: RunDir, opts: OptimizeOptions, tree_id: int, best: NodeInfo, code: str, measured: bool
+) -> None:
+    """`best_kernel.py`: the kernel, under a header that says where it comes from."""
+    speed = (
+        f"{best.speedup:.2f}x vs PyTorch"
+        if best.speedup is not None and measured
+        else "speed not measured (no GPU)"
+    )
+    run.save_best(
+        code,
+        f"kernelcraft best kernel: tree {tree_id}, node {best.id}, correct, {speed}.\n"
+        f"Task: {opts.task}. Import ModelNew from this module.",
+    )
+
+
+def small_proposer(step: NextStep, tuner_steps: TunerSteps, records: list[dict[str, Any]]) -> Proposer:
+    """Who writes a small step when an LLM is on (see `--tuner-steps` in `explore.py`'s docstring)."""
+    if tuner_steps == "off":
+        return "llm"
+    parent = step.chain[-1] if step.chain else None  # the chain ends with the kernel to refine
+    if parent is None or parent.node_id != step.parent_id or parent.outcome != "correct":
+        return "llm"  # a failing kernel needs a fix, which only the LLM can write
+    try:
+        if not find_params(parent.code):
+            return "llm"
+    except SyntaxError:
+        return "llm"
+    if tuner_steps == "only":
+        return "tuner"
+    last = next((r for r in reversed(records) if r.get("kind") == "small"), None)
+    return "tuner" if last is not None and last.get("proposer", last.get("mode")) == "llm" else "llm"
+
+
+def final_words(s: dict[str, Any]) -> str:
+    best = s["best"]
+    if best is None:
+        head = "No correct kernel found."
+    elif best["speedup"] is not None:
+        head = f"Best: node {best['node_id']}, {best['speedup']:.2f}x vs PyTorch -> {best['path']}"
+    else:
+        head = f"Best: node {best['node_id']} (correct; speed not measured) -> {best['path']}"
+    lines = [
+        f"{head}",
+        f"{s['steps_done']} steps, {s['correct']} correct; stopped: {s['stopped_because']}. Run directory: {s['run_dir']}",
+    ]
+    if s.get("gpu_note"):
+        lines.append(s["gpu_note"])
+    return "\n".join(lines)
+
+
+class Explorer:
+    """One optimisation run: a session to the server, an optional LLM, a run directory."""
+
+    def __init__(
+        self,
+        opts: OptimizeOptions,
+        session: ToolSession,
+        llm: LLM | None,
+        run: RunDir,
+        meter: UsageMeter,
+        started: StartedRun,
+    ) -> None:
+        self.opts = opts
+        self.session = session
+        self.llm = llm
+        self.run = run
+        self.meter = meter
+        self.started = started
+        self.tree_id = started.tree_id
+        self.target = started.target
+        self.records = run.steps()
+        self.failures: Counter[str] = Counter(
+            r["failure_class"]
+            for r in self.records
+            if r.get("failure_class") and r.get("outcome") != "correct"
+        )
+        self.best = started.best
+        self.best_code = started.best_code
+        self.measured = started.measured
+        self.progress = Progress(started.budget, enabled=opts.progress)
+        self.writer = (
+            LLMProposer(
+                llm,
+                meter,
+                session,
+                task_source=started.task_source,
+                target=started.target,
+                edit_retries=opts.edit_retries,
+            )
+            if llm is not None
+            else None
+        )
+        self.tuner = TunerProposer(
+            session,
+            task_source=started.task_source,
+            seed_code=started.seed_code,
+            seed_outcome=started.seed_outcome,
+            search_seed=opts.search_seed,
+            compile_check=opts.compile_check,
+        )
+
+    async def explore(self, started_at: float) -> dict[str, Any]:
+        """Run the loop from the first step; returns the summary (also written to summary.json)."""
+        self.progress.message(self.started.message)
+        try:
+            stopped = await self.run_loop(self.started.step, self.started.note)
+        except LLMError as e:
+            self.progress.done()
+            self.run.save_summary(self.summary(f"LLM error: {e}", started_at))
+            raise
+        self.progress.done()
+        summary = self.summary(stopped, started_at)
+        self.run.save_summary(summary)
+        self.progress.message(final_words(summary))
+        return summary
+
+    async def run_loop(self, step: NextStep | None, note: str | None) -> str:
+        while step is not None:
+            spent = self._budget_stop()
+            if spent:
+                return (
+                    spent + f"; rerun with the same --out and a larger budget to continue tree {self.tree_id}"
+                )
+            self._show(len(self.records) + 1, f"{step.kind} step on node {step.parent_id}")
+            result = await self.step_once(step)
+            self._show(len(self.records), f"node {result.node.id}: {result.node.outcome}")
+            step, note = result.next_step, result.next_step_note
+        return note or "the tree's budget is spent"
+
+    async def step_once(self, step: NextStep) -> SubmitResult:
+        t0 = time.monotonic()
+        if self.writer is not None:
+            self.writer.begin_step()
+        outcome, fallback = await self._write(step)
+        proposer: Proposer = "tuner" if outcome.info.get("mode") == "tuner" else "llm"
+        if outcome.code is None:
+            reason = outcome.driver_failure or "the step produced no candidate"
+            result = await self.session.abandon(step.tree_id, step.node_id, reason)
+        else:
+            result = await self.session.submit(step.tree_id, step.node_id, outcome.code)
+        node = result.node
+        self.measured = step.speedup_measured
+        record = self._record(step, outcome, proposer, fallback, result)
+        if node.outcome != "correct":
+            if node.failure_class:
+                self.failures[node.failure_class.value] += 1
+            # a failed tuner proposal is a bad configuration, not a lesson worth tokens
+            if self.writer is not None and outcome.code is not None and proposer == "llm":
+                record["rule"] = await self.writer.propose_rule(outcome.code, node)
+        record["seconds"] = round(time.monotonic() - t0, 3)
+        record["usage"] = (self.writer.usage if self.writer is not None else Usage()).to_dict()
+        record["usage_total"] = self.meter.total.to_dict()
+        self.run.append_step(record)
+        self.records.append(record)
+        if result.new_best and outcome.code is not None:
+            self._update_best(result.best or node, outcome.code)
+        return result
+
+    async def _write(self, step: NextStep) -> tuple[StepOutcome, str | None]:
+        """The step's candidate (or why none), and why the tuner gave a step back to the LLM."""
+        if self.writer is None:
+            return await self.tuner.step(step, self.records, self.best_code), None
+        if step.kind == "large":
+            return await self.writer.large(step), None
+        if small_proposer(step, self.opts.tuner_steps, self.records) == "tuner":
+            outcome = await self.tuner.step(step, self.records, self.best_code)
+            if outcome.code is None:  # nothing left to tune: the LLM writes the step after all
+                return await self.writer.small(step), outcome.driver_failure
+            return outcome, None
+        return await self.writer.small(step), None
+
+    def _record(
+        self,
+        step: NextStep,
+        outcome: StepOutcome,
+        proposer: Proposer,
+        fallback: str | None,
+        result: SubmitResult,
+    ) -> dict[str, Any]:
+        """The step's line in steps.jsonl (its rule, time and usage are added by `step_once`)."""
+        node = result.node
+        return {
+            "step": len(self.records) + 1,
+            "tree_id": step.tree_id,
+            "node_id": step.node_id,
+            "parent_id": step.parent_id,
+            "kind": step.kind,
+            "reason": step.reason,
+            "proposer": proposer,
+            **outcome.info,
+            "tuner_fallback": fallback,
+            "driver_failure": outcome.driver_failure,
+            "outcome": node.outcome,
+            "failure_class": node.failure_class.value if node.failure_class else None,
+            "error": (node.error or "")[:2000] or None,
+            "speedup": node.speedup,
+            "candidate_us": node.candidate_us,
+            "reward": node.reward,
+            "new_best": result.new_best,
+            "code_sha256": sha256_of(outcome.code) if outcome.code is not None else None,
+        }
+
+    def summary(self, stopped: str, started: float) -> dict[str, Any]:
+        usage = self.meter.total.to_dict()
+        correct = sum(1 for r in self.records if r.get("outcome") == "correct")
+        best = self.best
+        note = (
+            None
+            if self.measured
+            else GPU_NOTE.format(
+                compiled=f" and compiled for {self.target}" if self.tuner.compiled_any else ""
+            )
+        )
+        return {
+            "task": str(self.opts.task),
+            "tree_id": self.tree_id,
+            "server": self.session.where,
+            "target": self.target,
+            "llm": self.opts.llm.kind,
+            "model": self.llm.model if self.llm is not None else None,
+            "steps_done": len(self.records),
+            "correct": correct,
+            "failures_by_class": dict(self.failures),
+            "driver_failures": sum(1 for r in self.records if r.get("driver_failure")),
+            "steps_by_proposer": dict(Counter(r.get("proposer", r.get("mode")) for r in self.records)),
+            "best": None
+            if best is None
+            else {
+                "node_id": best.id,
+                "speedup": best.speedup if self.measured else None,
+                "candidate_us": best.candidate_us,
+                "path": str(self.run.best_file) if self.run.best_file.exists() else None,
+            },
+            "speedup_measured": self.measured,
+            "gpu_note": note,
+            "usage": usage,
+            "stopped_because": stopped,
+            "run_dir": str(self.run.path),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+
+    def _show(self, step: int, note: str) -> None:
+        self.progress.show(
+            self.progress.line(
+                step=step,
+                best=self._best_label(),
+                failures=dict(self.failures),
+                tokens=self.meter.total.total_tokens,
+                cost=self.meter.total.cost_usd,
+                note=note,
+            )
+        )
+
+    def _best_label(self) -> str:
+        b = self.best
+        if b is None:
+            return "none correct yet"
+        if b.speedup is not None and self.measured:
+            return f"{b.speedup:.2f}x (node {b.id})"
+        return f"correct, speed unmeasured (node {b.id})"
+
+    def _update_best(self, best: NodeInfo, code: str) -> None:
+        if best.outcome != "correct":
+            return
+        self.best = best
+        self.best_code = code
+        save_best(self.run, self.opts, self.tree_id, best, code, self.measured)
+
+    def _budget_stop(self) -> str | None:
+        total = self.meter.total
+        if self.opts.max_total_tokens is not None and total.total_tokens >= self.opts.max_total_tokens:
+            return f"token budget spent ({total.total_tokens:,} of {self.opts.max_total_tokens:,})"
+        if (
+            self.opts.max_dollars is not None
+            and total.cost_usd is not None
+            and total.cost_usd >= self.opts.max_dollars
+        ):
+            return f"dollar budget spent (${total.cost_usd:.4f} of ${self.opts.max_dollars:.2f})"
+        return None
