@@ -158,7 +158,7 @@ CREATE TABLE rule_imports (
 CREATE INDEX rules_failure_class ON rules(failure_class, status);
 """
 
-# The search layer's tables (kernelcraft/search/tree.py): trees, their nodes, and the leases that
+# The search layer's tables (kernelcraft/search/repository.py): trees, their nodes, and the leases that
 # hand one step of a tree to one client. Budget counts evaluated candidates, the seed excluded.
 M002_SEARCH_TREE = """
 CREATE TABLE trees (

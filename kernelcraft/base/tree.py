@@ -1,7 +1,7 @@
 """The search tree as clients see it: trees, nodes, steps and the results of start/submit/status.
 
 These models cross the protocol (MCP structured content, `--json`); the search layer fills them
-from its tables (`kernelcraft.search.tree`).
+from its tables (`kernelcraft.search.repository`, `kernelcraft.search.tree`).
 """
 
 from __future__ import annotations

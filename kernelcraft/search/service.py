@@ -275,7 +275,7 @@ class SearchService:
         if created.seed_id is not None:
             seed_info = await self._node(tree_id, created.seed_id, with_code=False, with_verdict=True)
         step = await self._next_step(tree_id, created.step_node) if created.step_node is not None else None
-        tree = await self._tree(tree_id)
+        tree = await repository.load_tree(self.store.conn, tree_id)
         message = start_message(
             tree, plan.warm, seed_info, step, created.note, has_gpu=self.evaluator.has_gpu
         )
@@ -482,9 +482,6 @@ class SearchService:
         await learn_from_failure(
             self.store, self.rulebook, tree, node_id, code, result, task_source=task_source, client=client
         )
-
-    async def _tree(self, tree_id: int) -> TreeRow:
-        return await repository.load_tree(self.store.conn, tree_id)
 
     async def _node(
         self, tree_id: int, node_id: int, *, with_code: bool, with_verdict: bool = False
