@@ -1,16 +1,23 @@
-"""The GPU lock and the per-device record of `LocalEvaluator` (moved from `local.py`)."""
+"""The GPU lock and the per-device record of `LocalEvaluator`.
+
+On a GPU, verification trials (and every other step that uses the GPU) share it with other jobs,
+and a timing has it alone: `GpuLock` is a read/write lock over asyncio, fair to the writer. One
+`Device` per GPU (or one for the CPU) holds its worker pools and its lock. Written by
+`LocalEvaluator` only; jobs take the lock through `Job.gpu_lock`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from kernelcraft.engine.pool import WorkerPool
 
 
-class _GpuLock:
+class GpuLock:
     """Verifications share the GPU; a timing has it alone. Fair to timings: once one waits, new
     verifications queue behind it. Releasing never awaits, so a cancelled job cannot leave the
     lock held."""
@@ -40,7 +47,7 @@ class _GpuLock:
                 self._waiters.remove(fut)
 
     @contextlib.asynccontextmanager
-    async def shared(self) -> Any:
+    async def shared(self) -> AsyncIterator[None]:
         while self._writer or self._writers_waiting:
             await self._wait()
         self._readers += 1
@@ -51,7 +58,7 @@ class _GpuLock:
             self._wake()
 
     @contextlib.asynccontextmanager
-    async def exclusive(self) -> Any:
+    async def exclusive(self) -> AsyncIterator[None]:
         self._writers_waiting += 1
         try:
             while self._writer or self._readers:
@@ -68,11 +75,13 @@ class _GpuLock:
 
 
 @dataclass
-class _Device:
+class Device:
+    """One GPU (or the CPU) of the evaluator: its workers, its lock and how many jobs use it."""
+
     kind: Literal["cuda", "cpu"]
     index: int | None
     pool: WorkerPool
-    lock: _GpuLock
+    lock: GpuLock
     jobs: int = 0
     compile_pool: WorkerPool | None = None
     """CPU only: workers without the interpreter, for the compile stage (started on first use)."""

@@ -15,16 +15,19 @@ killed at the deadline); one that outgrows the memory limit `runtime_out_of_memo
 Concurrency: any number of jobs may be submitted at once. Loading, importing and compiling run
 concurrently (up to the pool's size), the reference's and the candidate's loading included. On a
 GPU, every step that uses the GPU (loading models, making inputs, the reference's torch.compile,
-verification trials) shares it with other jobs, and timing has it alone (`_GpuLock`): no other
+verification trials) shares it with other jobs, and timing has it alone (`gpulock.py`): no other
 job's GPU work overlaps a timing. Only Triton's compiler (CPU) runs outside the lock. Without a GPU, verify
 runs in Triton's CPU interpreter and there is no lock. The job's `timeout_s` counts from the
 moment its workers are assigned, minus the time spent waiting for the GPU.
 
 Reference workers are kept: one that finished a job cleanly (every request answered, no error)
-waits, idle, for the next job on the same task (`REFERENCE_IDLE_S`, at most the pool's size per
+waits, idle, for the next job on the same task (`references.py`, at most the pool's size per
 device), which saves a process start and the reference's set-up. It never imported candidate
 code, so nothing of a candidate survives in it; it rebuilds `Model` for each job. Candidate
 workers are never reused.
+
+Where the rest lives: one job's stages in `job.py`, its processes in `jobworkers.py`, the messages
+on the pipe in `protocol.py`, the result builders in `verdicts.py`.
 
 Only the evaluator owns its worker processes; callers hold one `LocalEvaluator` and `aclose()` it.
 """
@@ -50,13 +53,14 @@ from kernelcraft.base.evaluation import (
 )
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.evaluator import ProgressCallback
-from kernelcraft.engine.gpulock import _Device, _GpuLock
-from kernelcraft.engine.job import _Job
+from kernelcraft.engine.gpulock import Device, GpuLock
+from kernelcraft.engine.job import Job
+from kernelcraft.engine.jobworkers import CandidateSettings
 from kernelcraft.engine.loading import check_candidate, check_task
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.references import ReferencePool
 from kernelcraft.engine.static import check_candidate_source
-from kernelcraft.engine.verdicts import _all_failed
+from kernelcraft.engine.verdicts import all_failed
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +114,6 @@ class LocalEvaluator:
         # CUDA, inductor): enough of them must be warm to keep a GPU busy with a batch.
         default = max(4, min(8, (os.cpu_count() or 8) // 2)) if gpus else 2
         self._workers = workers or default
-        self._memory_limit = int(memory_limit_gb * 1024**3) if memory_limit_gb else None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if scratch_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kernelcraft-eval-")
@@ -118,12 +121,17 @@ class LocalEvaluator:
         else:
             self._scratch = Path(scratch_dir)
             self._scratch.mkdir(parents=True, exist_ok=True)
-        self._devices: list[_Device] | None = None
+        self._devices: list[Device] | None = None
         self._closed = False
         self._active: set[WorkerProcess] = set()
-        # KERNELCRAFT_SANDBOX=off turns the candidates' filesystem sandbox off (see sandbox.py).
-        self._sandbox = env_switch("KERNELCRAFT_SANDBOX")
-        self._references = ReferencePool(self._workers)
+        self._candidates = CandidateSettings(
+            memory_limit_bytes=int(memory_limit_gb * 1024**3) if memory_limit_gb else None,
+            # KERNELCRAFT_SANDBOX=off turns the candidates' filesystem sandbox off (see sandbox.py).
+            sandbox=env_switch("KERNELCRAFT_SANDBOX"),
+        )
+        # A task gets a few reference workers (a job beyond them waits for one); a device keeps
+        # at most as many idle ones as it has workers.
+        self._references = ReferencePool(per_task=max(2, self._workers // 2), idle_per_device=self._workers)
         if protect_environ:
             _protect_environ()
 
@@ -135,22 +143,22 @@ class LocalEvaluator:
         """Process ids of the workers that jobs hold right now (for tests and diagnostics)."""
         return [w.pid for w in self._active if w.pid is not None]
 
-    def _ensure_started(self) -> list[_Device]:
+    def _ensure_started(self) -> list[Device]:
         if self._closed:
             raise UsageError("this LocalEvaluator is closed; create a new one")
         if self._devices is None:
             if self._gpus:
                 self._devices = [
-                    _Device("cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), _GpuLock())
+                    Device("cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), GpuLock())
                     for i in range(self._gpus)
                 ]
             else:
                 self._devices = [
-                    _Device(
+                    Device(
                         "cpu",
                         None,
                         WorkerPool(self._workers, "cpu", self._scratch, interpret=True),
-                        _GpuLock(),
+                        GpuLock(),
                         compile_pool=WorkerPool(1, "cpu", self._scratch, interpret=False),
                         locked=False,
                     )
@@ -176,7 +184,7 @@ class LocalEvaluator:
 
     def idle_reference_pids(self) -> list[int]:
         """Process ids of the reference workers kept for later jobs (for tests and diagnostics)."""
-        return self._references.idle_reference_pids()
+        return self._references.idle_pids()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -203,9 +211,11 @@ class LocalEvaluator:
                 ev = Evidence(
                     message=f"{job.candidate_name}:{f.line}: {f.message}", op=f.construct, line=f.line
                 )
-                result = _all_failed(job, FailureClass.FORBIDDEN_CONSTRUCT, ev, device)
+                result = all_failed(job, FailureClass.FORBIDDEN_CONSTRUCT, ev, device)
             else:
-                result = await _Job(self, job, device, progress).run()
+                result = await Job(
+                    job, device, self._references, self._candidates, self._active, progress
+                ).run()
         finally:
             device.jobs -= 1
         result.seconds = round(time.perf_counter() - start, 3)
