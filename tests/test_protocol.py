@@ -153,6 +153,7 @@ def test_a_worker_reads_requests_by_op_and_stops_on_an_unknown_one() -> None:
     [
         (p.Timed, {"type": "timed", "candidate": {"times_us": "fast", "method": "x"}}),
         (p.Timed, {"type": "verdict", "candidate": SAMPLES}),
+        (p.Timed, {"type": "timed", "candidate": {**SAMPLES, "method": "a stopwatch"}}),
         (p.Outputs, {"type": "outputs", "outputs": 5, "inputs_after": None}),
         (p.Loaded, {"type": "loaded", "sandbox_unavailable": {"not": "a string"}}),
         (p.TaskReady, {"type": ["task_ready"]}),

@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 from kernelcraft.base.evaluation import (
     CompileResult,
@@ -50,6 +50,7 @@ from kernelcraft.engine.protocol import (
     TimeCandidate,
     Timed,
     TimeReference,
+    TimingMethod,
     UseInputs,
     Warmup,
     WarmupReference,
@@ -81,7 +82,7 @@ class _Rounds:
 
     keys: tuple[str, ...]
     samples: dict[str, list[float]] = field(default_factory=dict)
-    methods: dict[str, str] = field(default_factory=dict)
+    methods: dict[str, TimingMethod] = field(default_factory=dict)
     sets: dict[str, int] = field(default_factory=dict)
     count: int = 0
 
@@ -102,10 +103,7 @@ class _Rounds:
     def timings(self) -> dict[str, Timing]:
         from kernelcraft.engine import timing
 
-        return {
-            k: timing.summarize(self.samples[k], self.methods[k], self.sets.get(k, 1))  # type: ignore[arg-type]
-            for k in self.keys
-        }
+        return {k: timing.summarize(self.samples[k], self.methods[k], self.sets.get(k, 1)) for k in self.keys}
 
 
 class Job:
@@ -171,9 +169,7 @@ class Job:
         ready = outcome[0]
         assert isinstance(ready, TaskReady)
         self.input_sets = int(ready.input_sets)
-        cand = outcome[1] if len(outcome) > 1 else None
-        assert cand is None or isinstance(cand, WorkerProcess)
-        return cand
+        return cast("WorkerProcess | None", outcome[1] if len(outcome) > 1 else None)
 
     async def candidate_stages(self, result: EvalResult, cand: WorkerProcess) -> None:
         if not self.w.interpret:
@@ -363,7 +359,7 @@ class Job:
         return result
 
     async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds) -> None:
-        method = rounds.methods.get("candidate", "auto")
+        method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
         await cand.send(TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method).to_header())
         timed = self.w.read(await self.w.recv(cand, candidate=True), Timed)
         if timed.error is not None:

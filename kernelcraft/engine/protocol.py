@@ -64,6 +64,10 @@ class Msg(str, Enum):
     OK = "ok"
 
 
+TimingMethod = Literal["cuda_events", "cuda_graph"]
+"""How a round was timed (`timing.Method`, `Timing.method`)."""
+
+
 class ProtocolError(ValueError):
     """A header is not the message it was read as."""
 
@@ -165,7 +169,7 @@ class TimeReference(Request):
 
     TAG = Op.TIME_REFERENCE
     budget_ms: float = 100.0
-    methods: dict[str, str] = Field(default_factory=dict)
+    methods: dict[str, TimingMethod | Literal["auto"]] = Field(default_factory=dict)
     compiled: bool = True
 
 
@@ -197,7 +201,7 @@ class TimeCandidate(Request):
 
     TAG = Op.TIME_CANDIDATE
     budget_ms: float = 100.0
-    method: str = "auto"
+    method: TimingMethod | Literal["auto"] = "auto"
 
 
 class UseInputs(Request):
@@ -305,7 +309,7 @@ class Samples(BaseModel):
     """One round of timings of one callable (`timing.sample_round`)."""
 
     times_us: list[float]
-    method: str
+    method: TimingMethod
     sets: int = 1
 
 

@@ -4,19 +4,19 @@ The parent (`pool.py`) starts it with a scrubbed environment, in its own session
 a socket pair as file descriptor FD. It imports torch and Triton (and initialises CUDA when it has
 a GPU), says `ready`, and waits for its one job, which gives it a role:
 
-- **reference** (trusted): loads only the task; builds `Model` after `torch.manual_seed(seed0)`;
+- **reference** (trusted, `worker_reference.py`): loads only the task; builds `Model` after `torch.manual_seed(seed0)`;
   for each trial draws inputs from the seed the parent sends, computes the reference outputs,
   shares a copy of the inputs, and later compares what the candidate returned against its own
   private copies (outputs, and inputs for mutation). Also counts FLOPs/bytes and times the
   reference for profile. It never imports candidate code, so the parent may keep it for the next
   job on the same task (`next`: state dropped, `Model` rebuilt from the seed).
-- **candidate** (untrusted): loads the task (for `get_init_inputs`) and then the candidate,
+- **candidate** (untrusted, `worker_candidate.py`): loads the task (for `get_init_inputs`) and then the candidate,
   builds `ModelNew` after the same seed, and for each trial runs forward on fresh clones of the
   inputs, with memory poisoned underneath, aten ops recorded and Triton launches counted, and
   sends the outputs back. It never decides a verdict on the numbers.
 
 Nothing is printed on stdout for the parent: every message goes over the socket (see
-`channel.py`). A candidate process exits after its one job; the parent kills its process group regardless.
+`channel.py`; the messages are `protocol.py`'s). A candidate process exits after its one job; the parent kills its process group regardless.
 
 Written by the evaluation engine only.
 """
@@ -29,8 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.engine.protocol import Load, Ready
 from kernelcraft.engine.worker_candidate import CandidateWorker
-from kernelcraft.engine.worker_common import Worker
 from kernelcraft.engine.worker_reference import ReferenceWorker
 
 
@@ -80,39 +80,28 @@ def serve(fd: int) -> None:
     zygote could not import without touching the GPU)."""
     import torch
 
+    from kernelcraft.engine import channel
+
     want = os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu")
     prepare(cuda=want == "cuda")
 
     sock = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     # Nothing but this process's own code talks on the socket; its stdout is a log file.
-    worker = Worker(sock)
-    info: dict[str, Any] = {"type": "ready", "pid": os.getpid()}
     if want == "cuda":
         torch.cuda.init()
         torch.empty(1, device="cuda")
-        worker.device = "cuda"
-        worker.cuda_ipc = True
-        info["device"] = f"cuda:0 ({torch.cuda.get_device_name(0)})"
+        device, cuda_ipc, name = "cuda", True, f"cuda:0 ({torch.cuda.get_device_name(0)})"
     else:
         torch.set_num_threads(1)
-        info["device"] = "cpu"
-    worker.send(info)
+        device, cuda_ipc, name = "cpu", False, "cpu"
+    channel.send_frame(sock, Ready(pid=os.getpid(), device=name).to_header())
     try:
-        frame = worker.recv()
+        job = Load.from_header(channel.recv_frame(sock).header)
     except Exception:
         return
-    job = frame.header
-    workdir = Path(job["workdir"])
-    role: Worker
-    if job.get("role") == "reference":
-        role = ReferenceWorker(sock)
-        role.device, role.cuda_ipc = worker.device, worker.cuda_ipc
-        role.reference(job, workdir)
-    elif job.get("role") == "candidate":
-        role = CandidateWorker(sock)
-        role.device, role.cuda_ipc = worker.device, worker.cuda_ipc
-        role.candidate(job, workdir)
+    role = ReferenceWorker if job.role == "reference" else CandidateWorker
+    role(sock, device, cuda_ipc).run(job, Path(job.workdir))
 
 
 def main() -> None:

@@ -1,21 +1,39 @@
-"""What both roles of a worker process share (moved from `worker.py`)."""
+"""`Worker`: what both roles of a worker process share (see `worker.py` for the roles).
+
+Messaging over the socket (`protocol.py`'s models), tensor records, and the task's side of a job:
+loading the task, building a model after the seed, making a trial's inputs on the device. The
+roles subclass it: `ReferenceWorker` (`worker_reference.py`) and `CandidateWorker`
+(`worker_candidate.py`). Runs in the worker process only.
+"""
 
 from __future__ import annotations
 
 import socket
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kernelcraft.engine.protocol import Load, Progress, Reply, TaskFailed
+
+if TYPE_CHECKING:
+    from kernelcraft.engine.channel import Frame
 
 MAX_ERROR_CHARS = 4000
 
 
-def _trim(text: str) -> str:
+def trim(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
 
 
+def error_line(e: BaseException) -> str:
+    return trim(f"{type(e).__name__}: {e}")
+
+
 class Worker:
-    def __init__(self, sock: socket.socket) -> None:
+    """A worker process's end of the socket, on `device` ("cpu" or "cuda"); `cuda_ipc`: send
+    CUDA tensors as IPC handles."""
+
+    def __init__(self, sock: socket.socket, device: str = "cpu", cuda_ipc: bool = False) -> None:
         import torch
 
         from kernelcraft.engine import channel, tensors
@@ -24,27 +42,23 @@ class Worker:
         self.torch = torch
         self.channel = channel
         self.tensors = tensors
-        self.device = "cpu"
-        self.cuda_ipc = False
-        self._compiled: Any = None
-        self.harness_stream: Any = None
-        """CUDA only: the stream current before the candidate was imported; restored after every
-        call of the candidate's code (`restore_stream`)."""
+        self.device = device
+        self.cuda_ipc = cuda_ipc
 
     # ---- messaging ----
 
-    def send(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
-        self.channel.send_frame(self.sock, header, blobs)
+    def send(self, msg: Reply, blobs: list[bytes] | None = None) -> None:
+        self.channel.send_frame(self.sock, msg.to_header(), blobs)
 
-    def recv(self) -> Any:
+    def recv(self) -> Frame:
         return self.channel.recv_frame(self.sock)
 
     def task_error(self, e: BaseException) -> None:
         """Tell the parent the trusted task itself failed (called inside the `except`)."""
-        self.send({"type": "task_error", "error": _trim(traceback.format_exc()), "summary": repr(e)})
+        self.send(TaskFailed(error=trim(traceback.format_exc()), summary=repr(e)))
 
     def progress(self, message: str) -> None:
-        self.send({"type": "progress", "message": message})
+        self.send(Progress(message=message))
 
     def pack(self, obj: Any) -> tuple[Any, list[bytes]]:
         blobs: list[bytes] = []
@@ -70,10 +84,10 @@ class Worker:
 
     # ---- shared by both roles ----
 
-    def load_task(self, job: dict[str, Any], workdir: Path) -> Any:
+    def load_task(self, job: Load, workdir: Path) -> Any:
         from kernelcraft.engine.loading import import_source
 
-        return import_source(job["task_source"], workdir, "kernelcraft_task")
+        return import_source(job.task_source, workdir, "kernelcraft_task")
 
     def init_inputs(self, task: Any, seed0: int) -> list[Any]:
         self.torch.manual_seed(seed0)
@@ -84,7 +98,7 @@ class Worker:
         model = cls(*init)
         return model.to(self.device).eval() if hasattr(model, "to") else model
 
-    def make_inputs(self, task: Any, job: dict[str, Any], input_set: int, seed: int) -> list[Any]:
+    def make_inputs(self, task: Any, job: Load, input_set: int, seed: int) -> list[Any]:
         """Inputs of one trial, created on the device (no host copies of big tensors)."""
         import random
 
@@ -94,7 +108,7 @@ class Worker:
         torch.manual_seed(seed)
         random.seed(seed)
         np.random.seed(seed % 2**32)
-        small = job.get("interpret", False)
+        small = job.interpret
         with torch.device(self.device):
             if input_set == 0:
                 fn = getattr(task, "get_cpu_inputs", None) if small else None
