@@ -179,6 +179,10 @@ def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compiled_tim
             {"type": "timed", "candidate": {"times_us": [1.0], "method": "a stopwatch"}},
             FailureClass.RUNTIME_CRASH,
         ),
+        (
+            {"type": "timed", "candidate": {"times_us": [], "method": "cuda_graph"}},
+            FailureClass.RUNTIME_CRASH,
+        ),
         ({"type": "timed"}, FailureClass.RUNTIME_CRASH),
         ({"type": "outputs", "outputs": []}, FailureClass.RUNTIME_CRASH),
         (

@@ -308,7 +308,7 @@ class Warm(Reply):
 class Samples(BaseModel):
     """One round of timings of one callable (`timing.sample_round`)."""
 
-    times_us: list[float]
+    times_us: list[float] = Field(min_length=1)
     method: TimingMethod
     sets: int = 1
 
