@@ -121,7 +121,7 @@ class Job:
         self.spec = spec
         self.device = device
         self.references = references
-        self.w = JobWorkers(spec, device, references, settings, active, progress)
+        self.workers = JobWorkers(spec, device, references, settings, active, progress)
         self.input_sets = 1
         self.kernels: list[str] = []
         self.compile_worker: WorkerProcess | None = None
@@ -133,32 +133,32 @@ class Job:
     async def run(self) -> EvalResult:
         result = EvalResult()
         try:
-            await self.w.progress(0.0, "waiting for workers")
+            await self.workers.progress(0.0, "waiting for workers")
             cand = await self.start_workers()
             if "compile" in self.spec.stages:
                 t = time.perf_counter()
                 result.compile = await self.compile_stage()
-                self.w.stage("compile", t)
-                if not self.w.interpret:
+                self.workers.stage("compile", t)
+                if not self.workers.interpret:
                     cand = self.compile_worker
             if self.wants_candidate:
                 if cand is None:
-                    cand = await self.w.start_candidate()
+                    cand = await self.workers.start_candidate()
                 await self.candidate_stages(result, cand)
         except Stop as stop:
             fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
         finally:
-            await self.w.release()
-            result.stage_seconds = dict(self.w.stages)
+            await self.workers.release()
+            result.stage_seconds = dict(self.workers.stages)
         return result
 
     async def start_workers(self) -> WorkerProcess | None:
         """The reference and the candidate load at the same time, in their own processes (the
         compile stage loads its own candidate, after the reference). Returns the candidate
         worker if it was loaded here; the reference's failure (an unusable task) comes first."""
-        loads: list[Awaitable[Any]] = [self.w.start_reference()]
+        loads: list[Awaitable[Any]] = [self.workers.start_reference()]
         if self.wants_candidate and "compile" not in self.spec.stages:
-            loads.append(self.w.start_candidate())
+            loads.append(self.workers.start_candidate())
         outcome = await asyncio.gather(*loads, return_exceptions=True)
         for o in outcome:
             if isinstance(o, BaseException) and not isinstance(o, Stop):
@@ -172,23 +172,23 @@ class Job:
         return cast("WorkerProcess | None", outcome[1] if len(outcome) > 1 else None)
 
     async def candidate_stages(self, result: EvalResult, cand: WorkerProcess) -> None:
-        if not self.w.interpret:
+        if not self.workers.interpret:
             t = time.perf_counter()
             await self.warm_up(cand)
-            self.w.stage("kernels", t)
+            self.workers.stage("kernels", t)
         if "verify" in self.spec.stages:
-            async with self.w.gpu_lock(exclusive=False):
+            async with self.workers.gpu_lock(exclusive=False):
                 t = time.perf_counter()
                 result.verify = await self.verify_stage(cand)
-                self.w.stage("verify", t)
+                self.workers.stage("verify", t)
         if "profile" in self.spec.stages:
             if result.verify is not None and not result.verify.correct:
                 result.profile = not_profiled_after(result.verify)
             else:
-                async with self.w.gpu_lock(exclusive=True):
+                async with self.workers.gpu_lock(exclusive=True):
                     t = time.perf_counter()
                     result.profile = await self.profile_stage(cand)
-                    self.w.stage("profile", t)
+                    self.workers.stage("profile", t)
 
     # ---- compile ----
 
@@ -196,18 +196,18 @@ class Job:
         """Discover launches (no kernel runs) and compile them for each target. On a CPU machine
         this worker imports the candidate without the interpreter, so real Triton compiles it."""
         start = time.perf_counter()
-        w = await self.w.acquire(self.device.compile_pool)
+        w = await self.workers.acquire(self.device.compile_pool)
         self.compile_worker = w
-        await self.w.progress(0.05, "loading the candidate")
+        await self.workers.progress(0.05, "loading the candidate")
         try:
-            self.w.loaded(await self.w.load(w, "candidate", interpret=False))
-            made, blobs = await self.w.inputs(0)
-            await self.w.progress(0.1, f"compiling for {', '.join(self.spec.targets)}")
+            self.workers.loaded(await self.workers.load(w, "candidate", interpret=False))
+            made, blobs = await self.workers.inputs(0)
+            await self.workers.progress(0.1, f"compiling for {', '.join(self.spec.targets)}")
             await w.send(Compile(targets=list(self.spec.targets), inputs=made.inputs).to_header(), blobs)
-            frame = await self.w.recv(w, candidate=True)
-            self.w.candidate_verdict(frame, Msg.COMPILED)
+            frame = await self.workers.recv(w, candidate=True)
+            self.workers.candidate_verdict(frame, Msg.COMPILED)
         except Stop as stop:
-            if not self.w.interpret:
+            if not self.workers.interpret:
                 raise
             return CompileResult(
                 ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start
@@ -221,16 +221,16 @@ class Job:
     async def warm_up(self, cand: WorkerProcess) -> None:
         """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when
         profiling, torch.compile the reference."""
-        await self.w.progress(0.08, "compiling kernels")
-        async with self.w.gpu_lock(exclusive=False):
-            made, blobs = await self.w.inputs(0)
+        await self.workers.progress(0.08, "compiling kernels")
+        async with self.workers.gpu_lock(exclusive=False):
+            made, blobs = await self.workers.inputs(0)
         # Triton's compiler runs on the CPU: no lock, so other jobs' timings go on meanwhile.
         await cand.send(Warmup(inputs=made.inputs).to_header(), blobs)
-        self.w.candidate_verdict(await self.w.recv(cand, candidate=True), Msg.WARM)
-        if "profile" in self.spec.stages and self.references.compiled_timing(self.w.key) is None:
-            await self.w.progress(0.09, "compiling the reference with torch.compile")
-            async with self.w.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
-                await self.w.ask_ref(WarmupReference(), error_is_an_answer=True)
+        self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.WARM)
+        if "profile" in self.spec.stages and self.references.compiled_timing(self.workers.key) is None:
+            await self.workers.progress(0.09, "compiling the reference with torch.compile")
+            async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
+                await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)
 
     # ---- verify ----
 
@@ -240,7 +240,7 @@ class Job:
         try:
             for s in range(self.input_sets):
                 for t in range(self.spec.trials):
-                    await self.w.progress(0.1 + 0.8 * done / total, f"trial {done + 1} of {total}")
+                    await self.workers.progress(0.1 + 0.8 * done / total, f"trial {done + 1} of {total}")
                     failed = await self.trial(cand, s, t)
                     if failed is not None:
                         return self.verified(cand, done, *failed)
@@ -249,25 +249,27 @@ class Job:
             if stop.evidence.trial is None:
                 stop.evidence.trial = done % self.spec.trials
             return self.verified(cand, done, stop.cls, stop.evidence)
-        notes = list(self.w.notes)
-        if self.w.interpret:
+        notes = list(self.workers.notes)
+        if self.workers.interpret:
             notes.append(
                 "ran in Triton's CPU interpreter: races, out-of-bounds reads, TF32 and speed are not checked"
             )
-        await self.w.progress(0.9, "verified")
+        await self.workers.progress(0.9, "verified")
         return self.verified(cand, done, None, None, notes=notes)
 
     async def trial(self, cand: WorkerProcess, s: int, t: int) -> tuple[FailureClass, Evidence] | None:
         """One trial on input set `s`: the candidate runs (twice on the first, for determinism),
         the reference compares. The failure, if the outputs differ."""
-        made, blobs = await self.w.inputs(s)
+        made, blobs = await self.workers.inputs(s)
         await cand.send(Run(inputs=made.inputs, determinism=s == 0 and t == 0).to_header(), blobs)
-        frame = await self.w.recv(cand, candidate=True)
-        out = self.w.read(frame, Outputs)
+        frame = await self.workers.recv(cand, candidate=True)
+        out = self.workers.read(frame, Outputs)
         self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
-        cmp = await self.w.ask_ref(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame.blobs)
+        cmp = await self.workers.ask_ref(
+            Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame.blobs
+        )
         if cmp.header.get("type") != Msg.COMPARED:
-            self.w.task_error(cmp)
+            self.workers.task_error(cmp)
             raise Stop(
                 FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs")
             )
@@ -297,12 +299,12 @@ class Job:
 
     async def profile_stage(self, cand: WorkerProcess) -> ProfileResult:
         start = time.perf_counter()
-        if self.input_sets > 1 or not self.w.ref_has_inputs:
+        if self.input_sets > 1 or not self.workers.ref_has_inputs:
             # Verification ended on the last extra input set: time on get_inputs(), the task's own.
-            made, blobs = await self.w.inputs(0)
+            made, blobs = await self.workers.inputs(0)
             if self.device.kind != "cpu":
                 await cand.send(UseInputs(inputs=made.inputs).to_header(), blobs)
-                self.w.candidate_verdict(await self.w.recv(cand, candidate=True), Msg.OK)
+                self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
         roof, roof_error = await self.roofline()
         if self.device.kind == "cpu":
             message = NO_GPU_MESSAGE.format(target=self.spec.roofline_target)
@@ -314,8 +316,8 @@ class Job:
         return await self.time_on_gpu(cand, roof, start)
 
     async def roofline(self) -> tuple[Roofline | None, str | None]:
-        frame = await self.w.ask_ref(
-            ComputeRoofline(target=self.spec.roofline_target, full_size=self.w.interpret),
+        frame = await self.workers.ask_ref(
+            ComputeRoofline(target=self.spec.roofline_target, full_size=self.workers.interpret),
             error_is_an_answer=True,
         )
         counted = RooflineCounted.from_header(frame.header)
@@ -326,11 +328,11 @@ class Job:
     async def time_on_gpu(self, cand: WorkerProcess, roof: Roofline | None, start: float) -> ProfileResult:
         """Interleave rounds of candidate and reference timing (each in its own process, on the
         same inputs), then summarise each side's samples."""
-        cached = self.references.compiled_timing(self.w.key)
+        cached = self.references.compiled_timing(self.workers.key)
         rounds = _Rounds(("candidate", "eager") if cached is not None else ("candidate", "eager", "compiled"))
         while not rounds.done():
             rounds.count += 1
-            await self.w.progress(
+            await self.workers.progress(
                 0.9 + 0.1 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
             )
             await self.time_candidate(cand, rounds)
@@ -339,7 +341,7 @@ class Job:
                 return ProfileResult(available=False, message=failed, roofline=roof)
         t = rounds.timings()
         if cached is None:
-            self.references.remember_compiled(self.w.key, t["compiled"])
+            self.references.remember_compiled(self.workers.key, t["compiled"])
         else:
             t["compiled"] = cached
         result = profile_result(
@@ -361,7 +363,7 @@ class Job:
     async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds) -> None:
         method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
         await cand.send(TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method).to_header())
-        timed = self.w.read(await self.w.recv(cand, candidate=True), Timed)
+        timed = self.workers.read(await self.workers.recv(cand, candidate=True), Timed)
         if timed.error is not None:
             raise Stop(
                 FailureClass.RUNTIME_ERROR,
@@ -377,7 +379,7 @@ class Job:
     async def time_reference(self, rounds: _Rounds, *, compiled: bool) -> str | None:
         """One round of the reference's timings; why they failed, if they did."""
         ref_keys = rounds.keys[1:]
-        frame = await self.w.ask_ref(
+        frame = await self.workers.ask_ref(
             TimeReference(
                 budget_ms=PROFILE_BUDGET_MS,
                 methods={k: rounds.methods[k] for k in ref_keys if k in rounds.methods},
