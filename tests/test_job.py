@@ -105,18 +105,19 @@ class ScriptedPool:
         self.released.append(w)
 
 
-def _run(pool: ScriptedPool, refs: ReferencePool) -> EvalResult:
+async def _run(pool: ScriptedPool, refs: ReferencePool) -> EvalResult:
     device = Device("cuda", 0, pool, GpuLock())  # type: ignore[arg-type]
     spec = EvalJob(task_source="task", candidate_source="candidate", stages=["verify", "profile"], trials=2)
     settings = CandidateSettings(memory_limit_bytes=None, sandbox=True)
-    result = asyncio.run(Job(spec, device, refs, settings, set(), None).run())
+    result = await Job(spec, device, refs, settings, set(), None).run()
     assert not device.lock.busy()
     return result
 
 
-def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in_interleaved_rounds() -> None:
+@pytest.mark.anyio
+async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in_interleaved_rounds() -> None:
     pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
-    result = _run(pool, refs)
+    result = await _run(pool, refs)
     assert result.verify is not None and result.verify.correct, result.verify
     assert result.verify.trials_passed == 2 and result.verify.kernels_launched == ["relu_kernel"]
     assert result.verify.device == "cuda:0 (NVIDIA H200)"
@@ -150,10 +151,11 @@ def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in_inter
     assert refs.idle_pids() == [ref.pid] and cand.killed_for and pool.released == [cand]
 
 
-def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compiled_timing() -> None:
+@pytest.mark.anyio
+async def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compiled_timing() -> None:
     pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
-    first = _run(pool, refs)
-    second = _run(pool, refs)
+    first = await _run(pool, refs)
+    second = await _run(pool, refs)
     ref = pool.started[0]
     assert len(pool.started) == 3  # one reference, two candidates
     again = ref.sent[len(ref.sent) - ref.ops()[::-1].index("next") - 1 :]
@@ -164,6 +166,7 @@ def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compiled_tim
     assert "timed by an earlier evaluation of this task" in second.profile.message
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("timing", "cls"),
     [
@@ -193,11 +196,11 @@ def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compiled_tim
         ),
     ],
 )
-def test_a_candidate_timing_that_fails_or_is_malformed_is_a_verdict(
+async def test_a_candidate_timing_that_fails_or_is_malformed_is_a_verdict(
     timing: dict[str, Any], cls: FailureClass
 ) -> None:
     pool = ScriptedPool(candidate_timing=timing)
-    result = _run(pool, ReferencePool(per_task=2, idle_per_device=2))
+    result = await _run(pool, ReferencePool(per_task=2, idle_per_device=2))
     assert result.verify is not None and result.verify.correct
     assert result.profile is not None and not result.profile.available
     assert result.profile.failure_class == cls, result.profile
