@@ -170,7 +170,7 @@ def _timing(median: float, method: str = "cuda_graph", sets: int = 8, clipped: i
 
 def test_a_timing_below_the_physical_floor_is_rejected_not_reported() -> None:
     from kernelcraft.engine import roofline
-    from kernelcraft.engine.local import _profile_result, physical_floor_us
+    from kernelcraft.engine.verdicts import physical_floor_us, profile_result
 
     # 8192 x 4000 fp32 softmax: 131 MB read, 131 MB written.
     nbytes = 2 * 8192 * 4000 * 4
@@ -178,13 +178,13 @@ def test_a_timing_below_the_physical_floor_is_rejected_not_reported() -> None:
     dev = "cuda:0 (NVIDIA H200)"
     floor = physical_floor_us(roof, dev)
     assert floor == pytest.approx(nbytes / (roofline.PEAKS["h200-measured"].gbps * 1e3))
-    ok = _profile_result(_timing(70.0), _timing(150.0, "cuda_events", 1), _timing(90.0), roof, dev, 1.0)
+    ok = profile_result(_timing(70.0), _timing(150.0, "cuda_events", 1), _timing(90.0), roof, dev, 1.0)
     assert ok.failure_class is None and ok.speedup_vs_eager == pytest.approx(150 / 70)
     assert ok.roofline_fraction is not None and ok.roofline_fraction <= 1.05
     assert "candidate: cuda_graph, 8 rotating input sets" in ok.message
     assert "L2 flushed before each repetition" in ok.message
     for cand in (_timing(0.2 * floor), _timing(0.01, clipped=20)):
-        bad = _profile_result(cand, _timing(150.0), _timing(90.0), roof, dev, 1.0)
+        bad = profile_result(cand, _timing(150.0), _timing(90.0), roof, dev, 1.0)
         assert bad.available and bad.failure_class is not None
         assert bad.failure_class.value == "forbidden_construct"
         assert bad.evidence is not None and "below the physical floor" in bad.evidence.message
@@ -375,9 +375,9 @@ def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> No
 
 @pytest.mark.anyio
 async def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
-    from kernelcraft.engine.local import _GpuLock
+    from kernelcraft.engine.gpulock import GpuLock
 
-    lock = _GpuLock()
+    lock = GpuLock()
     log: list[str] = []
 
     async def verify(name: str, hold: float) -> None:
@@ -426,9 +426,9 @@ def test_concurrent_jobs_on_one_task_share_a_few_reference_workers(evaluator, jo
 
     started, results = evaluator.call(batch())
     assert all(r.verify is not None and r.verify.correct for r in results)
-    # Six candidate workers, at most `_refs_per_task` reference workers, and the pool's refills;
+    # Six candidate workers, at most `per_task` reference workers, and the pool's refills;
     # one reference per job would need six more.
-    assert started <= 6 + ev._refs_per_task + pool.size, started
+    assert started <= 6 + ev._references.per_task + pool.size, started
 
 
 @pytest.mark.slow
@@ -442,15 +442,15 @@ def test_jobs_waiting_for_a_reference_never_block_a_timing(evaluator, job_for, t
     task.write_text((CHEATS / "task_scale.py").read_text() + "\n# lock-ordering test\n")
     src = (CHEATS / "good.py").read_text()
     jobs = [job_for(task, src + f"\n# copy {i}\n", trials=1, stages=["verify", "profile"]) for i in range(4)]
-    cap = ev._refs_per_task
+    cap = ev._references.per_task
 
     async def batch() -> list:  # type: ignore[type-arg]
         return await asyncio.wait_for(asyncio.gather(*(ev.submit(j) for j in jobs)), 120)
 
-    device.locked, ev._refs_per_task = True, 1
+    device.locked, ev._references.per_task = True, 1
     try:
         results = evaluator.call(batch())
     finally:
-        device.locked, ev._refs_per_task = False, cap
+        device.locked, ev._references.per_task = False, cap
     assert all(r.verify is not None and r.verify.correct and r.profile is not None for r in results)
     assert not device.lock.busy()

@@ -7,7 +7,7 @@ and unpickling its bytes would run its code in whoever reads them. Tensors trave
 CUDA IPC handles (no copy; the receiver clones them at once). The parent routes frames between the
 reference and the candidate worker without decoding tensors, so it never needs torch or CUDA.
 
-Written by the evaluation engine only (`worker.py`, `pool.py`, `local.py`).
+Written by the evaluation engine only (the workers, `pool.py`, `jobworkers.py`); the headers are `protocol.py`'s.
 """
 
 from __future__ import annotations

@@ -133,7 +133,20 @@ def _watched() -> dict[str, Callable[[], Any]]:
 # rebinding `guard.ALLOWED_OPS` from an imported helper module would widen the fallback allow-list.
 HARNESS_MODULES = tuple(
     f"kernelcraft.engine.{m}"
-    for m in ("worker", "compare", "launches", "guard", "tensors", "channel", "knockout", "perturb", "tf32")
+    for m in (
+        "worker",
+        "worker_common",
+        "worker_candidate",
+        "protocol",
+        "compare",
+        "launches",
+        "guard",
+        "tensors",
+        "channel",
+        "knockout",
+        "perturb",
+        "tf32",
+    )
 )
 _CONSTANT_TYPES = (str, bytes, int, float, bool, frozenset, tuple, type(None))
 

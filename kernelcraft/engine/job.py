@@ -1,0 +1,394 @@
+"""One submitted job: the compile, verify and profile stages, in order, on the job's workers.
+
+`LocalEvaluator.submit` builds a `Job` with everything it needs (the job's device with its pools
+and GPU lock, the reference pool, the candidate settings, the evaluator's set of held workers)
+and awaits `run()`, which always returns a result: a candidate's failure is a verdict in it. The
+processes are `JobWorkers`' business (`jobworkers.py`); the result models are built by the pure
+functions of `verdicts.py`.
+
+Order and the GPU: the reference and the candidate load at the same time; the compile stage (if
+asked) loads its own candidate after the reference. On a GPU, the candidate's kernels are
+compiled without the lock, verification shares the GPU, and timing has it alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from kernelcraft.base.evaluation import (
+    CompileResult,
+    EvalJob,
+    EvalResult,
+    Evidence,
+    ProfileResult,
+    Roofline,
+    Timing,
+    VerifyResult,
+)
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.gpulock import Device
+from kernelcraft.engine.jobworkers import CandidateSettings, JobWorkers, Stop
+from kernelcraft.engine.pool import WorkerProcess
+from kernelcraft.engine.protocol import (
+    Compare,
+    Compared,
+    Compile,
+    Compiled,
+    ComputeRoofline,
+    Msg,
+    Outputs,
+    ProtocolError,
+    RooflineCounted,
+    Run,
+    Samples,
+    TaskReady,
+    TimeCandidate,
+    Timed,
+    TimeReference,
+    TimingMethod,
+    UseInputs,
+    Warmup,
+    WarmupReference,
+)
+from kernelcraft.engine.references import COMPILED_REFERENCE_TTL_S, ReferencePool
+from kernelcraft.engine.verdicts import (
+    compile_result,
+    device_label,
+    evidence_from,
+    fill_failed,
+    not_profiled_after,
+    profile_result,
+    verify_result,
+)
+
+# Timing runs interleaved rounds (candidate, then reference) until every timed callable over
+# 50 µs (timing.SPREAD_CHECK_ABOVE_US) has an interquartile range within TARGET_SPREAD of its
+# median, between the minimum and maximum number of rounds.
+MIN_PROFILE_ROUNDS = 3
+MAX_PROFILE_ROUNDS = 10
+TARGET_SPREAD = 0.02
+PROFILE_BUDGET_MS = 60.0
+NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
+
+
+@dataclass
+class _Rounds:
+    """The timing samples gathered so far, per timed callable ("candidate", "eager", "compiled")."""
+
+    keys: tuple[str, ...]
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    methods: dict[str, TimingMethod] = field(default_factory=dict)
+    sets: dict[str, int] = field(default_factory=dict)
+    count: int = 0
+
+    def add(self, key: str, s: Samples) -> None:
+        self.samples.setdefault(key, []).extend(s.times_us)
+        self.methods[key] = s.method
+        self.sets[key] = s.sets
+
+    def done(self) -> bool:
+        from kernelcraft.engine import timing
+
+        if self.count < MIN_PROFILE_ROUNDS:
+            return False
+        return self.count >= MAX_PROFILE_ROUNDS or all(
+            timing.spread_within(self.samples.get(k, []), TARGET_SPREAD) for k in self.keys
+        )
+
+    def timings(self) -> dict[str, Timing]:
+        from kernelcraft.engine import timing
+
+        return {k: timing.summarize(self.samples[k], self.methods[k], self.sets.get(k, 1)) for k in self.keys}
+
+
+class Job:
+    """One submitted job: its stages, on the workers of a `JobWorkers`."""
+
+    def __init__(
+        self,
+        spec: EvalJob,
+        device: Device,
+        references: ReferencePool,
+        settings: CandidateSettings,
+        active: set[WorkerProcess],
+        progress: ProgressCallback | None,
+    ) -> None:
+        self.spec = spec
+        self.device = device
+        self.references = references
+        self.workers = JobWorkers(spec, device, references, settings, active, progress)
+        self.input_sets = 1
+        self.kernels: list[str] = []
+        self.compile_worker: WorkerProcess | None = None
+
+    @property
+    def wants_candidate(self) -> bool:
+        return "verify" in self.spec.stages or "profile" in self.spec.stages
+
+    async def run(self) -> EvalResult:
+        result = EvalResult()
+        try:
+            await self.workers.progress(0.0, "waiting for workers")
+            cand = await self.start_workers()
+            if "compile" in self.spec.stages:
+                t = time.perf_counter()
+                result.compile = await self.compile_stage()
+                self.workers.stage("compile", t)
+                if not self.workers.interpret:
+                    cand = self.compile_worker
+            if self.wants_candidate:
+                if cand is None:
+                    cand = await self.workers.start_candidate()
+                await self.candidate_stages(result, cand)
+        except Stop as stop:
+            fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
+        finally:
+            await self.workers.release()
+            result.stage_seconds = dict(self.workers.stages)
+        return result
+
+    async def start_workers(self) -> WorkerProcess | None:
+        """The reference and the candidate load at the same time, in their own processes (the
+        compile stage loads its own candidate, after the reference). Returns the candidate
+        worker if it was loaded here; the reference's failure (an unusable task) comes first."""
+        loads: list[Awaitable[Any]] = [self.workers.start_reference()]
+        if self.wants_candidate and "compile" not in self.spec.stages:
+            loads.append(self.workers.start_candidate())
+        outcome = await asyncio.gather(*loads, return_exceptions=True)
+        for o in outcome:
+            if isinstance(o, BaseException) and not isinstance(o, Stop):
+                raise o
+        for o in outcome:
+            if isinstance(o, Stop):
+                raise o
+        ready = outcome[0]
+        assert isinstance(ready, TaskReady)
+        self.input_sets = int(ready.input_sets)
+        return cast("WorkerProcess | None", outcome[1] if len(outcome) > 1 else None)
+
+    async def candidate_stages(self, result: EvalResult, cand: WorkerProcess) -> None:
+        if not self.workers.interpret:
+            t = time.perf_counter()
+            await self.warm_up(cand)
+            self.workers.stage("kernels", t)
+        if "verify" in self.spec.stages:
+            async with self.workers.gpu_lock(exclusive=False):
+                t = time.perf_counter()
+                result.verify = await self.verify_stage(cand)
+                self.workers.stage("verify", t)
+        if "profile" in self.spec.stages:
+            if result.verify is not None and not result.verify.correct:
+                result.profile = not_profiled_after(result.verify)
+            else:
+                async with self.workers.gpu_lock(exclusive=True):
+                    t = time.perf_counter()
+                    result.profile = await self.profile_stage(cand)
+                    self.workers.stage("profile", t)
+
+    # ---- compile ----
+
+    async def compile_stage(self) -> CompileResult:
+        """Discover launches (no kernel runs) and compile them for each target. On a CPU machine
+        this worker imports the candidate without the interpreter, so real Triton compiles it."""
+        start = time.perf_counter()
+        w = await self.workers.acquire(self.device.compile_pool)
+        self.compile_worker = w
+        await self.workers.progress(0.05, "loading the candidate")
+        try:
+            self.workers.loaded(await self.workers.load(w, "candidate", interpret=False))
+            made, blobs = await self.workers.inputs(0)
+            await self.workers.progress(0.1, f"compiling for {', '.join(self.spec.targets)}")
+            await w.send(Compile(targets=list(self.spec.targets), inputs=made.inputs).to_header(), blobs)
+            frame = await self.workers.recv(w, candidate=True)
+            self.workers.candidate_verdict(frame, Msg.COMPILED)
+        except Stop as stop:
+            if not self.workers.interpret:
+                raise
+            return CompileResult(
+                ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start
+            )
+        try:
+            compiled: Compiled | None = Compiled.from_header(frame.header)
+        except ValueError:
+            compiled = None
+        return compile_result(compiled, time.perf_counter() - start)
+
+    async def warm_up(self, cand: WorkerProcess) -> None:
+        """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when
+        profiling, torch.compile the reference."""
+        await self.workers.progress(0.08, "compiling kernels")
+        async with self.workers.gpu_lock(exclusive=False):
+            made, blobs = await self.workers.inputs(0)
+        # Triton's compiler runs on the CPU: no lock, so other jobs' timings go on meanwhile.
+        await cand.send(Warmup(inputs=made.inputs).to_header(), blobs)
+        self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.WARM)
+        if "profile" in self.spec.stages and self.references.compiled_timing(self.workers.key) is None:
+            await self.workers.progress(0.09, "compiling the reference with torch.compile")
+            async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
+                await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)
+
+    # ---- verify ----
+
+    async def verify_stage(self, cand: WorkerProcess) -> VerifyResult:
+        total = self.input_sets * self.spec.trials
+        done = 0
+        try:
+            for s in range(self.input_sets):
+                for t in range(self.spec.trials):
+                    await self.workers.progress(0.1 + 0.8 * done / total, f"trial {done + 1} of {total}")
+                    failed = await self.trial(cand, s, t)
+                    if failed is not None:
+                        return self.verified(cand, done, *failed)
+                    done += 1
+        except Stop as stop:
+            if stop.evidence.trial is None:
+                stop.evidence.trial = done % self.spec.trials
+            return self.verified(cand, done, stop.cls, stop.evidence)
+        notes = list(self.workers.notes)
+        if self.workers.interpret:
+            notes.append(
+                "ran in Triton's CPU interpreter: races, out-of-bounds reads, TF32 and speed are not checked"
+            )
+        await self.workers.progress(0.9, "verified")
+        return self.verified(cand, done, None, None, notes=notes)
+
+    async def trial(self, cand: WorkerProcess, s: int, t: int) -> tuple[FailureClass, Evidence] | None:
+        """One trial on input set `s`: the candidate runs (twice on the first, for determinism),
+        the reference compares. The failure, if the outputs differ."""
+        made, blobs = await self.workers.inputs(s)
+        await cand.send(Run(inputs=made.inputs, determinism=s == 0 and t == 0).to_header(), blobs)
+        frame = await self.workers.recv(cand, candidate=True)
+        out = self.workers.read(frame, Outputs)
+        self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
+        cmp = await self.workers.ask_ref(
+            Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame.blobs
+        )
+        if cmp.header.get("type") != Msg.COMPARED:
+            self.workers.task_error(cmp)
+            raise Stop(
+                FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs")
+            )
+        compared = Compared.from_header(cmp.header)
+        if not compared.failure_class:
+            return None
+        ev = evidence_from(compared.evidence, "outputs differ")
+        ev.trial, ev.input_set = t, s
+        return FailureClass(compared.failure_class), ev
+
+    def verified(
+        self, cand: WorkerProcess, done: int, cls: FailureClass | None, ev: Evidence | None, **kw: Any
+    ) -> VerifyResult:
+        return verify_result(
+            self.spec,
+            self.device,
+            cls,
+            ev,
+            trials_passed=done,
+            input_sets=self.input_sets,
+            kernels_launched=self.kernels,
+            device_label=device_label(self.device, cand.info),
+            **kw,
+        )
+
+    # ---- profile ----
+
+    async def profile_stage(self, cand: WorkerProcess) -> ProfileResult:
+        start = time.perf_counter()
+        if self.input_sets > 1 or not self.workers.ref_has_inputs:
+            # Verification ended on the last extra input set: time on get_inputs(), the task's own.
+            made, blobs = await self.workers.inputs(0)
+            if self.device.kind != "cpu":
+                await cand.send(UseInputs(inputs=made.inputs).to_header(), blobs)
+                self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
+        roof, roof_error = await self.roofline()
+        if self.device.kind == "cpu":
+            message = NO_GPU_MESSAGE.format(target=self.spec.roofline_target)
+            if roof_error:
+                message += f" (roofline unavailable: {roof_error[:300]})"
+            return ProfileResult(
+                available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3)
+            )
+        return await self.time_on_gpu(cand, roof, start)
+
+    async def roofline(self) -> tuple[Roofline | None, str | None]:
+        frame = await self.workers.ask_ref(
+            ComputeRoofline(target=self.spec.roofline_target, full_size=self.workers.interpret),
+            error_is_an_answer=True,
+        )
+        counted = RooflineCounted.from_header(frame.header)
+        if counted.roofline is None:
+            return None, counted.error or "the roofline could not be computed"
+        return Roofline.model_validate(counted.roofline), None
+
+    async def time_on_gpu(self, cand: WorkerProcess, roof: Roofline | None, start: float) -> ProfileResult:
+        """Interleave rounds of candidate and reference timing (each in its own process, on the
+        same inputs), then summarise each side's samples."""
+        cached = self.references.compiled_timing(self.workers.key)
+        rounds = _Rounds(("candidate", "eager") if cached is not None else ("candidate", "eager", "compiled"))
+        while not rounds.done():
+            rounds.count += 1
+            await self.workers.progress(
+                0.9 + 0.1 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
+            )
+            await self.time_candidate(cand, rounds)
+            failed = await self.time_reference(rounds, compiled=cached is None)
+            if failed is not None:
+                return ProfileResult(available=False, message=failed, roofline=roof)
+        t = rounds.timings()
+        if cached is None:
+            self.references.remember_compiled(self.workers.key, t["compiled"])
+        else:
+            t["compiled"] = cached
+        result = profile_result(
+            t["candidate"],
+            t["eager"],
+            t["compiled"],
+            roof,
+            device_label(self.device, cand.info),
+            round(time.perf_counter() - start, 3),
+        )
+        result.message += f"; {rounds.count} interleaved rounds"
+        if cached is not None:
+            result.message += (
+                "; the torch.compile reference was timed by an earlier evaluation of this task "
+                f"(reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
+            )
+        return result
+
+    async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds) -> None:
+        method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
+        await cand.send(TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method).to_header())
+        timed = self.workers.read(await self.workers.recv(cand, candidate=True), Timed)
+        if timed.error is not None:
+            raise Stop(
+                FailureClass.RUNTIME_ERROR,
+                Evidence(message="timing the candidate failed", error_text=timed.error),
+            )
+        try:
+            rounds.add("candidate", timed.samples("candidate"))
+        except ProtocolError as e:
+            raise Stop(
+                FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
+            ) from e
+
+    async def time_reference(self, rounds: _Rounds, *, compiled: bool) -> str | None:
+        """One round of the reference's timings; why they failed, if they did."""
+        ref_keys = rounds.keys[1:]
+        frame = await self.workers.ask_ref(
+            TimeReference(
+                budget_ms=PROFILE_BUDGET_MS,
+                methods={k: rounds.methods[k] for k in ref_keys if k in rounds.methods},
+                compiled=compiled,
+            )
+        )
+        timed = Timed.from_header(frame.header)
+        if timed.error is not None:
+            return f"timing the reference failed: {timed.error[-500:]}"
+        for k in ref_keys:
+            rounds.add(k, timed.samples(k))
+        return None

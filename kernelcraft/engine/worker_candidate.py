@@ -1,0 +1,376 @@
+"""`CandidateWorker`: the untrusted role of a worker process (see `worker.py`).
+
+It loads the task (for `get_init_inputs`) and then the candidate, behind the harness's guards
+(the filesystem sandbox, a memory limit, a snapshot of the functions the harness relies on),
+builds `ModelNew` after the reference's seed, and for each trial runs forward on fresh clones of
+the inputs, with memory poisoned underneath, aten ops recorded and Triton launches counted, and
+sends the outputs back. It never decides a verdict on the numbers: it reports its own failures
+(`Verdict`), and the reference compares. It also compiles (the compile stage), JIT-warms and
+times the candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.protocol import (
+    Compile,
+    Compiled,
+    Load,
+    Loaded,
+    Ok,
+    Outputs,
+    Reply,
+    Run,
+    Samples,
+    TimeCandidate,
+    Timed,
+    UseInputs,
+    Verdict,
+    Warm,
+    Warmup,
+    parse_request,
+)
+from kernelcraft.engine.worker_common import Worker, trim
+
+
+class CandidateWorker(Worker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.job: Load | None = None
+        self.harness_stream: Any = None
+        """CUDA only: the stream current before the candidate was imported; restored after every
+        call of the candidate's code (`restore_stream`)."""
+        self.integrity: Any = None
+        self.threads_before = 0
+        self.model: Any = None
+        self.inputs: Any = None
+        self.poison_sizes: list[int] = []
+        self.sent: Any = None
+        """The last outputs sent: kept alive until the next run (the reference reads them through
+        CUDA IPC handles on a GPU)."""
+
+    def run(self, job: Load, workdir: Path) -> None:
+        """Load the candidate, say `loaded`, then answer requests until one it does not know (or
+        until the candidate fails: its verdict is its last message)."""
+        if not self.load(job, workdir):
+            return
+        while True:
+            frame = self.recv()
+            req = parse_request(frame.header)
+            if isinstance(req, Run):
+                if not self.run_forward(req, frame.blobs):
+                    return
+            elif isinstance(req, Compile):
+                if "inputs" in req.model_fields_set:
+                    self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(self.compile_stage(req))
+            elif isinstance(req, Warmup):
+                self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(self.warmup())
+            elif isinstance(req, TimeCandidate):
+                self.send(self.time_candidate(req))
+            elif isinstance(req, UseInputs):  # profile times on the task's main input set
+                self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(Ok())
+            else:
+                return
+
+    def load(self, job: Load, workdir: Path) -> bool:
+        """Load the task, set the guards up, import the candidate and build `ModelNew`; say
+        `loaded`. False when something failed (reported)."""
+        import threading
+
+        from kernelcraft.engine import guard
+        from kernelcraft.engine.loading import import_source
+
+        self.job = job
+        if job.interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
+        else:
+            os.environ.pop("TRITON_INTERPRET", None)
+        if self.device.startswith("cuda"):
+            from kernelcraft.engine import timing  # (captures the timers before the candidate)
+
+            self.harness_stream = timing._current_stream()
+        self.integrity = guard.Integrity()
+        try:
+            task = self.load_task(job, workdir)
+            init = self.init_inputs(task, job.seed0)
+        except Exception as e:
+            self.task_error(e)
+            return False
+        self._limit_memory(job)
+        sandbox_note = None
+        if job.sandbox:
+            from kernelcraft.engine.sandbox import restrict_writes
+
+            # From here on this process writes only in its own directory (Triton cache, HOME,
+            # TMPDIR) and to device files: not the database, not the user's files.
+            sandbox_note = restrict_writes([str(workdir), "/dev/shm"])
+        self.threads_before = threading.active_count()
+        self.progress("importing the candidate")
+        try:
+            module = import_source(job.candidate_source, workdir, "kernelcraft_candidate")
+            self.model = self.build(module.ModelNew, init, job.seed0)
+        except BaseException as e:
+            self.fail_exception(e, "load")
+            return False
+        if self.check_harness("importing the candidate"):
+            return False
+        if self.restore_stream():
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                "importing the candidate changed the current CUDA stream; launch on the current stream",
+                op="torch.cuda.set_stream",
+            )
+            return False
+        self.send(Loaded(sandbox_unavailable=sandbox_note))
+        return True
+
+    def run_forward(self, req: Run, blobs: list[bytes]) -> bool:
+        """One trial: forward on fresh clones of the inputs (a second time over different garbage
+        when `determinism`), then the outputs sent. False when the candidate failed (reported)."""
+        torch = self.torch
+        self.sent = None
+        self.inputs = self.unpack_cloned(req.inputs, blobs)
+        if not self.poison_sizes:
+            self.poison_sizes = [
+                x.numel() * x.element_size() for x in self.inputs if isinstance(x, torch.Tensor)
+            ]
+        outputs = []
+        after: Any = None
+        names: list[str] = []
+        for run, value in enumerate([float("nan"), 1.0e4][: 2 if req.determinism else 1]):
+            call_inputs = self._map(self.inputs, lambda t: t.clone())
+            result = self.call(call_inputs, value)
+            if result is None:
+                return False
+            out, names = result
+            if self.check_harness("forward"):
+                return False
+            if run == 0:
+                after = call_inputs
+            outputs.append(out)
+            leaves = [x for x in self.tensors.leaves(out) if isinstance(x, torch.Tensor)]
+            self.poison_sizes = [x.numel() * x.element_size() for x in leaves] or self.poison_sizes
+        out_blobs: list[bytes] = []
+        recs = [self.tensors.pack(o, out_blobs, cuda_ipc=self.cuda_ipc) for o in outputs]
+        if not all(self.tensors.exact_types(r) for r in recs):
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                "forward returned a Tensor subclass; return plain torch.Tensor outputs",
+                op="Tensor subclass",
+            )
+            return False
+        after_rec = self.tensors.pack(after, out_blobs, cuda_ipc=self.cuda_ipc)
+        self.sent = (outputs, after)
+        self.send(Outputs(outputs=recs, inputs_after=after_rec, kernels=names), out_blobs)
+        return True
+
+    def restore_stream(self) -> bool:
+        """Set the harness's stream current again; True when the candidate had changed it."""
+        timing = sys.modules.get("kernelcraft.engine.timing")
+        if self.harness_stream is None or timing is None:
+            return False
+        return bool(timing.stream_changed(self.harness_stream))
+
+    def _limit_memory(self, job: Load) -> None:
+        limit = job.memory_limit_bytes
+        if not limit:
+            return
+        if self.device.startswith("cuda"):
+            total = self.torch.cuda.get_device_properties(0).total_memory
+            self.torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+            return
+        import resource
+
+        with open("/proc/self/statm") as f:
+            vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        cap = vm_bytes + int(limit)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    def poison(self, sizes: list[int], value: float) -> None:
+        """Fill then free buffers of the sizes forward will allocate, so that memory it reads
+        without writing holds garbage (NaN first, a different value in the determinism re-run)."""
+        torch = self.torch
+        bufs = [
+            torch.empty(max(1, n // 4), dtype=torch.float32, device=self.device).fill_(value) for n in sizes
+        ]
+        self.sync()
+        del bufs
+
+    def call(self, inputs: list[Any], value: float) -> tuple[Any, list[str]] | None:
+        """forward(*inputs) over memory poisoned with `value`, ops recorded and launches counted:
+        the outputs and the kernels launched, or None when it failed (reported)."""
+        from kernelcraft.engine import guard
+        from kernelcraft.engine.launches import intercept_launches
+
+        assert self.job is not None
+        torch = self.torch
+        self.poison(self.poison_sizes, value)
+        recorder = guard.OpRecorder(frozenset(self.job.allowed_ops))
+        timing = sys.modules.get("kernelcraft.engine.timing") if self.device.startswith("cuda") else None
+        stream = self.harness_stream
+        try:
+            with (
+                torch.no_grad(),
+                intercept_launches(
+                    execute=True, autotune="first" if self.job.interpret else "benchmark"
+                ) as rec,
+                recorder,
+            ):
+                out = self.model(*inputs)
+            self.sync()
+        except BaseException as e:
+            self.fail_exception(e, "runtime")
+            return None
+        if timing is not None and stream is not None and timing.stream_changed(stream):
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT, timing.STREAM_CHANGED_MESSAGE, op="torch.cuda.set_stream"
+            )
+            return None
+        names = list(dict.fromkeys([r.launch.name for r in rec.records]))
+        if recorder.fallbacks:
+            op = recorder.fallbacks[0]
+            self.fail(
+                FailureClass.PYTORCH_FALLBACK,
+                f"forward ran PyTorch compute (aten.{op}) outside Triton kernels; "
+                f"write it as a Triton kernel (all ops seen: {', '.join(recorder.fallbacks)})",
+                op=f"aten.{op}",
+            )
+            return None
+        if rec.count == 0:
+            self.fail(FailureClass.NO_TRITON_LAUNCH, "forward launched no Triton kernel")
+            return None
+        return out, names
+
+    def check_harness(self, when: str) -> bool:
+        """Whether the candidate replaced a function the harness relies on or left a thread
+        running (reported)."""
+        import threading
+
+        changed = self.integrity.changed()
+        timing_mod = sys.modules.get("kernelcraft.engine.timing")
+        patched_timer = timing_mod.timing_functions_intact() if timing_mod is not None else None
+        if patched_timer:
+            changed.append(str(patched_timer))
+        if changed:
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                f"{when} replaced {', '.join(changed[:5])}; the candidate must not patch torch, Triton or the harness",
+                op=changed[0],
+            )
+            return True
+        if threading.active_count() > self.threads_before:
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                f"{when} started {threading.active_count() - self.threads_before} thread(s); do all work inside forward",
+                op="threading",
+            )
+            return True
+        return False
+
+    def fail(self, cls: FailureClass, message: str, **evidence: Any) -> None:
+        self.send(Verdict(failure_class=cls.value, evidence=dict(message=message, **evidence)))
+
+    def fail_exception(self, e: BaseException, stage: str) -> None:
+        from kernelcraft.base.failures import classify
+
+        text = trim("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+        try:
+            from triton.compiler.errors import CompilationError
+        except ImportError:  # pragma: no cover - triton always has it
+            CompilationError = ()  # type: ignore[assignment,misc]
+        if isinstance(e, MemoryError):
+            cls = FailureClass.RUNTIME_OUT_OF_MEMORY
+        elif isinstance(e, CompilationError):
+            cls = classify(text, "compile")
+        elif stage == "load":
+            cls = FailureClass.LOAD_ERROR
+        else:
+            tb = traceback.extract_tb(e.__traceback__)
+            in_triton = bool(tb) and f"{os.sep}triton{os.sep}" in tb[-1].filename
+            cls = classify(text, None if in_triton else "runtime")
+        where = "importing or constructing ModelNew" if stage == "load" else "forward"
+        self.send(
+            Verdict(
+                failure_class=cls.value,
+                evidence={
+                    "message": f"{where} raised {type(e).__name__}: {str(e)[:300]}",
+                    "error_text": text,
+                },
+            )
+        )
+
+    # ---- compile and profile stages (candidate side) ----
+
+    def compile_stage(self, req: Compile) -> Compiled:
+        from kernelcraft.engine.aot import compile_for_targets
+        from kernelcraft.engine.launches import intercept_launches
+
+        start = time.perf_counter()
+        try:
+            with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+                self.model(*self._map(self.inputs, lambda t: t.clone()))
+            self.restore_stream()
+            targets = compile_for_targets(rec.records, req.targets)
+            if self.device.startswith("cuda"):
+                from kernelcraft.engine.aot import compile_host
+
+                targets.append(compile_host(rec.records))  # the real JIT compile on this GPU
+        except Exception as e:
+            return Compiled(error=trim(traceback.format_exc()), summary=f"{type(e).__name__}: {e}")
+        return Compiled(
+            launches=[la.model_dump() for la in rec.launches],
+            targets=[t.model_dump() for t in targets],
+            seconds=time.perf_counter() - start,
+        )
+
+    def time_candidate(self, req: TimeCandidate) -> Reply:
+        inputs = self.inputs
+        try:
+            from kernelcraft.engine import timing
+
+            self.restore_stream()
+            with self.torch.no_grad():
+                r = timing.sample_round(
+                    self.model,
+                    budget_ms=req.budget_ms,
+                    method=req.method,
+                    input_sets=lambda: self._map(inputs, lambda t: t.clone()),
+                )
+            return Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
+        except Exception as e:
+            name = type(e).__name__
+            if name in ("StreamChanged", "WorkEscaped") and type(e).__module__ == "kernelcraft.engine.timing":
+                op = "torch.cuda.set_stream" if name == "StreamChanged" else "another CUDA stream"
+                return Verdict(
+                    failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value,
+                    evidence={"message": str(e), "op": op},
+                )
+            return Timed(error=trim(traceback.format_exc()), summary=repr(e))
+
+    def warmup(self) -> Warm:
+        """Compile the kernels forward will launch without running any (launch discovery, then
+        `JITFunction.warmup`), so that JIT compilation happens before the GPU lock is taken."""
+        from kernelcraft.engine.launches import intercept_launches
+
+        compiled = 0
+        try:
+            with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+                self.model(*self._map(self.inputs, lambda t: t.clone()))
+            self.restore_stream()
+            for r in rec.records:
+                grid = tuple(r.launch.grid) or (1,)
+                r.jit_fn.warmup(*r.args, grid=grid, **r.kwargs)
+                compiled += 1
+        except Exception as e:  # the real run reports the error with its proper class
+            return Warm(compiled=compiled, error=f"{type(e).__name__}: {e}"[:500])
+        return Warm(compiled=compiled)

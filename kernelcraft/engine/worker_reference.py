@@ -1,0 +1,220 @@
+"""`ReferenceWorker`: the trusted role of a worker process (see `worker.py`).
+
+It loads only the task and builds `Model` after `torch.manual_seed(seed0)`; for each trial it
+draws inputs from the seed the job sends, computes the reference outputs, shares a copy of the
+inputs, and later compares what the candidate returned against its own private copies (outputs,
+and inputs for mutation). It also counts FLOPs and bytes and times the reference for profile. It
+never imports candidate code, so the job may keep it for the next job on the same task
+(`NextJob`: state dropped, `Model` rebuilt from the seed).
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kernelcraft.engine.protocol import (
+    Compare,
+    Compared,
+    ComputeRoofline,
+    InputsMade,
+    Load,
+    MakeInputs,
+    NextJob,
+    Reply,
+    RooflineCounted,
+    Samples,
+    TaskReady,
+    Timed,
+    TimeReference,
+    Warm,
+    WarmupReference,
+    parse_request,
+)
+from kernelcraft.engine.worker_common import Worker, error_line, trim
+
+
+class ReferenceWorker(Worker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.job: Load | None = None
+        self.task: Any = None
+        self.model: Any = None
+        self.input_sets = 1
+        self.private_inputs: list[Any] = []
+        self.ref_out: Any = None
+        self.shared: Any = None
+        """The copy of the inputs sent to the candidate: kept alive while it may read them
+        (through CUDA IPC handles on a GPU)."""
+        self.compiled: Any = None
+
+    def run(self, job: Load, workdir: Path) -> None:
+        """Load the task, say `task_ready`, then answer requests until one it does not know."""
+        torch = self.torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.job = job
+        try:
+            self.task = self.load_task(job, workdir)
+            init = self.init_inputs(self.task, job.seed0)
+            self.model = self.build(self.task.Model, init, job.seed0)
+            self.input_sets = self.count_input_sets(self.task, job.interpret)
+        except Exception as e:
+            self.task_error(e)
+            return
+        self.send(TaskReady(input_sets=self.input_sets))
+        while True:
+            frame = self.recv()
+            req = parse_request(frame.header)
+            if isinstance(req, MakeInputs):
+                if not self.make_trial(req):
+                    return
+            elif isinstance(req, Compare):
+                self.send(self.compare(req, frame.blobs))
+            elif isinstance(req, ComputeRoofline):
+                self.send(self.roofline(req))
+            elif isinstance(req, WarmupReference):
+                self.send(self.compile_reference())
+            elif isinstance(req, TimeReference):
+                self.send(self.time_reference(req))
+            elif isinstance(req, NextJob):
+                if not self.next_job():
+                    return
+            else:
+                return
+
+    def make_trial(self, req: MakeInputs) -> bool:
+        """Make one trial's inputs and the reference outputs, keep both, send a copy of the
+        inputs; False when the task failed (reported)."""
+        assert self.job is not None
+        torch = self.torch
+        try:
+            self.private_inputs = self.make_inputs(self.task, self.job, req.input_set, req.seed)
+            with torch.no_grad():
+                self.ref_out = self.model(*[self._map(x, lambda t: t.clone()) for x in self.private_inputs])
+            self.sync()
+        except Exception as e:
+            self.task_error(e)
+            return False
+        self.shared = self._map(self.private_inputs, lambda t: t.clone())
+        self.sync()
+        rec, blobs = self.pack(self.shared)
+        self.send(InputsMade(inputs=rec), blobs)
+        return True
+
+    def next_job(self) -> bool:
+        """The next job on the same task: forget this job's inputs and outputs and build Model
+        afresh from the same seed, exactly as a new process would. False when that failed."""
+        assert self.job is not None
+        self.private_inputs, self.ref_out, self.shared = [], None, None
+        self.compiled = None
+        try:
+            if self.device.startswith("cuda"):
+                self.torch.cuda.empty_cache()
+            init = self.init_inputs(self.task, self.job.seed0)
+            self.model = self.build(self.task.Model, init, self.job.seed0)
+        except Exception as e:
+            self.task_error(e)
+            return False
+        self.send(TaskReady(input_sets=self.input_sets))
+        return True
+
+    def compare(self, req: Compare, blobs: list[bytes]) -> Compared:
+        from kernelcraft.base.evaluation import Evidence
+        from kernelcraft.base.failures import FailureClass
+        from kernelcraft.engine.compare import compare_outputs, inputs_changed
+
+        try:
+            runs = [self.unpack_cloned(rec, blobs) for rec in req.outputs]
+            after = self.unpack_cloned(req.inputs_after, blobs)
+        except Exception as e:
+            ev = Evidence(message=f"the candidate sent outputs that cannot be read: {e}")
+            return Compared(
+                failure_class=FailureClass.RUNTIME_CRASH.value,
+                evidence=ev.model_dump(),
+                # opening them may have left a CUDA error behind: the parent does not keep this process
+                error=error_line(e),
+            )
+        self.sync()
+        for i, out in enumerate(runs):
+            verdict = compare_outputs(self.ref_out, out)
+            if verdict is not None:
+                cls, ev = verdict
+                if i > 0:
+                    cls = FailureClass.NONDETERMINISTIC
+                    ev.message = (
+                        "a second run on the same inputs, with different garbage in memory underneath, "
+                        f"gave a different answer ({ev.message}); the kernel reads memory it did not write"
+                    )
+                return Compared(failure_class=cls.value, evidence=ev.model_dump())
+        changed = inputs_changed(self.private_inputs, list(after))
+        if changed is not None:
+            return Compared(failure_class=FailureClass.INPUTS_MUTATED.value, evidence=changed.model_dump())
+        return Compared(failure_class=None)
+
+    def roofline(self, req: ComputeRoofline) -> RooflineCounted:
+        """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the
+        floor is counted on the full-size `get_inputs()` built on the meta device (no memory, no
+        compute); if the model cannot run on meta, on the trial's inputs."""
+        from kernelcraft.engine import roofline
+
+        errors = []
+        if req.full_size:
+            try:
+                import copy
+
+                torch = self.torch
+                torch.manual_seed(0)
+                with torch.device("meta"):
+                    meta_inputs = list(self.task.get_inputs())
+                meta_model = copy.deepcopy(self.model).to("meta")
+                r = roofline.roofline_for(meta_model, meta_inputs, req.target)
+                return RooflineCounted(roofline=r.model_dump(), shapes="get_inputs()")
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        try:
+            r = roofline.roofline_for(self.model, self.private_inputs, req.target)
+            return RooflineCounted(roofline=r.model_dump(), shapes="trial inputs", errors=errors)
+        except Exception as e:
+            return RooflineCounted(roofline=None, error=error_line(e))
+
+    def compile_reference(self) -> Warm:
+        """torch.compile the reference and run it once (before the GPU lock is taken)."""
+        try:
+            with self.torch.no_grad():
+                self.compiled = self.torch.compile(self.model)
+                self.compiled(*self.private_inputs)
+            self.sync()
+        except Exception as e:
+            self.compiled = None
+            return Warm(error=error_line(e))
+        return Warm()
+
+    def time_reference(self, req: TimeReference) -> Reply:
+        """One round of reference timing, eager and torch.compile'd (compiled once, on first use)."""
+        try:
+            from kernelcraft.engine import timing
+
+            torch = self.torch
+            inputs = self.private_inputs
+            samples: dict[str, Any] = {}  # the keys timed: only they go on the wire
+            with torch.no_grad():
+                timed: list[tuple[str, Any]] = [("eager", self.model)]
+                if req.compiled:
+                    if self.compiled is None:
+                        self.compiled = torch.compile(self.model)
+                        self.compiled(*inputs)
+                        self.sync()
+                    timed.append(("compiled", self.compiled))
+                for key, fn in timed:
+                    r = timing.sample_round(
+                        fn,
+                        budget_ms=req.budget_ms,
+                        method=req.methods.get(key, "auto"),
+                        input_sets=lambda: self._map(inputs, lambda t: t.clone()),
+                    )
+                    samples[key] = Samples(times_us=r.times_us, method=r.method, sets=r.sets)
+            return Timed(**samples)
+        except Exception as e:
+            return Timed(error=trim(traceback.format_exc()), summary=repr(e))

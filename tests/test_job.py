@@ -1,0 +1,206 @@
+"""A job's GPU path as the evaluator's process runs it (warm-up, shared verification, interleaved
+timing rounds, the compiled reference's cache, hostile timing messages), against scripted workers
+on a pretend GPU: no process and no CUDA, so it runs on every machine. The scripted answers are
+built with the protocol's models, as the real workers build them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelcraft.base.evaluation import EvalJob, EvalResult
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.channel import Frame
+from kernelcraft.engine.gpulock import Device, GpuLock
+from kernelcraft.engine.job import MIN_PROFILE_ROUNDS, Job
+from kernelcraft.engine.jobworkers import CandidateSettings
+from kernelcraft.engine.protocol import (
+    Compared,
+    InputsMade,
+    Loaded,
+    Outputs,
+    RooflineCounted,
+    Samples,
+    TaskReady,
+    Timed,
+    Verdict,
+    Warm,
+)
+from kernelcraft.engine.references import ReferencePool
+
+REC = {"tensor": {"dtype": "float32", "shape": [4]}}
+CANDIDATE_US, EAGER_US, COMPILED_US = 10.0, 20.0, 15.0
+
+
+def _samples(us: float) -> Samples:
+    return Samples(times_us=[us] * 20, method="cuda_graph", sets=8)
+
+
+class ScriptedWorker:
+    """Stands in for a worker process: records every header the job sends and answers at once,
+    as the role its `Load` gave it."""
+
+    def __init__(self, pid: int, candidate_timing: dict[str, Any] | None = None) -> None:
+        self.pid = pid
+        self.dir = Path("/nonexistent")
+        self.info = {"type": "ready", "pid": pid, "device": "cuda:0 (NVIDIA H200)"}
+        self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+        self.role = ""
+        self.killed_for: str | None = None
+        self.candidate_timing = candidate_timing or Timed(candidate=_samples(CANDIDATE_US)).to_header()
+
+    async def send(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        self.sent.append(header)
+        await self.frames.put(Frame(self.answer(header)))
+
+    def answer(self, h: dict[str, Any]) -> dict[str, Any]:
+        if "role" in h:
+            self.role = h["role"]
+            return (
+                TaskReady(input_sets=1) if self.role == "reference" else Loaded(sandbox_unavailable=None)
+            ).to_header()
+        answers = {
+            "next": lambda: TaskReady(input_sets=1).to_header(),
+            "inputs": lambda: InputsMade(inputs=[REC]).to_header(),
+            "compare": lambda: Compared(failure_class=None).to_header(),
+            "warmup_reference": lambda: Warm().to_header(),
+            "roofline": lambda: RooflineCounted(roofline=None, error="not counted here").to_header(),
+            "time_reference": lambda: Timed(
+                eager=_samples(EAGER_US), **({"compiled": _samples(COMPILED_US)} if h["compiled"] else {})
+            ).to_header(),
+            "warmup": lambda: Warm(compiled=1).to_header(),
+            "run": lambda: Outputs(outputs=[REC], inputs_after=[REC], kernels=["relu_kernel"]).to_header(),
+            "time_candidate": lambda: self.candidate_timing,
+        }
+        return answers[h["op"]]()
+
+    def ops(self) -> list[str | None]:
+        return [h.get("op") for h in self.sent]
+
+    def alive(self) -> bool:
+        return self.killed_for is None
+
+    def kill(self, reason: str | None = None) -> None:
+        self.killed_for = self.killed_for or reason or "killed"
+
+    def rss_bytes(self) -> int:
+        return 0
+
+
+class ScriptedPool:
+    def __init__(self, candidate_timing: dict[str, Any] | None = None) -> None:
+        self.started: list[ScriptedWorker] = []
+        self.released: list[ScriptedWorker] = []
+        self.candidate_timing = candidate_timing
+
+    async def acquire(self) -> ScriptedWorker:
+        self.started.append(ScriptedWorker(len(self.started) + 1, self.candidate_timing))
+        return self.started[-1]
+
+    async def release(self, w: ScriptedWorker) -> None:
+        self.released.append(w)
+
+
+async def _run(pool: ScriptedPool, refs: ReferencePool) -> EvalResult:
+    device = Device("cuda", 0, pool, GpuLock())  # type: ignore[arg-type]
+    spec = EvalJob(task_source="task", candidate_source="candidate", stages=["verify", "profile"], trials=2)
+    settings = CandidateSettings(memory_limit_bytes=None, sandbox=True)
+    result = await Job(spec, device, refs, settings, set(), None).run()
+    assert not device.lock.busy()
+    return result
+
+
+@pytest.mark.anyio
+async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in_interleaved_rounds() -> None:
+    pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
+    result = await _run(pool, refs)
+    assert result.verify is not None and result.verify.correct, result.verify
+    assert result.verify.trials_passed == 2 and result.verify.kernels_launched == ["relu_kernel"]
+    assert result.verify.device == "cuda:0 (NVIDIA H200)"
+    p = result.profile
+    assert p is not None and p.available, p
+    assert p.speedup_vs_eager == pytest.approx(EAGER_US / CANDIDATE_US)
+    assert p.speedup_vs_compiled == pytest.approx(EAGER_US / CANDIDATE_US * COMPILED_US / EAGER_US)
+    assert f"{MIN_PROFILE_ROUNDS} interleaved rounds" in p.message
+    ref, cand = pool.started
+    rounds = ["time_reference"] * MIN_PROFILE_ROUNDS
+    assert ref.ops() == [
+        None,
+        "inputs",
+        "warmup_reference",
+        "inputs",
+        "compare",
+        "inputs",
+        "compare",
+        "roofline",
+        *rounds,
+    ]
+    assert cand.ops() == [None, "warmup", "run", "run", *["time_candidate"] * MIN_PROFILE_ROUNDS]
+    # The first round lets the worker choose; later rounds keep the method it chose.
+    assert [h["method"] for h in cand.sent if h.get("op") == "time_candidate"] == [
+        "auto",
+        "cuda_graph",
+        "cuda_graph",
+    ]
+    assert [h["compiled"] for h in ref.sent if h.get("op") == "time_reference"] == [True] * MIN_PROFILE_ROUNDS
+    # The reference ended in sync: kept for the next job on the task; the candidate is killed.
+    assert refs.idle_pids() == [ref.pid] and cand.killed_for and pool.released == [cand]
+
+
+@pytest.mark.anyio
+async def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compiled_timing() -> None:
+    pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
+    first = await _run(pool, refs)
+    second = await _run(pool, refs)
+    ref = pool.started[0]
+    assert len(pool.started) == 3  # one reference, two candidates
+    again = ref.sent[len(ref.sent) - ref.ops()[::-1].index("next") - 1 :]
+    assert "warmup_reference" not in again
+    assert [h["compiled"] for h in again if h.get("op") == "time_reference"] == [False] * MIN_PROFILE_ROUNDS
+    assert second.profile is not None and first.profile is not None
+    assert second.profile.reference_compiled == first.profile.reference_compiled
+    assert "timed by an earlier evaluation of this task" in second.profile.message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("timing", "cls"),
+    [
+        (
+            {"type": "timed", "error": "Traceback ...", "summary": "RuntimeError()"},
+            FailureClass.RUNTIME_ERROR,
+        ),
+        (
+            {"type": "timed", "candidate": {"times_us": "fast", "method": "cuda_graph"}},
+            FailureClass.RUNTIME_CRASH,
+        ),
+        (
+            {"type": "timed", "candidate": {"times_us": [1.0], "method": "a stopwatch"}},
+            FailureClass.RUNTIME_CRASH,
+        ),
+        (
+            {"type": "timed", "candidate": {"times_us": [], "method": "cuda_graph"}},
+            FailureClass.RUNTIME_CRASH,
+        ),
+        ({"type": "timed"}, FailureClass.RUNTIME_CRASH),
+        ({"type": "outputs", "outputs": []}, FailureClass.RUNTIME_CRASH),
+        (
+            Verdict(
+                failure_class="forbidden_construct", evidence={"message": "work on another stream"}
+            ).to_header(),
+            FailureClass.FORBIDDEN_CONSTRUCT,
+        ),
+    ],
+)
+async def test_a_candidate_timing_that_fails_or_is_malformed_is_a_verdict(
+    timing: dict[str, Any], cls: FailureClass
+) -> None:
+    pool = ScriptedPool(candidate_timing=timing)
+    result = await _run(pool, ReferencePool(per_task=2, idle_per_device=2))
+    assert result.verify is not None and result.verify.correct
+    assert result.profile is not None and not result.profile.available
+    assert result.profile.failure_class == cls, result.profile
