@@ -41,6 +41,10 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "thread_after_return.py": ("task_scale.py", {"forbidden_construct"}),
     "widens_allow_list.py": ("task_scale.py", {"forbidden_construct"}),
     "widens_allow_list_runtime.py": ("task_scale.py", {"forbidden_construct"}),
+    "numpy_compute.py": ("task_scale.py", {"forbidden_construct"}),
+    "dispatch_disabled.py": ("task_scale.py", {"forbidden_construct"}),
+    "runpy_reference.py": ("task_scale.py", {"forbidden_construct"}),
+    "layernorm_ignores_affine.py": ("task_layernorm.py", {"numerical_mismatch"}),
 }
 
 
@@ -179,3 +183,17 @@ def test_a_candidate_cannot_write_outside_its_directory(evaluator, job_for, tmp_
     assert not (tmp_path / "new.txt").exists()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM rules").fetchone() == (1,)
+
+
+@pytest.mark.slow
+def test_a_layernorm_that_applies_its_weight_and_bias_passes_with_fresh_parameters(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(CHEATS / "task_layernorm.py", CHEATS / "layernorm_honest_affine.py")).verify
+    assert v is not None and v.correct, v
+
+
+@pytest.mark.slow
+def test_a_decoy_is_named_by_the_knockout(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, CHEATS / "numpy_compute.py", trials=1)).verify
+    assert v is not None and v.status == "forbidden_construct"
+    assert v.evidence is not None and "every Triton launch skipped" in v.evidence.message
+    assert v.evidence.op is not None and v.evidence.op.startswith("knockout")

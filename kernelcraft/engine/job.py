@@ -40,6 +40,8 @@ from kernelcraft.engine.protocol import (
     Compile,
     Compiled,
     ComputeRoofline,
+    KnockedOut,
+    Knockout,
     Msg,
     Outputs,
     ProtocolError,
@@ -57,6 +59,7 @@ from kernelcraft.engine.protocol import (
 )
 from kernelcraft.engine.references import COMPILED_REFERENCE_TTL_S, ReferencePool
 from kernelcraft.engine.verdicts import (
+    DECOY_MESSAGE,
     compile_result,
     device_label,
     evidence_from,
@@ -245,6 +248,10 @@ class Job:
                     if failed is not None:
                         return self.verified(cand, done, *failed)
                     done += 1
+            await self.workers.progress(0.88, "knockout: forward without its kernels")
+            decoy = await self.knockout(cand)
+            if decoy is not None:
+                return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, decoy)
         except Stop as stop:
             if stop.evidence.trial is None:
                 stop.evidence.trial = done % self.spec.trials
@@ -252,7 +259,8 @@ class Job:
         notes = list(self.workers.notes)
         if self.workers.interpret:
             notes.append(
-                "ran in Triton's CPU interpreter: races, out-of-bounds reads, TF32 and speed are not checked"
+                "ran in Triton's CPU interpreter: races, out-of-bounds reads and speed are not checked "
+                "(fp32 tl.dot is rounded to TF32, as on a GPU, unless the kernel asks for IEEE)"
             )
         await self.workers.progress(0.9, "verified")
         return self.verified(cand, done, None, None, notes=notes)
@@ -279,6 +287,29 @@ class Job:
         ev = evidence_from(compared.evidence, "outputs differ")
         ev.trial, ev.input_set = t, s
         return FailureClass(compared.failure_class), ev
+
+    async def knockout(self, cand: WorkerProcess) -> Evidence | None:
+        """The knockout check (`knockout.py`): forward on fresh inputs with every Triton launch
+        skipped; if the reference still finds its output right, the kernels were a decoy (the
+        evidence). None when the output changed or forward failed without its kernels."""
+        made, blobs = await self.workers.inputs(0)
+        await cand.send(Knockout(inputs=made.inputs).to_header(), blobs)
+        frame = await self.workers.recv(cand, candidate=True)
+        out = self.workers.read(frame, KnockedOut)
+        if out.outputs is None:
+            return None
+        cmp = await self.workers.ask_ref(
+            Compare(outputs=[out.outputs], inputs_after=out.inputs_after), frame.blobs
+        )
+        if cmp.header.get("type") != Msg.COMPARED:
+            self.workers.task_error(cmp)
+            raise Stop(
+                FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs")
+            )
+        compared = Compared.from_header(cmp.header)
+        if compared.failure_class and compared.failure_class != FailureClass.INPUTS_MUTATED.value:
+            return None
+        return Evidence(message=DECOY_MESSAGE, op=f"knockout ({out.skipped} launches skipped)")
 
     def verified(
         self, cand: WorkerProcess, done: int, cls: FailureClass | None, ev: Evidence | None, **kw: Any

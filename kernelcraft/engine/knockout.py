@@ -7,7 +7,7 @@ cache filled in an earlier call. All of them have one thing in common: the right
 whether or not the kernels run. So the candidate worker runs forward once more with every launch
 replaced by a no-op and every fresh allocation (`torch.empty` and friends) filled with garbage, and
 the trusted reference worker compares that output with the reference's like any trial. If it
-still matches, the kernels were a decoy: `forbidden_construct`.
+still matches, the kernels were a decoy: `forbidden_construct` (`verdicts.DECOY_MESSAGE`).
 
 A forward that raises, or returns garbage, under the knockout is what a real kernel does: the
 check passes. The check runs in the candidate's process, so a candidate that detects the knockout
@@ -29,12 +29,6 @@ from kernelcraft.engine.launches import LaunchRecorder, intercept_launches
 # Allocations whose memory a kernel would fill: after each, the knockout writes garbage there.
 _FRESH = frozenset(
     {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
-)
-
-DECOY_MESSAGE = (
-    "forward returned the reference's output with every Triton launch skipped: the kernels are a "
-    "decoy and the result was computed another way (numpy, PyTorch with dispatch disabled, the "
-    "reference Model, a cache); compute the output in the Triton kernels"
 )
 
 

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 
 OPT_OUT = "KERNELCRAFT_PERTURB_PARAMETERS"
+# Mixed into the build seed, so that the fresh values are not the ones the build seed just drew.
+SALT = 0x5EED_F0F0
 
 
 def signature(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], str]]:

@@ -43,6 +43,7 @@ class Op(str, Enum):
     WARMUP = "warmup"
     TIME_CANDIDATE = "time_candidate"
     USE_INPUTS = "use_inputs"
+    KNOCKOUT = "knockout"
 
 
 class Msg(str, Enum):
@@ -62,6 +63,7 @@ class Msg(str, Enum):
     OUTPUTS = "outputs"
     COMPILED = "compiled"
     OK = "ok"
+    KNOCKED_OUT = "knocked_out"
 
 
 TimingMethod = Literal["cuda_events", "cuda_graph"]
@@ -211,11 +213,20 @@ class UseInputs(Request):
     inputs: Any
 
 
+class Knockout(Request):
+    """Candidate: forward once more with every Triton launch skipped and fresh memory poisoned
+    (`knockout.py`); its output must no longer be the reference's."""
+
+    TAG = Op.KNOCKOUT
+    inputs: Any
+
+
 REQUESTS: dict[str, type[Request]] = {
     cls.TAG.value: cls
     for cls in (
         NextJob,
         MakeInputs,
+        Knockout,
         Compare,
         ComputeRoofline,
         WarmupReference,
@@ -394,3 +405,14 @@ REPLIES: dict[str, type[Reply]] = {
         Ok,
     )
 }
+
+
+class KnockedOut(Reply):
+    """Candidate: forward's output with its launches knocked out (None when forward raised), the
+    inputs after the call, how many launches were skipped, and the error forward raised."""
+
+    TAG = Msg.KNOCKED_OUT
+    outputs: Any = None
+    inputs_after: Any = None
+    skipped: int = 0
+    error: str | None = None

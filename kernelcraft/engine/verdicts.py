@@ -27,6 +27,13 @@ from kernelcraft.base.failures import FailureClass, classify
 from kernelcraft.engine.gpulock import Device
 from kernelcraft.engine.protocol import Compiled
 
+# The knockout's verdict (`knockout.py`): the output survived with every Triton launch skipped.
+DECOY_MESSAGE = (
+    "forward returned the reference's output with every Triton launch skipped: the kernels are a "
+    "decoy and the result was computed another way (numpy, PyTorch with dispatch disabled, the "
+    "reference Model, a cache); compute the output in the Triton kernels"
+)
+
 
 def device_label(device: Device, info: dict[str, Any] | None = None) -> str:
     """The device as results name it; `info` is the worker's `ready` message (the GPU's name)."""

@@ -22,6 +22,8 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.protocol import (
     Compile,
     Compiled,
+    KnockedOut,
+    Knockout,
     Load,
     Loaded,
     Ok,
@@ -76,6 +78,9 @@ class CandidateWorker(Worker):
                 self.send(self.warmup())
             elif isinstance(req, TimeCandidate):
                 self.send(self.time_candidate(req))
+            elif isinstance(req, Knockout):
+                self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(*self.knockout())
             elif isinstance(req, UseInputs):  # profile times on the task's main input set
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(Ok())
@@ -114,11 +119,15 @@ class CandidateWorker(Worker):
             # From here on this process writes only in its own directory (Triton cache, HOME,
             # TMPDIR) and to device files: not the database, not the user's files.
             sandbox_note = restrict_writes([str(workdir), "/dev/shm"])
+        if job.interpret:
+            from kernelcraft.engine.tf32 import emulate_tf32
+
+            emulate_tf32()  # fp32 tl.dot is TF32 on the GPU unless the kernel asks for IEEE
         self.threads_before = threading.active_count()
         self.progress("importing the candidate")
         try:
             module = import_source(job.candidate_source, workdir, "kernelcraft_candidate")
-            self.model = self.build(module.ModelNew, init, job.seed0)
+            self.model = self.build(module.ModelNew, init, job.seed0, task)
         except BaseException as e:
             self.fail_exception(e, "load")
             return False
@@ -173,6 +182,23 @@ class CandidateWorker(Worker):
         self.sent = (outputs, after)
         self.send(Outputs(outputs=recs, inputs_after=after_rec, kernels=names), out_blobs)
         return True
+
+    def knockout(self) -> tuple[KnockedOut, list[bytes]]:
+        """forward with every Triton launch skipped and fresh allocations poisoned: what it
+        returns goes to the reference, which must find it wrong (`knockout.py`)."""
+        from kernelcraft.engine.knockout import run_knocked_out
+
+        call_inputs = self._map(self.inputs, lambda t: t.clone())
+        out, skipped, error = run_knocked_out(self.model, call_inputs)
+        self.restore_stream()
+        self.sync()
+        if out is None:
+            return KnockedOut(skipped=skipped, error=error), []
+        blobs: list[bytes] = []
+        rec = self.tensors.pack(out, blobs, cuda_ipc=self.cuda_ipc)
+        after = self.tensors.pack(call_inputs, blobs, cuda_ipc=self.cuda_ipc)
+        self.sent = (out, call_inputs)
+        return KnockedOut(outputs=rec, inputs_after=after, skipped=skipped), blobs
 
     def restore_stream(self) -> bool:
         """Set the harness's stream current again; True when the candidate had changed it."""

@@ -58,7 +58,7 @@ class ReferenceWorker(Worker):
         try:
             self.task = self.load_task(job, workdir)
             init = self.init_inputs(self.task, job.seed0)
-            self.model = self.build(self.task.Model, init, job.seed0)
+            self.model = self.build(self.task.Model, init, job.seed0, self.task)
             self.input_sets = self.count_input_sets(self.task, job.interpret)
         except Exception as e:
             self.task_error(e)
@@ -113,7 +113,7 @@ class ReferenceWorker(Worker):
             if self.device.startswith("cuda"):
                 self.torch.cuda.empty_cache()
             init = self.init_inputs(self.task, self.job.seed0)
-            self.model = self.build(self.task.Model, init, self.job.seed0)
+            self.model = self.build(self.task.Model, init, self.job.seed0, self.task)
         except Exception as e:
             self.task_error(e)
             return False

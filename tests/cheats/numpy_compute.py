@@ -1,0 +1,32 @@
+"""Cheat fixture: a decoy launch next to work done another way (see tests/test_verify_cheats.py)."""
+
+import glob
+import runpy
+
+import numpy as np
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_affine_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0) * 2.0 + 1.0, mask=mask)
+
+
+def decoy(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    relu_affine_kernel[(triton.cdiv(n, 512),)](x, y, n, BLOCK_SIZE=512)
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        decoy(x)
+        out = np.maximum(x.detach().cpu().numpy(), 0.0) * 2.0 + 1.0
+        return torch.from_numpy(out).to(x.device)
