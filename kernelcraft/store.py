@@ -339,6 +339,18 @@ class Store:
             logger.debug("applied migration %s", m.name)
         return applied
 
+    async def check(self) -> None:
+        """Read every page (`PRAGMA quick_check`, time linear in the file's size): a StoreError
+        when the file is damaged. A server runs it once before serving, so a corrupt database
+        is one line at start-up rather than a failure inside the first request."""
+        try:
+            rows = list(await self.conn.execute_fetchall("PRAGMA quick_check"))
+        except sqlite3.DatabaseError as e:
+            raise _unusable(self.path, e) from e
+        problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+        if problems:
+            raise _unusable(self.path, sqlite3.DatabaseError("; ".join(problems[:3])))
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Disk-full becomes a StoreError."""

@@ -95,7 +95,10 @@ def check_database(path: Path) -> None:
 
     async def probe() -> None:
         store = await Store.open(path)
-        await store.aclose()
+        try:
+            await store.check()
+        finally:
+            await store.aclose()
 
     try:
         run(probe)
