@@ -155,9 +155,8 @@ class Rulebook:
         anything is written. `evaluated` says this server's evaluator gave the verdict (the search
         service sets it); a candidate `witness()` noted is evaluated too, with the witnessed class.
 
-        `failure_id` names a failure `client` already recorded (the search tree records every failed
-        candidate and returns its id on the node): the proposed rule attaches to it instead of a
-        second copy of the failure being stored, and a rule never counts one failure twice.
+        `failure_id` names a failure `client` already recorded (the search tree gives it on the
+        node): the rule attaches to it, and a rule never counts one failure twice.
         """
         proposed = validate_rule(rule) if rule is not None else None
         attaching = failure_id is not None
