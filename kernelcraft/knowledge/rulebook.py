@@ -10,12 +10,13 @@ failure is linked to the rule its class maps to, when exactly one fits.
 Activation, and why it needs corroboration: an active rule is served to every client, quoted in
 the prompts of every later step, so one client must not be able to make any text a rule by
 repeating it. A rule becomes active when its count reaches `activation_count` (3, as in
-AdaExplore) *and* its evidence is corroborated: failures reported by at least two distinct
-clients (over HTTP a client is its token's name; over stdio everything is "local"), or at least
-`activation_count` distinct failing candidates that this server's own evaluator judged (a
+AdaExplore) *and* its text is corroborated: proposed with failures of at least two distinct
+clients (over HTTP a client is its token's name; over stdio everything is "local"), or with at
+least `activation_count` distinct failing candidates that this server's own evaluator judged (a
 search-tree node, or a candidate a tool verified here and `witness()` noted; `failures.evaluated`).
-A failure is never counted twice for one rule. Imports and seeds are operator actions and skip
-this (see `rule_import.py`).
+A failure linked to a rule by its class counts, but does not vouch for the text
+(`rule_evidence.proposed`); a rule attaches only to its proposer's own failures, and never counts
+one failure twice. Imports and seeds are operator actions and skip this (see `rule_import.py`).
 
 `query_rules` ranks active rules for a context (a task, a kernel, an error text) by BM25 over
 FTS5, weighted by count and by scope (dsl and architecture family).
