@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -219,6 +220,12 @@ CREATE TABLE leases (
 CREATE INDEX leases_tree ON leases(tree_id, released_at, expires_at);
 """
 
+M006_EVALUATED_FAILURES = """
+ALTER TABLE failures ADD COLUMN evaluated INTEGER NOT NULL DEFAULT 0;
+UPDATE failures SET evaluated = 1 WHERE id IN (SELECT failure_id FROM nodes WHERE failure_id IS NOT NULL);
+ALTER TABLE rule_evidence ADD COLUMN proposed INTEGER NOT NULL DEFAULT 0;
+"""
+
 # Append-only: names are identifiers, the list order is the order applied. The search layer
 # appends its m002 migration; the knowledge layer's m003 does not depend on it.
 MIGRATIONS: list[Migration] = [
@@ -231,6 +238,12 @@ MIGRATIONS: list[Migration] = [
     ),
     # A step closed without a candidate (SearchService.abandon): why, in place of a verdict.
     Migration("m005_abandoned_steps", "ALTER TABLE nodes ADD COLUMN abandoned_reason TEXT;"),
+    # Provenance of the rulebook's evidence (knowledge/rulebook.py): failures.evaluated is 1 when
+    # this server's own evaluator gave the failing verdict (a search-tree node, a candidate a tool
+    # verified), not a client's word; failures already on a node were. rule_evidence.proposed is 1
+    # when the failure's reporter proposed the rule's text, 0 when it was linked by class (and for
+    # evidence recorded before this migration, whose kind is unknown).
+    Migration("m006_evaluated_failures", M006_EVALUATED_FAILURES),
 ]
 
 
@@ -259,6 +272,10 @@ class Store:
                 raise StoreError(
                     f"cannot create {file_path.parent}: {e.strerror}; choose another --db"
                 ) from e
+            # SQLite opens a read-only file without complaint and fails at the first write, long
+            # after a server has started: say so now.
+            if file_path.exists() and not os.access(file_path, os.W_OK):
+                raise _read_only(file_path, "the file is not writable by this user")
         try:
             conn = await aiosqlite.connect(":memory:" if in_memory else str(file_path), isolation_level=None)
         except sqlite3.Error as e:
@@ -269,26 +286,24 @@ class Store:
             await store._configure()
             if migrate:
                 await store.migrate()
+        except sqlite3.DatabaseError as e:
+            await conn.close()
+            raise _unusable(file_path, e) from e
         except BaseException:
             await conn.close()
             raise
         return store
 
     async def _configure(self) -> None:
-        try:
-            await self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if self.path is not None:
-                await self.conn.execute("PRAGMA journal_mode = WAL")
-                await self.conn.execute("PRAGMA synchronous = NORMAL")
-            await self.conn.execute("PRAGMA foreign_keys = ON")
-            tables = {
-                r[0]
-                for r in await self.conn.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
-            }
-        except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"{self.path} is not a SQLite database or is corrupt ({e}); move it aside or pass another --db"
-            ) from e
+        await self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if self.path is not None:
+            await self.conn.execute("PRAGMA journal_mode = WAL")
+            await self.conn.execute("PRAGMA synchronous = NORMAL")
+        await self.conn.execute("PRAGMA foreign_keys = ON")
+        tables = {
+            r[0]
+            for r in await self.conn.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+        }
         if tables and "_migrations" not in tables:
             raise StoreError(
                 f"{self.path} is a SQLite database but not a kernelcraft one (it has tables "
@@ -323,6 +338,18 @@ class Store:
             applied.append(m.name)
             logger.debug("applied migration %s", m.name)
         return applied
+
+    async def check(self) -> None:
+        """Read every page (`PRAGMA quick_check`, time linear in the file's size): a StoreError
+        when the file is damaged. A server runs it once before serving, so a corrupt database
+        is one line at start-up rather than a failure inside the first request."""
+        try:
+            rows = list(await self.conn.execute_fetchall("PRAGMA quick_check"))
+        except sqlite3.DatabaseError as e:
+            raise _unusable(self.path, e) from e
+        problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+        if problems:
+            raise _unusable(self.path, sqlite3.DatabaseError("; ".join(problems[:3])))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -369,7 +396,26 @@ class Store:
         await self.conn.close()
 
 
-def _store_error(e: sqlite3.OperationalError) -> StoreError:
+def _unusable(path: Path | None, e: sqlite3.DatabaseError) -> StoreError:
+    """What opening or migrating a database file that SQLite refuses means, and what to do."""
+    if "readonly" in str(e) and path is not None:
+        return _read_only(path, str(e))
+    if "locked" in str(e) or "busy" in str(e):
+        return _store_error(e)
+    return StoreError(
+        f"{path} is not a SQLite database or is corrupt ({e}); move it aside or pass another --db"
+    )
+
+
+def _read_only(path: Path, why: str) -> StoreError:
+    return StoreError(
+        f"{path} is read-only ({why}); kernelcraft writes to its database and keeps a WAL journal "
+        f"beside it: make the file and {path.parent} writable for this user, or pass another --db "
+        "(a copy you can write)"
+    )
+
+
+def _store_error(e: sqlite3.Error) -> StoreError:
     text = str(e)
     if "full" in text:
         return StoreError(

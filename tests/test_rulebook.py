@@ -98,7 +98,11 @@ async def test_near_duplicates_increment_and_the_rule_activates_at_the_third(rb:
         "You cannot call `tl.float32()` as a function in a Triton kernel",
         "You cannot use tl.float32 as a function to cast values inside a Triton kernel.",
     ]
-    recs = [await rb.record_failure(f"code {i}", "TypeError", rule=v) for i, v in enumerate(variants)]
+    clients = ["alice", "bob", "alice"]
+    recs = [
+        await rb.record_failure(f"code {i}", "TypeError", rule=v, client=client)
+        for i, (v, client) in enumerate(zip(variants, clients, strict=True))
+    ]
     assert [r.rule_action for r in recs] == ["created", "incremented", "incremented"]
     assert [r.activated for r in recs] == [False, False, True]
     assert [r.rule.count for r in recs] == [1, 2, 3]
@@ -136,7 +140,7 @@ def test_near_duplicate_threshold(a: str, b: str, dup: bool) -> None:
 @pytest.mark.anyio
 async def test_the_activation_count_is_configurable() -> None:
     async with rulebook(activation=2) as rb:
-        recs = [await rb.record_failure("c", "e", rule=FLOAT32) for _ in range(2)]
+        recs = [await rb.record_failure("c", "e", rule=FLOAT32, client=client) for client in ("alice", "bob")]
     assert recs[1].activated and recs[1].rule.status == "active"
     with pytest.raises(UsageError):
         Rulebook(None, activation_count=0)  # type: ignore[arg-type]
@@ -145,8 +149,8 @@ async def test_the_activation_count_is_configurable() -> None:
 @pytest.mark.anyio
 async def test_a_candidate_rule_is_not_returned_by_query_until_active(rb: Rulebook) -> None:
     sizes = []
-    for _ in range(3):
-        await rb.record_failure("c", "e", rule=FLOAT32)
+    for client in ("alice", "bob", "carol"):
+        await rb.record_failure("c", "e", rule=FLOAT32, client=client)
         sizes.append(len(await rb.query_rules("tl.float32(x)")))
     assert sizes == [0, 0, 1]
 
@@ -209,9 +213,9 @@ def test_an_unknown_architecture_is_a_usage_error() -> None:
 async def test_query_weights_scope_and_count(rb: Rulebook) -> None:
     nv = "You cannot use more than 228 KB of shared memory per block with wgmma tiles."
     amd = "You cannot use more than 64 KB of LDS shared memory per workgroup with MFMA tiles."
-    for _ in range(3):
-        await rb.record_failure("c", "e", rule=nv, arch="sm_90a")
-        await rb.record_failure("c", "e", rule=amd, arch="gfx942")
+    for client in ("alice", "bob", "carol"):
+        await rb.record_failure("c", "e", rule=nv, arch="sm_90a", client=client)
+        await rb.record_failure("c", "e", rule=amd, arch="gfx942", client=client)
     on_amd = [r.text for r in await rb.query_rules("shared memory tiles", arch="gfx942")]
     on_nv = [r.text for r in await rb.query_rules("shared memory tiles", arch="sm_90a")]
     empty_amd = [r.text for r in await rb.query_rules("", arch="gfx942")]

@@ -1,5 +1,5 @@
-"""The streamable HTTP transport through its ASGI app: bearer tokens, 401 with the protected-resource
-metadata, DNS-rebinding protection, /health, client names on writes, progress of long tools,
+"""The streamable HTTP transport through its ASGI app: bearer tokens, a plain 401 (no OAuth),
+DNS-rebinding protection, /health, client names on writes, progress of long tools,
 refusals to start, and what the serving process does for latency under load."""
 
 from __future__ import annotations
@@ -75,26 +75,34 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 
 
 @pytest.mark.anyio
-async def test_a_request_without_a_token_gets_401_pointing_at_the_resource_metadata(tmp_path: Path) -> None:
+async def test_a_request_without_a_token_gets_a_plain_401_and_no_oauth_is_advertised(tmp_path: Path) -> None:
     async with http_app(tmp_path, with_tokens()) as http:
         response = await http.post("/mcp", json=INITIALIZE, headers=MCP_HEADERS)
         assert response.status_code == 401
         challenge = response.headers["www-authenticate"]
-        assert challenge.startswith("Bearer")
-        assert f'resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp"' in challenge
+        assert challenge.startswith("Bearer") and 'error="invalid_token"' in challenge
+        assert "resource_metadata" not in challenge
+        assert response.json()["error"] == "invalid_token"
+        assert "no bearer token" in response.json()["error_description"]
 
-        metadata = await http.get("/.well-known/oauth-protected-resource/mcp")
-        assert metadata.status_code == 200
-        assert metadata.json()["resource"] == f"{BASE}/mcp"
+        # Tokens are issued out of band: no authorization server or resource metadata to discover.
+        for path in (
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-authorization-server",
+        ):
+            assert (await http.get(path)).status_code == 404, path
 
 
 @pytest.mark.anyio
-async def test_a_wrong_token_gets_401(tmp_path: Path) -> None:
+async def test_a_wrong_token_gets_401_saying_the_token_is_invalid(tmp_path: Path) -> None:
     async with http_app(tmp_path, with_tokens()) as http:
         response = await http.post(
             "/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": "Bearer not-a-known-token"}
         )
         assert response.status_code == 401
+        assert "resource_metadata" not in response.headers["www-authenticate"]
+        assert response.json()["error_description"].startswith("invalid token")
 
 
 @pytest.mark.anyio

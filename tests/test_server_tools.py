@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from search_scripted import ScriptedEvaluator
+from search_scripted import candidate as scripted_candidate
 from server_support import CANDIDATE, REPO, TASK, NoEvaluations, failure_clients, settings_for
 
 from kernelcraft.base.config import Settings
@@ -73,23 +75,32 @@ async def test_every_tool_sets_all_four_annotations_and_describes_every_paramete
 
 
 @pytest.mark.anyio
-async def test_a_rule_recorded_three_times_becomes_active_and_query_rules_returns_it(client: Client) -> None:
-    for _ in range(3):
-        result = await client.call_tool(
-            "record_failure",
-            {"candidate_code": "class ModelNew: ...", "error": ARANGE_ERROR, "rule": RULE, "arch": "sm_90a"},
-        )
-        assert not result.is_error, result.content
-    assert result.structured_content is not None
-    assert result.structured_content["activated"] is True
-    assert result.structured_content["failure_class"] == "compile_arange_not_pow2"
+async def test_a_rule_proposed_with_three_failing_candidates_verified_here_becomes_active(
+    tmp_path: Path,
+) -> None:
+    async with Client(create_server(settings_for(tmp_path), lambda _: ScriptedEvaluator())) as client:
+        for attempt in range(3):
+            bad = scripted_candidate("wrong", f"attempt {attempt}")
+            verdict = await client.call_tool(
+                "verify_against_reference", {"reference_code": TASK, "candidate_code": bad}
+            )
+            assert verdict.structured_content is not None and verdict.structured_content["correct"] is False
+            result = await client.call_tool(
+                "record_failure",
+                {"candidate_code": bad, "error": ARANGE_ERROR, "rule": RULE, "arch": "sm_90a"},
+            )
+            assert not result.is_error, result.content
+        assert result.structured_content is not None
+        assert result.structured_content["activated"] is True
+        # The class is the server's own verdict on that candidate, not what the error text suggests.
+        assert result.structured_content["failure_class"] == "numerical_mismatch"
 
-    found = await client.call_tool(
-        "query_rules", {"context": "f-strings in my jitted function", "arch": "sm_90a"}
-    )
-    assert not found.is_error, found.content
-    assert found.structured_content is not None
-    assert found.structured_content["rules"][0]["text"] == RULE
+        found = await client.call_tool(
+            "query_rules", {"context": "f-strings in my jitted function", "arch": "sm_90a"}
+        )
+        assert not found.is_error, found.content
+        assert found.structured_content is not None
+        assert found.structured_content["rules"][0]["text"] == RULE
 
 
 @pytest.mark.anyio

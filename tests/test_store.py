@@ -57,6 +57,9 @@ async def test_migrations_from_a_blank_database_apply_every_migration_once(tmp_p
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+BREAK_RULE = "You cannot use break inside a loop in a Triton kernel."
+
+
 @pytest.mark.anyio
 async def test_migrating_a_database_created_at_the_first_migration_keeps_its_rules(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -64,10 +67,21 @@ async def test_migrating_a_database_created_at_the_first_migration_keeps_its_rul
     db = tmp_path / "old.db"
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:1])
     s = await Store.open(db)
-    rb = Rulebook(s)
-    # Without m003 a rulebook can still learn (record_failure needs only m001's tables).
-    for _ in range(3):
-        await rb.record_failure("code", "boom", rule="You cannot use break inside a loop in a Triton kernel.")
+    # What the rulebook of m001's days wrote for a rule learnt three times: its row and evidence.
+    async with s.transaction() as conn:
+        now = store_module.utcnow()
+        await conn.execute(
+            "INSERT INTO rules (uid, text, norm_text, count, status, created_by, created_at, updated_at)"
+            " VALUES ('r-old', ?, ?, 3, 'active', 'local', ?, ?)",
+            (BREAK_RULE, BREAK_RULE.lower().rstrip("."), now, now),
+        )
+        for _ in range(3):
+            cur = await conn.execute(
+                "INSERT INTO failures (class, error_text, client, created_at)"
+                " VALUES ('runtime_error', 'boom', 'local', ?)",
+                (now,),
+            )
+            await conn.execute("INSERT INTO rule_evidence VALUES (1, ?)", (cur.lastrowid,))
     await s.aclose()
     assert "rule_imports" not in _tables(db)
 

@@ -11,14 +11,29 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelcraft.base.errors import UsageError
+
 DEFAULT_HOME = Path("~/.kernelcraft")
 
 
 def home_dir() -> Path:
-    """The kernelcraft home directory, created if missing."""
+    """The kernelcraft home directory, created if missing. UsageError when it cannot be created or
+    written (the database, its WAL journal and run directories live there)."""
     home = Path(os.environ.get("KERNELCRAFT_HOME", str(DEFAULT_HOME))).expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unusable_home(home, e.strerror or type(e).__name__) from e
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise _unusable_home(home, "not writable by this user")
     return home
+
+
+def _unusable_home(home: Path, why: str) -> UsageError:
+    return UsageError(
+        f"KERNELCRAFT_HOME {home} cannot be used ({why}); set KERNELCRAFT_HOME to a directory you can "
+        "write, or pass --db with a database file elsewhere"
+    )
 
 
 def default_db_path() -> Path:
@@ -37,8 +52,6 @@ def env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError as e:
-        from kernelcraft.base.errors import UsageError
-
         raise UsageError(f"{name}={raw!r} is not an integer; unset it or give a whole number") from e
 
 

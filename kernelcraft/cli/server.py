@@ -68,12 +68,42 @@ def register(sub: Subcommands) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from kernelcraft.server.hardening import drop_secrets, make_undumpable
+
     settings = Settings.from_env(args.db)
-    if args.transport == "stdio":
+    plan = http_plan_from_args(args) if args.transport == "http" else None
+    # The tokens are read (the verifier keeps their digests): no secret stays in the environment,
+    # and no same-user process reads this one's environment or memory.
+    dropped = drop_secrets()
+    make_undumpable()
+    if dropped:
+        logger.info("removed %s from the server's environment", ", ".join(dropped))
+    check_database(settings.db_path)
+    if plan is None:
         serve_stdio(settings)
     else:
-        serve_http(settings, http_plan_from_args(args))
+        serve_http(settings, plan)
     return EXIT_OK
+
+
+def check_database(path: Path) -> None:
+    """Open (and migrate) the database once before serving, so that an unusable one is one line on
+    stderr and exit 2 — not a traceback from inside the transport, with an stdio client left
+    waiting for its `initialize` answer."""
+    from kernelcraft.base.errors import StoreError
+    from kernelcraft.store import Store
+
+    async def probe() -> None:
+        store = await Store.open(path)
+        try:
+            await store.check()
+        finally:
+            await store.aclose()
+
+    try:
+        run(probe)
+    except StoreError as e:
+        raise UsageError(str(e)) from e
 
 
 def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:
@@ -132,4 +162,9 @@ def asgi_app(server: MCPServer[AppState], plan: HttpPlan) -> Starlette:
     call's response; in JSON mode the SDK drops them, in both protocol eras (the HTTP tests check
     that they arrive). A call that sends no notification is answered as plain JSON either way.
     """
-    return server.streamable_http_app(host=plan.host, transport_security=plan.security, json_response=False)
+    app = server.streamable_http_app(host=plan.host, transport_security=plan.security, json_response=False)
+    if plan.auth is not None:
+        from kernelcraft.server.auth import BearerGate
+
+        app.add_middleware(BearerGate, verifier=plan.auth.verifier)
+    return app

@@ -1,11 +1,22 @@
 """The rulebook: one-line rules distilled from failed candidates, shared by every client.
 
 AdaExplore's Adapt stage, kept in SQLite. Every failed candidate is recorded with its failure
-class. A proposed rule — one sentence starting "You cannot …", or "no guidance" — is compared with
-the existing rules (FTS5 candidates, then `text.is_near_duplicate`): a near-duplicate gets its
-count incremented and the failure linked as evidence; otherwise a new rule starts at count 1 as a
-candidate. A rule becomes active when its count reaches `activation_count` (3, as in AdaExplore).
-Without a proposed rule the failure is linked to the rule its class maps to, when exactly one fits.
+class and the client that reported it. A proposed rule — one sentence starting "You cannot …", or
+"no guidance" — is compared with the existing rules (FTS5 candidates, then
+`text.is_near_duplicate`): a near-duplicate gets its count incremented and the failure linked as
+evidence; otherwise a new rule starts at count 1 as a candidate. Without a proposed rule the
+failure is linked to the rule its class maps to, when exactly one fits.
+
+Activation, and why it needs corroboration: an active rule is served to every client, quoted in
+the prompts of every later step, so one client must not be able to make any text a rule by
+repeating it. A rule becomes active when its count reaches `activation_count` (3, as in
+AdaExplore) *and* its text is corroborated: proposed with failures of at least two distinct
+clients (over HTTP a client is its token's name; over stdio everything is "local"), or with at
+least `activation_count` distinct failing candidates that this server's own evaluator judged (a
+search-tree node, or a candidate a tool verified here and `witness()` noted; `failures.evaluated`).
+A failure linked to a rule by its class counts, but does not vouch for the text
+(`rule_evidence.proposed`); a rule attaches only to its proposer's own failures, and never counts
+one failure twice. Imports and seeds are operator actions and skip this (see `rule_import.py`).
 
 `query_rules` ranks active rules for a context (a task, a kernel, an error text) by BM25 over
 FTS5, weighted by count and by scope (dsl and architecture family).
@@ -20,67 +31,47 @@ Who writes: the server's (or the CLI's) Rulebook, through `Store.transaction()`.
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import uuid
-from importlib import resources
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
-from pydantic import ValidationError
 
 from kernelcraft.base.errors import NotFoundError, UsageError
 from kernelcraft.base.failures import FailureClass, classify, diagnosis
 from kernelcraft.base.rules import (
-    MAX_RULE_CHARS,
-    NO_GUIDANCE,
     FailureRecorded,
     ImportResult,
     RuleAction,
-    RuleLine,
     RuleOut,
     RuleScope,
     RuleStatus,
 )
 from kernelcraft.base.targets import arch_family
-from kernelcraft.knowledge.text import fts_query, is_near_duplicate, normalize_rule, rule_similarity
-from kernelcraft.store import Store, utcnow
+from kernelcraft.knowledge import rule_import
+from kernelcraft.knowledge.text import (
+    fts_query,
+    is_near_duplicate,
+    normalize_rule,
+    rule_similarity,
+    rule_uid,
+    validate_rule,
+)
+from kernelcraft.store import Store, code_hash, utcnow
+
+__all__ = ["Rulebook", "rule_uid", "validate_rule"]
+
+# Distinct reporting clients that corroborate a rule learnt from clients' word alone.
+MIN_CLIENTS = 2
+# Failing verdicts of this server's evaluator remembered until a record_failure claims them.
+WITNESS_MEMORY = 1024
 
 # Scope weights in query ranking: a rule for the asked family beats a general one, which beats
 # one for another family (still shown if nothing better matches: most Triton rules carry over).
 SCOPE_MATCH, SCOPE_GENERAL, SCOPE_OTHER = 1.25, 1.0, 0.3
 # Candidates fetched from FTS5 per result slot before re-weighting by count and scope.
 OVERFETCH = 4
-
-
-def rule_uid(norm_text: str) -> str:
-    """Stable across databases: the same normalised text gets the same uid everywhere."""
-    import hashlib
-
-    return "r-" + hashlib.sha256(norm_text.encode("utf-8")).hexdigest()[:16]
-
-
-def validate_rule(rule: str) -> str | None:
-    """The rule as stored (stripped, one line), or None for "no guidance". UsageError otherwise."""
-    text = " ".join(rule.split())
-    if normalize_rule(text) == NO_GUIDANCE:
-        return None
-    if not text.startswith("You cannot "):
-        raise UsageError(
-            f"a rule must be one sentence starting 'You cannot …' (AdaExplore's form), or 'no guidance'; "
-            f"got {text[:80]!r}. Rewrite it as the one thing the kernel must not do"
-        )
-    if len(text) > MAX_RULE_CHARS:
-        raise UsageError(f"a rule is one sentence of at most {MAX_RULE_CHARS} characters; got {len(text)}")
-    # A sentence end followed by a capital letter inside the text means two sentences.
-    if re.search(r"[.!?;]\s+[A-Z]", text) or "\n" in rule.strip():
-        raise UsageError(
-            f"a rule must be exactly one sentence (no fixes, no explanation); got {text[:80]!r}. "
-            "Keep only the 'You cannot …' sentence"
-        )
-    return text
 
 
 _RULE_COLUMNS = "r.id, r.uid, r.text, r.count, r.status, r.dsl, r.arch_family, r.op_category, r.reason, r.failure_class, r.seed"
@@ -117,15 +108,30 @@ def _count_weight(count: int) -> float:
 
 
 class Rulebook:
-    """The rulebook over one open Store. Cheap to construct; holds no state besides the store."""
+    """The rulebook over one open Store. Cheap to construct; besides the store it holds only the
+    failing verdicts this process's evaluator gave that no failure has claimed yet (`witness`)."""
 
     def __init__(self, store: Store, activation_count: int = 3) -> None:
         if activation_count < 1:
             raise UsageError(f"activation_count must be at least 1, got {activation_count}")
         self.store = store
         self.activation_count = activation_count
+        self._witnessed: OrderedDict[str, FailureClass] = OrderedDict()
 
     # ------------------------------------------------------------------ writing
+
+    def witness(self, candidate_code: str, failure_class: FailureClass) -> None:
+        """Note that this server's evaluator found `candidate_code` failing with `failure_class`.
+
+        The next `record_failure` of exactly this code (from any client) is then recorded as
+        evaluated, with this class: the server's own verdict, not the client's word. Each verdict
+        backs one failure; the oldest of more than WITNESS_MEMORY unclaimed verdicts are forgotten.
+        """
+        digest = code_hash(candidate_code)
+        self._witnessed[digest] = failure_class
+        self._witnessed.move_to_end(digest)
+        while len(self._witnessed) > WITNESS_MEMORY:
+            self._witnessed.popitem(last=False)
 
     async def record_failure(
         self,
@@ -141,44 +147,45 @@ class Rulebook:
         stage: str | None = None,
         op_category: str | None = None,
         failure_id: int | None = None,
+        evaluated: bool = False,
     ) -> FailureRecorded:
         """Store a failed candidate with its class and learn from it (see the module docstring).
 
         `failure_class` given is used as is; otherwise `classify(error, stage)` decides. `rule` is
         a proposed "You cannot …" sentence or "no guidance"; anything else raises UsageError before
-        anything is written.
+        anything is written. `evaluated` says this server's evaluator gave the verdict (the search
+        service sets it); a candidate `witness()` noted is evaluated too, with the witnessed class.
 
-        `failure_id` names a failure already recorded (the search tree records every failed
-        candidate and returns its id on the node): the proposed rule attaches to it instead of a
-        second copy of the failure being stored, and a rule never counts one failure twice.
+        `failure_id` names a failure `client` already recorded (the search tree gives it on the
+        node): the rule attaches to it, and a rule never counts one failure twice.
         """
         proposed = validate_rule(rule) if rule is not None else None
-        family = arch_family(arch)
         attaching = failure_id is not None
         async with self.store.transaction() as conn:
             if failure_id is not None:
-                rows = await _rows(conn, "SELECT class FROM failures WHERE id = ?", (failure_id,))
-                if not rows:
-                    raise NotFoundError(
-                        f"no failure {failure_id} in the rulebook; omit failure_id to record the failure itself"
-                    )
-                cls = FailureClass(rows[0][0])
+                cls = await self._own_failure(conn, failure_id, client)
             else:
-                cls = failure_class if failure_class is not None else classify(error, stage)
-                code_digest = await self.store.put_code(candidate_code)
-                ref_digest = await self.store.put_code(reference_code) if reference_code is not None else None
-                cur = await conn.execute(
-                    "INSERT INTO failures (class, error_text, code_hash, reference_hash, task_hash, arch, client,"
-                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (cls.value, error, code_digest, ref_digest, task_hash, arch, client, utcnow()),
+                witnessed = None if evaluated else self._witnessed.pop(code_hash(candidate_code), None)
+                if witnessed is not None:
+                    cls = witnessed
+                else:
+                    cls = failure_class if failure_class is not None else classify(error, stage)
+                failure_id = await self._insert_failure(
+                    conn,
+                    cls,
+                    candidate_code,
+                    error,
+                    reference_code=reference_code,
+                    task_hash=task_hash,
+                    arch=arch,
+                    client=client,
+                    evaluated=evaluated or witnessed is not None,
                 )
-                failure_id = cur.lastrowid
-                assert failure_id is not None
             if proposed is not None:
                 rule_id, action = await self._add_or_increment(
                     conn,
                     proposed,
-                    family=family,
+                    family=arch_family(arch),
                     cls=cls,
                     client=client,
                     failure_id=failure_id,
@@ -195,15 +202,55 @@ class Rulebook:
                 await conn.execute(
                     "UPDATE rules SET count = count + 1, updated_at = ? WHERE id = ?", (utcnow(), rule_id)
                 )
+            # A failure linked by its class vouches for the count, not for the text (proposed = 0).
             await conn.execute(
-                "INSERT INTO rule_evidence (rule_id, failure_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                (rule_id, failure_id),
+                "INSERT INTO rule_evidence (rule_id, failure_id, proposed) VALUES (?, ?, ?)"
+                " ON CONFLICT(rule_id, failure_id) DO UPDATE SET proposed = max(proposed, excluded.proposed)",
+                (rule_id, failure_id, int(proposed is not None)),
             )
-            activated = await self._maybe_activate(conn, rule_id)
+            activated = await self._activate_if_corroborated(conn, rule_id)
             out = await self._get(conn, rule_id)
         return FailureRecorded(
             failure_id=failure_id, failure_class=cls, rule=out, rule_action=action, activated=activated
         )
+
+    async def _own_failure(self, conn: aiosqlite.Connection, failure_id: int, client: str) -> FailureClass:
+        """The class of failure `failure_id`, which `client` must have reported: a rule attaches
+        only to its proposer's own failures, so no client borrows another's evidence."""
+        rows = await _rows(conn, "SELECT class, client FROM failures WHERE id = ?", (failure_id,))
+        if not rows:
+            raise NotFoundError(
+                f"no failure {failure_id} in the rulebook; omit failure_id to record the failure itself"
+            )
+        if rows[0]["client"] != client:
+            raise UsageError(
+                f"failure {failure_id} was reported by another client; a rule attaches only to a failure "
+                "you reported: omit failure_id to record your own failure with the rule"
+            )
+        return FailureClass(rows[0]["class"])
+
+    async def _insert_failure(
+        self,
+        conn: aiosqlite.Connection,
+        cls: FailureClass,
+        candidate_code: str,
+        error: str,
+        *,
+        reference_code: str | None,
+        task_hash: str | None,
+        arch: str | None,
+        client: str,
+        evaluated: bool,
+    ) -> int:
+        code_digest = await self.store.put_code(candidate_code)
+        ref_digest = await self.store.put_code(reference_code) if reference_code is not None else None
+        cur = await conn.execute(
+            "INSERT INTO failures (class, error_text, code_hash, reference_hash, task_hash, arch, client,"
+            " evaluated, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (cls.value, error, code_digest, ref_digest, task_hash, arch, client, int(evaluated), utcnow()),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
     async def _add_or_increment(
         self,
@@ -288,7 +335,20 @@ class Rulebook:
                 return int(hit[0][0])
         return ids[0] if len(ids) == 1 else None
 
-    async def _maybe_activate(self, conn: aiosqlite.Connection, rule_id: int) -> bool:
+    async def _activate_if_corroborated(self, conn: aiosqlite.Connection, rule_id: int) -> bool:
+        """Activate a candidate rule whose count reached the activation count and whose text is
+        corroborated: proposed with failures of MIN_CLIENTS distinct clients, or with as many
+        distinct failing candidates as the activation count that this server evaluated itself."""
+        rows = await _rows(
+            conn,
+            "SELECT count(DISTINCT f.client) AS clients,"
+            " count(DISTINCT CASE WHEN f.evaluated = 1 THEN f.code_hash END) AS evaluated"
+            " FROM rule_evidence e JOIN failures f ON f.id = e.failure_id WHERE e.rule_id = ? AND e.proposed = 1",
+            (rule_id,),
+        )
+        clients, evaluated = (rows[0]["clients"], rows[0]["evaluated"]) if rows else (0, 0)
+        if clients < MIN_CLIENTS and evaluated < self.activation_count:
+            return False
         cur = await conn.execute(
             "UPDATE rules SET status = 'active' WHERE id = ? AND status = 'candidate' AND count >= ?",
             (rule_id, self.activation_count),
@@ -383,196 +443,22 @@ class Rulebook:
         )
         return [int(r[0]) for r in rows]
 
-    # ------------------------------------------------------------------ sharing
+    # ------------------------------------------------------------------ sharing (rule_import.py)
 
     async def database_id(self) -> str:
         """This database's own id, written into exported lines as their origin."""
-        async with self.store.transaction() as conn:
-            rows = await _rows(conn, "SELECT value FROM knowledge_meta WHERE key = 'database_id'")
-            if rows:
-                return str(rows[0][0])
-            value = uuid.uuid4().hex
-            await conn.execute("INSERT INTO knowledge_meta (key, value) VALUES ('database_id', ?)", (value,))
-            return value
+        return await rule_import.database_id(self.store)
 
     async def export_jsonl(self, path: str | Path) -> int:
-        """Write every rule, one JSON object a line (see `RuleLine`), sorted by uid. Returns the count."""
-        origin = await self.database_id()
-        rows = await _rows(
-            self.store.conn,
-            f"SELECT {_RULE_COLUMNS}, r.created_by, r.created_at, r.updated_at FROM rules r ORDER BY r.uid",
-        )
-        target = Path(path)
-        try:
-            with target.open("w", encoding="utf-8") as f:
-                for r in rows:
-                    out = _rule_out(r)
-                    line = RuleLine(
-                        uid=out.uid,
-                        text=out.text,
-                        reason=out.reason,
-                        count=out.count,
-                        status=out.status,
-                        scope=out.scope,
-                        failure_class=out.failure_class,
-                        seed=out.seed,
-                        created_by=r["created_by"],
-                        created_at=r["created_at"],
-                        updated_at=r["updated_at"],
-                        origin=origin,
-                    )
-                    f.write(line.model_dump_json(exclude_none=True) + "\n")
-        except OSError as e:
-            raise UsageError(f"cannot write {target}: {e.strerror}; choose another file") from e
-        return len(rows)
+        """Write every rule to a JSON Lines file; returns the count (see `rule_import`)."""
+        return await rule_import.export_jsonl(self.store, path)
 
     async def import_jsonl(self, path: str | Path, *, client: str = "import") -> ImportResult:
-        """Merge rules from a JSON Lines file by normalised text.
-
-        A new text is inserted with its uid, count, status, scope and provenance (created_by,
-        created_at). A known text gets the file's count added. Counts are tracked per origin (the
-        exporting database, or the file path for hand-written lines), so importing the same file
-        again adds only what grew since: re-importing is safe. Status: retired stays retired; an
-        active line activates; otherwise the activation threshold decides.
-        """
-        lines = _read_rule_lines(Path(path))
-        fallback_origin = "file:" + str(Path(path).resolve())
-        result = ImportResult(lines=len(lines))
-        async with self.store.transaction() as conn:
-            for line in lines:
-                action = await self._merge_line(
-                    conn, line, origin=line.origin or fallback_origin, client=client
-                )
-                setattr(result, action, getattr(result, action) + 1)
-        return result
-
-    async def _merge_line(
-        self, conn: aiosqlite.Connection, line: RuleLine, *, origin: str, client: str
-    ) -> str:
-        text = validate_rule(line.text)
-        if text is None:
-            return "unchanged"
-        norm = normalize_rule(text)
-        now = utcnow()
-        rows = await _rows(conn, "SELECT id, count, status FROM rules WHERE norm_text = ?", (norm,))
-        if not rows:
-            uid = line.uid or rule_uid(norm)
-            if await _rows(conn, "SELECT 1 FROM rules WHERE uid = ?", (uid,)):
-                uid = rule_uid(norm)
-            status = line.status
-            if status == "candidate" and line.count >= self.activation_count:
-                status = "active"
-            cur = await conn.execute(
-                "INSERT INTO rules (uid, text, norm_text, reason, count, status, dsl, arch_family, op_category,"
-                " failure_class, seed, created_by, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    uid,
-                    text,
-                    norm,
-                    line.reason,
-                    line.count,
-                    status,
-                    line.scope.dsl,
-                    line.scope.arch_family,
-                    line.scope.op_category,
-                    line.failure_class.value if line.failure_class else None,
-                    int(line.seed),
-                    line.created_by or client,
-                    line.created_at or now,
-                    now,
-                ),
-            )
-            await conn.execute(
-                "INSERT INTO rule_imports (rule_id, origin, count) VALUES (?, ?, ?)",
-                (cur.lastrowid, origin, line.count),
-            )
-            return "created"
-        rule_id, _count, status = rows[0]
-        prev = await _rows(
-            conn, "SELECT count FROM rule_imports WHERE rule_id = ? AND origin = ?", (rule_id, origin)
+        """Merge rules from a JSON Lines file by normalised text (see `rule_import`)."""
+        return await rule_import.import_jsonl(
+            self.store, path, activation_count=self.activation_count, client=client
         )
-        delta = line.count - (int(prev[0][0]) if prev else 0)
-        await conn.execute(
-            "INSERT INTO rule_imports (rule_id, origin, count) VALUES (?, ?, ?)"
-            " ON CONFLICT(rule_id, origin) DO UPDATE SET count = max(count, excluded.count)",
-            (rule_id, origin, line.count),
-        )
-        new_status = status
-        if status == "candidate" and line.status == "active":
-            new_status = "active"
-        if delta <= 0 and new_status == status:
-            return "unchanged"
-        await conn.execute(
-            "UPDATE rules SET count = count + ?, status = ?, reason = coalesce(reason, ?), updated_at = ? WHERE id = ?",
-            (max(delta, 0), new_status, line.reason, now, rule_id),
-        )
-        await self._maybe_activate(conn, rule_id)
-        return "merged"
 
     async def import_seed(self) -> int:
-        """Import the shipped seed rules (status active, seed) that are not yet present; returns how
-        many were added. Idempotent: call it at every start. A retired seed stays retired."""
-        text = (
-            resources.files("kernelcraft.knowledge").joinpath("seed_rules.jsonl").read_text(encoding="utf-8")
-        )
-        lines = _parse_rule_lines(text, "seed_rules.jsonl")
-        added = 0
-        now = utcnow()
-        async with self.store.transaction() as conn:
-            for line in lines:
-                rule = validate_rule(line.text)
-                if rule is None:
-                    continue
-                norm = normalize_rule(rule)
-                cur = await conn.execute(
-                    "INSERT INTO rules (uid, text, norm_text, reason, count, status, dsl, arch_family, op_category,"
-                    " failure_class, seed, created_by, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, 1, 'seed', ?, ?) ON CONFLICT(norm_text) DO NOTHING",
-                    (
-                        rule_uid(norm),
-                        rule,
-                        norm,
-                        line.reason,
-                        max(line.count, 1),
-                        line.scope.dsl,
-                        line.scope.arch_family,
-                        line.scope.op_category,
-                        line.failure_class.value if line.failure_class else None,
-                        now,
-                        now,
-                    ),
-                )
-                added += cur.rowcount
-        return added
-
-
-def _read_rule_lines(path: Path) -> list[RuleLine]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise UsageError(f"{path} does not exist; give the path of a rules .jsonl file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {path}: {e}; give a UTF-8 JSON Lines file") from e
-    return _parse_rule_lines(text, str(path))
-
-
-def _parse_rule_lines(text: str, name: str) -> list[RuleLine]:
-    """Parse and validate every line first, so a bad file changes nothing."""
-    lines = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            line = RuleLine.model_validate(json.loads(raw))
-        except (json.JSONDecodeError, ValidationError) as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UsageError(
-                f"{name}:{n}: not a rule line ({first}); each line is a JSON object with at least 'text'"
-            ) from e
-        try:
-            validate_rule(line.text)
-        except UsageError as e:
-            raise UsageError(f"{name}:{n}: {e}") from e
-        lines.append(line)
-    return lines
+        """Import the shipped seed rules not yet present; returns how many were added."""
+        return await rule_import.import_seed(self.store)

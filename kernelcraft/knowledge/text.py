@@ -1,5 +1,5 @@
-"""Text helpers shared by the rulebook and the manual search: FTS5 query building, rule
-normalisation and the near-duplicate test.
+"""Text helpers shared by the rulebook and the manual search: FTS5 query building, a rule's form
+(`validate_rule`, `rule_uid`), rule normalisation and the near-duplicate test.
 
 FTS5 has its own query language (quotes, `AND`, `NEAR`, `*`, column filters), so a raw context
 (kernel source, an error message with parentheses and colons) must never reach `MATCH`. Every
@@ -8,8 +8,13 @@ query goes through `fts_query`, which keeps only word tokens, quotes each, and O
 
 from __future__ import annotations
 
+import hashlib
 import re
+import unicodedata
 from difflib import SequenceMatcher
+
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.rules import MAX_RULE_CHARS, NO_GUIDANCE
 
 # Words that appear in nearly every rule ("You cannot … in a Triton kernel") or any English text.
 # Dropping them keeps the match set small (speed) and BM25 focused on what distinguishes rules.
@@ -62,6 +67,43 @@ def normalize_rule(text: str) -> str:
     t = re.sub(r"\(\s*\)", "", t)
     t = re.sub(r"\s+", " ", t)
     return t.rstrip(" .!;:")
+
+
+def rule_uid(norm_text: str) -> str:
+    """Stable across databases: the same normalised text gets the same uid everywhere."""
+    return "r-" + hashlib.sha256(norm_text.encode("utf-8")).hexdigest()[:16]
+
+
+def validate_rule(rule: str) -> str | None:
+    """The rule as stored (stripped, one line), or None for "no guidance". UsageError otherwise.
+
+    Rule text comes from clients and is later shown to models, so it is held to AdaExplore's form:
+    one plain-text sentence starting "You cannot", at most MAX_RULE_CHARS characters, no control or
+    invisible formatting characters.
+    """
+    text = " ".join(rule.split())
+    if normalize_rule(text) == NO_GUIDANCE:
+        return None
+    if not text.startswith("You cannot "):
+        raise UsageError(
+            f"a rule must be one sentence starting 'You cannot …' (AdaExplore's form), or 'no guidance'; "
+            f"got {text[:80]!r}. Rewrite it as the one thing the kernel must not do"
+        )
+    if len(text) > MAX_RULE_CHARS:
+        raise UsageError(f"a rule is one sentence of at most {MAX_RULE_CHARS} characters; got {len(text)}")
+    # A sentence end followed by a capital letter inside the text means two sentences.
+    if re.search(r"[.!?;]\s+[A-Z]", text) or "\n" in rule.strip():
+        raise UsageError(
+            f"a rule must be exactly one sentence (no fixes, no explanation); got {text[:80]!r}. "
+            "Keep only the 'You cannot …' sentence"
+        )
+    hidden = next((c for c in text if unicodedata.category(c).startswith("C")), None)
+    if hidden is not None:
+        raise UsageError(
+            f"a rule is plain text; it holds the control or formatting character U+{ord(hidden):04X}. "
+            "Remove it and send the sentence again"
+        )
+    return text
 
 
 _RULE_TOKEN = re.compile(r"[a-z0-9_]+(?:\.[a-z0-9_]+)*")

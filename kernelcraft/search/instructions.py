@@ -7,7 +7,7 @@ wording can be read, and changed, in one place.
 
 from __future__ import annotations
 
-from kernelcraft.base.rules import RuleOut
+from kernelcraft.base.rules import RuleOut, quote_rules
 from kernelcraft.base.tree import ContextKernel
 
 ANSWER_FORMAT = (
@@ -32,10 +32,8 @@ def _describe(k: ContextKernel) -> str:
 
 
 def _rules_block(rules: list[RuleOut]) -> str:
-    if not rules:
-        return ""
-    lines = "\n".join(f"- {r.text}" for r in rules)
-    return f"\n\nCommon pitfalls learnt from earlier failures (each has caused failures; obey them):\n{lines}"
+    # Rule text comes from clients: quoted as data, never spliced in as instructions.
+    return f"\n\n{quote_rules([r.text for r in rules])}" if rules else ""
 
 
 def small_step(

@@ -96,6 +96,7 @@ async def learn_from_failure(
             failure_class=FailureClass(fc) if fc is not None else None,
             task_hash=tree.task_hash,
             client=client,
+            evaluated=True,
         )
         async with store.transaction() as conn:
             await repository.set_failure_id(conn, node_id, recorded.failure_id)

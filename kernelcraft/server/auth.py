@@ -8,6 +8,12 @@ over stdio (one user, one process) the author is "local".
 
 `plan_http` decides, before anything listens, whether a host/auth combination is allowed: tokens
 are required off loopback, and a server without auth needs an explicit `--no-auth` on loopback.
+
+No OAuth: tokens are issued out of band, so the server advertises no authorization server and no
+protected-resource metadata (a client that found some would start an OAuth flow against a server
+that does not exist). `BearerGate` answers a request to /mcp without a known token with a plain
+401 — `WWW-Authenticate: Bearer` and a JSON body saying the token is invalid — before the SDK's
+own checks run.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kernelcraft.base.errors import UsageError
 
@@ -91,6 +100,45 @@ class StaticTokenVerifier:
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+MISSING_TOKEN = (
+    "no bearer token: send the token your server's admin gave you as 'Authorization: Bearer <token>'"
+)
+UNKNOWN_TOKEN = "invalid token: this server does not know it; ask your server's admin for yours"
+
+
+class BearerGate:
+    """ASGI middleware: a request to the MCP endpoint without a token the verifier knows gets a plain
+    401 (`WWW-Authenticate: Bearer error="invalid_token"`, a JSON body saying why), and nothing
+    else runs. Other routes (/health) pass through."""
+
+    def __init__(self, app: ASGIApp, verifier: StaticTokenVerifier, path: str = "/mcp") -> None:
+        self.app = app
+        self.verifier = verifier
+        self.path = path.rstrip("/")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/") == self.path:
+            header = Headers(scope=scope).get("authorization", "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                await self._refuse(scope, receive, send, MISSING_TOKEN)
+                return
+            if await self.verifier.verify_token(token.strip()) is None:
+                await self._refuse(scope, receive, send, UNKNOWN_TOKEN)
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, why: str) -> None:
+        challenge = f'Bearer realm="{SCOPE}", error="invalid_token", error_description="{why}"'
+        response = JSONResponse(
+            {"error": "invalid_token", "error_description": why},
+            status_code=401,
+            headers={"WWW-Authenticate": challenge},
+        )
+        await response(scope, receive, send)
 
 
 def is_loopback(host: str) -> bool:
@@ -161,12 +209,11 @@ def plan_http(
         auth = HttpAuth(
             verifier=StaticTokenVerifier(tokens),
             settings=AuthSettings(
-                # Static tokens are issued out of band; the server names itself as the issuer so the
-                # protected-resource metadata is well-formed.
+                # The SDK requires an issuer; with no resource_server_url it is never published:
+                # no protected-resource metadata route, no resource_metadata in a 401's challenge.
                 issuer_url=base,  # type: ignore[arg-type]
-                resource_server_url=f"{base}/mcp",  # type: ignore[arg-type]
+                resource_server_url=None,
                 required_scopes=[SCOPE],
-                validate_token_resource=False,
             ),
             clients=tuple(sorted(set(tokens.values()))),
         )

@@ -18,6 +18,14 @@ from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.server.state import AppState, StateSlot
 
 JSON = "application/json"
+MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
+
+
+def row_id(text: str, what: str, where: str) -> int:
+    """A URI's id segment as a row id (1 to 2**63-1), or a ResourceError saying what to pass."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ROW_ID:
+        raise ResourceError(f"{what} {text!r} is not a number from 1 to {MAX_ROW_ID}; {where}")
+    return int(text)
 
 
 class RuleSet(BaseModel):
@@ -110,10 +118,9 @@ def register_doc_resources(mcp: MCPServer[AppState], slot: StateSlot) -> None:
     )
     async def section(section_id: str, ctx: Context[AppState]) -> str:
         state = ctx.request_context.lifespan_context
-        if not section_id.isdigit():
-            raise ResourceError(f"section id {section_id!r} is not a number; list them at hwdocs://sections")
+        number = row_id(section_id, "section id", "list them at hwdocs://sections")
         try:
-            return section_markdown(await state.docs.get_section(int(section_id)))
+            return section_markdown(await state.docs.get_section(number))
         except KernelcraftError as e:
             raise ResourceError(str(e)) from e
 
@@ -138,10 +145,9 @@ def register_tree_resources(mcp: MCPServer[AppState]) -> None:
     )
     async def tree(tree_id: str, ctx: Context[AppState]) -> str:
         state = ctx.request_context.lifespan_context
-        if not tree_id.isdigit():
-            raise ResourceError(f"tree id {tree_id!r} is not a number; search_tree_step start returns one")
+        number = row_id(tree_id, "tree id", "search_tree_step start returns one")
         try:
-            view = await state.search.show(int(tree_id))
+            view = await state.search.show(number)
         except KernelcraftError as e:
             raise ResourceError(str(e)) from e
         best = next((n for n in view.nodes if n.id == view.best_node_id), None)
