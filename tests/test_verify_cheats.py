@@ -45,6 +45,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "dispatch_disabled.py": ("task_scale.py", {"forbidden_construct"}),
     "runpy_reference.py": ("task_scale.py", {"forbidden_construct"}),
     "layernorm_ignores_affine.py": ("task_layernorm.py", {"numerical_mismatch"}),
+    "forges_task_error.py": ("task_scale.py", {"forbidden_construct"}),
 }
 
 

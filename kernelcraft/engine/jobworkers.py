@@ -29,6 +29,7 @@ from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.protocol import (
+    IMPORTING_CANDIDATE,
     InputsMade,
     Load,
     Loaded,
@@ -101,6 +102,8 @@ class JobWorkers:
         """False from a request to the reference until its answer: a reference left mid-request
         (cancelled, timed out) or that reported an error is not kept for another job."""
         self.ref_has_inputs = False
+        self.untrusted: set[int] = set()
+        """id() of each worker that said it is importing the candidate: its word is not the task's."""
         self.notes: list[str] = []
         self.stages: dict[str, float] = {}
 
@@ -218,6 +221,15 @@ class JobWorkers:
         )
         await w.send(load.to_header())
         frame = await self.recv(w, candidate=role == "candidate")
+        if id(w) in self.untrusted and frame.header.get("type") == Msg.TASK_ERROR:
+            # Only the trusted part of a candidate worker (before it imports the candidate) may
+            # say the task failed: after, the message could be the candidate's, dodging a verdict.
+            raise Stop(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                Evidence(
+                    message="the candidate's process claimed, after importing the candidate, that the task failed"
+                ),
+            )
         self.task_error(frame)
         return frame
 
@@ -258,7 +270,10 @@ class JobWorkers:
             if frame is None:
                 raise await self.died(w, candidate=candidate)
             if frame.header.get("type") == Msg.PROGRESS:  # read as sent: a candidate may send anything
-                await self.progress(0.0, str(frame.header.get("message", ""))[:200])
+                message = str(frame.header.get("message", ""))[:200]
+                if candidate and message == IMPORTING_CANDIDATE:
+                    self.untrusted.add(id(w))
+                await self.progress(0.0, message)
                 continue
             return frame
 

@@ -66,6 +66,10 @@ class Msg(str, Enum):
     KNOCKED_OUT = "knocked_out"
 
 
+IMPORTING_CANDIDATE = "importing the candidate"
+"""The progress message a candidate worker sends just before it imports the candidate: from then
+on the process runs untrusted code and its word about the task is not believed."""
+
 TimingMethod = Literal["cuda_events", "cuda_graph"]
 """How a round was timed (`timing.Method`, `Timing.method`)."""
 

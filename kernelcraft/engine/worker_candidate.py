@@ -20,6 +20,7 @@ from typing import Any
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.protocol import (
+    IMPORTING_CANDIDATE,
     Compile,
     Compiled,
     KnockedOut,
@@ -124,7 +125,7 @@ class CandidateWorker(Worker):
 
             emulate_tf32()  # fp32 tl.dot is TF32 on the GPU unless the kernel asks for IEEE
         self.threads_before = threading.active_count()
-        self.progress("importing the candidate")
+        self.progress(IMPORTING_CANDIDATE)
         try:
             module = import_source(job.candidate_source, workdir, "kernelcraft_candidate")
             self.model = self.build(module.ModelNew, init, job.seed0, task)
