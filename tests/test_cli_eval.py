@@ -71,3 +71,14 @@ def test_compile_json_reports_each_target() -> None:
     assert [t["target"] for t in out["targets"]] == ["sm_80", "gfx942"]
     assert all(t["ok"] and t["kernels"][0]["name"] == "gelu_residual_kernel" for t in out["targets"])
     assert out["targets"][0]["kernels"][0]["registers"] > 0
+
+
+def test_allow_op_takes_the_mcp_forms_and_refuses_a_wildcard(capsys) -> None:
+    from kernelcraft.cli import main
+    from kernelcraft.cli.engine import _allowed_ops
+
+    assert _allowed_ops(["aten::mm", "aten.add.Tensor", "mm"]) == ["mm", "add"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["verify", "task.py", "cand.py", "--allow-op", "*"])
+    assert exit_info.value.code == 2
+    assert "--allow-op: '*' is not an aten op name" in capsys.readouterr().err

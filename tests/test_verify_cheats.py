@@ -187,7 +187,9 @@ def test_a_candidate_cannot_write_outside_its_directory(evaluator, job_for, tmp_
 
 
 @pytest.mark.slow
-def test_a_layernorm_that_applies_its_weight_and_bias_passes_with_fresh_parameters(evaluator, job_for) -> None:
+def test_a_layernorm_that_applies_its_weight_and_bias_passes_with_fresh_parameters(
+    evaluator, job_for
+) -> None:
     v = evaluator.submit(job_for(CHEATS / "task_layernorm.py", CHEATS / "layernorm_honest_affine.py")).verify
     assert v is not None and v.correct, v
 

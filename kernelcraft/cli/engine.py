@@ -111,10 +111,23 @@ def _with_evidence(model: VerifyResult | CompileResult | ProfileResult, summary:
     return "\n".join(lines)
 
 
+def _allowed_ops(ops: list[str]) -> list[str]:
+    """--allow-op in any form the MCP tool accepts (mm, aten::mm, aten.mm.default), as the names
+    the fallback guard compares; a usage error for anything else."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from kernelcraft.server.inputs import allowed_op_names
+
+    try:
+        return allowed_op_names(list(ops))
+    except ToolError as e:
+        raise UsageError(str(e).replace("allowed_ops:", "--allow-op:", 1)) from None
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     if not 1 <= args.trials <= 100:
         raise UsageError(f"--trials must be between 1 and 100, not {args.trials}")
-    job = _job(args, ["verify"], trials=args.trials, allowed_ops=list(args.allow_op))
+    job = _job(args, ["verify"], trials=args.trials, allowed_ops=_allowed_ops(args.allow_op))
     v = _run(job, args.device).verify
     assert v is not None
     where = f"on {v.device}"
