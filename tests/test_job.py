@@ -20,6 +20,7 @@ from kernelcraft.engine.jobworkers import CandidateSettings
 from kernelcraft.engine.protocol import (
     Compared,
     InputsMade,
+    KnockedOut,
     Loaded,
     Outputs,
     RooflineCounted,
@@ -74,6 +75,8 @@ class ScriptedWorker:
             ).to_header(),
             "warmup": lambda: Warm(compiled=1).to_header(),
             "run": lambda: Outputs(outputs=[REC], inputs_after=[REC], kernels=["relu_kernel"]).to_header(),
+            # without its kernels, forward breaks: the knockout check passes without a comparison
+            "knockout": lambda: KnockedOut(skipped=1, error="RuntimeError: no output").to_header(),
             "time_candidate": lambda: self.candidate_timing,
         }
         return answers[h["op"]]()
@@ -136,10 +139,11 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
         "compare",
         "inputs",
         "compare",
+        "inputs",
         "roofline",
         *rounds,
     ]
-    assert cand.ops() == [None, "warmup", "run", "run", *["time_candidate"] * MIN_PROFILE_ROUNDS]
+    assert cand.ops() == [None, "warmup", "run", "run", "knockout", *["time_candidate"] * MIN_PROFILE_ROUNDS]
     # The first round lets the worker choose; later rounds keep the method it chose.
     assert [h["method"] for h in cand.sent if h.get("op") == "time_candidate"] == [
         "auto",

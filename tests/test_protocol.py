@@ -15,6 +15,12 @@ SAMPLES = {"times_us": [1.5, 2.0], "method": "cuda_graph", "sets": 8}
 
 # (the model, the header the job or the worker wrote by hand before protocol.py)
 WIRE: list[tuple[Any, dict[str, Any]]] = [
+    (p.Knockout(inputs=[{"t": 1}]), {"op": "knockout", "inputs": [{"t": 1}]}),
+    (
+        p.KnockedOut(outputs={"t": 1}, inputs_after=[{"t": 2}], skipped=3),
+        {"type": "knocked_out", "outputs": {"t": 1}, "inputs_after": [{"t": 2}], "skipped": 3},
+    ),
+    (p.KnockedOut(skipped=1, error="E"), {"type": "knocked_out", "skipped": 1, "error": "E"}),
     (
         p.Load(role="reference", workdir="/w", task_source="t", seed0=42, interpret=True),
         {"role": "reference", "workdir": "/w", "task_source": "t", "seed0": 42, "interpret": True},
@@ -134,8 +140,8 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 
 def test_every_op_and_message_type_has_one_model() -> None:
-    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 11
-    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 14
+    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 12
+    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 15
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above
 

@@ -390,6 +390,17 @@ class Ok(Reply):
     TAG = Msg.OK
 
 
+class KnockedOut(Reply):
+    """Candidate: forward's output with its launches knocked out (None when forward raised), the
+    inputs after the call, how many launches were skipped, and the error forward raised."""
+
+    TAG = Msg.KNOCKED_OUT
+    outputs: Any = None
+    inputs_after: Any = None
+    skipped: int = 0
+    error: str | None = None
+
+
 REPLIES: dict[str, type[Reply]] = {
     cls.TAG.value: cls
     for cls in (
@@ -407,16 +418,6 @@ REPLIES: dict[str, type[Reply]] = {
         Outputs,
         Compiled,
         Ok,
+        KnockedOut,
     )
 }
-
-
-class KnockedOut(Reply):
-    """Candidate: forward's output with its launches knocked out (None when forward raised), the
-    inputs after the call, how many launches were skipped, and the error forward raised."""
-
-    TAG = Msg.KNOCKED_OUT
-    outputs: Any = None
-    inputs_after: Any = None
-    skipped: int = 0
-    error: str | None = None
