@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 from mcp import Client
 from search_scripted import TASK, ScriptedEvaluator, candidate
-from server_support import settings_for
+from server_support import NoEvaluations, settings_for
 
 from kernelcraft.agent.explore import OptimizeOptions, optimize
 from kernelcraft.agent.llm import LLMConfig
+from kernelcraft.agent.rundir import RunDir
+from kernelcraft.agent.runreport import write_run_report
+from kernelcraft.agent.session import ToolSession
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult, ProfileResult, Timing, VerifyResult
 from kernelcraft.base.failures import FailureClass
@@ -369,6 +372,19 @@ async def test_the_report_resource_builds_the_report_of_a_tree_from_the_database
 # ---------------------------------------------------------------------------- at the end of optimize
 
 
+@pytest.mark.anyio
+async def test_a_server_that_cannot_give_the_report_costs_the_report_not_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = RunDir(tmp_path / "run")
+    run.create()
+    async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as client:
+        written = await write_run_report(ToolSession(client, "a test server"), run, 4242, {})
+    assert written is None and not run.report_file.exists() and not run.tree_file.exists()
+    assert "no report written: trees://4242/report on a test server" in caplog.text
+    assert "no search tree 4242" in caplog.text
+
+
 @pytest.mark.slow
 def test_optimize_writes_tree_json_and_the_report_and_names_the_report_in_its_last_words(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -377,7 +393,9 @@ def test_optimize_writes_tree_json_and_the_report_and_names_the_report_in_its_la
     monkeypatch.delenv("KERNELCRAFT_DB", raising=False)
     out = tmp_path / "run"
     task = Path(__file__).resolve().parents[1] / "examples" / "layernorm" / "task.py"
-    opts = OptimizeOptions(task=task, steps=2, llm=LLMConfig(kind="none"), out=out, db_path=tmp_path / "kc.db")
+    opts = OptimizeOptions(
+        task=task, steps=2, llm=LLMConfig(kind="none"), out=out, db_path=tmp_path / "kc.db"
+    )
     summary = asyncio.run(optimize(opts))
     assert summary["report"] == str(out / "report.html")
     assert json.loads((out / "summary.json").read_text())["report"] == summary["report"]

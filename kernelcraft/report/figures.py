@@ -102,7 +102,9 @@ def _hover(node: ReportNode, report: RunReport) -> str:
     return "<br>".join(lines)
 
 
-def _edges(report: RunReport, pos: dict[int, tuple[float, float]], kind: str) -> tuple[list, list]:
+def _edges(
+    report: RunReport, pos: dict[int, tuple[float, float]], kind: str
+) -> tuple[list[float | None], list[float | None]]:
     xs: list[float | None] = []
     ys: list[float | None] = []
     for n in report.nodes:
@@ -113,64 +115,65 @@ def _edges(report: RunReport, pos: dict[int, tuple[float, float]], kind: str) ->
     return xs, ys
 
 
+def _node_traces(
+    report: RunReport, pos: dict[int, tuple[float, float]], verdict: Verdict
+) -> list[go.Scatter]:
+    """The nodes of one verdict, and their legend entry: a plain dot of the colour (the group's
+    first symbol would otherwise stand for all of them)."""
+    group = [n for n in report.nodes if n.verdict == verdict and n.id in pos]
+    if not group:
+        return []
+    colour = COLOURS[verdict]
+    best = [n.id == report.best_node_id for n in group]
+    legend = go.Scatter(
+        x=[None],
+        y=[None],
+        mode="markers",
+        name=VERDICT_NAMES[verdict],
+        legendgroup=verdict,
+        marker={"color": colour, "size": 11, "symbol": "circle"},
+    )
+    nodes = go.Scatter(
+        x=[pos[n.id][0] for n in group],
+        y=[pos[n.id][1] for n in group],
+        mode="markers+text",
+        name=VERDICT_NAMES[verdict],
+        legendgroup=verdict,
+        showlegend=False,
+        text=[str(n.id) for n in group],
+        textposition="top center",
+        hovertext=[_hover(n, report) for n in group],
+        hoverinfo="text",
+        marker={
+            "color": colour,
+            "size": [marker_size(n, report.speedup_measured) for n in group],
+            "symbol": [_symbol(n) for n in group],
+            "line": {
+                "color": ["#d4a017" if b else "#333333" for b in best],
+                "width": [4 if b else 1 for b in best],
+            },
+        },
+    )
+    return [legend, nodes]
+
+
 def tree_figure(report: RunReport) -> go.Figure:
+    """The tree left to right: edges dashed to large steps and solid to small ones, nodes coloured
+    by verdict, shaped by kind, sized by speedup (when measured), the best one ringed in gold."""
     pos = tree_layout(report.nodes)
     fig = go.Figure()
     for kind, name, dash, colour in (
         ("small", "small step (refine a kernel)", "solid", "#9a9a9a"),
         ("large", "large step (a new kernel)", "dash", "#4c72b0"),
     ):
-        xs, ys = _edges(report, pos, kind)
-        if xs:
+        edge_x, edge_y = _edges(report, pos, kind)
+        if edge_x:
+            line = {"dash": dash, "color": colour}
             fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    mode="lines",
-                    name=name,
-                    hoverinfo="skip",
-                    line={"dash": dash, "color": colour},
-                )
+                go.Scatter(x=edge_x, y=edge_y, mode="lines", name=name, hoverinfo="skip", line=line)
             )
-    for verdict, colour in COLOURS.items():
-        group = [n for n in report.nodes if n.verdict == verdict and n.id in pos]
-        if not group:
-            continue
-        best = [n.id == report.best_node_id for n in group]
-        # the legend's entry: a plain dot of the colour (a group's first symbol would stand for all)
-        fig.add_trace(
-            go.Scatter(
-                x=[None],
-                y=[None],
-                mode="markers",
-                name=VERDICT_NAMES[verdict],
-                legendgroup=verdict,
-                marker={"color": colour, "size": 11, "symbol": "circle"},
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=[pos[n.id][0] for n in group],
-                y=[pos[n.id][1] for n in group],
-                mode="markers+text",
-                name=VERDICT_NAMES[verdict],
-                legendgroup=verdict,
-                showlegend=False,
-                text=[str(n.id) for n in group],
-                textposition="top center",
-                hovertext=[_hover(n, report) for n in group],
-                hoverinfo="text",
-                marker={
-                    "color": colour,
-                    "size": [marker_size(n, report.speedup_measured) for n in group],
-                    "symbol": [_symbol(n) for n in group],
-                    "line": {
-                        "color": ["#d4a017" if b else "#333333" for b in best],
-                        "width": [4 if b else 1 for b in best],
-                    },
-                },
-            )
-        )
+    for verdict in COLOURS:
+        fig.add_traces(_node_traces(report, pos, verdict))
     ys = [p[1] for p in pos.values()] or [0.0]
     xs = [p[0] for p in pos.values()] or [0.0]
     rows = len({round(y, 3) for y in ys})
