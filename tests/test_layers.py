@@ -4,7 +4,8 @@
 
 A layer imports only the layers this table allows (and itself). The agent speaks MCP: its one
 use of the server is to start an in-process one. Engine and knowledge are siblings and never
-import each other.
+import each other. `report` is a leaf beside the chain: it imports only base, and cli, agent and
+server draw with it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"base"},
     "knowledge": {"store", "base"},
     "search": {"engine", "knowledge", "store", "base"},
-    "server": {"search", "engine", "knowledge", "store", "base"},
-    "agent": {"server", "base"},
-    "cli": {"agent", "server", "search", "engine", "knowledge", "store", "base"},
+    "server": {"search", "engine", "knowledge", "report", "store", "base"},
+    "agent": {"server", "report", "base"},
+    "cli": {"agent", "server", "search", "engine", "knowledge", "report", "store", "base"},
+    "report": {"base"},
 }
 # The package root (`kernelcraft/__init__.py`, `__main__.py`) only names the version and runs the CLI.
 ROOT_MODULES = {"__init__": {"base"}, "__main__": {"cli"}}
@@ -87,3 +89,6 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
 def test_the_readme_draws_the_same_graph():
     readme = (PACKAGE.parent / "README.md").read_text()
     assert "cli ─→ agent ─→ server ─→ search ─→ engine, knowledge ─→ store ─→ base" in readme
+    assert "`report` is a leaf beside this chain: it imports only `base`" in readme
+    for layer in ALLOWED:
+        assert f"`kernelcraft/{layer}" in readme, f"the README's table of packages has no row for {layer}"

@@ -7,6 +7,8 @@ Layout of `--out DIR` (only the explore loop writes it):
     steps.jsonl      one JSON object per step, appended and fsynced as each step ends
     best_kernel.py   the best correct kernel so far, a ready-to-import module (ModelNew)
     summary.json     the run's outcome, rewritten at the end (and on every resume)
+    tree.json        the tree's report data as the server gave it at the end (`runreport.py`)
+    report.html      the run's report, one self-contained page (`kernelcraft report` redraws it)
 
 Files other than steps.jsonl are written atomically (temporary file, then rename), so a run killed
 at any instant leaves each file whole.
@@ -52,6 +54,14 @@ class RunDir:
     @property
     def summary_file(self) -> Path:
         return self.path / "summary.json"
+
+    @property
+    def tree_file(self) -> Path:
+        return self.path / "tree.json"
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / "report.html"
 
     def create(self) -> None:
         try:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kernelcraft.agent.llm import LLM, Usage, UsageMeter
 from kernelcraft.agent.proposers import LLMProposer, StepOutcome, TunerProposer
 from kernelcraft.agent.rundir import Progress, RunDir
+from kernelcraft.agent.runreport import write_run_report
 from kernelcraft.agent.session import ToolSession
 from kernelcraft.agent.tuner import find_params
 from kernelcraft.base.errors import LLMError
@@ -102,6 +103,7 @@ def final_words(s: dict[str, Any]) -> str:
     lines = [
         f"{head}",
         f"{s['steps_done']} steps, {s['correct']} correct; stopped: {s['stopped_because']}. Run directory: {s['run_dir']}",
+        *([f"Report: {s['report']} (open it in a browser)"] if s.get("report") else []),
     ]
     if s.get("gpu_note"):
         lines.append(s["gpu_note"])
@@ -170,6 +172,7 @@ class Explorer:
             raise
         self.progress.done()
         summary = self.summary(stopped, started_at)
+        summary["report"] = await write_run_report(self.session, self.run, self.tree_id, summary)
         self.run.save_summary(summary)
         self.progress.message(final_words(summary))
         return summary

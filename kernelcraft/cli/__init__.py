@@ -30,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # Each layer's commands live in their own module here. Imported inside the function so that
     # `kernelcraft --help` stays fast.
-    from kernelcraft.cli import agent, engine, knowledge, search, server
+    from kernelcraft.cli import agent, engine, knowledge, report, search, server
 
-    for module in (engine, knowledge, server, search, agent):
+    for module in (engine, knowledge, server, search, agent, report):
         module.register(sub)
     return parser
 

@@ -303,14 +303,16 @@ async def best_node_id(conn: aiosqlite.Connection, tree_id: int) -> int | None:
     return rows[0][0] if rows else None
 
 
-async def tree_view(conn: aiosqlite.Connection, tree_id: int, now: str) -> TreeView:
-    """Every node of the tree without code, for `show` (reads only)."""
+async def tree_view(
+    conn: aiosqlite.Connection, tree_id: int, now: str, *, with_verdicts: bool = False
+) -> TreeView:
+    """Every node of the tree without code (with its verdict if asked), for `show` (reads only)."""
     tree = await load_tree(conn, tree_id)
     rows = await node_rows(conn, tree_id)
     return TreeView(
         tree=tree.info(),
         best_node_id=await best_node_id(conn, tree_id),
-        nodes=[node_info(r, now) for r in rows],
+        nodes=[node_info(r, now, with_verdict=with_verdicts) for r in rows],
     )
 
 

@@ -447,13 +447,15 @@ class SearchService:
             next_step_note=None if step is not None else note,
         )
 
-    async def show(self, tree_id: int) -> TreeView:
-        """Every node of the tree (no code), in id order.
+    async def show(self, tree_id: int, *, with_verdicts: bool = False) -> TreeView:
+        """Every node of the tree (no code; its verdict if asked), in id order.
 
         Raises:
             NotFoundError: no such tree.
         """
-        return await repository.tree_view(self.store.conn, tree_id, iso(self._now()))
+        return await repository.tree_view(
+            self.store.conn, tree_id, iso(self._now()), with_verdicts=with_verdicts
+        )
 
     # --------------------------------------------------------------------------- internals
 

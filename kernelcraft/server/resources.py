@@ -1,7 +1,9 @@
 """MCP resources and prompts: read-only views a client can attach to a conversation.
 
 Resources are JSON documents (the same pydantic models the tools return) or, for manual sections,
-markdown. Static URIs get no request context from the SDK, so they read the running lifespan's
+markdown. A tree's report (`trees://{tree_id}/report`) is the data `kernelcraft report` draws,
+built from the database: the driver's token counts live in its run directory, not here, so they
+are null. Static URIs get no request context from the SDK, so they read the running lifespan's
 state from the `StateSlot`; templated ones get it from their Context.
 """
 
@@ -15,6 +17,8 @@ from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.rules import RuleOut
 from kernelcraft.base.tree import NodeInfo, TreeView
+from kernelcraft.report.build import from_tree
+from kernelcraft.report.model import RunReport
 from kernelcraft.server.state import AppState, StateSlot
 
 JSON = "application/json"
@@ -145,12 +149,45 @@ def register_tree_resources(mcp: MCPServer[AppState]) -> None:
     )
     async def tree(tree_id: str, ctx: Context[AppState]) -> str:
         state = ctx.request_context.lifespan_context
-        number = row_id(tree_id, "tree id", "search_tree_step start returns one")
-        try:
-            view = await state.search.show(number)
-        except KernelcraftError as e:
-            raise ResourceError(str(e)) from e
+        view = await _show(state, tree_id, with_verdicts=False)
         best = next((n for n in view.nodes if n.id == view.best_node_id), None)
         if best is not None and best.code_hash is not None:
             best = best.model_copy(update={"code": await state.store.get_code(best.code_hash)})
         return TreeDocument(view=view, best=best).model_dump_json(indent=2)
+
+    @mcp.resource(
+        "trees://{tree_id}/report",
+        name="search-tree-report",
+        title="A kernel search tree's report",
+        description="The data of a tree's report (what `kernelcraft report` draws): every node with its "
+        "verdict and speedups against PyTorch eager and torch.compile, failures by class, the seed's and "
+        "the best kernel's code. Token usage is the driver's and is not in the database: null here.",
+        mime_type=JSON,
+    )
+    async def tree_report(tree_id: str, ctx: Context[AppState]) -> str:
+        state = ctx.request_context.lifespan_context
+        view = await _show(state, tree_id, with_verdicts=True)
+        return (await build_report(state, view)).model_dump_json(indent=2)
+
+
+async def _show(state: AppState, tree_id: str, *, with_verdicts: bool) -> TreeView:
+    number = row_id(tree_id, "tree id", "search_tree_step start returns one")
+    try:
+        return await state.search.show(number, with_verdicts=with_verdicts)
+    except KernelcraftError as e:
+        raise ResourceError(str(e)) from e
+
+
+async def build_report(state: AppState, view: TreeView) -> RunReport:
+    """The tree's report: the view's nodes, with the seed's and the best kernel's code."""
+
+    async def code_of(node_id: int | None) -> str | None:
+        node = next((n for n in view.nodes if n.id == node_id), None)
+        return await state.store.get_code(node.code_hash) if node and node.code_hash else None
+
+    seed = next((n for n in view.nodes if n.seed), None)
+    return from_tree(
+        view,
+        seed_code=await code_of(seed.id if seed else None),
+        best_code=await code_of(view.best_node_id),
+    )
