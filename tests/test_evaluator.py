@@ -20,7 +20,7 @@ def test_every_example_seed_passes_its_task(evaluator, job_for, example: str) ->
         job_for(EXAMPLES / example / "task.py", EXAMPLES / example / "seed.py", trials=2)
     ).verify
     assert v is not None and v.correct, v
-    assert v.trials_passed == 2 * v.input_sets
+    assert v.trials_passed == v.trials_total == 2 * v.input_sets
 
 
 @pytest.mark.slow
@@ -65,15 +65,33 @@ def test_profile_without_a_gpu_gives_the_roofline_floor(evaluator, job_for) -> N
 
 
 @pytest.mark.slow
-def test_progress_reports_trials(evaluator, job_for) -> None:
-    seen: list[str] = []
+def test_progress_reports_trials_only_moves_forward_and_ends_at_100_percent(evaluator, job_for) -> None:
+    seen: list[tuple[float, str]] = []
 
     async def progress(fraction: float, message: str) -> None:
         assert 0.0 <= fraction <= 1.0
-        seen.append(message)
+        seen.append((fraction, message))
 
     evaluator.submit(job_for(CHEATS / "task_scale.py", CHEATS / "good.py", trials=2), progress)
-    assert "trial 1 of 2" in seen and "trial 2 of 2" in seen
+    messages = [m for _, m in seen]
+    assert "trial 1 of 2" in messages and "trial 2 of 2" in messages
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions), seen  # a worker's own message never moves it back
+    # the worker's "importing the candidate" comes at the fraction reached, not at 0
+    assert dict((m, f) for f, m in seen)["importing the candidate"] >= 0.05
+    assert seen[-1] == (1.0, "done")
+
+
+@pytest.mark.slow
+def test_a_verdict_names_what_its_trial_counts_count_and_times_the_whole_job(evaluator, job_for) -> None:
+    r = evaluator.submit(
+        job_for(EXAMPLES / "elementwise" / "task.py", EXAMPLES / "elementwise" / "seed.py", trials=2)
+    )
+    v = r.verify
+    assert v is not None and v.correct and v.input_sets == 2
+    assert (v.trials, v.trials_total, v.trials_passed) == (2, 4, 4)
+    assert v.seconds == r.seconds and v.stage_seconds == r.stage_seconds
+    assert v.seconds >= v.stage_seconds["verify"]
 
 
 @pytest.mark.slow

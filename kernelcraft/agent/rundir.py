@@ -1,4 +1,4 @@
-"""A run directory and the live progress line.
+"""A run directory and the live progress display.
 
 Layout of `--out DIR` (only the explore loop writes it):
 
@@ -22,6 +22,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as RichProgress
 
 from kernelcraft.base.errors import UsageError
 
@@ -111,16 +122,22 @@ class RunDir:
 
 @dataclass
 class Progress:
-    """The live display on stderr: one line rewritten in place on a terminal, one line per step
-    otherwise (logs, CI)."""
+    """The live display on stderr: on a terminal one bar (rich) of the steps done, with the time
+    left and the run's status line beside it; otherwise (logs, CI) one plain line per update.
+    `enabled=False` shows nothing."""
 
     total: int
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     enabled: bool = True
+    _console: Console = field(init=False)
     _live: bool = field(init=False, default=False)
+    _bar: RichProgress | None = field(init=False, default=None)
+    _task: TaskID | None = field(init=False, default=None)
+    _completed: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self._live = self.enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._console = Console(file=self.stream)
+        self._live = self.enabled and self._console.is_terminal
 
     def line(
         self,
@@ -140,24 +157,45 @@ class Progress:
         tail = f" | {note}" if note else ""
         return f"step {step} of {self.total} | best {best} | failures: {fails} | tokens {tokens:,} | {money}{tail}"
 
-    def show(self, text: str) -> None:
+    def show(self, text: str, completed: int | None = None) -> None:
+        """Update the display: `text` is the status line, `completed` the steps done (the bar only
+        moves forward)."""
         if not self.enabled:
             return
-        if self._live:
-            self.stream.write("\r\x1b[2K" + text[:200])
-        else:
+        if completed is not None:
+            self._completed = max(self._completed, min(completed, self.total))
+        if not self._live:
             self.stream.write(text + "\n")
-        self.stream.flush()
+            self.stream.flush()
+            return
+        if self._bar is None:
+            self._bar = RichProgress(
+                BarColumn(bar_width=20),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=self._console,
+            )
+            self._task = self._bar.add_task("", total=self.total, completed=self._completed)
+            self._bar.start()
+        assert self._task is not None
+        width = max(20, self._console.width - 50)
+        self._bar.update(self._task, completed=self._completed, description=text[:width])
 
     def message(self, text: str) -> None:
+        """A line of its own (above the bar on a terminal)."""
         if not self.enabled:
             return
-        if self._live:
-            self.stream.write("\r\x1b[2K")
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False)
+            return
         self.stream.write(text + "\n")
         self.stream.flush()
 
     def done(self) -> None:
-        if self.enabled and self._live:
-            self.stream.write("\n")
-            self.stream.flush()
+        """Leave the bar on the screen at its last state; later messages go below it."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

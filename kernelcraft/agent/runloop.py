@@ -311,7 +311,8 @@ class Explorer:
                 tokens=self.meter.total.total_tokens,
                 cost=self.meter.total.cost_usd,
                 note=note,
-            )
+            ),
+            completed=len(self.records),
         )
 
     def _best_label(self) -> str:

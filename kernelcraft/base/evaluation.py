@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.targets import DEFAULT_TARGETS
@@ -91,14 +91,30 @@ class VerifyResult(BaseModel):
     failure_class: FailureClass | None = None
     evidence: Evidence | None = None
     trials: int = Field(description="Trials requested per input set.")
-    trials_passed: int = 0
+    trials_total: int = Field(
+        default=0, description="Trials in all: trials per input set times input_sets ('trial i of N')."
+    )
+    trials_passed: int = Field(
+        default=0, description="Trials passed, over every input set (of trials_total)."
+    )
     input_sets: int = 1
     device: str = Field(description="'cuda:N (NAME)' or 'cpu (Triton interpreter)'.")
     interpreter: bool = Field(description="True when the kernels ran in Triton's CPU interpreter.")
     kernels_launched: list[str] = Field(default_factory=list)
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops the caller allowed.")
     notes: list[str] = Field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = Field(
+        default=0.0, description="Wall time of the job from its submission, its workers' start-up included."
+    )
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Where the time went (see the evaluator's stage_seconds)."
+    )
+
+    @model_validator(mode="after")
+    def _count_trials_total(self) -> VerifyResult:
+        if not self.trials_total:
+            self.trials_total = self.trials * self.input_sets
+        return self
 
 
 class Timing(BaseModel):

@@ -15,7 +15,6 @@ Written by the evaluation engine.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
@@ -23,6 +22,7 @@ from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK, Subcommands, add_device, add_json, emit, run
+from kernelcraft.cli.progress import JobProgress
 from kernelcraft.engine.loading import check_candidate, check_task, read_source
 
 
@@ -86,16 +86,24 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
 
 
 def _run(job: EvalJob, device: str) -> EvalResult:
-    from kernelcraft.engine.local import LocalEvaluator
-
-    started = time.monotonic()
-
-    async def progress(fraction: float, message: str) -> None:
-        print(f"[{fraction:4.0%} {time.monotonic() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+    """Run one job on a fresh evaluator, with its progress on stderr. The result's `seconds` (and
+    the verdict's) is the command's wall time from here: the evaluator's start (importing torch to
+    find the GPUs, starting the workers; `stage_seconds["evaluator_start"]`) included."""
+    started = time.perf_counter()
 
     async def main() -> EvalResult:
+        from kernelcraft.engine.local import LocalEvaluator
+
         async with LocalEvaluator(workers=3 if "compile" in job.stages else 2, device=device) as ev:  # type: ignore[arg-type]
-            return await ev.submit(job, progress)
+            submitted = time.perf_counter()
+            with JobProgress(started=started) as bar:
+                result = await ev.submit(job, bar)
+        result.stage_seconds = {"evaluator_start": round(submitted - started, 3), **result.stage_seconds}
+        result.seconds = round(time.perf_counter() - started, 3)
+        if result.verify is not None:
+            result.verify.seconds = result.seconds
+            result.verify.stage_seconds = dict(result.stage_seconds)
+        return result
 
     return run(main)
 
@@ -131,10 +139,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     v = _run(job, args.device).verify
     assert v is not None
     where = f"on {v.device}"
+    trials = f"{v.trials} per input set, {v.input_sets} input set{'s' if v.input_sets > 1 else ''}"
     summary = (
-        f"PASSED {v.trials_passed} trials over {v.input_sets} input set(s) {where} in {v.seconds:.1f} s"
+        f"PASSED {v.trials_passed} of {v.trials_total} trials ({trials}) {where} in {v.seconds:.1f} s"
         if v.correct
-        else f"FAILED: {v.status} {where} (after {v.trials_passed} passing trials)"
+        else f"FAILED: {v.status} {where} (after {v.trials_passed} of {v.trials_total} trials passed)"
     )
     emit(v, args.json, _with_evidence(v, summary))
     return EXIT_OK if v.correct else EXIT_NEGATIVE

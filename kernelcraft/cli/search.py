@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
@@ -37,6 +36,7 @@ from kernelcraft.cli.common import (
     emit,
     print_json,
 )
+from kernelcraft.cli.progress import JobProgress
 from kernelcraft.engine.evaluator import Evaluator
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
@@ -155,28 +155,25 @@ def _run(
     return asyncio.run(go())
 
 
-async def _progress(fraction: float, message: str) -> None:
-    print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
-
-
 def _start(args: argparse.Namespace) -> int:
     task = _read(args.task)
     seed_code = _read(args.seed_candidate) if args.seed_candidate else None
     params = _params(args.param)
 
     async def body(svc: SearchService) -> StartResult:
-        return await svc.start(
-            task,
-            task_name=args.task,
-            seed_candidate=seed_code,
-            target=args.target,
-            policy=args.policy,
-            params=params or None,
-            budget=args.budget,
-            seed=args.seed,
-            client=args.client,
-            progress=_progress,
-        )
+        with JobProgress() as bar:
+            return await svc.start(
+                task,
+                task_name=args.task,
+                seed_candidate=seed_code,
+                target=args.target,
+                policy=args.policy,
+                params=params or None,
+                budget=args.budget,
+                seed=args.seed,
+                client=args.client,
+                progress=bar,
+            )
 
     result = _run(args, body)
     emit(result, args.json, lambda: _print_result(result))
@@ -187,7 +184,8 @@ def _submit(args: argparse.Namespace) -> int:
     code = _read(args.candidate)
 
     async def body(svc: SearchService) -> SubmitResult:
-        return await svc.submit(args.tree_id, args.node_id, code, client=args.client, progress=_progress)
+        with JobProgress() as bar:
+            return await svc.submit(args.tree_id, args.node_id, code, client=args.client, progress=bar)
 
     result = _run(args, body)
     emit(result, args.json, lambda: _print_result(result))

@@ -153,6 +153,8 @@ class Job:
         finally:
             await self.workers.release()
             result.stage_seconds = dict(self.workers.stages)
+        failed = result.failure_class
+        await self.workers.progress(1.0, f"done: {failed.value}" if failed is not None else "done")
         return result
 
     async def start_workers(self) -> WorkerProcess | None:
@@ -243,7 +245,10 @@ class Job:
         try:
             for s in range(self.input_sets):
                 for t in range(self.spec.trials):
-                    await self.workers.progress(0.1 + 0.8 * done / total, f"trial {done + 1} of {total}")
+                    where = f" (input set {s + 1} of {self.input_sets})" if self.input_sets > 1 else ""
+                    await self.workers.progress(
+                        0.1 + 0.8 * done / total, f"trial {done + 1} of {total}{where}"
+                    )
                     failed = await self.trial(cand, s, t)
                     if failed is not None:
                         return self.verified(cand, done, *failed)

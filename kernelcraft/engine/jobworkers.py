@@ -106,6 +106,8 @@ class JobWorkers:
         """id() of each worker that said it is importing the candidate: its word is not the task's."""
         self.notes: list[str] = []
         self.stages: dict[str, float] = {}
+        self.fraction = 0.0
+        """The highest fraction reported so far: the job's progress only moves forward."""
 
     @property
     def interpret(self) -> bool:
@@ -117,10 +119,14 @@ class JobWorkers:
         self.stages[name] = round(self.stages.get(name, 0.0) + now - since, 3)
         return now
 
-    async def progress(self, fraction: float, message: str) -> None:
+    async def progress(self, fraction: float | None, message: str) -> None:
+        """Report `message` at `fraction` (0..1), or at the current fraction when None (a worker's
+        own messages). A fraction below one already reported is raised to it: stages that start
+        their own counts never move the job's progress back."""
+        self.fraction = max(self.fraction, min(1.0, fraction if fraction is not None else 0.0))
         if self.progress_cb is not None:
             try:
-                await self.progress_cb(min(1.0, max(0.0, fraction)), message)
+                await self.progress_cb(self.fraction, message)
             except Exception:  # a broken progress callback must not break the evaluation
                 log.exception("progress callback failed")
 
@@ -273,7 +279,7 @@ class JobWorkers:
                 message = str(frame.header.get("message", ""))[:200]
                 if candidate and message == IMPORTING_CANDIDATE:
                     self.untrusted.add(id(w))
-                await self.progress(0.0, message)
+                await self.progress(None, message)
                 continue
             return frame
 

@@ -219,6 +219,7 @@ class LocalEvaluator:
         finally:
             device.jobs -= 1
         result.seconds = round(time.perf_counter() - start, 3)
-        if result.verify is not None and not result.verify.seconds:
+        if result.verify is not None:
             result.verify.seconds = result.seconds
+            result.verify.stage_seconds = dict(result.stage_seconds)
         return result
