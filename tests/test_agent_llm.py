@@ -12,19 +12,19 @@ from kernelcraft.agent.anthropic_backend import AnthropicLLM
 from kernelcraft.agent.llm import (
     ANSWER_TOOLS,
     PROPOSE_RULE,
+    SDK_MAX_RETRIES,
     SUBMIT_KERNEL,
     LLMConfig,
     Message,
-    RetryPolicy,
     cost_of,
     load_dotenv,
     make_llm,
     price_for,
 )
 from kernelcraft.agent.openai_backend import OpenAICompatibleLLM
-from kernelcraft.base.errors import LLMError
+from kernelcraft.base.errors import LLMError, LLMSetupError, UsageError
 
-FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05, seed=0)
+RETRIES = 2  # the SDK's own retries in these tests (its backoff: about 0.5 s, then 1 s)
 ASK = [Message("user", "Write the kernel.")]
 
 
@@ -33,8 +33,7 @@ def anthropic_llm(base: str, **kw: object) -> AnthropicLLM:
         api_key="test-key",
         model="claude-sonnet-5-5",
         base_url=base,
-        sdk_max_retries=0,
-        retry=FAST_RETRY,
+        sdk_max_retries=RETRIES,
         **kw,
     )  # type: ignore[arg-type]
 
@@ -65,7 +64,7 @@ async def test_anthropic_backend_forces_the_answer_tool_caches_the_prefix_and_pr
 
 
 @pytest.mark.anyio
-async def test_anthropic_backend_retries_a_529_overload_and_a_429_then_answers() -> None:
+async def test_anthropic_backend_retries_a_529_overload_and_a_429_through_the_sdk_then_answers() -> None:
     script = Script().add(
         "propose_rule",
         HttpError(529, "overloaded_error", "Overloaded"),
@@ -87,8 +86,8 @@ async def test_anthropic_backend_retries_a_529_overload_and_a_429_then_answers()
 
 
 @pytest.mark.anyio
-async def test_anthropic_backend_gives_up_after_its_bounded_retries_with_an_llm_error() -> None:
-    script = Script().add("propose_rule", *[HttpError(529) for _ in range(3)])
+async def test_anthropic_backend_gives_up_after_the_sdks_bounded_retries_with_an_llm_error() -> None:
+    script = Script().add("propose_rule", *[HttpError(529) for _ in range(RETRIES + 2)])
     with serve(script) as base:
         llm = anthropic_llm(base)
         try:
@@ -96,7 +95,7 @@ async def test_anthropic_backend_gives_up_after_its_bounded_retries_with_an_llm_
                 await llm.call("S", ASK, [PROPOSE_RULE], "propose_rule")
         finally:
             await llm.aclose()
-    assert len(script.served) == 3
+    assert len(script.served) == RETRIES + 1  # one try and the SDK's retries; no layer of ours on top
 
 
 @pytest.mark.anyio
@@ -137,7 +136,7 @@ async def test_openai_backend_forces_the_function_and_retries_a_503() -> None:
     )
     with serve(script) as base:
         llm = OpenAICompatibleLLM.create(
-            api_key="k", model="qwen-coder", base_url=f"{base}/v1", sdk_max_retries=0, retry=FAST_RETRY
+            api_key="k", model="qwen-coder", base_url=f"{base}/v1", sdk_max_retries=RETRIES
         )
         try:
             reply = await llm.call("SYS", ASK, list(ANSWER_TOOLS), "submit_edits")
@@ -165,10 +164,23 @@ async def test_openai_backend_accepts_json_arguments_given_as_text_by_servers_th
     assert reply.tool_call is not None and reply.tool_call.input == {"text": "no guidance"}
 
 
-def test_a_missing_anthropic_key_is_an_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_anthropic_key_is_a_usage_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    with pytest.raises(LLMError, match=r"\$ANTHROPIC_API_KEY.*--llm none"):
+    with pytest.raises(LLMSetupError, match=r"\$ANTHROPIC_API_KEY.*--llm none") as e:
         make_llm(LLMConfig(kind="anthropic"))
+    assert isinstance(e.value, UsageError)  # exit 2, as any other unusable argument
+
+
+def test_the_backends_leave_retries_to_the_sdk_clients() -> None:
+    llm = make_llm(LLMConfig(kind="openai", model="m", base_url="http://127.0.0.1:1/v1", api_key_env="none"))
+    assert isinstance(llm, OpenAICompatibleLLM) and llm.client.max_retries == SDK_MAX_RETRIES >= 5
+    a = AnthropicLLM.create(api_key="k", model="claude-sonnet-5-5")
+    assert a.client.max_retries == SDK_MAX_RETRIES
+    import kernelcraft.agent.llm as llm_module
+
+    assert not hasattr(llm_module, "with_retries") and not hasattr(llm_module, "RetryPolicy")
 
 
 def test_a_missing_openai_key_names_the_variable_given_by_api_key_env(
@@ -190,10 +202,17 @@ def test_dotenv_fills_missing_variables_and_never_overrides_set_ones(
     monkeypatch.setenv("KC_ALREADY", "from-env")
     monkeypatch.delenv("KC_NEW", raising=False)
     monkeypatch.delenv("KC_QUOTED", raising=False)
-    (tmp_path / ".env").write_text("# keys\nKC_ALREADY=from-file\nexport KC_NEW=abc\nKC_QUOTED='x y'\n")
-    assert sorted(load_dotenv(tmp_path / ".env")) == ["KC_NEW", "KC_QUOTED"]
+    monkeypatch.delenv("KC_MULTI", raising=False)
+    monkeypatch.delenv("KC_COMMENTED", raising=False)
+    (tmp_path / ".env").write_text(
+        "# keys\nKC_ALREADY=from-file\nexport KC_NEW=abc\nKC_QUOTED='x y'\n"
+        'KC_MULTI="line one\\nline two"\nKC_COMMENTED=value # a comment\n'
+    )
+    assert sorted(load_dotenv(tmp_path / ".env")) == ["KC_COMMENTED", "KC_MULTI", "KC_NEW", "KC_QUOTED"]
     assert os.environ["KC_ALREADY"] == "from-env"
     assert os.environ["KC_NEW"] == "abc" and os.environ["KC_QUOTED"] == "x y"
+    # what a hand-written reader got wrong and python-dotenv parses: escapes, inline comments
+    assert os.environ["KC_MULTI"] == "line one\nline two" and os.environ["KC_COMMENTED"] == "value"
 
 
 def test_prices_match_dated_model_ids_and_unknown_models_have_no_price() -> None:

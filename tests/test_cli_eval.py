@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,23 @@ def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 
 
 def test_verify_json_passes_a_correct_candidate_with_exit_0() -> None:
+    started = time.monotonic()
     p = cli("verify", str(EX / "task.py"), str(EX / "seed.py"), "--trials", "2", "--json")
+    wall = time.monotonic() - started
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["correct"] is True and out["status"] == "passed" and out["interpreter"] is True
+    # what the trial counts count: 2 per input set, 2 input sets
+    assert (out["trials"], out["input_sets"], out["trials_total"], out["trials_passed"]) == (2, 2, 4, 4)
+    # seconds: the job from the evaluator's start (workers included), the breakdown beside it
+    stages = out["stage_seconds"]
+    assert {"evaluator_start", "verify"} <= set(stages)
+    assert out["seconds"] >= stages["evaluator_start"] + stages["verify"] and out["seconds"] < wall
+    # progress off a terminal: plain lines, never back, ending at 100%
+    lines = [line for line in p.stderr.splitlines() if line.startswith("[")]
+    percents = [int(line[1:5].strip().rstrip("%")) for line in lines]
+    assert percents == sorted(percents) and lines[-1].startswith("[100%") and lines[-1].endswith("] done")
+    assert "\x1b" not in p.stderr and "trial 1 of 4 (input set 1 of 2)" in p.stderr
 
 
 def test_verify_json_rejects_a_cheat_with_exit_1() -> None:
@@ -44,7 +58,8 @@ def test_bad_files_exit_2_with_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "cand.py"
     bad.write_text("import torch\n\ndef forward(:\n")
     p = cli("verify", str(EX / "task.py"), str(bad), "--json")
-    assert p.returncode == 2 and f"{bad}:3" in p.stderr and p.stdout == ""
+    assert p.returncode == 2 and f"{bad}:3" in p.stderr
+    assert json.loads(p.stdout)["error"]["kind"] == "usage"  # --json: the error as JSON too
     no_model = tmp_path / "nomodel.py"
     no_model.write_text("x = 1\n")
     p = cli("verify", str(EX / "task.py"), str(no_model))

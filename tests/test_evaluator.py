@@ -78,7 +78,7 @@ def test_progress_reports_trials_only_moves_forward_and_ends_at_100_percent(eval
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions), seen  # a worker's own message never moves it back
     # the worker's "importing the candidate" comes at the fraction reached, not at 0
-    assert dict((m, f) for f, m in seen)["importing the candidate"] >= 0.05
+    assert {m: f for f, m in seen}["importing the candidate"] >= 0.05
     assert seen[-1] == (1.0, "done")
 
 

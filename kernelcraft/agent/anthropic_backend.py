@@ -5,8 +5,8 @@
 - Forced answers: `tool_choice={"type": "tool", "name": ...}`. The API refuses a forced tool choice
   together with extended thinking, so with `thinking_budget` set the choice is `auto` and the prompt
   asks for the tool; a reply without it comes back as `tool_call=None` for the caller to handle.
-- Retries: the SDK retries 408/409/429/5xx (`sdk_max_retries`); on top of that `with_retries` retries
-  429, 5xx, 529 overloaded and connection errors with exponential backoff and jitter, bounded.
+- Retries: the SDK's own, of 408/409/429/5xx (529 overloaded included) and dropped connections,
+  with backoff and Retry-After (`sdk_max_retries`, `llm.SDK_MAX_RETRIES` by default).
 """
 
 from __future__ import annotations
@@ -17,35 +17,15 @@ from typing import Any
 import anthropic
 
 from kernelcraft.agent.llm import (
+    SDK_MAX_RETRIES,
     LLMReply,
     Message,
-    RetryPolicy,
     ToolCall,
     ToolSpec,
     Usage,
     cost_of,
-    with_retries,
 )
-from kernelcraft.base.errors import LLMError
-
-
-def _retry_after(e: anthropic.APIStatusError) -> float | None:
-    raw = e.response.headers.get("retry-after")
-    try:
-        return float(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def is_transient(e: BaseException) -> tuple[bool, float | None]:
-    """429, any 5xx (529 overloaded included) and dropped connections are worth another try."""
-    if isinstance(e, anthropic.RateLimitError | anthropic.InternalServerError):
-        return True, _retry_after(e)
-    if isinstance(e, anthropic.APIStatusError) and e.status_code >= 500:
-        return True, _retry_after(e)
-    if isinstance(e, anthropic.APIConnectionError):  # APITimeoutError is one
-        return True, None
-    return False, None
+from kernelcraft.base.errors import LLMError, LLMSetupError
 
 
 @dataclass
@@ -54,7 +34,6 @@ class AnthropicLLM:
     model_id: str
     max_tokens: int = 16_384
     thinking_budget: int | None = None
-    retry: RetryPolicy = RetryPolicy()
 
     @classmethod
     def create(
@@ -65,18 +44,17 @@ class AnthropicLLM:
         base_url: str | None = None,
         max_tokens: int = 16_384,
         thinking_budget: int | None = None,
-        sdk_max_retries: int = 2,
-        retry: RetryPolicy | None = None,
+        sdk_max_retries: int = SDK_MAX_RETRIES,
         timeout_s: float = 600.0,
     ) -> AnthropicLLM:
         if thinking_budget is not None and not 1024 <= thinking_budget < max_tokens:
-            raise LLMError(
-                f"--thinking-budget {thinking_budget} must be at least 1024 and below --max-tokens {max_tokens}"
+            raise LLMSetupError(
+                f"--thinking-budget {thinking_budget} must be at least 1024 and below --max-output-tokens {max_tokens}"
             )
         client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=sdk_max_retries, timeout=timeout_s
         )
-        return cls(client, model, max_tokens, thinking_budget, retry or RetryPolicy())
+        return cls(client, model, max_tokens, thinking_budget)
 
     @property
     def model(self) -> str:
@@ -110,12 +88,7 @@ class AnthropicLLM:
     ) -> LLMReply:
         body = self.request(system, messages, tools, force_tool)
         try:
-            resp = await with_retries(
-                lambda: self.client.messages.create(**body),
-                policy=self.retry,
-                is_retryable=is_transient,
-                what=f"Anthropic {self.model_id}",
-            )
+            resp = await self.client.messages.create(**body)
         except anthropic.AuthenticationError as e:
             raise LLMError(
                 "Anthropic rejected the API key (401): check ANTHROPIC_API_KEY (or the variable given "

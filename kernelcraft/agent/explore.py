@@ -36,6 +36,7 @@ whole `Explorer` (`runloop.py`) its first step; the LLM and the tuner write the 
 
 from __future__ import annotations
 
+import ast
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,11 +156,13 @@ def read_inputs(opts: OptimizeOptions) -> RunInputs:
             f"(or seed.py beside a task.py) next to {opts.task}; the offline tuner tunes a kernel, it "
             "does not write one"
         )
+    if seed_code is not None and not _defines_model_new(seed_code, seed_path):
+        raise UsageError(
+            f"the seed kernel {seed_path} does not define ModelNew (a class taking the task's init "
+            "arguments whose forward launches @triton.jit kernels)"
+        )
     if opts.llm.kind == "none" and seed_code is not None:
-        try:
-            tunable = find_params(seed_code)
-        except SyntaxError as e:
-            raise UsageError(f"the seed kernel {seed_path} does not parse: {e.msg} (line {e.lineno})") from e
+        tunable = find_params(seed_code)
         if not tunable:
             raise UsageError(
                 f"the seed kernel {seed_path} has no launch parameters the offline tuner can change (integer "
@@ -169,6 +172,25 @@ def read_inputs(opts: OptimizeOptions) -> RunInputs:
     if opts.steps < 1:
         raise UsageError("--steps must be at least 1")
     return RunInputs(task_source, seed_path, seed_code)
+
+
+def _defines_model_new(code: str, path: Path | None) -> bool:
+    """Whether the module binds ModelNew at its top level; a `UsageError` if it does not parse."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError) as e:
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) else ""
+        raise UsageError(f"the seed kernel {path} does not parse: {getattr(e, 'msg', e)}{where}") from e
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
+            return True
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "ModelNew" for t in node.targets
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == "ModelNew" for a in node.names):
+            return True
+    return False
 
 
 def load_run_meta(run: RunDir, inputs: RunInputs) -> dict[str, Any] | None:

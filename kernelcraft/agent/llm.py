@@ -4,10 +4,13 @@ Every call the driver makes is a *forced tool call*: the model must answer throu
 answer tools below (`submit_kernel`, `submit_edits`, `propose_rule`, `propose_improvements`), so an
 answer is a validated dict, never free text to scrape. Backends (`anthropic_backend`,
 `openai_backend`) implement `LLM.call`; `make_llm` builds one from the command-line flags and fails
-with an `LLMError` naming the missing environment variable rather than switching to something else.
+with an `LLMSetupError` naming the missing environment variable rather than switching to something else.
 
-`.env`: `load_dotenv()` reads `KEY=VALUE` lines from `./.env` when the file exists. A variable already
-set in the environment wins; the file never overrides it.
+`.env`: `load_dotenv()` reads `./.env` (python-dotenv) when the file exists. A variable already set
+in the environment wins; the file never overrides it.
+
+Retries are the SDKs' own (`SDK_MAX_RETRIES`); a missing key or model name is an `LLMSetupError`
+(a usage error), raised before any work.
 
 Who writes what: a backend adds to the run's `UsageMeter` after every call; the explore loop reads it
 to enforce the token and dollar budgets.
@@ -15,20 +18,23 @@ to enforce the token and dollar budgets.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol
 
-from kernelcraft.base.errors import LLMError
+from kernelcraft.base.errors import LLMSetupError
 
 logger = logging.getLogger(__name__)
 
 LLMKind = Literal["anthropic", "openai", "none"]
+
+# The SDKs' own retries (exponential backoff with jitter, honouring Retry-After) of 408, 409, 429,
+# 5xx (Anthropic's 529 overloaded included) and dropped connections: enough to outlast a burst of
+# overloads (about half a minute of backoff, more where the server sends Retry-After) before a call
+# fails with an LLMError.
+SDK_MAX_RETRIES = 8
 
 # A current Claude model (listed in anthropic.types.Model for anthropic 2.16): strong at code, a
 # fifth of Opus's price. Override with --model.
@@ -138,7 +144,7 @@ class LLM(Protocol):
         self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str
     ) -> LLMReply:
         """One request. `force_tool` names the tool the model must call. Raises `LLMError` when the
-        backend cannot be used (bad key, unreachable, retries exhausted)."""
+        backend cannot be used (bad key, unreachable, the SDK's retries exhausted)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -212,55 +218,6 @@ def cost_of(model: str, usage: Usage) -> float | None:
         + usage.cache_creation_input_tokens * price.cache_write
         + usage.cache_read_input_tokens * price.cache_read
     ) / 1e6
-
-
-# --- retries ----------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Our own bounded retry, on top of the SDK's: a burst of 529s outlives the SDK's two retries.
-
-    Delay before retry k (0-based): min(max_delay, base_delay * 2**k) times a jitter in [0.5, 1.5),
-    or the server's Retry-After when it sends one (capped at max_delay).
-    """
-
-    attempts: int = 4
-    base_delay: float = 2.0
-    max_delay: float = 60.0
-    seed: int | None = None
-
-    def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
-        if retry_after is not None:
-            return min(self.max_delay, max(0.0, retry_after))
-        return min(self.max_delay, self.base_delay * 2**attempt) * (0.5 + rng.random())
-
-
-async def with_retries(
-    fn: Callable[[], Awaitable[T]],
-    *,
-    policy: RetryPolicy,
-    is_retryable: Callable[[BaseException], tuple[bool, float | None]],
-    what: str,
-) -> T:
-    """Run `fn`, retrying what `is_retryable` says is transient; re-raise the last error after
-    `policy.attempts` tries."""
-    rng = random.Random(policy.seed)
-    for attempt in range(policy.attempts):
-        try:
-            return await fn()
-        except Exception as e:  # noqa: PERF203 -- retrying is the point; non-transient errors re-raise
-            retry, retry_after = is_retryable(e)
-            if not retry or attempt == policy.attempts - 1:
-                raise
-            wait = policy.delay(attempt, rng, retry_after)
-            logger.warning(
-                "%s: %s; retry %d of %d in %.1f s", what, e, attempt + 1, policy.attempts - 1, wait
-            )
-            await asyncio.sleep(wait)
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # --- the answer tools -------------------------------------------------------------------------
@@ -353,24 +310,16 @@ ANSWER_TOOLS: tuple[ToolSpec, ...] = (SUBMIT_KERNEL, SUBMIT_EDITS, PROPOSE_RULE,
 
 
 def load_dotenv(path: Path | None = None) -> list[str]:
-    """Read `KEY=VALUE` lines from `path` (default `./.env`) into os.environ, never overriding a
-    variable that is already set. Returns the names it set. Quotes around a value are stripped;
-    `export KEY=VALUE` and `# comments` are accepted."""
+    """Read `path` (default `./.env`) with python-dotenv into os.environ, never overriding a
+    variable that is already set. Returns the names it set."""
+    from dotenv import dotenv_values
+
     path = path or Path.cwd() / ".env"
     if not path.is_file():
         return []
     loaded = []
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].strip()
-        key, _, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        if key and key not in os.environ:
+    for key, value in dotenv_values(path, encoding="utf-8").items():
+        if value is not None and key not in os.environ:
             os.environ[key] = value
             loaded.append(key)
     return loaded
@@ -379,7 +328,7 @@ def load_dotenv(path: Path | None = None) -> list[str]:
 def require_env(name: str, *, backend: str, hint: str) -> str:
     value = os.environ.get(name, "").strip()
     if not value:
-        raise LLMError(
+        raise LLMSetupError(
             f"the {backend} backend needs an API key in ${name}, which is not set. {hint} "
             "Or run with --llm none to use the offline tuner only."
         )
@@ -394,24 +343,52 @@ class LLMConfig:
     api_key_env: str | None = None
     max_tokens: int = 16_384
     thinking_budget: int | None = None
-    sdk_max_retries: int = 2
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    sdk_max_retries: int = SDK_MAX_RETRIES
     timeout_s: float = 600.0
 
 
-def make_llm(config: LLMConfig) -> LLM | None:
-    """Build the backend the flags ask for; None for `--llm none`. Never falls back silently."""
+def check_llm(config: LLMConfig) -> str | None:
+    """The API key the flags ask for (None for `--llm none`), or an `LLMSetupError` saying what is
+    missing: the key's variable, the model name, a thinking budget that cannot work. Builds
+    nothing: the pre-flight check of `optimize` and `adapt`, and the first step of `make_llm`."""
     if config.kind == "none":
         return None
+    if config.kind not in ("anthropic", "openai"):
+        raise LLMSetupError(f"unknown --llm {config.kind!r}: choose anthropic, openai or none")
     if config.kind == "anthropic":
-        from kernelcraft.agent.anthropic_backend import AnthropicLLM
-
+        budget = config.thinking_budget
+        if budget is not None and not 1024 <= budget < config.max_tokens:
+            raise LLMSetupError(
+                f"--thinking-budget {budget} must be at least 1024 and below --max-output-tokens "
+                f"{config.max_tokens}"
+            )
         env = config.api_key_env or "ANTHROPIC_API_KEY"
-        key = require_env(
+        return require_env(
             env,
             backend="Anthropic",
             hint=f"Export it (export {env}=sk-ant-...) or put {env}=... in a .env file in this directory.",
         )
+    if not config.model:
+        raise LLMSetupError("the OpenAI-compatible backend needs --model (the model name your server serves)")
+    env = config.api_key_env or "OPENAI_API_KEY"
+    if env.lower() == "none":
+        return "unused"  # local servers (vLLM, Ollama, llama.cpp) that check no key
+    return require_env(
+        env,
+        backend="OpenAI-compatible",
+        hint="Export it, name another variable with --api-key-env VAR, or pass --api-key-env none "
+        "for a local server that checks no key.",
+    )
+
+
+def make_llm(config: LLMConfig) -> LLM | None:
+    """Build the backend the flags ask for; None for `--llm none`. Never falls back silently."""
+    key = check_llm(config)
+    if key is None:
+        return None
+    if config.kind == "anthropic":
+        from kernelcraft.agent.anthropic_backend import AnthropicLLM
+
         return AnthropicLLM.create(
             api_key=key,
             model=config.model or DEFAULT_ANTHROPIC_MODEL,
@@ -419,31 +396,16 @@ def make_llm(config: LLMConfig) -> LLM | None:
             max_tokens=config.max_tokens,
             thinking_budget=config.thinking_budget,
             sdk_max_retries=config.sdk_max_retries,
-            retry=config.retry,
             timeout_s=config.timeout_s,
         )
-    if config.kind == "openai":
-        from kernelcraft.agent.openai_backend import OpenAICompatibleLLM
+    from kernelcraft.agent.openai_backend import OpenAICompatibleLLM
 
-        if not config.model:
-            raise LLMError("the OpenAI-compatible backend needs --model (the model name your server serves)")
-        env = config.api_key_env or "OPENAI_API_KEY"
-        if env.lower() == "none":
-            key = "unused"  # local servers (vLLM, Ollama, llama.cpp) that check no key
-        else:
-            key = require_env(
-                env,
-                backend="OpenAI-compatible",
-                hint="Export it, name another variable with --api-key-env VAR, or pass --api-key-env none "
-                "for a local server that checks no key.",
-            )
-        return OpenAICompatibleLLM.create(
-            api_key=key,
-            model=config.model,
-            base_url=config.base_url,
-            max_tokens=config.max_tokens,
-            sdk_max_retries=config.sdk_max_retries,
-            retry=config.retry,
-            timeout_s=config.timeout_s,
-        )
-    raise LLMError(f"unknown --llm {config.kind!r}: choose anthropic, openai or none")
+    assert config.model is not None  # check_llm refused an OpenAI-compatible backend without one
+    return OpenAICompatibleLLM.create(
+        api_key=key,
+        model=config.model,
+        base_url=config.base_url,
+        max_tokens=config.max_tokens,
+        sdk_max_retries=config.sdk_max_retries,
+        timeout_s=config.timeout_s,
+    )

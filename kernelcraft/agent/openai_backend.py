@@ -4,7 +4,8 @@ That covers OpenAI itself and local servers: vLLM (`--enable-auto-tool-choice`),
 (`http://localhost:11434/v1`), llama.cpp's `llama-server --jinja`. Answers come through a forced
 function call (`tool_choice={"type": "function", ...}`). Some local servers ignore a forced choice
 and answer in the message text; when that text is a JSON object it is accepted as the arguments.
-Local models have no price: their tokens are counted, their cost is reported as unknown.
+Local models have no price: their tokens are counted, their cost is reported as unknown. Retries
+are the SDK's own (`sdk_max_retries`, `llm.SDK_MAX_RETRIES` by default).
 """
 
 from __future__ import annotations
@@ -15,22 +16,8 @@ from typing import Any
 
 import openai
 
-from kernelcraft.agent.llm import LLMReply, Message, RetryPolicy, ToolCall, ToolSpec, Usage, with_retries
+from kernelcraft.agent.llm import SDK_MAX_RETRIES, LLMReply, Message, ToolCall, ToolSpec, Usage
 from kernelcraft.base.errors import LLMError
-
-
-def is_transient(e: BaseException) -> tuple[bool, float | None]:
-    if isinstance(e, openai.RateLimitError | openai.InternalServerError) or (
-        isinstance(e, openai.APIStatusError) and e.status_code >= 500
-    ):
-        raw = e.response.headers.get("retry-after")
-        try:
-            return True, float(raw) if raw is not None else None
-        except ValueError:
-            return True, None
-    if isinstance(e, openai.APIConnectionError):
-        return True, None
-    return False, None
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
@@ -53,7 +40,6 @@ class OpenAICompatibleLLM:
     client: openai.AsyncOpenAI
     model_id: str
     max_tokens: int = 16_384
-    retry: RetryPolicy = RetryPolicy()
 
     @classmethod
     def create(
@@ -63,14 +49,13 @@ class OpenAICompatibleLLM:
         model: str,
         base_url: str | None = None,
         max_tokens: int = 16_384,
-        sdk_max_retries: int = 2,
-        retry: RetryPolicy | None = None,
+        sdk_max_retries: int = SDK_MAX_RETRIES,
         timeout_s: float = 600.0,
     ) -> OpenAICompatibleLLM:
         client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, max_retries=sdk_max_retries, timeout=timeout_s
         )
-        return cls(client, model, max_tokens, retry or RetryPolicy())
+        return cls(client, model, max_tokens)
 
     @property
     def model(self) -> str:
@@ -99,12 +84,7 @@ class OpenAICompatibleLLM:
     ) -> LLMReply:
         body = self.request(system, messages, tools, force_tool)
         try:
-            resp = await with_retries(
-                lambda: self.client.chat.completions.create(**body),
-                policy=self.retry,
-                is_retryable=is_transient,
-                what=f"OpenAI-compatible {self.model_id}",
-            )
+            resp = await self.client.chat.completions.create(**body)
         except openai.AuthenticationError as e:
             raise LLMError(
                 f"the server at {self.client.base_url} rejected the API key (401): check the variable "

@@ -3,7 +3,7 @@
 A candidate kernel that fails is not an error of ours: it is a verdict with a failure class
 (`kernelcraft.base.failures.FailureClass`). These exceptions are for unusable input and for
 faults of the tool itself. Each message says what happened and what to do about it. The CLI maps
-`UsageError` to exit code 2; the MCP server turns any `KernelcraftError` into a `ToolError`.
+`UsageError` to exit code 2 (and any other `KernelcraftError` to 1); the MCP server turns any `KernelcraftError` into a `ToolError`.
 """
 
 from __future__ import annotations
@@ -45,4 +45,9 @@ class BudgetError(UsageError):
 
 
 class LLMError(KernelcraftError):
-    """An LLM backend cannot be used (missing key, unreachable server, refused request)."""
+    """An LLM backend cannot be used (unreachable server, refused request, rejected key)."""
+
+
+class LLMSetupError(UsageError, LLMError):
+    """The LLM's settings are unusable before any call: a missing API key, no model name. A usage
+    error (exit 2), caught before any work starts."""

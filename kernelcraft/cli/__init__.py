@@ -3,20 +3,33 @@
 Each layer's subcommands live in a module of this package (`engine`, `knowledge`, `server`,
 `search`, `agent`), each with a `register(subparsers)` function; what they share (options, exit
 codes, the event-loop runner, the JSON printer) is in `common`. This file only assembles them and
-maps errors to exit codes: 0 success, 1 a negative verdict (a candidate that is not correct),
-2 unusable arguments or files, 130 interrupted.
+maps errors to exit codes (`common.EXIT_*`, the README's table): 0 success, 1 a negative verdict or
+a failure while working, 2 unusable arguments, files or settings, 130 interrupted, 141 stdout
+closed early. Every error is one line on stderr (argparse's usage line too); with `--json` stdout
+gets a JSON error object as well, and the exit code is the same as without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from kernelcraft import __version__
 from kernelcraft.base.errors import KernelcraftError, UsageError
-from kernelcraft.cli.common import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Parser
+from kernelcraft.cli.common import (
+    ERROR_KINDS,
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    EXIT_USAGE,
+    ArgumentsError,
+    Parser,
+    print_error,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,25 +51,78 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _run(args, as_json="--json" in args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        # `kernelcraft rules list | head`: the reader has all it wanted. No traceback, and no
+        # second error when Python flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+    sys.exit(code)
+
+
+def _run(argv: list[str], *, as_json: bool) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except ArgumentsError as refused:
+        sys.stderr.write(refused.usage)
+        return _failed(EXIT_USAGE, str(refused), as_json, f"{refused.prog}: error: {refused}")
+    _configure_logging(args.verbose)
+    as_json = bool(getattr(args, "json", False))
+    try:
+        return int(args.func(args) or EXIT_OK)
+    except (SystemExit, BrokenPipeError):
+        raise
+    except BaseException as raised:
+        error = _the_error(raised)
+        if isinstance(error, BrokenPipeError):
+            raise error from None
+        if isinstance(error, KeyboardInterrupt):
+            return _failed(EXIT_INTERRUPTED, "interrupted", as_json, "kernelcraft: interrupted")
+        if isinstance(error, KernelcraftError):
+            code = EXIT_USAGE if isinstance(error, UsageError) else EXIT_NEGATIVE
+            return _failed(code, str(error), as_json, f"kernelcraft: error: {error}")
+        if as_json:  # a fault of ours: the traceback follows on stderr
+            print_error("internal", f"{type(raised).__name__}: {raised}", EXIT_NEGATIVE)
+        raise
+
+
+def _failed(code: int, message: str, as_json: bool, line: str) -> int:
+    """Report a failure: `line` on stderr; with `--json`, the error object on stdout too."""
+    print(line, file=sys.stderr)
+    if as_json:
+        print_error(ERROR_KINDS[code], message, code)
+    return code
+
+
+def _the_error(e: BaseException) -> BaseException:
+    """The error to report: `e`, or the one that matters inside (nested) exception groups (a task
+    group's failure): an interrupt, a closed pipe, then one of ours; else `e` itself."""
+    leaves: list[BaseException] = []
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        inner = getattr(x, "exceptions", None)
+        if isinstance(inner, tuple) and isinstance(x, BaseException) and inner:
+            stack.extend(reversed(inner))
+        else:
+            leaves.append(x)
+    for kind in (KeyboardInterrupt, BrokenPipeError, KernelcraftError):
+        found = [x for x in leaves if isinstance(x, kind)]
+        if found:
+            return found[0]
+    return e
+
+
+def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.INFO,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:  # the HTTP clients (LLM APIs, --server) log every request at INFO
+    if not verbose:  # the HTTP clients (LLM APIs, --server) log every request at INFO
         for name in ("httpx", "httpx2"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    try:
-        code = args.func(args)
-    except UsageError as e:
-        print(f"kernelcraft: error: {e}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
-    except KernelcraftError as e:
-        print(f"kernelcraft: error: {e}", file=sys.stderr)
-        sys.exit(EXIT_NEGATIVE)
-    except KeyboardInterrupt:
-        print("kernelcraft: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
-    sys.exit(code or EXIT_OK)

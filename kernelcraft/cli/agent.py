@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.agent.llm import LLMConfig
+from kernelcraft.base.errors import UsageError
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK, Subcommands, add_db, add_json, print_json, run
 
@@ -70,9 +71,38 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _check_steps(steps: int) -> None:
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, not {steps}")
+
+
+def _check_llm(args: argparse.Namespace) -> None:
+    """The language model's settings and key (./.env read first, never overriding the environment)."""
+    from kernelcraft.agent.llm import check_llm, load_dotenv
+
+    load_dotenv()
+    check_llm(llm_config(args))
+
+
+def preflight_optimize(args: argparse.Namespace) -> None:
+    """Every check that needs no work, before any (no run directory, no server, no worker): the
+    steps, the task parses and defines Model, the seed parses and defines ModelNew, the LLM's key
+    is there. Each failure is one line and exit 2."""
+    from kernelcraft.agent.explore import find_seed
+    from kernelcraft.engine.loading import check_candidate, check_task, read_source
+
+    _check_steps(args.steps)
+    check_task(read_source(args.task), str(args.task))
+    seed = args.seed or find_seed(args.task)
+    if seed is not None:
+        check_candidate(read_source(seed), str(seed))
+    _check_llm(args)
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelcraft.agent.explore import OptimizeOptions, optimize
 
+    preflight_optimize(args)
     opts = OptimizeOptions(
         task=args.task,
         seed=args.seed,
@@ -88,8 +118,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
-    from kernelcraft.agent.adapt import AdaptOptions, adapt
+    from kernelcraft.agent.adapt import AdaptOptions, adapt, discover_tasks
 
+    _check_steps(args.steps)
+    discover_tasks(args.tasks_dir)
+    _check_llm(args)
     opts = AdaptOptions(tasks_dir=args.tasks_dir, **_run_options(args))
     report = run(lambda: adapt(opts))
     if args.json:

@@ -14,17 +14,34 @@ import importlib.util
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import anyio
 from pydantic import BaseModel
 
 T = TypeVar("T")
 
+# The exit codes of every command (the README's table). `--json` changes what goes to stdout,
+# never the code: a failure prints `{"error": {"kind": ..., "message": ..., "exit_code": ...}}`.
 EXIT_OK = 0  # success; a correct candidate
-EXIT_NEGATIVE = 1  # a negative verdict: not correct, not compiled, crashed or timed out
-EXIT_USAGE = 2  # unusable arguments or files (argparse exits 2 on bad arguments too)
+EXIT_NEGATIVE = 1  # a negative verdict (not correct, not compiled, crashed or timed out), or a
+# failure while working (an LLM or server that refused, an unusable database, a fault of ours)
+EXIT_USAGE = 2  # unusable arguments, files or settings (argparse's code for bad arguments too)
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # stdout closed early (`| head`): 128 + SIGPIPE, as shells report it
+
+ERROR_KINDS = {EXIT_USAGE: "usage", EXIT_NEGATIVE: "error", EXIT_INTERRUPTED: "interrupted"}
+
+
+class ArgumentsError(Exception):
+    """argparse refused the command line (raised by `Parser.error` instead of exiting, so that
+    `main` reports it as any other usage error, in JSON under `--json`)."""
+
+    def __init__(self, prog: str, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.usage = usage
+
 
 DB_FALLBACK = "$KERNELCRAFT_DB or $KERNELCRAFT_HOME/kernelcraft.db"
 
@@ -45,6 +62,9 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentsError(self.prog, message, self.format_usage())
 
 
 # What each command module's `register` receives, and what the adders add to (a parser or an
@@ -94,3 +114,8 @@ def emit(result: BaseModel | Sequence[BaseModel], as_json: bool, text: str | Cal
         print(text)
     else:
         text()
+
+
+def print_error(kind: str, message: str, exit_code: int) -> None:
+    """`--json`'s answer on a failure: one JSON object on stdout, for a program to read."""
+    print(json.dumps({"error": {"kind": kind, "message": message, "exit_code": exit_code}}))
