@@ -4,6 +4,7 @@ same exit code either way, every pre-flight check before any work, and a closed 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,17 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path: 
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == EXIT_BROKEN_PIPE
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_the_readme_has_one_exit_code_table_for_every_command_and_code() -> None:
+    import argparse
+
+    from kernelcraft.cli import build_parser, common
+
+    text = (ROOT / "README.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| exit |"))
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert [c for c in sub.choices if f"`{c}" not in header] == []
+    codes = {v for k, v in vars(common).items() if k.startswith("EXIT_")}
+    rows = {int(line.split("|")[1]) for line in text.splitlines() if re.match(r"\| \d+ \|", line)}
+    assert rows == codes

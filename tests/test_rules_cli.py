@@ -50,6 +50,11 @@ def test_rules_export_and_import_round_trip_between_databases(
     code, out, _ = cli(capsys, "rules", "export", str(tmp_path / "b.jsonl"), "--db", str(tmp_path / "b.db"))
     uids_b = {json.loads(x)["uid"] for x in (tmp_path / "b.jsonl").read_text().splitlines()}
     assert uids_b == {x["uid"] for x in lines}
+    # --json: the counts for a program to read
+    code, out, _ = cli(capsys, "rules", "export", str(f), "--json", "--db", str(tmp_path / "a.db"))
+    assert code == 0 and json.loads(out) == {"file": str(f), "rules": len(lines)}
+    code, out, _ = cli(capsys, "rules", "import", str(f), "--json", "--db", str(tmp_path / "b.db"))
+    assert code == 0 and json.loads(out)["lines"] == len(lines)
 
 
 def test_docs_search_prints_sections_with_their_heading_path(
@@ -84,4 +89,5 @@ def test_a_corrupt_database_is_reported_not_a_traceback(
     db = tmp_path / "k.db"
     db.write_bytes(b"garbage" * 1000)
     code, _, err = cli(capsys, "rules", "list", "--db", str(db))
-    assert code != 0 and "not a SQLite database or is corrupt" in err and "Traceback" not in err
+    assert "not a SQLite database or is corrupt" in err and "Traceback" not in err
+    assert code == EXIT_USAGE  # an unusable file, as `serve` reports the same database

@@ -4,8 +4,8 @@ Each layer's subcommands live in a module of this package (`engine`, `knowledge`
 `search`, `agent`), each with a `register(subparsers)` function; what they share (options, exit
 codes, the event-loop runner, the JSON printer) is in `common`. This file only assembles them and
 maps errors to exit codes (`common.EXIT_*`, the README's table): 0 success, 1 a negative verdict or
-a failure while working, 2 unusable arguments, files or settings, 130 interrupted, 141 stdout
-closed early. Every error is one line on stderr (argparse's usage line too); with `--json` stdout
+a failure while working, 2 unusable arguments, files, settings or database, 130 interrupted, 141
+stdout closed early. Every error is one line on stderr (argparse's usage line too); with `--json` stdout
 gets a JSON error object as well, and the exit code is the same as without it.
 """
 
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from kernelcraft import __version__
-from kernelcraft.base.errors import KernelcraftError, UsageError
+from kernelcraft.base.errors import KernelcraftError, StoreError, UsageError
 from kernelcraft.cli.common import (
     ERROR_KINDS,
     EXIT_BROKEN_PIPE,
@@ -83,7 +83,8 @@ def _run(argv: list[str], *, as_json: bool) -> int:
         if isinstance(error, KeyboardInterrupt):
             return _failed(EXIT_INTERRUPTED, "interrupted", as_json, "kernelcraft: interrupted")
         if isinstance(error, KernelcraftError):
-            code = EXIT_USAGE if isinstance(error, UsageError) else EXIT_NEGATIVE
+            # an unusable database is an unusable file, as `serve` says before it starts
+            code = EXIT_USAGE if isinstance(error, UsageError | StoreError) else EXIT_NEGATIVE
             return _failed(code, str(error), as_json, f"kernelcraft: error: {error}")
         if as_json:  # a fault of ours: the traceback follows on stderr
             print_error("internal", f"{type(raised).__name__}: {raised}", EXIT_NEGATIVE)

@@ -26,7 +26,7 @@ T = TypeVar("T")
 EXIT_OK = 0  # success; a correct candidate
 EXIT_NEGATIVE = 1  # a negative verdict (not correct, not compiled, crashed or timed out), or a
 # failure while working (an LLM or server that refused, an unusable database, a fault of ours)
-EXIT_USAGE = 2  # unusable arguments, files or settings (argparse's code for bad arguments too)
+EXIT_USAGE = 2  # unusable arguments, files, settings or database (argparse's code for bad arguments too)
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 EXIT_BROKEN_PIPE = 141  # stdout closed early (`| head`): 128 + SIGPIPE, as shells report it
 

@@ -15,7 +15,7 @@ from typing import TypeVar
 from kernelcraft.base.config import Settings
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.rules import RuleOut
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, run
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, print_json, run
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.store import Store
@@ -51,12 +51,14 @@ def register(sub: Subcommands) -> None:
 
     p = rsub.add_parser("export", help="write every rule to a JSON Lines file (stable ids)")
     p.add_argument("file", type=Path)
+    add_json(p, "the count as a JSON object")
     add_db(p)
     p.set_defaults(func=_rules_export)
 
     p = rsub.add_parser("import", help="merge rules from a JSON Lines file (counts add; re-import is safe)")
     p.add_argument("file", type=Path)
     p.add_argument("--client", default="import", help="recorded as created_by for new rules without one")
+    add_json(p, "the counts as a JSON object")
     add_db(p)
     p.set_defaults(func=_rules_import)
 
@@ -112,13 +114,20 @@ def _rules_list(args: argparse.Namespace) -> int:
 
 def _rules_export(args: argparse.Namespace) -> int:
     n = _run(args, lambda _s, rb: rb.export_jsonl(args.file))
-    print(f"wrote {n} rules to {args.file}")
+    if args.json:
+        print_json({"file": str(args.file), "rules": n})
+    else:
+        print(f"wrote {n} rules to {args.file}")
     return EXIT_OK
 
 
 def _rules_import(args: argparse.Namespace) -> int:
     res = _run(args, lambda _s, rb: rb.import_jsonl(args.file, client=args.client))
-    print(f"{res.lines} lines: {res.created} new rules, {res.merged} merged, {res.unchanged} unchanged")
+    emit(
+        res,
+        args.json,
+        f"{res.lines} lines: {res.created} new rules, {res.merged} merged, {res.unchanged} unchanged",
+    )
     return EXIT_OK
 
 
