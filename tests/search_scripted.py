@@ -8,6 +8,11 @@ carries its verdict in a marker line, so tests can drive a tree through known ou
     # verdict: correct            correct, no timing
     # verdict: wrong              compiled, numerical mismatch
     # verdict: compile            compile error (not compiled)
+
+and, on a GPU, an optional profile line for a correct candidate:
+
+    # profile: memory 0.62 spills 24   memory-bound at 62% of the roofline; its kernel spills 24
+                                       registers (the compile stage's resource use)
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ from kernelcraft.base.evaluation import (
     EvalJob,
     EvalResult,
     Evidence,
+    KernelCompileInfo,
     ProfileResult,
+    Roofline,
+    TargetCompileResult,
     Timing,
     VerifyResult,
 )
@@ -31,6 +39,7 @@ from kernelcraft.engine.evaluator import ProgressCallback
 TASK = (Path(__file__).resolve().parent / "fixtures" / "tasks" / "vector_add.py").read_text()
 
 _MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile)(?:\s+([0-9.]+))?")
+_PROFILE = re.compile(r"#\s*profile:\s*(memory|compute)\s+([0-9.]+)(?:\s+spills\s+(\d+))?")
 
 
 def candidate(verdict: str, tag: str = "") -> str:
@@ -95,7 +104,25 @@ class ScriptedEvaluator:
         s = float(speed) if speed else 1.0
         timing = Timing(median_us=100.0 / s, iqr_us=1.0, min_us=90.0 / s, reps=100, method="cuda_events")
         profile = ProfileResult(available=True, device=device, candidate=timing, speedup_vs_eager=s)
-        return EvalResult(compile=CompileResult(ok=True), verify=verify, profile=profile)
+        compiled = CompileResult(ok=True)
+        p = _PROFILE.search(job.candidate_source)
+        if p is not None:
+            bound, fraction, spills = p.group(1), float(p.group(2)), int(p.group(3) or 0)
+            roof = Roofline(
+                target=job.roofline_target,
+                flops=1e6,
+                bytes=1e8,
+                peak_tflops=989.0,
+                peak_gbps=4800.0,
+                floor_us=100.0 / s * fraction,
+                bound=bound,  # type: ignore[arg-type]
+            )
+            profile.roofline, profile.roofline_fraction = roof, fraction
+            if bound == "memory":
+                profile.achieved_gbps = 4800.0 * fraction
+            kernel = KernelCompileInfo(name="add_kernel", registers=255, spills=spills, num_warps=4)
+            compiled.targets = [TargetCompileResult(target=t, ok=True, kernels=[kernel]) for t in job.targets]
+        return EvalResult(compile=compiled, verify=verify, profile=profile)
 
     async def aclose(self) -> None:
         return None

@@ -16,6 +16,7 @@ from kernelcraft.base.evaluation import (
     VerifyResult,
 )
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.presets import preset_config
 from kernelcraft.search.policy import (
     Beam,
     BeamParams,
@@ -29,8 +30,10 @@ from kernelcraft.search.policy import (
     make_policy,
     outcome_of,
     reward_for,
+    score,
     select_node,
     small_chain,
+    start_policy,
     step_rng,
     ucb1,
 )
@@ -49,8 +52,15 @@ class FixedDraw(random.Random):
         return self.value
 
 
+def speedup_of(reward: float) -> float:
+    """The speedup whose reward is `reward` (the inverse of the mapping below 10×)."""
+    return 0.1 + (reward - 0.4) * 9.9 / 1.2
+
+
 def node(id, parent, kind="small", *, visits=1, value=None, outcome="correct", reward=None, **kw) -> SnapNode:
     reward = reward if reward is not None else (value if value is not None and visits == 1 else None)
+    if outcome == "correct" and reward is not None and kind != "root":
+        kw.setdefault("speedup", speedup_of(reward))
     return SnapNode(
         id=id,
         parent_id=parent,
@@ -231,15 +241,10 @@ def test_otherwise_large_with_probability_p_large():
     assert kind(snap, 2, 0.2) == "small"  # 0.2 ≥ 0.2
 
 
-def test_after_a_failed_step_the_other_kind():
-    # The last step from A was a small one that did not compile → large, whatever the draw.
-    snap = Snapshot(
-        [
-            root(2, 0.5),
-            node(2, 1, "large", visits=2, value=0.5),
-            node(3, 2, outcome="not_compiled", value=0.0),
-        ]
-    )
+def test_after_a_step_that_produced_nothing_the_other_kind():
+    # The last step from A was a small one abandoned without a candidate → large, whatever the draw.
+    abandoned = node(3, 2, outcome="not_compiled", value=0.0, abandoned=True)
+    snap = Snapshot([root(2, 0.5), node(2, 1, "large", visits=2, value=0.5), abandoned])
     assert kind(snap, 2, 0.99) == "large"
     # The last step was a large one whose lease lapsed with nothing submitted → small.
     lapsed = SnapNode(id=4, parent_id=2, kind="large", status="pending", in_flight=False)
@@ -248,6 +253,65 @@ def test_after_a_failed_step_the_other_kind():
     # A wrong (but compiled) kernel is a result, not a failed step: the usual rule applies.
     snap = Snapshot(
         [root(2, 0.55), node(2, 1, "large", visits=2, value=0.55), node(3, 2, outcome="wrong", value=0.05)]
+    )
+    assert kind(snap, 2, 0.99) == "small"
+
+
+def test_a_candidate_that_did_not_compile_switches_nothing_as_in_adaexplore():
+    # A's one small child did not compile: a result, so p_large decides (0.99 ≥ 0.2: small again).
+    snap = Snapshot(
+        [
+            root(2, 0.5),
+            node(2, 1, "large", visits=2, value=0.5),
+            node(3, 2, outcome="not_compiled", value=0.0),
+        ]
+    )
+    assert kind(snap, 2, 0.99) == "small"
+    # The ablation's rule ("failed") switches after it.
+    forced = choose_kind(snap, 2, FixedDraw(0.99), p_large=0.2, small_step_limit=2, kind_switch="failed")
+    assert forced == (
+        "large",
+        "the last small step from node 2 failed (its kernel did not compile): trying a large step",
+    )
+
+
+def test_a_failed_small_step_on_a_node_with_two_small_children_goes_large_by_the_limit():
+    # A ─ s3 (correct), s4 (did not compile): two small children, so large — for the limit's reason.
+    snap = Snapshot(
+        [
+            root(3, 1.0),
+            node(2, 1, "large", visits=3, value=1.0),
+            node(3, 2, value=0.5),
+            node(4, 2, outcome="not_compiled", value=0.0),
+        ]
+    )
+    chosen, why = choose_kind(snap, 2, FixedDraw(0.99), p_large=0.2, small_step_limit=2)
+    assert (chosen, why) == ("large", "node 2 already has 2 small-step children (limit 2)")
+    # A large step from A that then did not compile does not earn A a third small child.
+    snap = Snapshot(
+        [
+            root(4, 1.0),
+            node(2, 1, "large", visits=4, value=1.0),
+            node(3, 2, value=0.5),
+            node(4, 2, value=0.5),
+            node(5, 2, "large", outcome="not_compiled", value=0.0),
+        ]
+    )
+    assert kind(snap, 2, 0.99) == "large"
+    forced = choose_kind(snap, 2, FixedDraw(0.99), p_large=0.2, small_step_limit=2, kind_switch="failed")
+    assert forced[0] == "small"  # what the old rule did: a third small child
+
+
+def test_a_small_step_that_produced_nothing_is_not_a_child_towards_the_limit():
+    # A ─ s3 (correct), s4 (abandoned), then a large step l5: one small kernel, so p_large decides.
+    snap = Snapshot(
+        [
+            root(3, 1.0),
+            node(2, 1, "large", visits=3, value=1.0),
+            node(3, 2, value=0.5),
+            node(4, 2, outcome="not_compiled", value=0.0, abandoned=True),
+            node(5, 2, "large", value=0.5),
+        ]
     )
     assert kind(snap, 2, 0.99) == "small"
 
@@ -339,3 +403,59 @@ def test_unknown_policies_and_parameters_are_refused_with_the_allowed_names():
     with pytest.raises(UsageError, match="p_large"):
         make_policy("adaexplore", {"p_large": 2})
     assert make_policy("adaexplore", {"p_large": 0.5}).params.model_dump()["p_large"] == 0.5
+
+
+# ----------------------------------------------------------------------------- ranking, presets
+
+
+def test_a_40x_kernel_beats_a_12x_one_in_the_pool_and_for_greedy_though_both_clip_to_reward_16():
+    # root ─ L2 ─ s3 (12×, earlier) and s4 (40×): both rewards are 1.6, the clip's ceiling.
+    assert reward_for("correct", 12.0) == reward_for("correct", 40.0) == pytest.approx(1.6)
+    snap = Snapshot(
+        [
+            root(),
+            node(2, 1, "large", reward=0.6),
+            node(3, 2, reward=1.6, speedup=12.0),
+            node(4, 2, reward=1.6, speedup=40.0),
+            node(5, 4, outcome="wrong", reward=0.05),
+        ]
+    )
+    assert large_pool(snap, 5, 5, random.Random(0)) == [4]
+    d = Greedy(GreedyParams(max_children=3)).decide(snap, random.Random(0))
+    assert d.parent_id == 4
+    assert (
+        score("correct", 40.0) > score("correct", 12.0) > score("wrong", None) > score("not_compiled", None)
+    )
+    assert score("correct", None) == score("correct", 1.0)  # unmeasured: parity, as the reward
+
+
+def test_the_adaexplore_preset_is_the_papers_configuration_per_level():
+    l2 = preset_config("adaexplore", level=2)
+    assert (l2.c, l2.c_exp, l2.p_large, l2.small_step_limit, l2.memory, l2.pool_size) == (
+        0.3,
+        0.3,
+        0.2,
+        2,
+        5,
+        5,
+    )
+    assert l2.kind_switch == "no_candidate" and l2.rules_in_prompt == 0 and l2.adapt_steps == 25
+    assert not (l2.learn_rules or l2.warm_start or l2.profile_feedback) and l2.manual_sections == 0
+    assert l2.tuner_steps == "off"
+    assert preset_config("adaexplore", level=3).c_exp == 0.15  # KB-l3: expand_exploration_ratio 0.5
+    ours = preset_config("kernelcraft")
+    assert ours.manual_sections == 3 and ours.profile_feedback and ours.warm_start
+    assert preset_config("kernelcraft", level=3).c_exp == 0.15
+
+
+def test_a_new_trees_parameters_are_its_preset_for_its_level_with_overrides_on_top():
+    p = start_policy("adaexplore", "adaexplore", {"level": 3, "p_large": 0.5}).params
+    assert (p.preset, p.level, p.c_exp, p.p_large, p.warm_start) == ("adaexplore", 3, 0.15, 0.5, False)
+    assert start_policy("adaexplore", None, None).params.preset == "kernelcraft"
+    assert start_policy("greedy", "adaexplore").params.manual_sections == 0
+    with pytest.raises(UsageError, match="unknown preset 'ada'; use one of: kernelcraft, adaexplore"):
+        start_policy("adaexplore", "ada")
+    with pytest.raises(UsageError, match="level must be a KernelBench level"):
+        start_policy("adaexplore", "adaexplore", {"level": 4})
+    with pytest.raises(UsageError, match="kind_switch"):
+        start_policy("adaexplore", None, {"kind_switch": "always"})

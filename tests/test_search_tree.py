@@ -26,6 +26,7 @@ from search_scripted import TASK, ScriptedEvaluator, candidate
 
 from kernelcraft.base.errors import BudgetError, NotFoundError, TaskError, UsageError
 from kernelcraft.base.tree import NextStep, TreeStatus
+from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.policy import reward_for
 from kernelcraft.search.repository import ancestors, siblings
@@ -50,14 +51,22 @@ class Clock:
 
 @asynccontextmanager
 async def service(
-    db: Path | str, *, gpu: bool = False, clock: Clock | None = None, seed_rules: bool = False
+    db: Path | str,
+    *,
+    gpu: bool = False,
+    clock: Clock | None = None,
+    seed_rules: bool = False,
+    manuals: bool = False,
 ) -> AsyncIterator[SearchService]:
     store = await Store.open(db)
     try:
         rulebook = Rulebook(store)
         if seed_rules:
             await rulebook.import_seed()
-        yield SearchService(store, ScriptedEvaluator(has_gpu=gpu), rulebook, clock=clock)
+        docs = HwDocs(store)
+        if manuals:
+            await docs.index()
+        yield SearchService(store, ScriptedEvaluator(has_gpu=gpu), rulebook, docs=docs, clock=clock)
     finally:
         await store.aclose()
 
@@ -309,6 +318,94 @@ async def test_a_large_step_carries_the_pool_of_branch_bests_and_says_to_beat_th
     assert [k.node_id for k in step.pool] == [r.seed_node.id, l1.node.id]
     assert step.speedup_to_beat == 3.0 and step.start_code is None
     assert "OUTPERFORMS every kernel in `pool`" in step.instructions and "3.00×" in step.instructions
+
+
+@pytest.mark.anyio
+async def test_a_small_steps_chain_carries_each_versions_code_and_metrics_within_its_token_budget(tmp_path):
+    # p_large = 0, c_exp = 0: root → seed → A → B, small steps; 500 tokens ≈ 2000 characters of code.
+    pad = "x" * 800  # each version ≈ 830 characters: two fit, three do not
+    seed, a_code, b_code = (
+        candidate(v, f"{name} {pad}")
+        for v, name in [("correct 1.5", "seed"), ("correct 2.0", "a"), ("compile", "b")]
+    )
+    params = {"p_large": 0.0, "c_exp": 0.0, "context_tokens": 500}
+    async with service(tmp_path / "kc.db", gpu=True) as svc:
+        r = await svc.start(TASK, seed_candidate=seed, params=params, budget=9)
+        assert r.next_step is not None
+        a = await svc.submit(r.tree.id, r.next_step.node_id, a_code)
+        assert a.next_step is not None
+        whole = a.next_step
+        b = await svc.submit(r.tree.id, whole.node_id, b_code)
+    assert r.seed_node is not None and [k.code for k in whole.chain] == [seed, a_code]
+    step = b.next_step
+    assert step is not None and [k.node_id for k in step.chain] == [r.seed_node.id, a.node.id, b.node.id]
+    assert [k.code for k in step.chain[1:]] == [a_code, b_code] and step.start_code == b_code
+    assert step.chain[0].code.startswith(
+        f"# code of node {r.seed_node.id} left out: the chain's code is kept"
+    )
+    assert step.chain[0].outcome == "correct" and step.chain[0].speedup == 1.5  # its metrics stay
+    assert (
+        "within about 500 tokens, newest first; 1 older version(s) show their verdict only"
+        in step.instructions
+    )
+    assert "2.00× vs PyTorch" in step.instructions and "no attribute 'tanh'" in step.instructions
+
+
+@pytest.mark.anyio
+async def test_best_pool_and_warm_start_rank_a_40x_kernel_above_an_earlier_12x_one(tmp_path):
+    # Both clip to reward 1.6. p_large = 0, c_exp = 0: a small step from the 12× seed writes the 40×
+    # kernel; the small step after it is abandoned, so the next step from it is large, with a pool.
+    async with service(tmp_path / "kc.db", gpu=True) as svc:
+        r = await svc.start(
+            TASK, seed_candidate=candidate("correct 12"), params={"p_large": 0.0, "c_exp": 0.0}, budget=5
+        )
+        assert r.next_step is not None and r.seed_node is not None
+        fast = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct 40"))
+        assert fast.next_step is not None and fast.next_step.parent_id == fast.node.id
+        gave_up = await svc.abandon(r.tree.id, fast.next_step.node_id, "no idea")
+        st = await svc.status(r.tree.id)
+        view = await svc.show(r.tree.id)
+        again = await svc.start(TASK, budget=2)
+    assert r.seed_node.reward == fast.node.reward == pytest.approx(1.6)
+    assert fast.new_best and fast.best is not None and fast.best.id == fast.node.id
+    assert st.best is not None and st.best.id == fast.node.id and view.best_node_id == fast.node.id
+    large = gave_up.next_step
+    assert large is not None and large.kind == "large" and large.parent_id == fast.node.id
+    assert [k.node_id for k in large.pool] == [fast.node.id] and large.speedup_to_beat == 40.0
+    assert again.warm_start is not None and again.warm_start.node_id == fast.node.id
+    assert again.warm_start.speedup == 40.0
+
+
+@pytest.mark.anyio
+async def test_a_steps_instructions_carry_the_manual_sections_and_the_parents_profile(tmp_path):
+    seed = candidate("correct 2.0", "profile: memory 0.62 spills 24\n    acc = tl.sum(tl.load(x_ptr + offs))")
+    broken = candidate("compile", "tl.math.tanh(x)")
+    params = {"p_large": 0.0, "c_exp": 0.0}
+    async with service(tmp_path / "kc.db", gpu=True, manuals=True) as svc:
+        r = await svc.start(TASK, seed_candidate=seed, params=params, budget=4, target="sm_90a")
+        assert r.next_step is not None
+        failed = await svc.submit(r.tree.id, r.next_step.node_id, broken)
+        paper = await svc.start(TASK, seed_candidate=seed, preset="adaexplore", params=params, budget=2)
+    step = r.next_step
+    words = (
+        "memory-bound at 62% of peak bandwidth (2976 of 4800 GB/s); kernel add_kernel: spills 24 registers"
+    )
+    assert step.parent_profile is not None and step.parent_profile.startswith(words)
+    assert words in step.instructions and step.chain[-1].profile == step.parent_profile
+    assert 2 <= len(step.manual_sections) <= 3
+    for m in step.manual_sections:
+        assert m.heading_path in step.instructions and m.arch in ("any", "sm_90a")
+    headings = " | ".join(m.heading_path for m in step.manual_sections)
+    assert "Reductions" in headings or "coalescing" in headings, headings
+    # after a candidate that did not compile, the manuals that explain the failure come first
+    after = failed.next_step
+    assert after is not None and after.manual_sections
+    assert "Constructs that fail" in after.manual_sections[0].heading_path
+    # the adaexplore preset: neither manuals nor profiles, as in the paper; the tree says so
+    assert paper.tree.params["preset"] == "adaexplore" and paper.tree.params["manual_sections"] == 0
+    assert paper.next_step is not None and paper.next_step.manual_sections == []
+    assert paper.next_step.parent_profile is None and "Hardware-manual" not in paper.next_step.instructions
+    assert r.tree.params["preset"] == "kernelcraft" and "preset kernelcraft" in r.message
 
 
 # -------------------------------------------------------------------------------------- replay

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from kernelcraft.base.docs import DocSection
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.rules import RuleOut
@@ -107,7 +108,15 @@ class ContextKernel(BaseModel):
     error: str | None = Field(default=None, description="Why it failed, when it did.")
     speedup: float | None = None
     candidate_us: float | None = None
-    code: str
+    profile: str | None = Field(
+        default=None,
+        description="Its profile in words (roofline fraction and bound, registers, spills, shared memory); "
+        "null without a GPU or when the tree's configuration leaves profiles out.",
+    )
+    code: str = Field(
+        description="Its source. In a long chain, an older version's code beyond the step's token budget "
+        "is replaced by a one-line comment saying so (its verdict stays)."
+    )
 
 
 class NextStep(BaseModel):
@@ -141,7 +150,17 @@ class NextStep(BaseModel):
         default=None, description="Large step: the best speedup in the pool."
     )
     rules: list[RuleOut] = Field(
-        default_factory=list, description="Active rulebook rules that match this step."
+        default_factory=list,
+        description="Active rulebook rules for this step: every one, or the most relevant few when the "
+        "tree's configuration limits them (rules_in_prompt).",
+    )
+    manual_sections: list[DocSection] = Field(
+        default_factory=list,
+        description="The target's hardware-manual sections most relevant to the kernel's operations and "
+        "its last failure (snippets; get_section gives the whole text).",
+    )
+    parent_profile: str | None = Field(
+        default=None, description="The profile of the kernel this step starts from, in words (GPU only)."
     )
     speedup_measured: bool = Field(description="False without a GPU: only correctness is checked.")
     instructions: str = Field(description="What to do, written for a model that has never seen this tree.")

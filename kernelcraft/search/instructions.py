@@ -1,14 +1,22 @@
 """The words of a next step, for a model that has never seen the tree.
 
-A step carries its data in fields (`start_code`, `chain`, `pool`, `rules`); these instructions say
-what to do with them and what the answer must look like. Kept apart from the service so that the
-wording can be read, and changed, in one place.
+A step carries its data in fields (`start_code`, `chain`, `pool`, `rules`, `manual_sections`,
+`parent_profile`); these instructions say what to do with them and what the answer must look like,
+and repeat what a model must not miss: each version's verdict and profile, the rules, the manual
+sections' headings and openings. Kept apart from the service so that the wording can be read, and
+changed, in one place.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from kernelcraft.base.docs import DocSection
 from kernelcraft.base.rules import RuleOut, quote_rules
 from kernelcraft.base.tree import ContextKernel
+
+# Characters of a manual section's opening quoted in the instructions (the field has the snippet).
+MANUAL_CHARS = 400
 
 ANSWER_FORMAT = (
     "Answer with one complete Python module: `import torch`, `import torch.nn as nn`, `import triton`, "
@@ -19,16 +27,50 @@ ANSWER_FORMAT = (
 )
 
 
+@dataclass(frozen=True)
+class Feedback:
+    """KernelEvolve's feedback and the chain's budget, for the instructions."""
+
+    manuals: list[DocSection] = field(default_factory=list)
+    parent_profile: str | None = None
+    context_tokens: int = 0
+    omitted: int = 0
+
+
 def _describe(k: ContextKernel) -> str:
+    profile = f"; profile: {k.profile}" if k.profile else ""
     if k.outcome == "correct":
         if k.speedup is not None:
             timing = f", {k.candidate_us:.1f} µs" if k.candidate_us is not None else ""
-            return f"node {k.node_id} ({k.kind}): correct, {k.speedup:.2f}× vs PyTorch{timing}"
-        return f"node {k.node_id} ({k.kind}): correct (speed not measured)"
+            return f"node {k.node_id} ({k.kind}): correct, {k.speedup:.2f}× vs PyTorch{timing}{profile}"
+        return f"node {k.node_id} ({k.kind}): correct (speed not measured){profile}"
     label = "did not compile" if k.outcome == "not_compiled" else "compiled but wrong"
     cls = f" [{k.failure_class.value}]" if k.failure_class is not None else ""
     first = (k.error or "no error text").strip().splitlines()
     return f"node {k.node_id} ({k.kind}): {label}{cls}: {first[0] if first else ''}"
+
+
+def _feedback_block(fb: Feedback) -> str:
+    parts = []
+    if fb.parent_profile:
+        parts.append(
+            f"\n\nProfile of the kernel this step expands (`parent_profile`): {fb.parent_profile}. "
+            "Act on it: a memory-bound kernel far from peak bandwidth needs fewer or wider, coalesced "
+            "accesses; spills or too many registers need smaller tiles or fewer warps."
+        )
+    if fb.manuals:
+        lines = []
+        for m in fb.manuals:
+            opening = " ".join(m.snippet.split())
+            if len(opening) > MANUAL_CHARS:
+                opening = opening[: MANUAL_CHARS - 1] + "…"
+            lines.append(f"- {m.heading_path} (section {m.id}): {opening}")
+        parts.append(
+            "\n\nHardware-manual sections for the target most relevant to this kernel's operations and its "
+            "last failure (`manual_sections`; the whole text by section id with get_section):\n"
+            + "\n".join(lines)
+        )
+    return "".join(parts)
 
 
 def _rules_block(rules: list[RuleOut]) -> str:
@@ -46,7 +88,9 @@ def small_step(
     chain: list[ContextKernel],
     rules: list[RuleOut],
     speedup_measured: bool,
+    feedback: Feedback | None = None,
 ) -> str:
+    fb = feedback or Feedback()
     last = chain[-1]
     if last.outcome == "correct":
         goal = (
@@ -59,12 +103,17 @@ def small_step(
     else:
         goal = f"It fails ({_describe(last)}). Fix that failure first; keep the rest of the design."
     history = "\n".join(f"  {i + 1}. {_describe(k)}" for i, k in enumerate(chain))
+    budget = f" (within about {fb.context_tokens} tokens, newest first" if fb.context_tokens else ""
+    if budget:
+        left = f"; {fb.omitted} older version(s) show their verdict only" if fb.omitted else ""
+        budget += f"{left})"
     return (
         f"SMALL STEP — refine one Triton kernel for the task `{task_name}` (target {target}).\n\n"
         f"The task's PyTorch reference is in `task_source`. Start from the kernel in `start_code` "
         f"(node {parent_id}, the last of `chain`). {goal}\n\n"
-        f"`chain` holds this kernel's refinement history since it was first written, oldest first, "
-        f"with each version's verdict; do not repeat a change that already failed:\n{history}\n\n"
+        f"`chain` holds this kernel's refinement history since it was first written, oldest first: "
+        f"each version's code{budget} and its metrics, listed here; compare them, and do not repeat a "
+        f"change that already failed:\n{history}{_feedback_block(fb)}\n\n"
         f"{ANSWER_FORMAT}{_rules_block(rules)}\n\n"
         f"Submit the module for tree {tree_id}, node {node_id}."
     )
@@ -80,7 +129,9 @@ def large_step(
     speedup_to_beat: float | None,
     rules: list[RuleOut],
     speedup_measured: bool,
+    feedback: Feedback | None = None,
 ) -> str:
+    fb = feedback or Feedback()
     if not pool:
         body = (
             "This starts a new, independent design: no correct kernel exists on its path yet. Write a "
@@ -102,7 +153,7 @@ def large_step(
             body += " Only correctness is checked here (no GPU): above all, stay correct."
     return (
         f"LARGE STEP — write a new Triton kernel for the task `{task_name}` (target {target}).\n\n"
-        f"The task's PyTorch reference is in `task_source`. {body}\n\n"
+        f"The task's PyTorch reference is in `task_source`. {body}{_feedback_block(fb)}\n\n"
         f"{ANSWER_FORMAT}{_rules_block(rules)}\n\n"
         f"Submit the module for tree {tree_id}, node {node_id}."
     )

@@ -63,7 +63,7 @@ def start_message(
 ) -> str:
     parts = [
         f"Started tree {tree.id} for {tree.task_name} on {tree.target} with policy {tree.policy} "
-        f"and a budget of {tree.budget}."
+        f"(preset {tree.params.get('preset', 'kernelcraft')}) and a budget of {tree.budget}."
     ]
     if warm is not None:
         parts.append(

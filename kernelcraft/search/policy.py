@@ -13,14 +13,19 @@ The AdaExplore policy follows the paper's released code (`agent/mcts.py`, see
   unvisited child scores +inf); at each node compare with a virtual "expand" action scored
   max child mean + c_exp·sqrt(ln N / n_children²) (c_exp = 0.3; +inf with no child; no bonus
   while N = 0) and stop where expand wins strictly.
-- Step kind: the root always gets a large step. Otherwise, when the node's latest step failed
-  (its candidate did not compile, it was abandoned without a candidate, or its lease lapsed with
-  nothing submitted) the other kind;
-  else large when the node has ≥ 2 small children, else large with probability 0.2.
+- Step kind: the root always gets a large step. Otherwise, when the node's latest step produced
+  nothing (it was abandoned without a candidate, or its lease lapsed with nothing submitted) the
+  other kind, as AdaExplore falls back to the other expansion; else large when the node has ≥ 2
+  small children that produced a kernel (or are in flight), else large with probability 0.2.
+  `kind_switch="failed"` also switches after a candidate that did not compile (an ablation; see
+  `bench/bench_policy.py`).
 - Context: a small step gets the chain from the nearest large-step ancestor to the node, the
   last 5 nodes; a large step gets the pool — the best correct kernel of each large-step branch
   (the large-step node and its small-step descendants) on the path to the root, at most 5,
   sampled with the tree's seeded generator when there are more.
+- Ranking: the best kernel of a branch (pool), of a tree (its best node, the warm start) is the
+  highest (compiled, correct, speedup), as AdaExplore's `MCTSNode.score`; the clipped reward, which
+  ties every kernel above 10×, only steers selection.
 
 Two departures, both forced by many clients writing one tree: a node whose step is in flight
 (an open lease) is a child that cannot be descended into; it counts towards n_children of the
@@ -30,7 +35,8 @@ counts as a failed child (reward 0, in the parent's visits) but is never descend
 expanded. And the seed candidate is the root's first large-step child
 (AdaExplore puts it on the root itself), so it is refined and enters the pool.
 
-Greedy best-first and beam search implement the same `Policy` protocol.
+Greedy best-first and beam search implement the same `Policy` protocol. Every policy's
+parameters are a `SearchConfig` (`kernelcraft.base.presets`), started from a preset.
 """
 
 from __future__ import annotations
@@ -40,11 +46,12 @@ import random
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES, KindSwitch, SearchConfig, preset_values
 from kernelcraft.base.tree import Outcome, StepKind
 
 REWARD_NOT_COMPILED = 0.0
@@ -66,6 +73,13 @@ def reward_for(outcome: Outcome, speedup: float | None) -> float:
         return REWARD_COMPILED_BUT_WRONG
     s = UNKNOWN_SPEEDUP_AS if speedup is None else min(max(speedup, SPEEDUP_MIN), SPEEDUP_MAX)
     return REWARD_MIN + (REWARD_MAX - REWARD_MIN) * (s - SPEEDUP_MIN) / (SPEEDUP_MAX - SPEEDUP_MIN)
+
+
+def score(outcome: Outcome | None, speedup: float | None) -> tuple[bool, bool, float]:
+    """AdaExplore's ranking key: (compiled, correct, speedup); an unmeasured speedup counts as parity."""
+    if outcome != "correct":
+        return outcome == "wrong", False, 0.0
+    return True, True, UNKNOWN_SPEEDUP_AS if speedup is None else speedup
 
 
 def outcome_of(
@@ -130,6 +144,10 @@ class SnapNode:
     def lapsed(self) -> bool:
         """Pending, and its lease expired: a step that produced nothing (so far)."""
         return self.status == "pending" and not self.in_flight
+
+    @property
+    def score(self) -> tuple[bool, bool, float]:
+        return score(self.outcome, self.speedup)
 
 
 class Snapshot:
@@ -231,19 +249,30 @@ def select_node(snap: Snapshot, c: float, c_exp: float) -> int:
         node = best
 
 
-def latest_step_failed(snap: Snapshot, node_id: int) -> SnapNode | None:
-    """The node's most recent finished step if it failed (not compiled, abandoned, or lapsed unsubmitted)."""
+def latest_step_failed(
+    snap: Snapshot, node_id: int, kind_switch: KindSwitch = "no_candidate"
+) -> SnapNode | None:
+    """The node's most recent finished step if it failed in the way `kind_switch` names: produced
+    nothing (abandoned, or lapsed unsubmitted), or with "failed" also a candidate that did not compile."""
     finished = [snap[c] for c in snap[node_id].children if not snap[c].in_flight]
     if not finished:
         return None
     last = finished[-1]
-    if last.lapsed or last.outcome == "not_compiled":
+    if last.lapsed or last.abandoned:
+        return last
+    if kind_switch == "failed" and last.outcome == "not_compiled":
         return last
     return None
 
 
 def choose_kind(
-    snap: Snapshot, node_id: int, rng: random.Random, *, p_large: float, small_step_limit: int
+    snap: Snapshot,
+    node_id: int,
+    rng: random.Random,
+    *,
+    p_large: float,
+    small_step_limit: int,
+    kind_switch: KindSwitch = "no_candidate",
 ) -> tuple[Literal["large", "small"], str]:
     """Small or large step for `node_id`, with the reason in words.
 
@@ -254,7 +283,7 @@ def choose_kind(
     node = snap[node_id]
     if node.kind == "root":
         return "large", "the root always gets a large step"
-    failed = latest_step_failed(snap, node_id)
+    failed = latest_step_failed(snap, node_id, kind_switch)
     if failed is not None and failed.kind in ("large", "small"):
         other: Literal["large", "small"] = "small" if failed.kind == "large" else "large"
         if failed.lapsed:
@@ -264,7 +293,8 @@ def choose_kind(
         else:
             why = "its kernel did not compile"
         return other, f"the last {failed.kind} step from node {node_id} failed ({why}): trying a {other} step"
-    small = sum(1 for c in snap.live_children(node_id) if snap[c].kind == "small")
+    # A step that produced nothing is no child in AdaExplore: only kernels (and steps in flight) count.
+    small = sum(1 for c in snap.live_children(node_id) if snap[c].kind == "small" and not snap[c].abandoned)
     if small >= small_step_limit:
         return "large", f"node {node_id} already has {small} small-step children (limit {small_step_limit})"
     if draw < p_large:
@@ -297,8 +327,8 @@ def branch_component(snap: Snapshot, large_id: int) -> list[int]:
 def large_pool(snap: Snapshot, node_id: int, pool_size: int, rng: random.Random) -> list[int]:
     """The best correct kernel of each large-step branch on the path to the root, at most `pool_size`.
 
-    Best = highest reward, earliest on ties. With more branches than `pool_size`, a seeded random
-    sample (as AdaExplore), kept in path order.
+    Best = highest (compiled, correct, speedup), earliest on ties. With more branches than
+    `pool_size`, a seeded random sample (as AdaExplore), kept in path order.
     """
     picked = []
     for n in snap.path_to_root(node_id):
@@ -306,7 +336,7 @@ def large_pool(snap: Snapshot, node_id: int, pool_size: int, rng: random.Random)
             continue
         correct = [snap[m] for m in branch_component(snap, n) if snap[m].outcome == "correct"]
         if correct:
-            picked.append(max(correct, key=lambda m: (m.reward or 0.0, -m.id)).id)
+            picked.append(max(correct, key=lambda m: (m.score, -m.id)).id)
     if len(picked) > pool_size:
         keep = set(rng.sample(picked, pool_size))
         picked = [p for p in picked if p in keep]
@@ -316,36 +346,11 @@ def large_pool(snap: Snapshot, node_id: int, pool_size: int, rng: random.Random)
 # ------------------------------------------------------------------------------------- policies
 
 
-class CommonParams(BaseModel):
-    """Parameters every policy has. Unknown keys are refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    memory: int = Field(default=5, ge=1, le=50, description="Small-step context: last nodes of the chain.")
-    pool_size: int = Field(
-        default=5, ge=1, le=20, description="Large-step context: kernels to beat, at most."
-    )
-    lease_seconds: float = Field(default=1800.0, gt=0, le=7 * 86400, description="How long a step is held.")
-    baseline: Literal["eager", "compiled"] = Field(default="eager", description="Speedup measured against.")
-    warm_start: bool = Field(
-        default=True, description="Seed from the best kernel of an earlier matching tree."
-    )
-
-
-class AdaExploreParams(CommonParams):
-    c: float = Field(default=0.3, ge=0, description="UCB1 exploration weight.")
-    c_exp: float = Field(default=0.3, ge=0, description="Exploration weight of the virtual expand action.")
-    p_large: float = Field(default=0.2, ge=0, le=1, description="Probability of a large step.")
-    small_step_limit: int = Field(
-        default=2, ge=1, description="Small children after which a node goes large."
-    )
-
-
-class GreedyParams(CommonParams):
+class GreedyParams(SearchConfig):
     max_children: int = Field(default=2, ge=1, description="Refinements of one node before the next best.")
 
 
-class BeamParams(CommonParams):
+class BeamParams(SearchConfig):
     width: int = Field(default=4, ge=1, description="Kernels kept in the beam (and first drafts written).")
     max_children: int = Field(default=2, ge=1, description="Refinements of one beam member.")
 
@@ -361,21 +366,32 @@ class Policy(Protocol):
     """Decides the next step of a tree from its snapshot. `rng` is seeded per tree and step."""
 
     name: ClassVar[str]
-    params: CommonParams
+    params: SearchConfig
 
     def decide(self, snap: Snapshot, rng: random.Random) -> Decision: ...
 
 
 @dataclass
 class AdaExplore:
-    params: AdaExploreParams
+    params: SearchConfig
     name: ClassVar[str] = "adaexplore"
 
     def decide(self, snap: Snapshot, rng: random.Random) -> Decision:
         p = self.params
         node = select_node(snap, p.c, p.c_exp)
-        kind, why = choose_kind(snap, node, rng, p_large=p.p_large, small_step_limit=p.small_step_limit)
+        kind, why = choose_kind(
+            snap,
+            node,
+            rng,
+            p_large=p.p_large,
+            small_step_limit=p.small_step_limit,
+            kind_switch=p.kind_switch,
+        )
         return Decision(node, kind, f"UCB1 selected node {node}; {why}")
+
+
+def _negated(key: tuple[bool, bool, float]) -> tuple[int, int, float]:
+    return -int(key[0]), -int(key[1]), -key[2]
 
 
 def _refinable(snap: Snapshot, limit: int) -> list[SnapNode]:
@@ -395,7 +411,7 @@ class Greedy:
             return Decision(
                 snap.root_id, "large", "no evaluated kernel has room for a refinement: a new draft"
             )
-        best = max(room, key=lambda n: (n.reward or 0.0, -n.id))
+        best = max(room, key=lambda n: (n.score, -n.id))
         return Decision(
             best.id, "small", f"node {best.id} is the best kernel with room (reward {best.reward:.3f})"
         )
@@ -403,7 +419,7 @@ class Greedy:
 
 @dataclass
 class Beam:
-    """Draft `width` kernels, then refine the top `width` by reward, the least-expanded first."""
+    """Draft `width` kernels, then refine the top `width` by score, the least-expanded first."""
 
     params: BeamParams
     name: ClassVar[str] = "beam"
@@ -413,7 +429,7 @@ class Beam:
         drafts = [c for c in snap.live_children(snap.root_id) if snap[c].kind == "large"]
         if len(drafts) < p.width:
             return Decision(snap.root_id, "large", f"draft {len(drafts) + 1} of {p.width}")
-        beam = sorted(snap.evaluated(), key=lambda n: (-(n.reward or 0.0), n.id))[: p.width]
+        beam = sorted(snap.evaluated(), key=lambda n: (_negated(n.score), n.id))[: p.width]
         room = [n for n in beam if len(snap.live_children(n.id)) < p.max_children]
         if not room:
             return Decision(snap.root_id, "large", "every kernel in the beam has been refined: a new draft")
@@ -421,15 +437,16 @@ class Beam:
         return Decision(pick.id, "small", f"node {pick.id} is in the beam (reward {pick.reward:.3f})")
 
 
-POLICIES: dict[str, tuple[type[CommonParams], type]] = {
-    "adaexplore": (AdaExploreParams, AdaExplore),
+POLICIES: dict[str, tuple[type[SearchConfig], type]] = {
+    "adaexplore": (SearchConfig, AdaExplore),
     "greedy": (GreedyParams, Greedy),
     "beam": (BeamParams, Beam),
 }
 
 
 def make_policy(name: str, params: dict[str, object] | None = None) -> Policy:
-    """The policy `name` with `params` validated; a UsageError names what is allowed."""
+    """The policy `name` with `params` validated (missing keys take `SearchConfig`'s defaults, the
+    kernelcraft preset); a UsageError names what is allowed."""
     if name not in POLICIES:
         raise UsageError(f"unknown policy {name!r}; use one of: {', '.join(POLICIES)}")
     params_cls, policy_cls = POLICIES[name]
@@ -441,6 +458,23 @@ def make_policy(name: str, params: dict[str, object] | None = None) -> Policy:
         raise UsageError(f"bad parameters for policy {name!r} ({problems}); allowed keys: {allowed}") from e
     policy: Policy = policy_cls(parsed)
     return policy
+
+
+def start_policy(name: str, preset: str | None, params: dict[str, object] | None = None) -> Policy:
+    """A new tree's policy: the preset's values (for the task's `level` among `params`), then
+    `params` on top. A UsageError names an unknown preset, policy or parameter."""
+    chosen = next((p for p in PRESET_NAMES if p == (preset or DEFAULT_PRESET)), None)
+    if chosen is None:
+        raise UsageError(f"unknown preset {preset!r}; use one of: {', '.join(PRESET_NAMES)}")
+    given = dict(params or {})
+    if "preset" in given and given["preset"] != chosen:
+        raise UsageError(f"the preset is {chosen!r} but params say {given['preset']!r}; pass it once")
+    level = given.get("level", 0)
+    if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 3:
+        raise UsageError(f"level must be a KernelBench level 1, 2 or 3 (0: none), got {level!r}")
+    values: dict[str, object] = dict(preset_values(chosen, level))
+    values.update(given)
+    return make_policy(name, values)
 
 
 def step_rng(seed: int, step_index: int) -> random.Random:

@@ -28,7 +28,15 @@ import aiosqlite
 from kernelcraft.base.errors import NotFoundError
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.tree import Outcome, StepKind, TreeView, WarmStart
+from kernelcraft.search.policy import UNKNOWN_SPEEDUP_AS
 from kernelcraft.search.tree import TreeRow, node_info
+
+# AdaExplore's ranking (compiled, correct, speedup) as an ORDER BY over `nodes` (alias n); an
+# unmeasured speedup (no GPU) counts as parity, as in `policy.score`.
+BY_SCORE = (
+    "(n.outcome IN ('wrong', 'correct')) DESC, (n.outcome = 'correct') DESC,"
+    f" (CASE WHEN n.outcome = 'correct' THEN coalesce(n.speedup, {UNKNOWN_SPEEDUP_AS}) ELSE 0 END) DESC"
+)
 
 # ---------------------------------------------------------------------------------------- trees
 
@@ -93,15 +101,15 @@ async def count_issued_step(conn: aiosqlite.Connection, tree_id: int, now: str) 
 async def find_warm_start(
     conn: aiosqlite.Connection, task_hash: str, task_key: str, target: str
 ) -> tuple[WarmStart, str] | None:
-    """The best correct kernel of an earlier tree on `target` for the same task (same source, or
-    same operator and shapes), with its source; the same source wins a tie."""
+    """The best correct kernel (highest speedup) of an earlier tree on `target` for the same task
+    (same source, or same operator and shapes), with its source; the same source wins a tie."""
     rows = list(
         await conn.execute_fetchall(
             "SELECT t.id AS tree_id, n.id AS node_id, n.speedup, t.task_hash = ? AS same_hash, c.source"
             " FROM trees t JOIN nodes n ON n.tree_id = t.id JOIN code c ON c.hash = n.code_hash"
             " WHERE t.target = ? AND (t.task_hash = ? OR t.task_key = ?)"
             " AND n.status = 'evaluated' AND n.outcome = 'correct'"
-            " ORDER BY n.reward DESC, same_hash DESC, n.id LIMIT 1",
+            f" ORDER BY {BY_SCORE}, same_hash DESC, n.id LIMIT 1",
             (task_hash, target, task_hash, task_key),
         )
     )
@@ -290,13 +298,13 @@ async def step_row(conn: aiosqlite.Connection, node_id: int) -> aiosqlite.Row | 
 
 
 async def best_node_id(conn: aiosqlite.Connection, tree_id: int) -> int | None:
-    """The evaluated node with the highest reward, the earliest on ties (abandoned steps have no
-    kernel, so they are never the best)."""
+    """The evaluated node ranked highest by (compiled, correct, speedup), the earliest on ties
+    (abandoned steps have no kernel, so they are never the best)."""
     rows = list(
         await conn.execute_fetchall(
-            "SELECT id FROM nodes WHERE tree_id = ? AND status = 'evaluated' AND kind != 'root'"
-            " AND code_hash IS NOT NULL"
-            " ORDER BY reward DESC, id LIMIT 1",
+            "SELECT n.id FROM nodes n WHERE n.tree_id = ? AND n.status = 'evaluated' AND n.kind != 'root'"
+            " AND n.code_hash IS NOT NULL"
+            f" ORDER BY {BY_SCORE}, n.id LIMIT 1",
             (tree_id,),
         )
     )

@@ -43,10 +43,11 @@ from kernelcraft.base.tree import (
     WarmStart,
 )
 from kernelcraft.engine.evaluator import Evaluator, ProgressCallback
+from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search import repository
 from kernelcraft.search.messages import budget_spent, start_message, step_message
-from kernelcraft.search.policy import make_policy, outcome_of, reward_for
+from kernelcraft.search.policy import outcome_of, reward_for, start_policy
 from kernelcraft.search.steps import claim_step, describe_step, issue_step, pending_step
 from kernelcraft.search.task import task_key
 from kernelcraft.search.tree import TreeRow, iso, node_info, outcome_counts, trim
@@ -106,6 +107,7 @@ class SearchService:
         evaluator: Evaluator,
         rulebook: Rulebook,
         *,
+        docs: HwDocs | None = None,
         max_code_bytes: int = 1_000_000,
         trials: int = 5,
         clock: Callable[[], datetime] | None = None,
@@ -113,6 +115,8 @@ class SearchService:
         self.store = store
         self.evaluator = evaluator
         self.rulebook = rulebook
+        # The manuals' index lives in the same database (`HwDocs.index()` fills it at start-up).
+        self.docs = docs if docs is not None else HwDocs(store)
         self.max_code_bytes = max_code_bytes
         self.trials = trials
         self._clock = clock or (lambda: datetime.now(timezone.utc))
@@ -130,6 +134,7 @@ class SearchService:
         seed_candidate: str | None = None,
         target: str = "sm_90a",
         policy: str = "adaexplore",
+        preset: str | None = None,
         params: dict[str, Any] | None = None,
         budget: int = 50,
         seed: int = 0,
@@ -138,12 +143,16 @@ class SearchService:
     ) -> StartResult:
         """A new tree for `task_source` and its first step.
 
+        The tree's configuration is the `preset`'s (`kernelcraft.base.presets`; default kernelcraft)
+        for the task's KernelBench `level` (a key of `params`), with `params` on top; the tree
+        records all of it, preset name included.
+
         With `seed_candidate`, or without one when an earlier tree on the same target has a correct
         kernel for the same task (same source, or same operator and shapes) and the policy's
         `warm_start` is on, that kernel is evaluated and becomes the root's first large-step child.
 
         Raises:
-            UsageError: unknown target or policy, bad parameters, a budget out of range.
+            UsageError: unknown target, policy or preset, bad parameters, a budget out of range.
             TaskError: the task is not a KernelBench module.
         """
         plan = await self._plan_start(
@@ -152,6 +161,7 @@ class SearchService:
             seed_candidate=seed_candidate,
             target=target,
             policy=policy,
+            preset=preset,
             params=params,
             budget=budget,
             seed=seed,
@@ -175,6 +185,7 @@ class SearchService:
         seed_candidate: str | None,
         target: str,
         policy: str,
+        preset: str | None,
         params: dict[str, Any] | None,
         budget: int,
         seed: int,
@@ -187,7 +198,7 @@ class SearchService:
             raise UsageError(f"budget must be between 1 and {MAX_BUDGET} candidates, got {budget}")
         self._check_code(task_source, "the task")
         key = task_key(task_source, task_name)
-        chosen = make_policy(policy, params)
+        chosen = start_policy(policy, preset, params)
         digest = await self._put_code(task_source)
         warm: WarmStart | None = None
         if seed_candidate is None and chosen.params.warm_start:
@@ -495,6 +506,7 @@ class SearchService:
         return await describe_step(
             self.store,
             self.rulebook,
+            self.docs,
             tree_id,
             node_id,
             now=iso(self._now()),

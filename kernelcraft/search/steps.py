@@ -2,26 +2,32 @@
 
 `issue_step` runs the policy on a snapshot of the tree and inserts the pending node and its lease;
 `pending_step` and `claim_step` check and renew that lease when a candidate (or an abandon) comes
-back; `describe_step` builds what the client writes the step from: the context kernels, the active
-rules that match, and the instructions. The first three take the connection of the caller's
+back; `describe_step` builds what the client writes the step from: the context kernels (a chain's
+code within the tree's token budget), the active rules, the hardware-manual sections and profiles
+(KernelEvolve's feedback, where the tree's configuration asks for them) and the instructions. The
+first three take the connection of the caller's
 transaction (`SearchService`'s); `describe_step` only reads.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import aiosqlite
 
+from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import BudgetError, NotFoundError, UsageError
 from kernelcraft.base.evaluation import EvalResult
+from kernelcraft.base.presets import CHARS_PER_TOKEN, SearchConfig
 from kernelcraft.base.rules import RuleOut
-from kernelcraft.base.tree import ContextKernel, NextStep
+from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
+from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
-from kernelcraft.search import instructions, repository
+from kernelcraft.search import feedback, instructions, repository
 from kernelcraft.search.messages import NO_GPU_NOTE, budget_held, budget_spent
-from kernelcraft.search.policy import CommonParams, large_pool, make_policy, outcome_of, small_chain, step_rng
+from kernelcraft.search.policy import large_pool, make_policy, outcome_of, small_chain, step_rng
 from kernelcraft.search.tree import TreeRow, context_kernel, iso, node_info, snapshot_from_rows
 from kernelcraft.store import Store
 
@@ -44,7 +50,7 @@ async def issue_step(
     if used + open_ >= tree.budget:
         return None, budget_held(tree, used, open_)
     policy = make_policy(tree.policy, tree.params)
-    params: CommonParams = policy.params
+    params: SearchConfig = policy.params
     snap = snapshot_from_rows(await repository.node_rows(conn, tree.id), now_s)
     rng = step_rng(tree.seed, tree.steps_issued)
     decision = policy.decide(snap, rng)
@@ -133,30 +139,54 @@ async def claim_step(
     )
 
 
+@dataclass(frozen=True)
+class StepContext:
+    """What a step shows besides its task: the kernels (chain or pool), the kernel it starts from,
+    and how much of the chain's code the token budget left out."""
+
+    kernels: list[ContextKernel]
+    parent: NodeInfo | None
+    parent_profile: str | None
+    omitted: int
+
+
 async def describe_step(
-    store: Store, rulebook: Rulebook, tree_id: int, node_id: int, *, now: str, has_gpu: bool
+    store: Store,
+    rulebook: Rulebook,
+    docs: HwDocs | None,
+    tree_id: int,
+    node_id: int,
+    *,
+    now: str,
+    has_gpu: bool,
 ) -> NextStep:
-    """The full step for a pending node: context kernels, rules and instructions."""
+    """The full step for a pending node: context kernels, rules, manual sections and instructions."""
     conn = store.conn
     tree = await repository.load_tree(conn, tree_id)
+    config = make_policy(tree.policy, tree.params).params
     row = (await repository.node_rows(conn, tree_id, node_ids=[node_id]))[0]
-    context_ids: list[int] = json.loads(row["context_ids"] or "[]")
-    ctx_rows = {
-        r["id"]: r for r in await repository.node_rows(conn, tree_id, node_ids=context_ids, with_code=True)
-    }
-    context = [context_kernel(node_info(ctx_rows[i], now, with_code=True)) for i in context_ids]
+    ctx = await step_context(store, tree, row, config, now)
     task_source = await store.get_code(tree.task_hash) or ""
-    parent_code = None
-    if row["kind"] == "small":
-        parent_rows = await repository.node_rows(conn, tree_id, node_ids=[row["parent_id"]], with_code=True)
-        parent_code = parent_rows[0]["source"]
-    rules = await active_rules(
-        rulebook, task_source, parent_code or (context[-1].code if context else ""), tree.target
+    small = row["kind"] == "small"
+    start_code = ctx.parent.code if small and ctx.parent is not None else None
+    rules = await step_rules(
+        rulebook,
+        config,
+        task_source,
+        start_code or (ctx.kernels[-1].code if ctx.kernels else ""),
+        tree.target,
     )
-    pool = context if row["kind"] == "large" else []
-    chain = context if row["kind"] == "small" else []
+    manuals = await step_manuals(docs, config, tree.target, task_source, ctx)
+    pool = [] if small else ctx.kernels
+    chain = ctx.kernels if small else []
     measured = [k.speedup for k in pool if k.speedup is not None]
     to_beat = max(measured) if measured else None
+    feedback_text = instructions.Feedback(
+        manuals=manuals,
+        parent_profile=ctx.parent_profile,
+        context_tokens=config.context_tokens,
+        omitted=ctx.omitted,
+    )
     return NextStep(
         tree_id=tree_id,
         node_id=node_id,
@@ -169,14 +199,106 @@ async def describe_step(
         task_name=tree.task_name,
         task_source=task_source,
         target=tree.target,
-        start_code=parent_code,
+        start_code=start_code,
         chain=chain,
         pool=pool,
         speedup_to_beat=to_beat,
         rules=rules,
+        manual_sections=manuals,
+        parent_profile=ctx.parent_profile,
         speedup_measured=has_gpu,
-        instructions=_instructions(tree, row, chain, pool, to_beat, rules, has_gpu=has_gpu),
+        instructions=_instructions(tree, row, chain, pool, to_beat, rules, feedback_text, has_gpu=has_gpu),
     )
+
+
+async def step_context(
+    store: Store, tree: TreeRow, row: aiosqlite.Row, config: SearchConfig, now: str
+) -> StepContext:
+    """The step's context kernels with their profiles (if the tree wants them), a small step's
+    chain cut to the token budget, and the node the step starts from."""
+    context_ids: list[int] = json.loads(row["context_ids"] or "[]")
+    wanted = list(dict.fromkeys([*context_ids, row["parent_id"]]))
+    rows = {
+        r["id"]: r for r in await repository.node_rows(store.conn, tree.id, node_ids=wanted, with_code=True)
+    }
+    infos = {i: node_info(r, now, with_code=True, with_verdict=True) for i, r in rows.items()}
+
+    def profile(info: NodeInfo) -> str | None:
+        return feedback.profile_words(info.verdict, tree.target) if config.profile_feedback else None
+
+    kernels = [context_kernel(infos[i], profile(infos[i])) for i in context_ids]
+    omitted = 0
+    if row["kind"] == "small":
+        kernels, omitted = fit_chain(kernels, config.context_tokens)
+    parent = infos.get(row["parent_id"])
+    if parent is not None and parent.kind == "root":
+        parent = None
+    return StepContext(kernels, parent, profile(parent) if parent is not None else None, omitted)
+
+
+def fit_chain(chain: list[ContextKernel], tokens: int) -> tuple[list[ContextKernel], int]:
+    """The chain with the code of its newest versions kept within about `tokens` tokens (the newest,
+    the kernel to refine, always whole); older versions' code becomes a one-line note, their
+    verdicts stay. Returns the chain and how many versions lost their code."""
+    budget = tokens * CHARS_PER_TOKEN
+    out: list[ContextKernel] = []
+    omitted = 0
+    for i, k in enumerate(reversed(chain)):
+        size = len(k.code)
+        if i == 0 or size <= budget:
+            budget -= size
+            out.append(k)
+            continue
+        budget = 0  # older versions never jump ahead of a newer one that did not fit
+        omitted += 1
+        note = (
+            f"# code of node {k.node_id} left out: the chain's code is kept within about {tokens} tokens, "
+            "newest first; its verdict is above\n"
+        )
+        out.append(k.model_copy(update={"code": note}))
+    return out[::-1], omitted
+
+
+async def step_rules(
+    rulebook: Rulebook, config: SearchConfig, task_source: str, code: str, target: str
+) -> list[RuleOut]:
+    """Every active rule for the target (AdaExplore), or the `rules_in_prompt` that best match the
+    task and the kernel the step starts from."""
+    if config.rules_in_prompt == 0:
+        return await rulebook.list_rules(status="active", arch=target)
+    rules = await rulebook.query_rules(
+        f"{task_source}\n{code}", arch=target, dsl="triton", limit=config.rules_in_prompt
+    )
+    return [r for r in rules if r.status == "active"]
+
+
+async def step_manuals(
+    docs: HwDocs | None, config: SearchConfig, target: str, task_source: str, ctx: StepContext
+) -> list[DocSection]:
+    """The `manual_sections` sections of the target's manuals that best match the kernel's
+    operations and its last failure (KernelEvolve's retrieval)."""
+    if docs is None or config.manual_sections == 0:
+        return []
+    parent = ctx.parent
+    failed = [k for k in ctx.kernels if k.outcome != "correct"]
+    last = failed[-1] if failed else None
+    if parent is not None and parent.outcome != "correct":
+        failure_class, error = parent.failure_class, parent.error
+    elif last is not None:
+        failure_class, error = last.failure_class, last.error
+    else:
+        failure_class, error = None, None
+    code = parent.code if parent is not None else "\n".join(k.code for k in ctx.kernels)
+    verdict = parent.verdict if parent is not None else None
+    query = feedback.manual_query(
+        task_source,
+        code,
+        failure_class=failure_class,
+        error=error,
+        bound=feedback.bound_of(verdict),
+        spills=feedback.spills_of(verdict),
+    )
+    return await feedback.manual_sections(docs, query, target, config.manual_sections)
 
 
 def _instructions(
@@ -186,6 +308,7 @@ def _instructions(
     pool: list[ContextKernel],
     to_beat: float | None,
     rules: list[RuleOut],
+    extra: instructions.Feedback,
     *,
     has_gpu: bool,
 ) -> str:
@@ -199,6 +322,7 @@ def _instructions(
             parent_id=row["parent_id"],
             chain=chain,
             rules=rules,
+            feedback=extra,
             speedup_measured=has_gpu,
         )
     else:
@@ -210,14 +334,9 @@ def _instructions(
             pool=pool,
             speedup_to_beat=to_beat,
             rules=rules,
+            feedback=extra,
             speedup_measured=has_gpu,
         )
     if not has_gpu:
         text += f"\n\nNote: {NO_GPU_NOTE}."
     return text
-
-
-async def active_rules(rulebook: Rulebook, task_source: str, code: str, target: str) -> list[RuleOut]:
-    """The active rules that match the task and the kernel the step starts from."""
-    rules = await rulebook.query_rules(f"{task_source}\n{code}", arch=target, dsl="triton", limit=10)
-    return [r for r in rules if r.status == "active"]

@@ -186,7 +186,7 @@ def node_info(
     )
 
 
-def context_kernel(info: NodeInfo) -> ContextKernel:
+def context_kernel(info: NodeInfo, profile: str | None = None) -> ContextKernel:
     assert info.code is not None, "context kernels are read with their code"
     return ContextKernel(
         node_id=info.id,
@@ -196,5 +196,6 @@ def context_kernel(info: NodeInfo) -> ContextKernel:
         error=info.error,
         speedup=info.speedup,
         candidate_us=info.candidate_us,
+        profile=profile,
         code=info.code,
     )

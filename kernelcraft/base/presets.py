@@ -1,0 +1,169 @@
+"""The search's configuration: every constant and rule a tree search follows, and its presets.
+
+A tree records the whole configuration it was started with (the `trees.params` JSON, which
+`TreeInfo.params` shows), preset name included, so a reader knows what produced it and a resumed
+run behaves as it began. The agent reads the parts that concern it (rules learnt during
+`optimize`, the offline tuner's steps) from the tree, and `adapt`'s steps per task from the preset.
+
+Two presets:
+
+- `adaexplore`: AdaExplore exactly, as its released code and configs run it (`agent/mcts.py`,
+  `agent/actions.py`, `skill_memory/`, `config/KB-l2`, `config/KB-l3`): UCB c = 0.3 over the mean,
+  expand c_exp = 0.3 (0.15 on KernelBench level 3), p_large 0.2, two small children then large,
+  the other kind only after a step that produced nothing, chains and pools of 5, every active rule
+  in every prompt, rules frozen while exploring, 25 steps per adapt task; no warm start, no
+  hardware manuals, no profile, no offline tuner.
+- `kernelcraft` (the default): the same search, with KernelEvolve's feedback — the target's
+  most relevant hardware-manual sections and the parent's profile in each step, a warm start from
+  the best kernel of an earlier tree — and the offline tuner taking turns at small steps. Where it
+  departs from the papers, the README gives the reason and `bench/bench_policy.py` the ablation.
+
+The best kernel, the pools and the warm start are ranked by (compiled, correct, speedup) in every
+preset, as AdaExplore ranks them: the clipped reward ties every kernel above 10× at 1.6.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PresetName = Literal["adaexplore", "kernelcraft"]
+PRESET_NAMES: tuple[PresetName, ...] = ("kernelcraft", "adaexplore")
+DEFAULT_PRESET: PresetName = "kernelcraft"
+KindSwitch = Literal["no_candidate", "failed"]
+TunerSteps = Literal["off", "alternate", "only"]
+# A chain's code is measured in tokens of about this many characters (source code averages 3.5-4).
+CHARS_PER_TOKEN = 4
+
+
+class SearchConfig(BaseModel):
+    """Every constant and rule of one tree's search. Unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: PresetName = Field(
+        default=DEFAULT_PRESET, description="The preset these values started from (overrides on top)."
+    )
+    level: int = Field(
+        default=0,
+        ge=0,
+        le=3,
+        description="KernelBench level of the task (1-3; 0: not a KernelBench level). Picks c_exp.",
+    )
+    # AdaExplore's tree (the adaexplore policy; greedy and beam ignore these)
+    c: float = Field(default=0.3, ge=0, description="UCB1 exploration weight (over the mean reward).")
+    c_exp: float = Field(default=0.3, ge=0, description="Exploration weight of the virtual expand action.")
+    p_large: float = Field(default=0.2, ge=0, le=1, description="Probability of a large step.")
+    small_step_limit: int = Field(
+        default=2, ge=1, description="Small children after which a node goes large."
+    )
+    kind_switch: KindSwitch = Field(
+        default="no_candidate",
+        description="After which failed step of a node its next step is the other kind: 'no_candidate' "
+        "(abandoned or lapsed: AdaExplore's fallback) or 'failed' (also one that did not compile).",
+    )
+    # what a step shows
+    memory: int = Field(default=5, ge=1, le=50, description="Small-step context: last nodes of the chain.")
+    context_tokens: int = Field(
+        default=16_000,
+        ge=500,
+        le=1_000_000,
+        description="Small-step context: the chain's code, newest first, up to about this many tokens; "
+        "older versions beyond it show their verdicts only.",
+    )
+    pool_size: int = Field(
+        default=5, ge=1, le=20, description="Large-step context: kernels to beat, at most."
+    )
+    rules_in_prompt: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Active rules a step carries: 0 every one, else the N most relevant.",
+    )
+    manual_sections: int = Field(
+        default=3, ge=0, le=5, description="Hardware-manual sections a step carries (KernelEvolve); 0 none."
+    )
+    profile_feedback: bool = Field(
+        default=True,
+        description="A step carries its kernels' profile in words: bound, roofline fraction, registers, "
+        "spills, shared memory (KernelEvolve).",
+    )
+    warm_start: bool = Field(
+        default=True, description="Seed from the best kernel of an earlier matching tree (KernelEvolve)."
+    )
+    # rules and the driver agent
+    learn_rules: bool = Field(
+        default=False,
+        description="optimize proposes rules from failed candidates (AdaExplore freezes them while exploring; "
+        "adapt always learns).",
+    )
+    adapt_steps: int = Field(default=25, ge=1, le=10_000, description="adapt: candidates per task.")
+    tuner_steps: TunerSteps = Field(
+        default="alternate",
+        description="optimize with an LLM: small steps the offline tuner writes ('off', 'alternate', 'only').",
+    )
+    # the service
+    lease_seconds: float = Field(default=1800.0, gt=0, le=7 * 86400, description="How long a step is held.")
+    baseline: Literal["eager", "compiled"] = Field(default="eager", description="Speedup measured against.")
+
+
+# Each preset's values, every field but `preset` and `level` (c_exp per level below).
+PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
+    "adaexplore": {
+        "c": 0.3,
+        "c_exp": 0.3,
+        "p_large": 0.2,
+        "small_step_limit": 2,
+        "kind_switch": "no_candidate",
+        "memory": 5,
+        "context_tokens": 16_000,
+        "pool_size": 5,
+        "rules_in_prompt": 0,
+        "manual_sections": 0,
+        "profile_feedback": False,
+        "warm_start": False,
+        "learn_rules": False,
+        "adapt_steps": 25,
+        "tuner_steps": "off",
+        "lease_seconds": 1800.0,
+        "baseline": "eager",
+    },
+    "kernelcraft": {
+        "c": 0.3,
+        "c_exp": 0.3,
+        "p_large": 0.2,
+        "small_step_limit": 2,
+        "kind_switch": "no_candidate",
+        "memory": 5,
+        "context_tokens": 16_000,
+        "pool_size": 5,
+        "rules_in_prompt": 0,
+        "manual_sections": 3,
+        "profile_feedback": True,
+        "warm_start": True,
+        "learn_rules": False,
+        "adapt_steps": 25,
+        "tuner_steps": "alternate",
+        "lease_seconds": 1800.0,
+        "baseline": "eager",
+    },
+}
+# AdaExplore's KB-l3 config halves the expand action's weight (expand_exploration_ratio 0.5).
+C_EXP_BY_LEVEL: dict[PresetName, dict[int, float]] = {
+    "adaexplore": {3: 0.15},
+    "kernelcraft": {3: 0.15},
+}
+
+
+def preset_values(name: PresetName, level: int = 0) -> dict[str, int | float | str | bool]:
+    """The preset's values for a task of KernelBench `level` (0: none), `preset` and `level` included."""
+    values = dict(PRESETS[name])
+    values["c_exp"] = C_EXP_BY_LEVEL[name].get(level, values["c_exp"])
+    values["preset"] = name
+    values["level"] = level
+    return values
+
+
+def preset_config(name: PresetName = DEFAULT_PRESET, level: int = 0) -> SearchConfig:
+    return SearchConfig.model_validate(preset_values(name, level))
