@@ -102,3 +102,33 @@ def test_tree_commands_exit_2_with_a_message_for_unusable_input(tmp_path: Path) 
     assert (
         "abandoned without a candidate: no idea how to fuse this" in p.stdout and "Budget left: 1" in p.stdout
     )
+
+
+def test_tree_start_takes_a_preset_and_the_tree_records_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "kc.db")
+    (tmp_path / "task.py").write_text(TASK)
+    p = cli(
+        "start",
+        str(tmp_path / "task.py"),
+        "--preset",
+        "adaexplore",
+        "--param",
+        "level=3",
+        "--db",
+        db,
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    started = StartResult.model_validate_json(p.stdout)
+    params = started.tree.params
+    assert (params["preset"], params["level"], params["c_exp"], params["warm_start"]) == (
+        "adaexplore",
+        3,
+        0.15,
+        False,
+    )
+    assert started.next_step is not None and started.next_step.manual_sections == []
+    p = cli("show", str(started.tree.id), "--db", db)
+    assert p.returncode == 0 and "policy adaexplore (preset adaexplore)" in p.stdout
+    p = cli("start", str(tmp_path / "task.py"), "--preset", "paper", "--db", db)
+    assert p.returncode == 2 and "invalid choice: 'paper'" in p.stderr

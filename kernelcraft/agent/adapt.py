@@ -1,8 +1,10 @@
 """Adapt: `kernelcraft adapt TASKS_DIR` — short explores over many tasks to grow the rulebook.
 
-Every failed candidate of every task is distilled into a "You cannot …" rule and recorded (see
-`explore.py`); the rulebook deduplicates and counts them, and a rule seen often enough becomes
-active and goes into every later prompt. At the end this prints the rules whose counts grew.
+Every compile or runtime failure of every task is distilled into a "You cannot …" rule and recorded
+(see `explore.py`; adapt's trees learn rules, whatever the preset); the rulebook deduplicates and
+counts them, and a rule seen often enough becomes active and goes into every later prompt. At the
+end this prints the rules whose counts grew. Steps per task: `--steps`, else the preset's
+`adapt_steps` (25, as AdaExplore).
 
 Tasks: every `*.py` in TASKS_DIR that defines `Model` and `get_inputs` (KernelBench problem files
 work unchanged), and every `TASKS_DIR/<name>/task.py`. Seeds follow `optimize`'s convention:
@@ -22,6 +24,7 @@ from kernelcraft.agent.explore import OptimizeOptions, find_seed, optimize
 from kernelcraft.agent.llm import LLMConfig, load_dotenv
 from kernelcraft.agent.session import open_session
 from kernelcraft.base.errors import LLMError, UsageError
+from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, preset_config
 
 _TASK_MARKERS = (re.compile(r"^class Model\b", re.M), re.compile(r"^def get_inputs\b", re.M))
 
@@ -29,7 +32,8 @@ _TASK_MARKERS = (re.compile(r"^class Model\b", re.M), re.compile(r"^def get_inpu
 @dataclass
 class AdaptOptions:
     tasks_dir: Path
-    steps: int = 5
+    steps: int | None = None  # None: the preset's adapt_steps
+    preset: PresetName = DEFAULT_PRESET
     llm: LLMConfig = field(default_factory=LLMConfig)
     out: Path | None = None
     target: str = "sm_90a"
@@ -73,6 +77,7 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
     tasks = discover_tasks(opts.tasks_dir)
     out = opts.out or Path("kernelcraft-adapt")
     before = await _rule_counts(opts)
+    steps = opts.steps if opts.steps is not None else preset_config(opts.preset).adapt_steps
     results: list[dict[str, Any]] = []
     tokens_left, dollars_left = opts.max_total_tokens, opts.max_dollars
     for task in tasks:
@@ -90,7 +95,10 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
         run_opts = OptimizeOptions(
             task=task,
             seed=seed,
-            steps=opts.steps,
+            steps=steps,
+            preset=opts.preset,
+            # Adapt is where rules are learnt (AdaExplore's memory_update), in every preset.
+            params={"learn_rules": True},
             llm=opts.llm,
             out=out / name,
             target=opts.target,

@@ -2,7 +2,9 @@
 
 An edit applies when its `old` text occurs exactly once in the source as it stands after the edits
 before it. Anything else (not found, ambiguous, empty, not a string) is an `EditError` whose message
-is the failed step's reason, written for the model that will read it in the next step's context.
+is written for the model that will read it. `apply_edits` stops at the first such edit (the
+proposer's retry shows the model why); `apply_what_applies` is AdaExplore's `str_replace`: each
+edit that does not apply is skipped, the others are applied, and with none the kernel is unchanged.
 """
 
 from __future__ import annotations
@@ -47,20 +49,39 @@ def _excerpt(text: str, limit: int = 80) -> str:
 def apply_edits(source: str, edits: list[Edit]) -> str:
     """Apply `edits` in order; raise `EditError` at the first one that does not apply."""
     for i, edit in enumerate(edits, 1):
-        if not edit.old:
-            raise EditError(f"edit {i} has an empty `old`: quote the exact text to replace")
-        count = source.count(edit.old)
-        if count == 0:
-            hint = ""
-            if edit.old.strip() and source.count(edit.old.strip()) == 1:
-                hint = " (it matches once if leading/trailing whitespace is dropped: copy the text exactly)"
-            raise EditError(
-                f"edit {i} does not apply: its `old` text {_excerpt(edit.old)!r} is not in the kernel{hint}"
-            )
-        if count > 1:
-            raise EditError(
-                f"edit {i} is ambiguous: its `old` text {_excerpt(edit.old)!r} occurs {count} times; "
-                "include more surrounding lines so it occurs once"
-            )
+        problem = why_not(source, edit, i)
+        if problem is not None:
+            raise EditError(problem)
         source = source.replace(edit.old, edit.new, 1)
     return source
+
+
+def apply_what_applies(source: str, edits: list[Edit]) -> tuple[str, list[str]]:
+    """Apply each edit that applies, in order, skipping the others; the result and why each skipped
+    edit was skipped."""
+    skipped = []
+    for i, edit in enumerate(edits, 1):
+        problem = why_not(source, edit, i)
+        if problem is None:
+            source = source.replace(edit.old, edit.new, 1)
+        else:
+            skipped.append(problem)
+    return source, skipped
+
+
+def why_not(source: str, edit: Edit, i: int) -> str | None:
+    """Why edit `i` does not apply to `source` (None when its `old` text occurs exactly once)."""
+    if not edit.old:
+        return f"edit {i} has an empty `old`: quote the exact text to replace"
+    count = source.count(edit.old)
+    if count == 0:
+        hint = ""
+        if edit.old.strip() and source.count(edit.old.strip()) == 1:
+            hint = " (it matches once if leading/trailing whitespace is dropped: copy the text exactly)"
+        return f"edit {i} does not apply: its `old` text {_excerpt(edit.old)!r} is not in the kernel{hint}"
+    if count > 1:
+        return (
+            f"edit {i} is ambiguous: its `old` text {_excerpt(edit.old)!r} occurs {count} times; "
+            "include more surrounding lines so it occurs once"
+        )
+    return None

@@ -6,13 +6,17 @@ context and the active rules); the driver only writes candidates and submits the
 - large step: one LLM call (`submit_kernel`) writing a whole ModelNew that must beat the pool;
 - small step: a reviser call (`propose_improvements`, 1–3 concrete changes from the chain, its
   errors and timings; skipped when no kernel of the chain is correct, as in AdaExplore), then a
-  tuner call (`submit_edits`) whose old/new edits are applied to the parent. Edits that do not
-  apply (after one retry that shows the model why) make a failed step: the driver abandons it
-  (`search_tree_step(action="abandon")`) with that reason, so the tree records the step as failed
-  without an evaluation or a rulebook entry, and its policy moves on (its rule: after a failed
-  step, the other kind);
-- after a failed candidate: a rule-proposal call (`propose_rule`: "You cannot …" or "no guidance")
-  and `record_failure` with the rule, so the rulebook counts it;
+  tuner call (`submit_edits`, shown each version of the chain with its code and metrics) whose
+  old/new edits are applied to the parent. Edits that do not apply are skipped, as AdaExplore's
+  `str_replace` skips them (after the tree's `edit_retries` retries that show the model why): the
+  others are applied, and when none applies the unchanged kernel is evaluated. A step that
+  produced no candidate at all (no kernel module from the model) is abandoned
+  (`search_tree_step(action="abandon")`) with the reason: the tree records it as failed without
+  an evaluation or a rulebook entry, and its next step from that node is of the other kind;
+- after a failed candidate, when the tree learns rules (`learn_rules`: adapt's trees; AdaExplore's
+  explore freezes them) and the failure is a compile or runtime error (a wrong result names no
+  construct to avoid): a rule-proposal call (`propose_rule`: "You cannot …" or "no guidance") and
+  `record_failure` with the rule, so the rulebook counts it;
 - `--llm none`: every step is the offline tuner's proposal (`tuner.py`); a large step jumps to a
   distant configuration of the best pool kernel. Without a GPU, each proposal is first compiled
   for the target (`compile_kernel`), and one that does not compile is recorded and replaced.
@@ -24,6 +28,10 @@ context and the active rules); the driver only writes candidates and submits the
   LLM writes the step instead. No rule is proposed after a tuner candidate fails (the server
   still records the failure). Each step's record in `steps.jsonl` names its `proposer`
   (`llm` or `tuner`) and its own `usage` (zero tokens for the tuner).
+
+The tree's configuration (`--preset`, `kernelcraft.base.presets`) is recorded on the tree; the loop
+reads what concerns it (`learn_rules`, `tuner_steps`, `edit_retries`) from the tree, so a resumed
+run behaves as it began.
 
 Budgets: steps (the tree's budget), tokens and dollars (checked before every step). A rerun with
 the same `--out` resumes: the run directory names the tree, the tree lives in the server's
@@ -40,7 +48,7 @@ import ast
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from kernelcraft.agent.llm import LLMConfig, Usage, UsageMeter, load_dotenv, make_llm
 from kernelcraft.agent.rundir import RunDir
@@ -48,9 +56,8 @@ from kernelcraft.agent.runloop import Explorer, StartedRun, save_best, sha256_of
 from kernelcraft.agent.session import ToolSession, open_session
 from kernelcraft.agent.tuner import find_params
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, TunerSteps, config_of
 from kernelcraft.base.tree import NodeInfo
-
-TunerSteps = Literal["off", "alternate", "only"]
 
 
 def find_seed(task: Path) -> Path | None:
@@ -72,6 +79,9 @@ class OptimizeOptions:
     out: Path | None = None
     target: str = "sm_90a"
     policy: str = "adaexplore"
+    preset: PresetName = DEFAULT_PRESET
+    # Values over the preset's (the tree records them): adapt's trees set learn_rules.
+    params: dict[str, int | float | str | bool] = field(default_factory=dict)
     server_url: str | None = None
     token_env: str | None = None
     db_path: Path | None = None
@@ -79,9 +89,15 @@ class OptimizeOptions:
     max_dollars: float | None = None
     search_seed: int = 0
     progress: bool = True
-    edit_retries: int = 1
     compile_check: bool = True
-    tuner_steps: TunerSteps = "alternate"  # with an LLM: which small steps the offline tuner writes
+    tuner_steps: TunerSteps | None = None  # with an LLM: which small steps the tuner writes; None: the tree's
+
+    def tree_params(self) -> dict[str, int | float | str | bool]:
+        """The values this run puts over its preset's."""
+        given = dict(self.params)
+        if self.tuner_steps is not None:
+            given["tuner_steps"] = self.tuner_steps
+        return given
 
     def run_dir(self) -> Path:
         """--out, else ./kernelcraft-runs/<task name> (the folder's name for a `task.py`)."""
@@ -238,6 +254,8 @@ async def start_tree(
         budget=opts.steps,
         seed=opts.search_seed,
         policy=opts.policy,
+        preset=opts.preset,
+        params=opts.tree_params(),
     )
     tree_id = result.tree.id
     seed_node = result.seed_node
@@ -260,6 +278,7 @@ async def start_tree(
         step=result.next_step,
         note=None,
         message=result.message,
+        config=config_of(dict(result.tree.params)),
     )
 
 
@@ -279,6 +298,7 @@ def _run_meta(
         "seed": str(inputs.seed_path.resolve()) if inputs.seed_path else None,
         "target": opts.target,
         "budget": opts.steps,
+        "preset": opts.preset,
         "llm": opts.llm.kind,
         "seed_outcome": seed_outcome,
     }
@@ -311,6 +331,7 @@ async def resume_tree(
         step=status.next_step,
         note=status.next_step_note,
         message=message,
+        config=config_of(dict(status.tree.params)),
     )
 
 

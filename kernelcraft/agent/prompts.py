@@ -45,11 +45,39 @@ def _timing(k: ContextKernel) -> str:
 
 def describe_kernel(k: ContextKernel) -> str:
     if k.outcome == "correct":
-        return f"node {k.node_id}: correct, {_timing(k)}"
+        profile = f"; profile: {k.profile}" if k.profile else ""
+        return f"node {k.node_id}: correct, {_timing(k)}{profile}"
     label = "did not compile" if k.outcome == "not_compiled" else "compiled but wrong"
     cls = f" [{k.failure_class.value}]" if k.failure_class is not None else ""
     err = (k.error or "").strip()
     return f"node {k.node_id}: {label}{cls}\n{err[:1500]}"
+
+
+def _chain_blocks(step: NextStep) -> list[str]:
+    """AdaExplore's "previous kernels and metrics": each version of the chain, oldest first, its
+    verdict then its code (a version beyond the step's token budget has a note for code)."""
+    last = len(step.chain) - 1
+    return [
+        _kernel_block(
+            f"Version {i + 1}{' (the current kernel, the one to change)' if i == last else ''} — "
+            f"{describe_kernel(k)}",
+            k.code,
+        )
+        for i, k in enumerate(step.chain)
+    ]
+
+
+def _feedback_text(step: NextStep) -> str:
+    """KernelEvolve's feedback the tree sent: the current kernel's profile, the manual sections."""
+    parts = []
+    if step.parent_profile:
+        parts.append(f"Profile of the current kernel: {step.parent_profile}.")
+    if step.manual_sections:
+        parts.append(
+            "From the target's hardware manuals (the sections most relevant to this kernel):\n"
+            + "\n\n".join(f"## {m.heading_path}\n{m.snippet}" for m in step.manual_sections)
+        )
+    return "\n\n".join(parts)
 
 
 def large_step(step: NextStep) -> str:
@@ -69,6 +97,8 @@ def reviser(step: NextStep) -> str:
         "Refinement history, oldest first:\n" + "\n".join(f"- {describe_kernel(k)}" for k in step.chain),
         _kernel_block("The current kernel (the one to change)", step.start_code or ""),
     ]
+    if feedback := _feedback_text(step):
+        parts.append(feedback)
     if not step.speedup_measured:
         parts.append("No GPU timing is available: only correctness is checked, so keep every change safe.")
     parts.append(
@@ -82,11 +112,17 @@ def reviser(step: NextStep) -> str:
 def tuner(step: NextStep, improvements: list[str], retry_reason: str | None = None) -> str:
     """The tuner: old/new edits that apply the improvements to the parent kernel."""
     items = "\n".join(f"{i}. {text}" for i, text in enumerate(improvements, 1))
+    chain = _chain_blocks(step) or [_kernel_block("The current kernel", step.start_code or "")]
     parts = [
         f"Apply these improvements to the current kernel for the task `{step.task_name}` "
         f"(target {step.target}):\n{items}",
         _kernel_block("The task (PyTorch reference)", step.task_source),
-        _kernel_block("The current kernel", step.start_code or ""),
+        "Previous kernels and their metrics, oldest first; the last is the current kernel:",
+        *chain,
+    ]
+    if feedback := _feedback_text(step):
+        parts.append(feedback)
+    parts += [
         "Call submit_edits with a list of edits. Each edit's `old` must be copied exactly from the current "
         "kernel (whitespace included) and occur exactly once in it; `new` replaces it. Edits apply in "
         "order, each to the result of the ones before. Keep everything else unchanged." + _rules_text(step),

@@ -6,8 +6,10 @@ is what the step's record in `steps.jsonl` keeps about how the candidate was wri
 
 - LLM, large step: one call (`submit_kernel`) writing a whole ModelNew that must beat the pool.
 - LLM, small step: a reviser call (`propose_improvements`; skipped when no kernel of the chain is
-  correct) and a tuner call (`submit_edits`) whose edits are applied to the parent, with
-  `edit_retries` retries that show the model why its edits did not apply.
+  correct) and a tuner call (`submit_edits`) whose edits are applied to the parent, with the tree's
+  `edit_retries` retries that show the model why its edits did not apply; after the last, the
+  edits that apply are kept and the rest skipped, as AdaExplore's `str_replace` does, so a step
+  whose edits all miss evaluates the unchanged kernel rather than failing.
 - LLM, after a failed candidate: `propose_rule` and `record_failure` with the rule.
 - Tuner: the next configuration of the kernel's launch parameters (a distant one for a large
   step), from what the run and the tree's context have tried; without a GPU each proposal is
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelcraft.agent import prompts
-from kernelcraft.agent.edits import EditError, apply_edits, parse_edits
+from kernelcraft.agent.edits import Edit, EditError, apply_edits, apply_what_applies, parse_edits
 from kernelcraft.agent.llm import ANSWER_TOOLS, LLM, Message, Usage, UsageMeter
 from kernelcraft.agent.session import ToolSession
 from kernelcraft.agent.tuner import (
@@ -124,6 +126,7 @@ class LLMProposer:
             return await self._rewrite_failed_step(step)
         improvements = await self._improvements(step)
         reason: str | None = None
+        edits: list[Edit] = []
         for _ in range(1 + self.edit_retries):
             answer = await self.ask(prompts.tuner(step, improvements, reason), "submit_edits")
             try:
@@ -133,8 +136,15 @@ class LLMProposer:
                 reason = str(e)
                 continue
             return StepOutcome(code, {"mode": "llm", "improvements": improvements, "edits": len(edits)})
-        why = f"the tuner's edits did not apply: {reason}"
-        return StepOutcome.failed(why, {"mode": "llm", "improvements": improvements})
+        # AdaExplore's str_replace: what applies is applied, the rest skipped; with nothing, the
+        # unchanged kernel is evaluated (its verdict is a result, a reward of 0 would not be).
+        code, skipped = apply_what_applies(parent, edits)
+        if not edits and reason is not None:
+            skipped = [reason]
+        info = {"mode": "llm", "improvements": improvements, "edits": len(edits), "skipped_edits": skipped}
+        if code == parent:
+            info["unchanged"] = True
+        return StepOutcome(code, info)
 
     async def _rewrite_failed_step(self, step: NextStep) -> StepOutcome:
         """Nothing to refine: the node is a step that produced no kernel; write one instead."""

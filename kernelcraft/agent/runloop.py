@@ -1,8 +1,9 @@
 """The explore loop proper: step after step until the tree, token or dollar budget is spent.
 
-`Explorer` is built whole from a `StartedRun` (the tree `optimize` started or resumed, and its
-first step); per step it picks who writes the candidate (`small_proposer`), submits it (or abandons
-the step), proposes a rule after an LLM's failed candidate, appends the step's record to
+`Explorer` is built whole from a `StartedRun` (the tree `optimize` started or resumed, its
+configuration and its first step); per step it picks who writes the candidate (`small_proposer`),
+submits it (or abandons the step), proposes a rule after an LLM's failed candidate when the tree
+learns rules and the failure is a compile or runtime error, appends the step's record to
 `steps.jsonl` and keeps `best_kernel.py` current. Only this loop writes the run directory's steps.
 """
 
@@ -21,10 +22,12 @@ from kernelcraft.agent.runreport import write_run_report
 from kernelcraft.agent.session import ToolSession
 from kernelcraft.agent.tuner import find_params
 from kernelcraft.base.errors import LLMError
+from kernelcraft.base.failures import WRONG_RESULT_CLASSES
+from kernelcraft.base.presets import SearchConfig, TunerSteps
 from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult
 
 if TYPE_CHECKING:
-    from kernelcraft.agent.explore import OptimizeOptions, TunerSteps
+    from kernelcraft.agent.explore import OptimizeOptions
 
 GPU_NOTE = (
     "No GPU here: every candidate was verified in Triton's CPU interpreter{compiled}, so correctness "
@@ -42,7 +45,8 @@ def sha256_of(text: str) -> str:
 @dataclass(frozen=True)
 class StartedRun:
     """What a run starts from: the task and seed, the tree `start` created (or `status` found, on a
-    resume), its best correct kernel so far and the first step to write (or why there is none)."""
+    resume) and its configuration, its best correct kernel so far and the first step to write (or
+    why there is none)."""
 
     task_source: str
     seed_code: str | None
@@ -56,6 +60,7 @@ class StartedRun:
     step: NextStep | None
     note: str | None
     message: str
+    config: SearchConfig
 
 
 def save_best(
@@ -72,6 +77,12 @@ def save_best(
         f"kernelcraft best kernel: tree {tree_id}, node {best.id}, correct, {speed}.\n"
         f"Task: {opts.task}. Import ModelNew from this module.",
     )
+
+
+def learns_from(node: NodeInfo) -> bool:
+    """Whether a rule is proposed for a failed candidate: compile and runtime errors name a construct
+    to avoid; a wrong result (a mismatch, NaNs, a wrong shape) does not (AdaExplore's filter)."""
+    return node.failure_class is not None and node.failure_class not in WRONG_RESULT_CLASSES
 
 
 def small_proposer(step: NextStep, tuner_steps: TunerSteps, records: list[dict[str, Any]]) -> Proposer:
@@ -128,6 +139,8 @@ class Explorer:
         self.run = run
         self.meter = meter
         self.started = started
+        self.config = started.config
+        self.tuner_steps: TunerSteps = opts.tuner_steps or started.config.tuner_steps
         self.tree_id = started.tree_id
         self.target = started.target
         self.records = run.steps()
@@ -147,7 +160,7 @@ class Explorer:
                 session,
                 task_source=started.task_source,
                 target=started.target,
-                edit_retries=opts.edit_retries,
+                edit_retries=started.config.edit_retries,
             )
             if llm is not None
             else None
@@ -208,7 +221,13 @@ class Explorer:
             if node.failure_class:
                 self.failures[node.failure_class.value] += 1
             # a failed tuner proposal is a bad configuration, not a lesson worth tokens
-            if self.writer is not None and outcome.code is not None and proposer == "llm":
+            if (
+                self.writer is not None
+                and outcome.code is not None
+                and proposer == "llm"
+                and self.config.learn_rules
+                and learns_from(node)
+            ):
                 record["rule"] = await self.writer.propose_rule(outcome.code, node)
         record["seconds"] = round(time.monotonic() - t0, 3)
         record["usage"] = (self.writer.usage if self.writer is not None else Usage()).to_dict()
@@ -225,7 +244,7 @@ class Explorer:
             return await self.tuner.step(step, self.records, self.best_code), None
         if step.kind == "large":
             return await self.writer.large(step), None
-        if small_proposer(step, self.opts.tuner_steps, self.records) == "tuner":
+        if small_proposer(step, self.tuner_steps, self.records) == "tuner":
             outcome = await self.tuner.step(step, self.records, self.best_code)
             if outcome.code is None:  # nothing left to tune: the LLM writes the step after all
                 return await self.writer.small(step), outcome.driver_failure
@@ -281,6 +300,7 @@ class Explorer:
             "target": self.target,
             "llm": self.opts.llm.kind,
             "model": self.llm.model if self.llm is not None else None,
+            "preset": self.config.preset,
             "steps_done": len(self.records),
             "correct": correct,
             "failures_by_class": dict(self.failures),

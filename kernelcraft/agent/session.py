@@ -64,6 +64,8 @@ class ToolSession:
         budget: int,
         seed: int,
         policy: str,
+        preset: str | None = None,
+        params: dict[str, int | float | str | bool] | None = None,
     ) -> StartResult:
         return await self._model(
             "search_tree_step",
@@ -76,6 +78,8 @@ class ToolSession:
                 "budget": budget,
                 "seed": seed,
                 "policy": policy,
+                "preset": preset,
+                "policy_params": params or None,
             },
             "start",
             StartResult,

@@ -87,6 +87,18 @@ class FailureClass(str, Enum):
 
 
 COMPILE_CLASSES = frozenset(c for c in FailureClass if c.stage == "compile")
+# The kernel ran and its outputs were wrong: recorded, but no rule is learnt from them (AdaExplore
+# distils rules from compile and runtime errors only; a mismatch names no construct to avoid).
+WRONG_RESULT_CLASSES = frozenset(
+    {
+        FailureClass.WRONG_SHAPE,
+        FailureClass.WRONG_DTYPE,
+        FailureClass.NUMERICAL_MISMATCH,
+        FailureClass.NAN_OR_INF,
+        FailureClass.INPUTS_MUTATED,
+        FailureClass.NONDETERMINISTIC,
+    }
+)
 RUNTIME_CLASSES = frozenset(c for c in FailureClass if c.stage == "runtime")
 
 # Ordered: the first pattern that matches wins. Specific before general. Written against the texts

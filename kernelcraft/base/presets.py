@@ -103,6 +103,13 @@ class SearchConfig(BaseModel):
         default="alternate",
         description="optimize with an LLM: small steps the offline tuner writes ('off', 'alternate', 'only').",
     )
+    edit_retries: int = Field(
+        default=0,
+        ge=0,
+        le=5,
+        description="optimize with an LLM: asks again, saying why, when a small step's edits do not all "
+        "apply; after the last, the edits that apply are kept (the unchanged kernel when none does).",
+    )
     # the service
     lease_seconds: float = Field(default=1800.0, gt=0, le=7 * 86400, description="How long a step is held.")
     baseline: Literal["eager", "compiled"] = Field(default="eager", description="Speedup measured against.")
@@ -126,6 +133,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "learn_rules": False,
         "adapt_steps": 25,
         "tuner_steps": "off",
+        "edit_retries": 0,
         "lease_seconds": 1800.0,
         "baseline": "eager",
     },
@@ -145,6 +153,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "learn_rules": False,
         "adapt_steps": 25,
         "tuner_steps": "alternate",
+        "edit_retries": 0,
         "lease_seconds": 1800.0,
         "baseline": "eager",
     },
@@ -167,3 +176,9 @@ def preset_values(name: PresetName, level: int = 0) -> dict[str, int | float | s
 
 def preset_config(name: PresetName = DEFAULT_PRESET, level: int = 0) -> SearchConfig:
     return SearchConfig.model_validate(preset_values(name, level))
+
+
+def config_of(params: dict[str, object]) -> SearchConfig:
+    """A tree's configuration from its recorded parameters (a policy's own keys, such as beam's
+    `width`, left aside; a tree from before presets gets the defaults for what it lacks)."""
+    return SearchConfig.model_validate({k: v for k, v in params.items() if k in SearchConfig.model_fields})

@@ -8,6 +8,7 @@ from typing import Any
 
 from kernelcraft.agent.llm import LLMConfig
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK, Subcommands, add_db, add_json, print_json, run
 
@@ -36,6 +37,17 @@ def _llm_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _preset_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        default=DEFAULT_PRESET,
+        help="the search's configuration: kernelcraft (AdaExplore's search with KernelEvolve's feedback: "
+        "hardware-manual sections, profiles, warm start; the offline tuner's turns) or adaexplore "
+        "(AdaExplore exactly); the README lists both",
+    )
+
+
 def _server_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
     g.add_argument("--server", metavar="URL", help="a kernelcraft server over HTTP (default: in-process)")
@@ -59,6 +71,7 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     """What `optimize` and `adapt` share: budget, LLM, server, target, output, progress."""
     return {
         "steps": args.steps,
+        "preset": args.preset,
         "llm": llm_config(args),
         "out": args.out,
         "target": args.target,
@@ -154,11 +167,12 @@ def register(sub: Subcommands) -> None:
     p.add_argument(
         "--tuner-steps",
         choices=["off", "alternate", "only"],
-        default="alternate",
+        default=None,
         help="with an LLM, small steps the offline tuner writes (no tokens) when the kernel to refine is "
         "correct and has tunable launch parameters: alternate (LLM and tuner take turns), "
-        "only (every such step), off (never)",
+        "only (every such step), off (never); default: the preset's (kernelcraft alternate, adaexplore off)",
     )
+    _preset_arg(p)
     add_json(p, "the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     _llm_args(p)
@@ -173,7 +187,13 @@ def register(sub: Subcommands) -> None:
         "<folder>/task.py; a task without one needs an LLM (not --llm none).",
     )
     a.add_argument("tasks_dir", type=Path, help="folder of task files (or folders holding task.py)")
-    a.add_argument("--steps", type=int, default=5, help="candidates per task")
+    a.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="candidates per task (default: the preset's, 25 as AdaExplore)",
+    )
+    _preset_arg(a)
     a.add_argument(
         "--out", type=Path, help="folder for the per-task run directories (default ./kernelcraft-adapt)"
     )

@@ -1,6 +1,7 @@
 """`kernelcraft tree start|submit|abandon|status|show`: step a search tree from a shell.
 
-    kernelcraft tree start TASK [--seed-candidate F] [--target T] [--policy P] [--param K=V ...]
+    kernelcraft tree start TASK [--seed-candidate F] [--target T] [--policy P]
+                               [--preset kernelcraft|adaexplore] [--param K=V ...]
                                [--budget N] [--seed S] [--json]
     kernelcraft tree submit TREE_ID NODE_ID CANDIDATE [--json]
     kernelcraft tree abandon TREE_ID NODE_ID --reason TEXT [--json]
@@ -24,6 +25,7 @@ from typing import Any, Literal, TypeVar
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.base.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
 from kernelcraft.cli.common import (
@@ -61,11 +63,19 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--target", default="sm_90a", choices=KNOWN_TARGETS, help="target arch")
     p.add_argument("--policy", default="adaexplore", choices=sorted(POLICIES), help="search policy")
     p.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        choices=PRESET_NAMES,
+        help="the search's configuration: kernelcraft (AdaExplore with KernelEvolve's feedback) or "
+        "adaexplore (AdaExplore exactly); --param overrides single values",
+    )
+    p.add_argument(
         "--param",
         action="append",
         default=[],
         metavar="K=V",
-        help="a policy parameter, e.g. p_large=0.3 or lease_seconds=600; repeatable",
+        help="a parameter over the preset's, e.g. p_large=0.3, level=3 (a KernelBench level 3 task) or "
+        "lease_seconds=600; repeatable",
     )
     p.add_argument("--budget", type=int, default=50, metavar="N", help="candidates to evaluate")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the tree's random choices")
@@ -168,6 +178,7 @@ def _start(args: argparse.Namespace) -> int:
                 seed_candidate=seed_code,
                 target=args.target,
                 policy=args.policy,
+                preset=args.preset,
                 params=params or None,
                 budget=args.budget,
                 seed=args.seed,
@@ -211,7 +222,9 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     t = st.tree
     c = st.counts
-    print(f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy}, {t.status}.")
+    print(
+        f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy} (preset {_preset(t.params)}), {t.status}."
+    )
     print(f"Budget: {st.budget_used} of {t.budget} evaluated, {st.budget_left} left.")
     print(
         f"Outcomes: {c.correct} correct, {c.wrong} wrong, {c.not_compiled} not compiled, "
@@ -235,7 +248,8 @@ def _show(args: argparse.Namespace) -> int:
         return EXIT_OK
     t = view.tree
     print(
-        f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy}, budget {t.budget}, seed {t.seed}, {t.status}."
+        f"Tree {t.id}: {t.task_name} on {t.target}, policy {t.policy} (preset {_preset(t.params)}), "
+        f"budget {t.budget}, seed {t.seed}, {t.status}."
     )
     children: dict[int | None, list[NodeInfo]] = {}
     for n in view.nodes:
@@ -247,6 +261,11 @@ def _show(args: argparse.Namespace) -> int:
         print(f"{'  ' * depth}{_node_line(n)}{best}")
         stack.extend((c, depth + 1) for c in reversed(children.get(n.id, [])))
     return EXIT_OK
+
+
+def _preset(params: dict[str, Any]) -> str:
+    # Trees started before presets existed record none; they ran kernelcraft's defaults of the time.
+    return str(params.get("preset", "none recorded"))
 
 
 def _node_line(n: NodeInfo) -> str:

@@ -26,6 +26,7 @@ from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.presets import PresetName
 from kernelcraft.base.rules import FailureRecorded, RuleOut
 from kernelcraft.base.targets import DEFAULT_TARGETS, Target
 from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
@@ -398,6 +399,14 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             str,
             Field(description="start: 'adaexplore' (AdaExplore's tree search, default), 'greedy' or 'beam'."),
         ] = "adaexplore",
+        preset: Annotated[
+            PresetName | None,
+            Field(
+                description="start: the search's configuration: 'kernelcraft' (default: AdaExplore's search "
+                "with KernelEvolve's feedback — manual sections, profiles, warm start) or 'adaexplore' "
+                "(AdaExplore exactly). policy_params override single values; the tree records them all."
+            ),
+        ] = None,
         budget: Annotated[
             int, Field(ge=1, le=10_000, description="start: how many candidates the tree evaluates.")
         ] = 50,
@@ -412,7 +421,8 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         policy_params: Annotated[
             dict[str, int | float | str | bool] | None,
             Field(
-                description="start: policy parameters, e.g. {'c': 0.3, 'p_large': 0.2}; omit for the defaults."
+                description="start: parameters over the preset's, e.g. {'p_large': 0.3} or {'level': 3} (a "
+                "KernelBench level 3 task); omit for the preset's."
             ),
         ] = None,
         task_name: Annotated[str, Field(description="start: a short name for the task.")] = "task.py",
@@ -441,6 +451,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
                     seed_candidate=candidate_code,
                     target=target,
                     policy=policy,
+                    preset=preset,
                     params=dict(policy_params) if policy_params else None,
                     budget=budget,
                     seed=seed,

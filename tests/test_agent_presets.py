@@ -1,0 +1,191 @@
+"""The driver under the search's presets: edits as AdaExplore applies them, the failures it learns
+from, what a small step's prompts show, adapt's steps per task, and `--preset adaexplore` end to end."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_fakes import Reply, Script, serve
+
+import kernelcraft.agent.adapt as adapt_module
+from kernelcraft.agent import prompts
+from kernelcraft.agent.adapt import AdaptOptions, adapt
+from kernelcraft.agent.edits import Edit, apply_what_applies
+from kernelcraft.agent.explore import OptimizeOptions, optimize
+from kernelcraft.agent.llm import LLMConfig
+from kernelcraft.agent.runloop import learns_from
+from kernelcraft.base.docs import DocSection
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = ROOT / "examples" / "elementwise" / "task.py"
+SEED = (ROOT / "examples" / "elementwise" / "seed.py").read_text()
+
+
+def test_edits_that_do_not_apply_are_skipped_and_the_rest_applied_as_adaexplores_str_replace() -> None:
+    src = "a = 1\nb = 2\nb = 2\n"
+    code, skipped = apply_what_applies(
+        src, [Edit("a = 1", "a = 3"), Edit("c = 1", "c = 2"), Edit("b = 2", "b = 9")]
+    )
+    assert code == "a = 3\nb = 2\nb = 2\n"
+    assert len(skipped) == 2 and "edit 2 does not apply" in skipped[0] and "edit 3 is ambiguous" in skipped[1]
+    unchanged, why = apply_what_applies(src, [Edit("zzz", "y")])
+    assert unchanged == src and len(why) == 1 and why[0].startswith("edit 1 does not apply")
+
+
+def node(cls: FailureClass | None) -> NodeInfo:
+    return NodeInfo(
+        id=3,
+        tree_id=1,
+        parent_id=2,
+        kind="small",
+        status="evaluated",
+        failure_class=cls,
+        client="x",
+        created_at="t",
+    )
+
+
+def test_a_rule_is_asked_for_after_compile_and_runtime_errors_not_after_wrong_results() -> None:
+    assert learns_from(node(FailureClass.COMPILE_UNKNOWN_API))
+    assert learns_from(node(FailureClass.RUNTIME_ILLEGAL_MEMORY_ACCESS))
+    assert learns_from(node(FailureClass.PYTORCH_FALLBACK))
+    assert not learns_from(node(FailureClass.NUMERICAL_MISMATCH))
+    assert not learns_from(node(FailureClass.NAN_OR_INF))
+    assert not learns_from(node(None))  # abandoned: nothing ran
+
+
+def test_a_small_steps_edit_prompt_shows_each_versions_code_and_metrics_and_the_feedback() -> None:
+    older = ContextKernel(
+        node_id=4, kind="large", outcome="correct", speedup=1.5, candidate_us=80.0, code="OLD_CODE"
+    )
+    broken = ContextKernel(
+        node_id=5,
+        kind="small",
+        outcome="not_compiled",
+        failure_class=FailureClass.COMPILE_DOT,
+        error="tl.dot needs K >= 16",
+        code="NEW_CODE",
+    )
+    section = DocSection(
+        id=7,
+        title="Triton guide",
+        heading_path="Triton guide > tl.dot",
+        file="t.md",
+        arch="any",
+        snippet="K must be at least 16.",
+    )
+    step = NextStep.model_construct(
+        task_name="t.py",
+        target="sm_90a",
+        task_source="TASK",
+        start_code="NEW_CODE",
+        chain=[older, broken],
+        rules=[],
+        speedup_measured=True,
+        parent_profile="memory-bound at 40% of peak bandwidth",
+        manual_sections=[section],
+    )
+    text = prompts.tuner(step, ["Use K = 16."])
+    assert text.index("Version 1 — node 4: correct, 1.50x vs PyTorch, 80.0 us") < text.index("OLD_CODE")
+    assert "Version 2 (the current kernel, the one to change) — node 5: did not compile [compile_dot]" in text
+    assert text.index("OLD_CODE") < text.index("NEW_CODE") and "tl.dot needs K >= 16" in text
+    assert "Profile of the current kernel: memory-bound at 40% of peak bandwidth." in text
+    assert "## Triton guide > tl.dot\nK must be at least 16." in text
+    assert "Profile of the current kernel" in prompts.reviser(step)
+
+
+@pytest.mark.anyio
+async def test_adapt_runs_the_presets_25_steps_per_task_and_its_trees_learn_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "gelu.py").write_text(TASK.read_text())
+    (tasks / "gelu_seed.py").write_text(SEED)
+    ran: list[OptimizeOptions] = []
+
+    async def fake_optimize(opts: OptimizeOptions) -> dict[str, Any]:
+        ran.append(opts)
+        usage = {"total_tokens": 0, "cost_usd": None}
+        return {
+            "tree_id": 1,
+            "steps_done": 0,
+            "correct": 0,
+            "failures_by_class": {},
+            "best": None,
+            "usage": usage,
+        }
+
+    async def no_rules(opts: AdaptOptions) -> dict[str, dict[str, Any]]:
+        return {}
+
+    monkeypatch.setattr(adapt_module, "optimize", fake_optimize)
+    monkeypatch.setattr(adapt_module, "_rule_counts", no_rules)
+    await adapt(AdaptOptions(tasks_dir=tasks, llm=LLMConfig(kind="none"), out=tmp_path / "a", progress=False))
+    await adapt(
+        AdaptOptions(
+            tasks_dir=tasks,
+            preset="adaexplore",
+            llm=LLMConfig(kind="none"),
+            out=tmp_path / "b",
+            progress=False,
+        )
+    )
+    await adapt(
+        AdaptOptions(tasks_dir=tasks, steps=3, llm=LLMConfig(kind="none"), out=tmp_path / "c", progress=False)
+    )
+    assert [(o.steps, o.preset) for o in ran] == [(25, "kernelcraft"), (25, "adaexplore"), (3, "kernelcraft")]
+    assert all(o.params == {"learn_rules": True} and o.tuner_steps == "off" for o in ran)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_optimize_with_the_adaexplore_preset_lets_the_llm_write_every_step_without_feedback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
+    script = Script()
+    good_edit = {"edits": [{"old": "BLOCK_SIZE=1024)", "new": "BLOCK_SIZE=512)"}]}
+    script.fallback.update(
+        submit_kernel=Reply({"code": SEED}),
+        submit_edits=Reply(good_edit),
+        propose_improvements=Reply({"items": ["Use BLOCK_SIZE=512 so more programs run."]}),
+    )
+    out = tmp_path / "run"
+    with serve(script) as base:
+        llm = LLMConfig(kind="anthropic", base_url=base, sdk_max_retries=0)
+        opts = OptimizeOptions(
+            task=TASK,
+            steps=3,
+            llm=llm,
+            out=out,
+            db_path=tmp_path / "kc.db",
+            progress=False,
+            preset="adaexplore",
+        )
+        summary = await optimize(opts)
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    # the same search seed as the kernelcraft run that hands its third step to the tuner: here the LLM's
+    assert [(s["kind"], s["proposer"]) for s in steps] == [
+        ("small", "llm"),
+        ("large", "llm"),
+        ("small", "llm"),
+    ]
+    assert summary["preset"] == "adaexplore" and summary["steps_by_proposer"] == {"llm": 3}
+    prompts_sent = [r["messages"][0]["content"] for r in script.requests]
+    assert not any("hardware manuals" in p or "Hardware-manual" in p for p in prompts_sent)
+    with sqlite3.connect(tmp_path / "kc.db") as db:
+        params = json.loads(
+            db.execute("SELECT params FROM trees WHERE id = ?", (summary["tree_id"],)).fetchone()[0]
+        )
+    assert (
+        params["preset"] == "adaexplore" and params["tuner_steps"] == "off" and params["learn_rules"] is False
+    )
+    assert json.loads((out / "run.json").read_text())["preset"] == "adaexplore"
