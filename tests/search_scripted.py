@@ -7,6 +7,7 @@ carries its verdict in a marker line, so tests can drive a tree through known ou
     # verdict: correct 2.5        correct, 2.5x faster (speedup ignored when has_gpu is False)
     # verdict: correct            correct, no timing
     # verdict: wrong              compiled, numerical mismatch
+    # verdict: crash              compiled, then an illegal memory access while running
     # verdict: compile            compile error (not compiled)
 
 and, on a GPU, an optional profile line for a correct candidate:
@@ -38,7 +39,7 @@ from kernelcraft.engine.evaluator import ProgressCallback
 
 TASK = (Path(__file__).resolve().parent / "fixtures" / "tasks" / "vector_add.py").read_text()
 
-_MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile)(?:\s+([0-9.]+))?")
+_MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile|crash)(?:\s+([0-9.]+))?")
 _PROFILE = re.compile(r"#\s*profile:\s*(memory|compute)\s+([0-9.]+)(?:\s+spills\s+(\d+))?")
 
 
@@ -75,6 +76,20 @@ class ScriptedEvaluator:
                         message="the kernel does not compile",
                         error_text="AttributeError: module 'triton.language' has no attribute 'tanh'",
                     ),
+                )
+            )
+        if kind == "crash":
+            return EvalResult(
+                verify=VerifyResult(
+                    correct=False,
+                    status="runtime_illegal_memory_access",
+                    failure_class=FailureClass.RUNTIME_ILLEGAL_MEMORY_ACCESS,
+                    evidence=Evidence(
+                        message="the kernel read out of bounds", error_text="illegal memory access"
+                    ),
+                    trials=job.trials,
+                    device=device,
+                    interpreter=not self._gpu,
                 )
             )
         if kind == "wrong":

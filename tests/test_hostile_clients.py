@@ -136,20 +136,20 @@ async def test_a_client_cannot_attach_its_rule_to_another_clients_failure() -> N
 
 
 @pytest.mark.anyio
-async def test_failures_linked_to_a_rule_by_their_class_do_not_vouch_for_its_text() -> None:
+async def test_failures_without_a_rule_count_toward_no_rule_not_even_a_planted_one_of_their_class() -> None:
     async with rulebook() as rb:
         planted = await rb.record_failure("k", "boom", rule=POISON, client="mallory", failure_class=None)
         assert planted.rule is not None
         cls = planted.failure_class
-        # Honest clients' failures of that class link to the only rule of the class: the count
-        # grows, but none of them wrote or endorsed the text.
+        # Honest clients' failures of that class, recorded without a rule, count toward nothing:
+        # a failure counts only through the rule proposed for it.
         for i, client in enumerate(("alice", "bob", "carol")):
-            linked = await rb.record_failure(
+            recorded = await rb.record_failure(
                 f"k{i}", "boom", failure_class=cls, client=client, evaluated=True
             )
-            assert linked.rule_action == "linked" and not linked.activated
+            assert recorded.rule_action == "none" and not recorded.activated
         rules = await rb.list_rules()
-        assert rules[0].count == 4 and rules[0].status == "candidate"
+        assert rules[0].count == 1 and rules[0].status == "candidate"
 
 
 @pytest.mark.anyio
@@ -169,7 +169,8 @@ async def test_three_failing_candidates_the_search_tree_evaluated_activate_one_c
                     "action": "submit",
                     "tree_id": tree_id,
                     "node_id": step["node_id"],
-                    "candidate_code": candidate("wrong", f"attempt {attempt}"),
+                    # a compile error: a wrong result would count toward no rule
+                    "candidate_code": candidate("compile", f"attempt {attempt}"),
                 },
             )
             assert submitted.structured_content is not None, submitted.content

@@ -80,7 +80,8 @@ async def test_a_rule_proposed_with_three_failing_candidates_verified_here_becom
 ) -> None:
     async with Client(create_server(settings_for(tmp_path), lambda _: ScriptedEvaluator())) as client:
         for attempt in range(3):
-            bad = scripted_candidate("wrong", f"attempt {attempt}")
+            # a runtime error: a wrong result would count toward no rule
+            bad = scripted_candidate("crash", f"attempt {attempt}")
             verdict = await client.call_tool(
                 "verify_against_reference", {"reference_code": TASK, "candidate_code": bad}
             )
@@ -93,7 +94,7 @@ async def test_a_rule_proposed_with_three_failing_candidates_verified_here_becom
         assert result.structured_content is not None
         assert result.structured_content["activated"] is True
         # The class is the server's own verdict on that candidate, not what the error text suggests.
-        assert result.structured_content["failure_class"] == "numerical_mismatch"
+        assert result.structured_content["failure_class"] == "runtime_illegal_memory_access"
 
         found = await client.call_tool(
             "query_rules", {"context": "f-strings in my jitted function", "arch": "sm_90a"}

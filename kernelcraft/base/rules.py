@@ -50,12 +50,16 @@ class FailureRecorded(BaseModel):
 
     failure_id: int
     failure_class: FailureClass
-    rule: RuleOut | None = Field(default=None, description="The rule created, incremented or linked.")
+    rule: RuleOut | None = Field(default=None, description="The rule created or incremented.")
     rule_action: RuleAction = Field(
         description="'created' (new rule, count 1), 'incremented' (near-duplicate of an existing rule), "
-        "'linked' (no rule proposed; linked to the rule of this failure class), 'none'."
+        "'linked' (this failure already counted for the rule), 'none' (no rule proposed, or a wrong "
+        "result: recorded, counted toward no rule)."
     )
     activated: bool = Field(description="True when this failure made the rule reach the activation count.")
+    note: str | None = Field(
+        default=None, description="Why a proposed rule was not counted, when it was not."
+    )
 
 
 class RuleLine(BaseModel):

@@ -2,10 +2,17 @@
 
 AdaExplore's Adapt stage, kept in SQLite. Every failed candidate is recorded with its failure
 class and the client that reported it. A proposed rule — one sentence starting "You cannot …", or
-"no guidance" — is compared with the existing rules (FTS5 candidates, then
-`text.is_near_duplicate`): a near-duplicate gets its count incremented and the failure linked as
-evidence; otherwise a new rule starts at count 1 as a candidate. Without a proposed rule the
-failure is linked to the rule its class maps to, when exactly one fits.
+"no guidance" — is compared with the existing rules: by a model when the rulebook has a `judge`
+(AdaExplore's prompt, a duplicate above confidence 0.5; `dedup.py`), else by text (FTS5
+candidates, then `text.is_near_duplicate`). A duplicate gets its count incremented and the
+failure linked as evidence; otherwise a new rule starts at count 1 as a candidate.
+
+What counts, as in AdaExplore: a failure counts once, and only through the rule proposed for it
+(a failure recorded without one counts toward no rule). A wrong result (a numerical mismatch, NaNs,
+a wrong shape or dtype, mutated inputs, nondeterminism: `WRONG_RESULT_CLASSES`) is recorded but
+counts toward no rule, whatever is proposed: AdaExplore distils rules from compile and runtime
+errors only, and a mismatch names no construct to avoid. The rulebook is shared by every tree and
+client, so these rules are the same whatever preset a tree runs.
 
 Activation, and why it needs corroboration: an active rule is served to every client, quoted in
 the prompts of every later step, so one client must not be able to make any text a rule by
@@ -14,9 +21,7 @@ AdaExplore) *and* its text is corroborated: proposed with failures of at least t
 clients (over HTTP a client is its token's name; over stdio everything is "local"), or with at
 least `activation_count` distinct failing candidates that this server's own evaluator judged (a
 search-tree node, or a candidate a tool verified here and `witness()` noted; `failures.evaluated`).
-A failure linked to a rule by its class counts, but does not vouch for the text
-(`rule_evidence.proposed`); a rule attaches only to its proposer's own failures, and never counts
-one failure twice. Imports and seeds are operator actions and skip this (see `rule_import.py`).
+A rule attaches only to its proposer's own failures, and never counts one failure twice. Imports and seeds are operator actions and skip this (see `rule_import.py`).
 
 `query_rules` ranks active rules for a context (a task, a kernel, an error text) by BM25 over
 FTS5, weighted by count and by scope (dsl and architecture family).
@@ -31,15 +36,17 @@ Who writes: the server's (or the CLI's) Rulebook, through `Store.transaction()`.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
-from kernelcraft.base.errors import NotFoundError, UsageError
-from kernelcraft.base.failures import FailureClass, classify, diagnosis
+from kernelcraft.base.errors import KernelcraftError, NotFoundError, UsageError
+from kernelcraft.base.failures import WRONG_RESULT_CLASSES, FailureClass, classify, diagnosis
 from kernelcraft.base.rules import (
     FailureRecorded,
     ImportResult,
@@ -49,7 +56,8 @@ from kernelcraft.base.rules import (
     RuleStatus,
 )
 from kernelcraft.base.targets import arch_family
-from kernelcraft.knowledge import rule_import
+from kernelcraft.knowledge import dedup, rule_import
+from kernelcraft.knowledge.dedup import RuleJudge
 from kernelcraft.knowledge.text import (
     fts_query,
     is_near_duplicate,
@@ -60,7 +68,13 @@ from kernelcraft.knowledge.text import (
 )
 from kernelcraft.store import Store, code_hash, utcnow
 
-__all__ = ["Rulebook", "rule_uid", "validate_rule"]
+__all__ = ["RuleJudge", "Rulebook", "rule_uid", "validate_rule"]
+
+logger = logging.getLogger(__name__)
+WRONG_RESULT_NOTE = (
+    "recorded; a wrong result counts toward no rule (rules are learnt from compile and runtime errors, "
+    "which name a construct to avoid)"
+)
 
 # Distinct reporting clients that corroborate a rule learnt from clients' word alone.
 MIN_CLIENTS = 2
@@ -97,6 +111,14 @@ def _rule_out(row: Any, score: float = 0.0) -> RuleOut:
     )
 
 
+@dataclass(frozen=True)
+class Judged:
+    """What the judge said of a proposed rule: whether it answered, and the rule it duplicates."""
+
+    answered: bool
+    rule_id: int | None
+
+
 def _scope_weight(rule_family: str | None, family: str | None) -> float:
     if rule_family is None or family is None:
         return SCOPE_GENERAL
@@ -109,13 +131,16 @@ def _count_weight(count: int) -> float:
 
 class Rulebook:
     """The rulebook over one open Store. Cheap to construct; besides the store it holds only the
-    failing verdicts this process's evaluator gave that no failure has claimed yet (`witness`)."""
+    failing verdicts this process's evaluator gave that no failure has claimed yet (`witness`).
+    `judge`: the model that decides whether a proposed rule duplicates an existing one (None: text
+    similarity decides)."""
 
-    def __init__(self, store: Store, activation_count: int = 3) -> None:
+    def __init__(self, store: Store, activation_count: int = 3, *, judge: RuleJudge | None = None) -> None:
         if activation_count < 1:
             raise UsageError(f"activation_count must be at least 1, got {activation_count}")
         self.store = store
         self.activation_count = activation_count
+        self.judge = judge
         self._witnessed: OrderedDict[str, FailureClass] = OrderedDict()
 
     # ------------------------------------------------------------------ writing
@@ -157,10 +182,14 @@ class Rulebook:
         service sets it); a candidate `witness()` noted is evaluated too, with the witnessed class.
 
         `failure_id` names a failure `client` already recorded (the search tree gives it on the
-        node): the rule attaches to it, and a rule never counts one failure twice.
+        node): the rule attaches to it, and a rule never counts one failure twice. Without a rule,
+        or for a wrong result, the failure is recorded and counts toward no rule.
         """
         proposed = validate_rule(rule) if rule is not None else None
-        attaching = failure_id is not None
+        # The model is asked before the write transaction, which it must not hold for seconds.
+        judged = None
+        if proposed is not None and self.judge is not None and failure_class not in WRONG_RESULT_CLASSES:
+            judged = await self._judge_duplicate(proposed)
         async with self.store.transaction() as conn:
             if failure_id is not None:
                 cls = await self._own_failure(conn, failure_id, client)
@@ -181,32 +210,25 @@ class Rulebook:
                     client=client,
                     evaluated=evaluated or witnessed is not None,
                 )
-            if proposed is not None:
-                rule_id, action = await self._add_or_increment(
-                    conn,
-                    proposed,
-                    family=arch_family(arch),
-                    cls=cls,
-                    client=client,
-                    failure_id=failure_id,
-                    op_category=op_category,
+            if proposed is None or cls in WRONG_RESULT_CLASSES:
+                note = WRONG_RESULT_NOTE if proposed is not None else None
+                return FailureRecorded(
+                    failure_id=failure_id, failure_class=cls, rule_action="none", activated=False, note=note
                 )
-            else:
-                # An attached failure was linked to its class's rule when it was first recorded.
-                found = None if attaching else await self._rule_for_class(conn, cls, error)
-                if found is None:
-                    return FailureRecorded(
-                        failure_id=failure_id, failure_class=cls, rule_action="none", activated=False
-                    )
-                rule_id, action = found, "linked"
-                await conn.execute(
-                    "UPDATE rules SET count = count + 1, updated_at = ? WHERE id = ?", (utcnow(), rule_id)
-                )
-            # A failure linked by its class vouches for the count, not for the text (proposed = 0).
+            rule_id, action = await self._add_or_increment(
+                conn,
+                proposed,
+                family=arch_family(arch),
+                cls=cls,
+                client=client,
+                failure_id=failure_id,
+                op_category=op_category,
+                judged=judged,
+            )
             await conn.execute(
-                "INSERT INTO rule_evidence (rule_id, failure_id, proposed) VALUES (?, ?, ?)"
-                " ON CONFLICT(rule_id, failure_id) DO UPDATE SET proposed = max(proposed, excluded.proposed)",
-                (rule_id, failure_id, int(proposed is not None)),
+                "INSERT INTO rule_evidence (rule_id, failure_id, proposed) VALUES (?, ?, 1)"
+                " ON CONFLICT(rule_id, failure_id) DO UPDATE SET proposed = 1",
+                (rule_id, failure_id),
             )
             activated = await self._activate_if_corroborated(conn, rule_id)
             out = await self._get(conn, rule_id)
@@ -262,9 +284,10 @@ class Rulebook:
         client: str,
         failure_id: int | None,
         op_category: str | None,
+        judged: Judged | None,
     ) -> tuple[int, RuleAction]:
         norm = normalize_rule(text)
-        match = await self._find_duplicate(conn, norm)
+        match = await self._find_duplicate(conn, norm, judged)
         now = utcnow()
         if match is not None:
             rule_id, rule_family = match
@@ -290,50 +313,64 @@ class Rulebook:
         assert cur.lastrowid is not None
         return cur.lastrowid, "created"
 
-    async def _find_duplicate(self, conn: aiosqlite.Connection, norm: str) -> tuple[int, str | None] | None:
+    async def _find_duplicate(
+        self, conn: aiosqlite.Connection, norm: str, judged: Judged | None
+    ) -> tuple[int, str | None] | None:
+        """The rule `norm` duplicates: the same normalised text; else the judge's pick when the
+        judge answered; else the most similar near-duplicate by text."""
         rows = await _rows(conn, "SELECT id, arch_family FROM rules WHERE norm_text = ?", (norm,))
         if rows:
             return rows[0][0], rows[0][1]
-        q = fts_query(norm)
-        if q is None:
-            return None
-        rows = await _rows(
-            conn,
-            "SELECT r.id, r.arch_family, r.norm_text FROM"
-            " (SELECT rowid, rank FROM rules_fts WHERE rules_fts MATCH ? ORDER BY rank LIMIT 20) f"
-            " JOIN rules r ON r.id = f.rowid ORDER BY f.rank",
-            (q,),
-        )
+        if judged is not None and judged.answered:
+            if judged.rule_id is None:
+                return None
+            rows = await _rows(conn, "SELECT id, arch_family FROM rules WHERE id = ?", (judged.rule_id,))
+            return (rows[0][0], rows[0][1]) if rows else None
         best: tuple[float, int, str | None] | None = None
-        for rid, fam, other in rows:
+        for rid, fam, other in await self._similar(conn, norm, 20):
             if is_near_duplicate(norm, other):
                 sim = rule_similarity(norm, other)
                 if best is None or sim > best[0]:
                     best = (sim, rid, fam)
         return (best[1], best[2]) if best else None
 
-    async def _rule_for_class(self, conn: aiosqlite.Connection, cls: FailureClass, error: str) -> int | None:
-        """The non-retired rule for this class that best matches the error; the only one if the
-        text matches none; None when several exist and none matches."""
-        rows = await _rows(
+    async def _similar(self, conn: aiosqlite.Connection, norm: str, limit: int) -> list[Any]:
+        """(id, arch_family, norm_text) of the rules FTS5 ranks closest to `norm`, best first."""
+        q = fts_query(norm)
+        if q is None:
+            return []
+        return await _rows(
             conn,
-            "SELECT id FROM rules WHERE failure_class = ? AND status != 'retired' ORDER BY count DESC, id LIMIT 200",
-            (cls.value,),
+            "SELECT r.id, r.arch_family, r.norm_text FROM"
+            " (SELECT rowid, rank FROM rules_fts WHERE rules_fts MATCH ? ORDER BY rank LIMIT ?) f"
+            " JOIN rules r ON r.id = f.rowid ORDER BY f.rank",
+            (q, limit),
         )
-        if not rows:
-            return None
-        ids = [int(r[0]) for r in rows]
-        q = fts_query(diagnosis(error)) or fts_query(error)
-        if q is not None and len(ids) > 1:
+
+    async def _judge_duplicate(self, text: str) -> Judged:
+        """The rule the judge says `text` duplicates (confidence > 0.5), if any. Every rule is shown,
+        as AdaExplore shows its whole memory; past MAX_JUDGED, the closest by text. A judge that
+        fails has not answered: the rule is then compared by text."""
+        assert self.judge is not None
+        conn = self.store.conn
+        total = (await _rows(conn, "SELECT count(*) FROM rules"))[0][0]
+        if total <= dedup.MAX_JUDGED:
+            rows = await _rows(conn, "SELECT id, text FROM rules ORDER BY id")
+        else:
+            ids = [r[0] for r in await self._similar(conn, normalize_rule(text), dedup.MAX_JUDGED)]
             marks = ",".join("?" * len(ids))
-            hit = await _rows(
-                conn,
-                f"SELECT rowid FROM rules_fts WHERE rules_fts MATCH ? AND rowid IN ({marks}) ORDER BY rank LIMIT 1",
-                (q, *ids),
-            )
-            if hit:
-                return int(hit[0][0])
-        return ids[0] if len(ids) == 1 else None
+            rows = await _rows(conn, f"SELECT id, text FROM rules WHERE id IN ({marks}) ORDER BY id", ids)
+        if not rows:
+            return Judged(answered=True, rule_id=None)
+        try:
+            answer = await self.judge(dedup.judge_prompt(text, [r["text"] for r in rows]))
+        except KernelcraftError as e:
+            logger.warning("the rule judge failed (%s); the proposed rule is compared by text instead", e)
+            return Judged(answered=False, rule_id=None)
+        judgement = dedup.read_judgement(answer, len(rows))
+        if judgement is None or not dedup.is_duplicate(judgement):
+            return Judged(answered=True, rule_id=None)
+        return Judged(answered=True, rule_id=int(rows[judgement[0]]["id"]))
 
     async def _activate_if_corroborated(self, conn: aiosqlite.Connection, rule_id: int) -> bool:
         """Activate a candidate rule whose count reached the activation count and whose text is

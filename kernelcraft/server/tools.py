@@ -148,7 +148,8 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
             Field(
                 description="One sentence starting 'You cannot ...' stating the general mistake, so that "
                 "later kernels avoid it (e.g. 'You cannot call tl.float32 as a function inside a Triton "
-                "kernel.'), or 'no guidance'. Omit to let the failure class pick the rule.",
+                "kernel.'), or 'no guidance'. Omit it and the failure is recorded, counted toward no rule. "
+                "A wrong result (mismatch, NaN, wrong shape or dtype) counts toward no rule either.",
             ),
         ] = None,
         failure_class: Annotated[
