@@ -148,7 +148,8 @@ def register(sub: Subcommands) -> None:
         "optimize",
         help="optimise a task's kernel with the tree search (AdaExplore's Explore)",
         description="Run the search tree on TASK: large steps write new kernels, small steps refine one; "
-        "failures grow the rulebook. Resumable: rerun with the same --out to continue.",
+        "failures are recorded in the rulebook (adapt learns rules from them). Resumable: rerun with the "
+        "same --out to continue.",
     )
     p.add_argument(
         "task", type=Path, help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
