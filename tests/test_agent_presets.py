@@ -21,6 +21,7 @@ from kernelcraft.agent.runloop import learns_from
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
+from kernelcraft.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = ROOT / "examples" / "elementwise" / "task.py"
@@ -142,6 +143,41 @@ async def test_adapt_runs_the_presets_25_steps_per_task_and_its_trees_learn_rule
     )
     assert [(o.steps, o.preset) for o in ran] == [(25, "kernelcraft"), (25, "adaexplore"), (3, "kernelcraft")]
     assert all(o.params == {"learn_rules": True} and o.tuner_steps == "off" for o in ran)
+
+
+def test_kernelcraft_adapt_without_steps_takes_the_presets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "gelu.py").write_text(TASK.read_text())
+    (tasks / "gelu_seed.py").write_text(SEED)
+    ran: list[OptimizeOptions] = []
+
+    async def fake_optimize(opts: OptimizeOptions) -> dict[str, Any]:
+        ran.append(opts)
+        usage = {"total_tokens": 0, "cost_usd": None}
+        return {
+            "tree_id": 1,
+            "steps_done": 0,
+            "correct": 0,
+            "failures_by_class": {},
+            "best": None,
+            "usage": usage,
+        }
+
+    async def no_rules(opts: AdaptOptions) -> dict[str, dict[str, Any]]:
+        return {}
+
+    monkeypatch.setattr(adapt_module, "optimize", fake_optimize)
+    monkeypatch.setattr(adapt_module, "_rule_counts", no_rules)
+    out = str(tmp_path / "a")
+    with pytest.raises(SystemExit) as done:
+        main(["adapt", str(tasks), "--llm", "none", "--preset", "adaexplore", "--out", out, "-q"])
+    assert done.value.code == 0 and [(o.steps, o.preset) for o in ran] == [(25, "adaexplore")]
+    with pytest.raises(SystemExit) as refused:
+        main(["adapt", str(tasks), "--llm", "none", "--steps", "0", "--out", out, "-q"])
+    assert refused.value.code == 2 and len(ran) == 1
 
 
 @pytest.mark.slow

@@ -84,8 +84,9 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _check_steps(steps: int) -> None:
-    if steps < 1:
+def _check_steps(steps: int | None) -> None:
+    """None: adapt's default, the preset's steps per task."""
+    if steps is not None and steps < 1:
         raise UsageError(f"--steps must be at least 1, not {steps}")
 
 
