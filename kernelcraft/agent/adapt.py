@@ -18,7 +18,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kernelcraft.agent.explore import OptimizeOptions, find_seed, optimize
 from kernelcraft.agent.llm import LLMConfig, load_dotenv
@@ -43,6 +43,8 @@ class AdaptOptions:
     max_total_tokens: int | None = None
     max_dollars: float | None = None
     progress: bool = True
+    evaluator: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
 
 
 def discover_tasks(folder: Path) -> list[Path]:
@@ -105,6 +107,8 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
             server_url=opts.server_url,
             token_env=opts.token_env,
             db_path=opts.db_path,
+            evaluator=opts.evaluator,
+            ray_address=opts.ray_address,
             max_total_tokens=tokens_left,
             max_dollars=dollars_left,
             progress=opts.progress,

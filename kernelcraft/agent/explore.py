@@ -91,6 +91,9 @@ class OptimizeOptions:
     progress: bool = True
     compile_check: bool = True
     tuner_steps: TunerSteps | None = None  # with an LLM: which small steps the tuner writes; None: the tree's
+    parallel: int = 1  # steps in flight at once
+    evaluator: Literal["local", "ray"] = "local"  # the in-process server's evaluator
+    ray_address: str | None = None
 
     def tree_params(self) -> dict[str, int | float | str | bool]:
         """The values this run puts over its preset's."""
@@ -137,7 +140,11 @@ async def optimize(opts: OptimizeOptions) -> dict[str, Any]:
     place = tree_place(opts, meta)
     try:
         async with open_session(
-            server_url=place.server_url, token_env=opts.token_env, db_path=place.db_path
+            server_url=place.server_url,
+            token_env=opts.token_env,
+            db_path=place.db_path,
+            evaluator=opts.evaluator,
+            ray_address=opts.ray_address,
         ) as session:
             if meta is None:
                 started = await start_tree(opts, inputs, session, run, place)
@@ -187,6 +194,8 @@ def read_inputs(opts: OptimizeOptions) -> RunInputs:
             )
     if opts.steps < 1:
         raise UsageError("--steps must be at least 1")
+    if opts.parallel < 1:
+        raise UsageError("--parallel must be at least 1")
     return RunInputs(task_source, seed_path, seed_code)
 
 

@@ -233,7 +233,8 @@ class TunerProposer:
                 obs.append(
                     Observation(
                         t["config"],
-                        ok=r.get("outcome") == "correct",
+                        # a proposal still being evaluated (--parallel) counts as tried, presumed fine
+                        ok=r.get("outcome") in ("correct", "pending"),
                         time_us=r.get("candidate_us"),
                         failure_class=r.get("failure_class"),
                         shared_fraction=t.get("shared_fraction"),

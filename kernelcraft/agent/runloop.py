@@ -9,6 +9,7 @@ learns rules and the failure is a compile or runtime error, appends the step's r
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import Counter
@@ -149,6 +150,8 @@ class Explorer:
             for r in self.records
             if r.get("failure_class") and r.get("outcome") != "correct"
         )
+        self.pending: list[dict[str, Any]] = []  # steps being evaluated (--parallel): their proposals
+        self._tuner_lock = asyncio.Lock()
         self.best = started.best
         self.best_code = started.best_code
         self.measured = started.measured
@@ -191,6 +194,30 @@ class Explorer:
         return summary
 
     async def run_loop(self, step: NextStep | None, note: str | None) -> str:
+        """Keep `--parallel` steps in flight: the first step and K-1 more (`another_step`), each a
+        lane that writes, submits and takes the next step its submit returns. Lanes share the
+        records, the best kernel and the meter; each LLM lane has its own writer (per-step usage)."""
+        if step is None or self.opts.parallel <= 1:
+            return await self._lane(step, note, self.writer)
+        steps = [step]
+        while len(steps) < self.opts.parallel:
+            extra = (await self.session.another_step(self.tree_id)).next_step
+            if extra is None:  # the budget is spent or held by the steps already out
+                break
+            steps.append(extra)
+        lanes = [
+            asyncio.ensure_future(self._lane(s, note, self.writer if i == 0 else self._new_writer()))
+            for i, s in enumerate(steps)
+        ]
+        try:
+            ends = await asyncio.gather(*lanes)
+        finally:
+            for lane in lanes:
+                lane.cancel()
+            await asyncio.gather(*lanes, return_exceptions=True)
+        return next((e for e in ends if "budget spent (" in e), ends[-1])
+
+    async def _lane(self, step: NextStep | None, note: str | None, writer: LLMProposer | None) -> str:
         while step is not None:
             spent = self._budget_stop()
             if spent:
@@ -198,16 +225,40 @@ class Explorer:
                     spent + f"; rerun with the same --out and a larger budget to continue tree {self.tree_id}"
                 )
             self._show(len(self.records) + 1, f"{step.kind} step on node {step.parent_id}")
-            result = await self.step_once(step)
+            result = await self.step_once(step, writer)
             self._show(len(self.records), f"node {result.node.id}: {result.node.outcome}")
             step, note = result.next_step, result.next_step_note
         return note or "the tree's budget is spent"
 
-    async def step_once(self, step: NextStep) -> SubmitResult:
+    def _new_writer(self) -> LLMProposer | None:
+        if self.writer is None:
+            return None
+        w = self.writer
+        return LLMProposer(
+            w.llm, w.meter, w.session, task_source=w.task_source, target=w.target, edit_retries=w.edit_retries
+        )
+
+    async def step_once(self, step: NextStep, writer: LLMProposer | None = None) -> SubmitResult:
         t0 = time.monotonic()
-        if self.writer is not None:
-            self.writer.begin_step()
-        outcome, fallback = await self._write(step)
+        writer = writer or self.writer
+        if writer is not None:
+            writer.begin_step()
+        outcome, fallback = await self._write(step, writer)
+        pending = {**outcome.info, "outcome": "pending"}
+        self.pending.append(pending)
+        try:
+            return await self._submit(step, writer, outcome, fallback, t0)
+        finally:
+            self.pending.remove(pending)
+
+    async def _submit(
+        self,
+        step: NextStep,
+        writer: LLMProposer | None,
+        outcome: StepOutcome,
+        fallback: str | None,
+        t0: float,
+    ) -> SubmitResult:
         proposer: Proposer = "tuner" if outcome.info.get("mode") == "tuner" else "llm"
         if outcome.code is None:
             reason = outcome.driver_failure or "the step produced no candidate"
@@ -222,15 +273,15 @@ class Explorer:
                 self.failures[node.failure_class.value] += 1
             # a failed tuner proposal is a bad configuration, not a lesson worth tokens
             if (
-                self.writer is not None
+                writer is not None
                 and outcome.code is not None
                 and proposer == "llm"
                 and self.config.learn_rules
                 and learns_from(node)
             ):
-                record["rule"] = await self.writer.propose_rule(outcome.code, node)
+                record["rule"] = await writer.propose_rule(outcome.code, node)
         record["seconds"] = round(time.monotonic() - t0, 3)
-        record["usage"] = (self.writer.usage if self.writer is not None else Usage()).to_dict()
+        record["usage"] = (writer.usage if writer is not None else Usage()).to_dict()
         record["usage_total"] = self.meter.total.to_dict()
         self.run.append_step(record)
         self.records.append(record)
@@ -238,18 +289,24 @@ class Explorer:
             self._update_best(result.best or node, outcome.code)
         return result
 
-    async def _write(self, step: NextStep) -> tuple[StepOutcome, str | None]:
+    async def _write(self, step: NextStep, writer: LLMProposer | None) -> tuple[StepOutcome, str | None]:
         """The step's candidate (or why none), and why the tuner gave a step back to the LLM."""
-        if self.writer is None:
-            return await self.tuner.step(step, self.records, self.best_code), None
+        if writer is None:
+            return await self._tune(step), None
         if step.kind == "large":
-            return await self.writer.large(step), None
+            return await writer.large(step), None
         if small_proposer(step, self.tuner_steps, self.records) == "tuner":
-            outcome = await self.tuner.step(step, self.records, self.best_code)
+            outcome = await self._tune(step)
             if outcome.code is None:  # nothing left to tune: the LLM writes the step after all
-                return await self.writer.small(step), outcome.driver_failure
+                return await writer.small(step), outcome.driver_failure
             return outcome, None
-        return await self.writer.small(step), None
+        return await writer.small(step), None
+
+    async def _tune(self, step: NextStep) -> StepOutcome:
+        """The tuner's proposal, one lane at a time: it sees the proposals still being evaluated
+        (`pending`) as tried, so parallel lanes never propose the same configuration."""
+        async with self._tuner_lock:
+            return await self.tuner.step(step, self.records + self.pending, self.best_code)
 
     def _record(
         self,

@@ -8,12 +8,13 @@ names). Tool errors (`is_error`) become `KernelcraftError`s carrying the server'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from mcp import Client
 from pydantic import BaseModel
@@ -106,6 +107,12 @@ class ToolSession:
             "search_tree_step", {"action": "status", "tree_id": tree_id}, "status", TreeStatus
         )
 
+    async def another_step(self, tree_id: int) -> TreeStatus:
+        """A new step beside those this client holds (action 'next')."""
+        return await self._model(
+            "search_tree_step", {"action": "next", "tree_id": tree_id}, "status", TreeStatus
+        )
+
     async def compile(self, reference_code: str, code: str, targets: list[str]) -> CompileResult:
         return await self._model(
             "compile_kernel",
@@ -149,9 +156,20 @@ class ToolSession:
 
 @asynccontextmanager
 async def open_session(
-    *, server_url: str | None, token_env: str | None, db_path: Path | None
+    *,
+    server_url: str | None,
+    token_env: str | None,
+    db_path: Path | None,
+    evaluator: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
 ) -> AsyncIterator[ToolSession]:
-    """An MCP session to the in-process server (default) or to `server_url`."""
+    """An MCP session to the in-process server (default; its evaluator `evaluator`, see
+    `Settings`) or to `server_url` (which evaluates with its own)."""
+    if server_url and evaluator != "local":
+        raise UsageError(
+            f"--evaluator {evaluator} sets the in-process server's evaluator; the server at {server_url} "
+            "evaluates with its own (start it with `kernelcraft serve --evaluator ray`)"
+        )
     if server_url:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -190,7 +208,7 @@ async def open_session(
     from kernelcraft.base.config import Settings
     from kernelcraft.server.app import create_server
 
-    settings = Settings.from_env(db_path)
+    settings = dataclasses.replace(Settings.from_env(db_path), evaluator=evaluator, ray_address=ray_address)
     server = create_server(settings)
     async with Client(server) as client:
         yield ToolSession(client, f"the in-process server (database {settings.db_path})")

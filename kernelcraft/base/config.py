@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from kernelcraft.base.errors import UsageError
 
@@ -67,6 +68,10 @@ class Settings:
     db_path: Path
     rule_activation_count: int = 3
     max_code_bytes: int = 1_000_000
+    # Where candidates are evaluated: "local" (this machine's GPUs) or "ray" (a Ray cluster's,
+    # at `ray_address`; None starts a one-machine cluster). See kernelcraft/engine/ray_evaluator.py.
+    evaluator: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
 
     @classmethod
     def from_env(cls, db_path: str | Path | None = None) -> Settings:

@@ -51,3 +51,8 @@ class LLMError(KernelcraftError):
 class LLMSetupError(UsageError, LLMError):
     """The LLM's settings are unusable before any call: a missing API key, no model name. A usage
     error (exit 2), caught before any work starts."""
+
+
+class InfrastructureError(KernelcraftError):
+    """The evaluation machinery failed under a job (a Ray node or actor died, a worker pool could
+    not start): no verdict on the candidate was reached, and the job may be submitted again."""

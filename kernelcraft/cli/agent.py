@@ -10,7 +10,17 @@ from kernelcraft.agent.llm import LLMConfig
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES
 from kernelcraft.base.targets import KNOWN_TARGETS
-from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK, Subcommands, add_db, add_json, print_json, run
+from kernelcraft.cli.common import (
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    Subcommands,
+    add_db,
+    add_evaluator,
+    add_json,
+    check_evaluator_args,
+    print_json,
+    run,
+)
 
 LLM_HELP = (
     "anthropic (key in $ANTHROPIC_API_KEY), openai (any OpenAI-compatible server: OpenAI, vLLM, "
@@ -54,6 +64,7 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--token-env", metavar="VAR", help="variable holding the bearer token for --server")
     add_db(g, "database of the in-process server")
     g.add_argument("--target", choices=KNOWN_TARGETS, default="sm_90a", help="GPU the kernels are for")
+    add_evaluator(g)
 
 
 def llm_config(args: argparse.Namespace) -> LLMConfig:
@@ -68,8 +79,11 @@ def llm_config(args: argparse.Namespace) -> LLMConfig:
 
 
 def _run_options(args: argparse.Namespace) -> dict[str, Any]:
-    """What `optimize` and `adapt` share: budget, LLM, server, target, output, progress."""
+    """What `optimize` and `adapt` share: budget, LLM, server, evaluator, target, output, progress."""
+    check_evaluator_args(args.evaluator, args.ray_address)
     return {
+        "evaluator": args.evaluator,
+        "ray_address": args.ray_address,
         "steps": args.steps,
         "preset": args.preset,
         "llm": llm_config(args),
@@ -123,6 +137,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         search_seed=args.search_seed,
         compile_check=not args.no_compile_check,
         tuner_steps=args.tuner_steps,
+        parallel=args.parallel,
         **_run_options(args),
     )
     summary = run(lambda: optimize(opts))
@@ -175,6 +190,14 @@ def register(sub: Subcommands) -> None:
         "only (every such step), off (never); default: the preset's (kernelcraft alternate, adaexplore off)",
     )
     _preset_arg(p)
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="K",
+        help="steps in flight at once (each written and evaluated while the others are); "
+        "the tree counts the ones in flight as visits, see the README",
+    )
     add_json(p, "the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     _llm_args(p)

@@ -19,6 +19,8 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 import anyio
 from pydantic import BaseModel
 
+from kernelcraft.base.errors import UsageError
+
 T = TypeVar("T")
 
 # The exit codes of every command (the README's table). `--json` changes what goes to stdout,
@@ -86,6 +88,33 @@ def add_json(p: Options, what: str = "the result as one JSON object") -> None:
 def add_device(p: Options) -> None:
     """The hidden `--device auto|cuda|cpu` of the commands that evaluate candidates (tests force cpu)."""
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help=argparse.SUPPRESS)
+
+
+def add_evaluator(p: Options) -> None:
+    """`--evaluator local|ray` and `--ray-address`: where the server evaluates candidates."""
+    p.add_argument(
+        "--evaluator",
+        choices=("local", "ray"),
+        default="local",
+        help="where candidates are evaluated: this machine's GPUs, or a Ray cluster's (pip install "
+        "'kernelcraft[ray]'; one actor per GPU)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        default=None,
+        help="with --evaluator ray: 'auto' (the cluster `ray start` runs here) or ray://HOST:PORT; "
+        "default: a one-machine cluster started for this process",
+    )
+
+
+def check_evaluator_args(evaluator: str, ray_address: str | None) -> None:
+    """Refuse, before anything starts, a Ray address without the Ray evaluator, and the Ray
+    evaluator without Ray installed."""
+    if ray_address and evaluator != "ray":
+        raise UsageError("--ray-address applies to the Ray evaluator: add --evaluator ray")
+    if evaluator == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--evaluator ray needs Ray: pip install 'kernelcraft[ray]'")
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:

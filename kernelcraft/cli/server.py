@@ -10,6 +10,7 @@ stderr; stdout belongs to the stdio protocol.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, run
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_evaluator, check_evaluator_args, run
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -64,13 +65,14 @@ def register(sub: Subcommands) -> None:
     p.add_argument(
         "--public-url", default=None, help="HTTP: the base URL clients use, if not http://HOST:PORT"
     )
+    add_evaluator(p)
     p.set_defaults(func=run_serve)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from kernelcraft.server.hardening import drop_secrets, make_undumpable
 
-    settings = Settings.from_env(args.db)
+    settings = settings_from_args(args)
     plan = http_plan_from_args(args) if args.transport == "http" else None
     # The tokens are read (the verifier keeps their digests): no secret stays in the environment,
     # and no same-user process reads this one's environment or memory.
@@ -84,6 +86,13 @@ def run_serve(args: argparse.Namespace) -> int:
     else:
         serve_http(settings, plan)
     return EXIT_OK
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    check_evaluator_args(args.evaluator, args.ray_address)
+    return dataclasses.replace(
+        Settings.from_env(args.db), evaluator=args.evaluator, ray_address=args.ray_address
+    )
 
 
 def check_database(path: Path) -> None:

@@ -80,7 +80,10 @@ def base_env(device: str, gpu: int | None, interpret: bool) -> dict[str, str]:
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     if device == "cuda" and gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        # `gpu` counts the GPUs this process sees: under a CUDA_VISIBLE_DEVICES (a Ray actor's),
+        # the worker must get the same physical GPU, not the machine's GPU of that index.
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
     if device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
     return env

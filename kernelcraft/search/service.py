@@ -423,10 +423,10 @@ class SearchService:
             step_node, note = await issue_step(conn, tree, client, now)
         return (await self._next_step(tree_id, step_node) if step_node is not None else None), note
 
-    async def status(self, tree_id: int, *, client: str = "local") -> TreeStatus:
+    async def status(self, tree_id: int, *, client: str = "local", new_step: bool = False) -> TreeStatus:
         """Best node (with code and verdict), counts by outcome, budget, and `client`'s next step:
         the step it already holds if any (so a restarted client picks up where it stopped), else
-        a new one.
+        a new one. `new_step`: always a new one (a client writing several steps at once).
 
         Raises:
             NotFoundError: no such tree.
@@ -435,7 +435,7 @@ class SearchService:
         async with self.store.transaction() as conn:
             tree = await repository.load_tree(conn, tree_id)
             note = None
-            step_node = await repository.held_step(conn, tree_id, client, iso(now))
+            step_node = None if new_step else await repository.held_step(conn, tree_id, client, iso(now))
             if step_node is None:
                 step_node, note = await issue_step(conn, tree, client, now)
             tree = await repository.load_tree(conn, tree_id)

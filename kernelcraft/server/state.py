@@ -54,6 +54,12 @@ class StateSlot:
 
 
 def default_evaluator_factory(settings: Settings) -> Evaluator:
+    """The evaluator `settings.evaluator` names: this machine's (default), or a Ray cluster's
+    (Ray is imported only then)."""
+    if settings.evaluator == "ray":
+        from kernelcraft.engine.ray_evaluator import RayEvaluator
+
+        return RayEvaluator(address=settings.ray_address)
     from kernelcraft.engine.local import LocalEvaluator
 
     return LocalEvaluator()

@@ -48,7 +48,7 @@ from kernelcraft.store import code_hash
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-SearchAction = Literal["start", "submit", "status", "abandon"]
+SearchAction = Literal["start", "submit", "status", "abandon", "next"]
 
 # Queries and evaluations change nothing a later call can see; open_world false: they touch only
 # this server's database and workers, never the internet.
@@ -319,7 +319,8 @@ def _stage(part: T | None, stage: str) -> T:
 
 
 class SearchStep(BaseModel):
-    """What search_tree_step answers: exactly one of start, submit, status, abandon is set, per the action."""
+    """What search_tree_step answers: exactly one of start, submit, status, abandon is set, per the action
+    (status for both status and next)."""
 
     action: SearchAction
     start: StartResult | None = Field(
@@ -330,7 +331,7 @@ class SearchStep(BaseModel):
     )
     status: TreeStatus | None = Field(
         default=None,
-        description="For action 'status': the best kernel so far, counts, budget and your next step.",
+        description="For actions 'status' and 'next': the best kernel so far, counts, budget and your next step.",
     )
     abandon: SubmitResult | None = Field(
         default=None,
@@ -358,7 +359,9 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
                 "'submit': the candidate_code you wrote for a step (tree_id, node_id) → its verdict and your "
                 "next step; 'status': tree_id → best kernel so far, budget left and your next step; 'abandon': "
                 "give up a step you could write no candidate for (tree_id, node_id, reason) → it is recorded "
-                "as failed without an evaluation, and your next step.",
+                "as failed without an evaluation, and your next step; 'next': tree_id → like status, but always a new "
+                "step beside those you hold (to write several candidates at once; steps in flight count as "
+                "visits of their branch, so parallel steps spread over the tree).",
             ),
         ],
         reference_code: Annotated[
@@ -474,7 +477,8 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
                 return SearchStep(action=action, abandon=abandoned)
             _require(action, tree_id=tree_id)
             assert tree_id is not None
-            return SearchStep(action=action, status=await state.search.status(tree_id, client=client))
+            status = await state.search.status(tree_id, client=client, new_step=action == "next")
+            return SearchStep(action=action, status=status)
 
 
 class DocResults(BaseModel):
