@@ -467,7 +467,7 @@ async def test_a_submit_without_its_node_is_a_tool_error_naming_what_is_missing(
 @pytest.mark.anyio
 async def test_an_unknown_action_is_a_tool_error_listing_the_actions(client: Client) -> None:
     text = error_text(await client.call_tool("search_tree_step", {"action": "undo"}))
-    assert "'start', 'submit', 'status' or 'abandon'" in text
+    assert "'start', 'submit', 'status', 'abandon' or 'next'" in text
 
 
 @pytest.mark.anyio
