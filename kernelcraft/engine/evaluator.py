@@ -1,8 +1,9 @@
 """The evaluator: where compile, verify and profile jobs go.
 
 `Evaluator` is the interface every caller (CLI, search tree, MCP server) uses. `LocalEvaluator`
-(in `kernelcraft.engine.local`) runs jobs on this machine in isolated worker processes; a later
-Ray implementation will sit behind the same interface.
+(in `kernelcraft.engine.local`) runs jobs on this machine in isolated worker processes;
+`RayEvaluator` (in `kernelcraft.engine.ray_evaluator`) runs them on a Ray cluster's actors, each
+owning a `LocalEvaluator`.
 """
 
 from __future__ import annotations

@@ -139,6 +139,11 @@ class LocalEvaluator:
     def has_gpu(self) -> bool:
         return self._gpus > 0
 
+    @property
+    def workers(self) -> int:
+        """Workers kept started per device (a job takes two)."""
+        return self._workers
+
     def active_worker_pids(self) -> list[int]:
         """Process ids of the workers that jobs hold right now (for tests and diagnostics)."""
         return [w.pid for w in self._active if w.pid is not None]

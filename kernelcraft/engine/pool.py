@@ -8,7 +8,7 @@ is one worker: its own session (process group), a scrubbed environment, its own 
 torch and the harness imported once) and, when it is unavailable, spawned as
 `python -m kernelcraft.engine.worker` (`KERNELCRAFT_ZYGOTE=off` forces this).
 
-Only `local.py` uses this module; nothing here imports torch.
+Only `local.py` (and `ray_evaluator.py`, for `scrubbed_env`) uses this module; nothing here imports torch.
 """
 
 from __future__ import annotations

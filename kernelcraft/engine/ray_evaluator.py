@@ -95,6 +95,7 @@ class EvalActor:
             "pid": os.getpid(),
             "has_gpu": self.evaluator.has_gpu,
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "workers": self.evaluator.workers,
         }
 
     async def start(self) -> None:
@@ -163,7 +164,9 @@ class RayEvaluator:
       joins the cluster `ray start` runs on this machine; "ray://host:10001" a remote one through
       Ray Client. A Ray already initialised in this process is used as it is.
     actors: at most this many actors (default: one per GPU, else one per `cpus_per_actor` CPUs).
-    jobs_per_actor: jobs an actor runs at once (its evaluator overlaps loading with timing).
+    jobs_per_actor: jobs an actor runs at once; default: one more than its evaluator's workers
+      run at once (two a job), so that a job's loading and JIT overlap another's GPU time, as a
+      local batch does, and no job queues on a busy actor while another is free.
     workers, memory_limit_gb: each actor's `LocalEvaluator`'s.
     """
 
@@ -173,7 +176,7 @@ class RayEvaluator:
         address: str | None = None,
         actors: int | None = None,
         cpus_per_actor: float = 2.0,
-        jobs_per_actor: int = 2,
+        jobs_per_actor: int | None = None,
         workers: int | None = None,
         memory_limit_gb: float | None = 8.0,
     ) -> None:
@@ -191,7 +194,8 @@ class RayEvaluator:
         # The actors start with `start` (or the first job), not here: a server that never
         # evaluates (a `tree show`) starts none.
         self.handles: dict[str, Any] = {}
-        self.router = Router(Slot(f"actor-{i}", capacity=jobs_per_actor) for i in range(self._count))
+        self._jobs_per_actor = jobs_per_actor
+        self.router = Router(Slot(f"actor-{i}", capacity=jobs_per_actor or 2) for i in range(self._count))
         self.faults: deque[str] = deque(maxlen=100)  # infrastructure faults, newest last
         self.placements: deque[tuple[str, str]] = deque(maxlen=1000)  # (task sha256, actor), per job
         self._started: asyncio.Task[None] | None = None
@@ -241,6 +245,7 @@ class RayEvaluator:
                 slot.where = f"{info['host']} pid {info['pid']}" + (
                     f" GPU {info['gpu']}" if info.get("gpu") else ""
                 )
+                slot.capacity = self._jobs_per_actor or info["workers"] // 2 + 1
                 await self.handles[name].start.remote()
             except Exception as e:
                 self._fault(f"{name} could not start: {_cause(e)}")
