@@ -48,7 +48,7 @@ import ast
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kernelcraft.agent.llm import LLMConfig, Usage, UsageMeter, load_dotenv, make_llm
 from kernelcraft.agent.rundir import RunDir
