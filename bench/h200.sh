@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
-#   bash bench/h200.sh STEP...     (steps: verify trace gputests capture eval tuner server)
-# Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS.
+#   bash bench/h200.sh STEP...     (steps: verify trace gputests capture eval tuner server level)
+# Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
+# LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/, see bench/README.md).
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
 # logs and JSON under $OUT. Everything it reports comes from this machine. Make .whl/ here first
 # (git ignores it) and name it in the device call's `carry`:
@@ -28,6 +29,11 @@ for step in "$@"; do
     eval) run bench_eval python3 bench/bench_eval.py ${EVAL_ARGS:-} ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
+    level)  # resumable: runs/ survives between calls on a warm machine; call again until every task is done
+      for l in ${LEVELS:-1 2}; do
+        run "level${l}_baseline" python3 -m kernelcraft level ".kb/KernelBench/level$l" --baseline --out "runs/kb-baseline-level$l"
+        cp -r "runs/kb-baseline-level$l" "$OUT/"
+      done ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -4,7 +4,8 @@
 
 A layer imports only the layers this table allows (and itself). The agent speaks MCP: its one
 use of the server is to start an in-process one. Engine and knowledge are siblings and never
-import each other. `report` is a leaf beside the chain: it imports only base, and cli, agent and
+import each other. `level` (whole KernelBench levels) sits beside search: it imports the engine and
+base, and cli and server use it. `report` is a leaf beside the chain: it imports only base, and cli, agent and
 server draw with it.
 """
 
@@ -21,9 +22,10 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"base"},
     "knowledge": {"store", "base"},
     "search": {"engine", "knowledge", "store", "base"},
-    "server": {"search", "engine", "knowledge", "report", "store", "base"},
+    "level": {"engine", "base"},
+    "server": {"search", "level", "engine", "knowledge", "report", "store", "base"},
     "agent": {"server", "report", "base"},
-    "cli": {"agent", "server", "search", "engine", "knowledge", "report", "store", "base"},
+    "cli": {"agent", "server", "search", "level", "engine", "knowledge", "report", "store", "base"},
     "report": {"base"},
 }
 # The package root (`kernelcraft/__init__.py`, `__main__.py`) only names the version and runs the CLI.

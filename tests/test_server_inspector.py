@@ -46,6 +46,7 @@ def test_the_inspector_lists_the_tools(tmp_path: Path) -> None:
         "compile_kernel",
         "verify_against_reference",
         "profile_kernel",
+        "evaluate_level",
         "query_rules",
         "record_failure",
         "search_tree_step",

@@ -14,7 +14,9 @@ from pydantic import BaseModel, Field, model_validator
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.targets import DEFAULT_TARGETS
 
-Stage = Literal["compile", "verify", "profile"]
+Stage = Literal["compile", "verify", "profile", "baseline"]
+"""`baseline` times the reference alone (eager and torch.compile) and loads no candidate: a job
+that asks for it asks for nothing else and needs no `candidate_source`."""
 
 
 class Evidence(BaseModel):
@@ -184,7 +186,9 @@ class EvalJob(BaseModel):
     """One request to the evaluator. Sources travel as text: nothing is imported by the caller."""
 
     task_source: str = Field(description="KernelBench-format module: Model, get_inputs, get_init_inputs.")
-    candidate_source: str = Field(description="Module with class ModelNew launching @triton.jit kernels.")
+    candidate_source: str = Field(
+        default="", description="Module with class ModelNew launching @triton.jit kernels ('' for baseline)."
+    )
     task_name: str = "task.py"
     candidate_name: str = "candidate.py"
     stages: list[Stage] = Field(default_factory=lambda: ["verify"])  # type: ignore[arg-type]
@@ -194,6 +198,17 @@ class EvalJob(BaseModel):
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops forward() may use.")
     roofline_target: str = "sm_90a"
 
+    @model_validator(mode="after")
+    def _baseline_alone(self) -> EvalJob:
+        if "baseline" in self.stages and list(self.stages) != ["baseline"]:
+            raise ValueError("the baseline stage times the reference alone: ask for it without other stages")
+        return self
+
+    @property
+    def baseline_only(self) -> bool:
+        """The job times the reference alone and loads no candidate."""
+        return list(self.stages) == ["baseline"]
+
 
 class EvalResult(BaseModel):
     """What the evaluator answers: one result per requested stage."""
@@ -201,6 +216,11 @@ class EvalResult(BaseModel):
     compile: CompileResult | None = None
     verify: VerifyResult | None = None
     profile: ProfileResult | None = None
+    baseline: ProfileResult | None = Field(
+        default=None,
+        description="The reference alone (no candidate): eager and torch.compile timings on a GPU; "
+        "without one, the roofline floor.",
+    )
     seconds: float = 0.0
     stage_seconds: dict[str, float] = Field(
         default_factory=dict,

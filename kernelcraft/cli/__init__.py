@@ -1,7 +1,7 @@
 """The `kernelcraft` command line.
 
-Each layer's subcommands live in a module of this package (`engine`, `knowledge`, `server`,
-`search`, `agent`), each with a `register(subparsers)` function; what they share (options, exit
+Each layer's subcommands live in a module of this package (`engine`, `level`, `knowledge`,
+`server`, `search`, `agent`), each with a `register(subparsers)` function; what they share (options, exit
 codes, the event-loop runner, the JSON printer) is in `common`. This file only assembles them and
 maps errors to exit codes (`common.EXIT_*`, the README's table): 0 success, 1 a negative verdict or
 a failure while working, 2 unusable arguments, files, settings or database, 130 interrupted, 141
@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # Each layer's commands live in their own module here. Imported inside the function so that
     # `kernelcraft --help` stays fast.
-    from kernelcraft.cli import agent, engine, knowledge, report, search, server
+    from kernelcraft.cli import agent, engine, knowledge, level, report, search, server
 
-    for module in (engine, knowledge, server, search, agent, report):
+    for module in (engine, level, knowledge, server, search, agent, report):
         module.register(sub)
     return parser
 

@@ -54,6 +54,7 @@ from kernelcraft.engine.protocol import (
     TimeReference,
     TimingMethod,
     UseInputs,
+    Warm,
     Warmup,
     WarmupReference,
 )
@@ -66,6 +67,7 @@ from kernelcraft.engine.verdicts import (
     fill_failed,
     not_profiled_after,
     profile_result,
+    timing_note,
     verify_result,
 )
 
@@ -138,6 +140,10 @@ class Job:
         try:
             await self.workers.progress(0.0, "waiting for workers")
             cand = await self.start_workers()
+            if self.spec.baseline_only:
+                t = time.perf_counter()
+                result.baseline = await self.baseline_stage()
+                self.workers.stage("baseline", t)
             if "compile" in self.spec.stages:
                 t = time.perf_counter()
                 result.compile = await self.compile_stage()
@@ -414,7 +420,7 @@ class Job:
 
     async def time_reference(self, rounds: _Rounds, *, compiled: bool) -> str | None:
         """One round of the reference's timings; why they failed, if they did."""
-        ref_keys = rounds.keys[1:]
+        ref_keys = [k for k in rounds.keys if k != "candidate"]
         frame = await self.workers.ask_ref(
             TimeReference(
                 budget_ms=PROFILE_BUDGET_MS,
@@ -428,3 +434,54 @@ class Job:
         for k in ref_keys:
             rounds.add(k, timed.samples(k))
         return None
+
+    # ---- baseline: the reference alone ----
+
+    async def baseline_stage(self) -> ProfileResult:
+        """Time the reference alone, eager and under torch.compile, on the task's get_inputs()
+        (as KernelBench's baseline script does, with our interleaved rounds and L2 handling);
+        without a GPU, the roofline floor of the task's real sizes, nothing run."""
+        start = time.perf_counter()
+        if self.device.kind == "cpu":
+            roof, roof_error = await self.roofline()
+            message = NO_GPU_MESSAGE.format(target=self.spec.roofline_target)
+            if roof_error:
+                message += f" (roofline unavailable: {roof_error[:300]})"
+            return ProfileResult(
+                available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3)
+            )
+        await self.workers.progress(0.1, "making the inputs")
+        async with self.workers.gpu_lock(exclusive=False):
+            await self.workers.inputs(0)
+        roof, _ = await self.roofline()
+        await self.workers.progress(0.2, "compiling the reference with torch.compile")
+        async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
+            warm = Warm.from_header(
+                (await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)).header
+            )
+        # A model torch.compile cannot handle still has its eager time.
+        rounds = _Rounds(("eager",) if warm.error else ("eager", "compiled"))
+        async with self.workers.gpu_lock(exclusive=True):
+            while not rounds.done():
+                rounds.count += 1
+                await self.workers.progress(
+                    0.3 + 0.7 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
+                )
+                failed = await self.time_reference(rounds, compiled=warm.error is None)
+                if failed is not None:
+                    return ProfileResult(available=False, message=failed, roofline=roof)
+        t = rounds.timings()
+        if "compiled" in t:
+            self.references.remember_compiled(self.workers.key, t["compiled"])
+        notes = [timing_note(k, v) for k, v in t.items()]
+        if warm.error:
+            notes.append(f"torch.compile failed: {warm.error[:300]}")
+        return ProfileResult(
+            available=True,
+            message="; ".join([*notes, f"{rounds.count} rounds, the reference alone"]),
+            device=device_label(self.device, self.workers.ref.info if self.workers.ref else None),
+            reference_eager=t["eager"],
+            reference_compiled=t.get("compiled"),
+            roofline=roof,
+            seconds=round(time.perf_counter() - start, 3),
+        )

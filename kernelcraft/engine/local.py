@@ -206,8 +206,11 @@ class LocalEvaluator:
         start = time.perf_counter()
         devices = self._ensure_started()
         check_task(job.task_source, job.task_name)
-        tree = check_candidate(job.candidate_source, job.candidate_name)
-        findings = check_candidate_source(tree)
+        findings = (
+            []
+            if job.baseline_only  # no candidate: nothing of one to check
+            else check_candidate_source(check_candidate(job.candidate_source, job.candidate_name))
+        )
         device = min(devices, key=lambda d: d.jobs)
         device.jobs += 1
         try:

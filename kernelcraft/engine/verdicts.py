@@ -65,6 +65,10 @@ def fill_failed(
         result.profile = ProfileResult(
             available=False, message=f"not profiled: {ev.message}", failure_class=cls, evidence=ev
         )
+    if "baseline" in job.stages and result.baseline is None:
+        result.baseline = ProfileResult(
+            available=False, message=f"not timed: {ev.message}", failure_class=cls, evidence=ev
+        )
     return result
 
 

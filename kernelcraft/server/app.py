@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from kernelcraft import __version__
 from kernelcraft.base.config import Settings
 from kernelcraft.server.auth import HttpAuth
+from kernelcraft.server.level_tool import register_level_tool
 from kernelcraft.server.prompts import register_prompts
 from kernelcraft.server.resources import (
     register_doc_resources,
@@ -149,6 +150,7 @@ def create_server(
 
     register_knowledge_tools(mcp)
     register_engine_tools(mcp)
+    register_level_tool(mcp)
     register_search_tool(mcp)
     register_docs_tool(mcp)
     register_rule_resources(mcp, slot)

@@ -1,0 +1,84 @@
+"""The `evaluate_level` MCP tool: `kernelcraft level` for an assistant, with progress per task.
+
+It reads folders on the server's machine, so it serves only the server's own user: a stdio client
+(the assistant that started the server). Over HTTP a teammate's token would let them read any
+`.py` file of the server's user through the verdicts' error texts, so there it is a tool error
+saying to run `kernelcraft level` on that machine instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from kernelcraft.base.level import LevelSummary
+from kernelcraft.level.runner import LevelRun, run_level
+from kernelcraft.level.tasks import parse_problems
+from kernelcraft.server.auth import LOCAL_CLIENT, client_name
+from kernelcraft.server.schema import FlatSchema
+from kernelcraft.server.state import AppState
+from kernelcraft.server.tools import app_state, cleaned, tool_errors
+
+# Writes its out dir (appends outcomes, rewrites the summary); a repeated call resumes to the same result.
+RESUMES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+
+class LevelReport(FlatSchema, LevelSummary):
+    """A level run: counts, fast_p per threshold, the geometric-mean speedup, every task's outcome."""
+
+
+def register_level_tool(mcp: MCPServer[AppState]) -> None:
+    @mcp.tool(title="Evaluate a whole level of tasks", annotations=RESUMES)
+    @cleaned
+    async def evaluate_level(
+        ctx: Context[AppState],
+        tasks_dir: Annotated[
+            str,
+            Field(description="Folder of KernelBench-format tasks on this machine, e.g. KernelBench/level1."),
+        ],
+        out_dir: Annotated[
+            str,
+            Field(
+                description="Folder for results.jsonl, summary.json and KernelBench's JSON files; "
+                "calling again with it skips the tasks already evaluated."
+            ),
+        ],
+        candidates_dir: Annotated[
+            str | None,
+            Field(
+                description="Folder of candidates, each named as its task, <problem_id>_*.py, or "
+                "level_<L>_problem_<id>_sample_0_kernel.py. Omit to time the references alone (baseline)."
+            ),
+        ] = None,
+        problems: Annotated[str | None, Field(description="Only these problem ids, e.g. '1-10,19'.")] = None,
+    ) -> LevelReport:
+        """Evaluate every task of a folder (a KernelBench level) against its candidate: a verdict per
+        task, GPU timings against eager and torch.compile, fast_p at p = 0, 0.5, 1, 1.5, 2 (missing
+        and failing candidates count against) and the geometric-mean speedup. Without candidates_dir,
+        times each reference alone. Without a GPU: verdicts only, fast_p at p = 0. Progress counts tasks."""
+        if client_name() != LOCAL_CLIENT:
+            raise ToolError(
+                "evaluate_level reads folders on the server's machine and serves only its own user (a "
+                "stdio client); run `kernelcraft level` on that machine instead"
+            )
+        state = app_state(ctx)
+
+        async def report(done: int, total: int, message: str) -> None:
+            await ctx.report_progress(done, total, message)
+
+        with tool_errors():
+            run = LevelRun(
+                tasks_dir=Path(tasks_dir).expanduser(),
+                out_dir=Path(out_dir).expanduser(),
+                candidates_dir=Path(candidates_dir).expanduser() if candidates_dir else None,
+                problems=parse_problems(problems) if problems else None,
+            )
+            summary = await run_level(state.evaluator, run, report)
+        return LevelReport.model_validate(summary.model_dump())
