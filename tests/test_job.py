@@ -25,6 +25,7 @@ from kernelcraft.engine.protocol import (
     Outputs,
     RooflineCounted,
     Samples,
+    Sized,
     TaskReady,
     Timed,
     Verdict,
@@ -62,7 +63,16 @@ class ScriptedWorker:
         if "role" in h:
             self.role = h["role"]
             return (
-                TaskReady(input_sets=1) if self.role == "reference" else Loaded(sandbox_unavailable=None)
+                Sized(
+                    inputs_bytes=16,
+                    outputs_bytes=16,
+                    outputs_measured=True,
+                    elements=4,
+                    device_free=80 << 30,
+                    device_total=140 << 30,
+                )
+                if self.role == "reference"
+                else Loaded(sandbox_unavailable=None)
             ).to_header()
         answers = {
             "next": lambda: TaskReady(input_sets=1).to_header(),
@@ -117,6 +127,11 @@ async def _run(pool: ScriptedPool, refs: ReferencePool) -> EvalResult:
     return result
 
 
+async def _parked(refs: ReferencePool) -> None:
+    """Wait for the parked references' rebuilds (sent when they were parked)."""
+    await asyncio.gather(*(p.rebuilt for v in refs._idle.values() for p in v))
+
+
 @pytest.mark.anyio
 async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in_interleaved_rounds() -> None:
     pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
@@ -131,8 +146,10 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
     assert f"{MIN_PROFILE_ROUNDS} interleaved rounds" in p.message
     ref, cand = pool.started
     rounds = ["time_reference"] * MIN_PROFILE_ROUNDS
+    await _parked(refs)
     assert ref.ops() == [
-        None,
+        None,  # load: the reference measures the task ("sized")
+        "next",  # the job reserved its memory: build Model
         "inputs",
         "warmup_reference",
         "inputs",
@@ -142,6 +159,7 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
         "inputs",
         "roofline",
         *rounds,
+        "next",  # parked: it drops the job's tensors and rebuilds Model while idle
     ]
     assert cand.ops() == [None, "warmup", "run", "run", "knockout", *["time_candidate"] * MIN_PROFILE_ROUNDS]
     # The first round lets the worker choose; later rounds keep the method it chose.
@@ -162,7 +180,10 @@ async def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compil
     second = await _run(pool, refs)
     ref = pool.started[0]
     assert len(pool.started) == 3  # one reference, two candidates
-    again = ref.sent[len(ref.sent) - ref.ops()[::-1].index("next") - 1 :]
+    await _parked(refs)
+    nexts = [i for i, op in enumerate(ref.ops()) if op == "next"]
+    assert len(nexts) == 3  # built for the first job, rebuilt when parked after each
+    again = ref.sent[nexts[1] : nexts[2]]
     assert "warmup_reference" not in again
     assert [h["compiled"] for h in again if h.get("op") == "time_reference"] == [False] * MIN_PROFILE_ROUNDS
     assert second.profile is not None and first.profile is not None

@@ -78,6 +78,16 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
         {"type": "ready", "pid": 7, "device": "cuda:0 (NVIDIA H200)"},
     ),
     (p.TaskReady(input_sets=3), {"type": "task_ready", "input_sets": 3}),
+    (
+        p.Sized(inputs_bytes=64, elements=16, shrunk={"dim": [8192, 64]}, shrunk_source="dim = 64"),
+        {
+            "type": "sized",
+            "inputs_bytes": 64,
+            "elements": 16,
+            "shrunk": {"dim": [8192, 64]},
+            "shrunk_source": "dim = 64",
+        },
+    ),
     (p.TaskFailed(error="tb", summary="E()"), {"type": "task_error", "error": "tb", "summary": "E()"}),
     (p.Progress(message="importing"), {"type": "progress", "message": "importing"}),
     (p.InputsMade(inputs=[REC]), {"type": "inputs", "inputs": [REC]}),
@@ -141,7 +151,7 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 def test_every_op_and_message_type_has_one_model() -> None:
     assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 12
-    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 15
+    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 16
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above
 

@@ -84,6 +84,11 @@ class CompileResult(BaseModel):
         default=None, description="Set when discovery or any target failed."
     )
     evidence: Evidence | None = None
+    shapes: str | None = Field(
+        default=None,
+        description="The inputs the launches were found on: the task's get_inputs() (on the meta "
+        "device without a GPU), or the trial's inputs and why.",
+    )
     seconds: float = 0.0
 
 
@@ -197,6 +202,11 @@ class EvalJob(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops forward() may use.")
     roofline_target: str = "sm_90a"
+    full_size: bool = Field(
+        default=False,
+        description="Without a GPU, run the task's own sizes in the interpreter instead of shrinking "
+        "a large KernelBench task's size constants.",
+    )
 
     @model_validator(mode="after")
     def _baseline_alone(self) -> EvalJob:

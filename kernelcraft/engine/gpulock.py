@@ -2,7 +2,7 @@
 
 On a GPU, verification trials (and every other step that uses the GPU) share it with other jobs,
 and a timing has it alone: `GpuLock` is a read/write lock over asyncio, fair to the writer. One
-`Device` per GPU (or one for the CPU) holds its worker pools and its lock. Written by
+`Device` per GPU (or one for the CPU) holds its worker pools, its lock and its memory ledger. Written by
 `LocalEvaluator` only; jobs take the lock through `Job.gpu_lock`.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from kernelcraft.engine.memory import MemoryLedger
 from kernelcraft.engine.pool import WorkerPool
 
 
@@ -87,3 +88,8 @@ class Device:
     """CPU only: workers without the interpreter, for the compile stage (started on first use)."""
     locked: bool = True
     """Jobs take `lock` (a GPU); without a GPU nothing is timed and jobs run without it."""
+    memory: MemoryLedger = field(init=False)
+    """What the jobs on this device reserved of its memory (`memory.py`)."""
+
+    def __post_init__(self) -> None:
+        self.memory = MemoryLedger(self.kind)

@@ -133,7 +133,9 @@ class Job:
 
     @property
     def wants_candidate(self) -> bool:
-        return "verify" in self.spec.stages or "profile" in self.spec.stages
+        """Without a GPU, profile is the roofline floor alone: it needs no candidate."""
+        stages = self.spec.stages
+        return "verify" in stages or ("profile" in stages and not self.workers.interpret)
 
     async def run(self) -> EvalResult:
         result = EvalResult()
@@ -154,6 +156,10 @@ class Job:
                 if cand is None:
                     cand = await self.workers.start_candidate()
                 await self.candidate_stages(result, cand)
+            elif "profile" in self.spec.stages:
+                t = time.perf_counter()
+                result.profile = await self.profile_stage(None)
+                self.workers.stage("profile", t)
         except Stop as stop:
             fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
         finally:
@@ -211,10 +217,14 @@ class Job:
         self.compile_worker = w
         await self.workers.progress(0.05, "loading the candidate")
         try:
-            self.workers.loaded(await self.workers.load(w, "candidate", interpret=False))
+            # Without a GPU this worker loads the task as given and finds the launches on its own
+            # get_inputs() built on the meta device: the task's real shapes, not the CPU's.
+            full = self.workers.interpret
+            self.workers.loaded(await self.workers.load(w, "candidate", interpret=False, full_size=full))
             made, blobs = await self.workers.inputs(0)
             await self.workers.progress(0.1, f"compiling for {', '.join(self.spec.targets)}")
-            await w.send(Compile(targets=list(self.spec.targets), inputs=made.inputs).to_header(), blobs)
+            request = Compile(targets=list(self.spec.targets), inputs=made.inputs, full_size=full)
+            await w.send(request.to_header(), blobs)
             frame = await self.workers.recv(w, candidate=True)
             self.workers.candidate_verdict(frame, Msg.COMPILED)
         except Stop as stop:
@@ -227,7 +237,9 @@ class Job:
             compiled: Compiled | None = Compiled.from_header(frame.header)
         except ValueError:
             compiled = None
-        return compile_result(compiled, time.perf_counter() - start)
+        result = compile_result(compiled, time.perf_counter() - start)
+        result.shapes = compiled.shapes if compiled is not None else None
+        return result
 
     async def warm_up(self, cand: WorkerProcess) -> None:
         """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when
@@ -325,6 +337,7 @@ class Job:
     def verified(
         self, cand: WorkerProcess, done: int, cls: FailureClass | None, ev: Evidence | None, **kw: Any
     ) -> VerifyResult:
+        kw.setdefault("notes", list(self.workers.notes))  # a shrunk task's note, on any verdict
         return verify_result(
             self.spec,
             self.device,
@@ -339,12 +352,14 @@ class Job:
 
     # ---- profile ----
 
-    async def profile_stage(self, cand: WorkerProcess) -> ProfileResult:
+    async def profile_stage(self, cand: WorkerProcess | None) -> ProfileResult:
+        """Time the candidate against the reference on a GPU; without one, the roofline floor
+        only (`cand` is None: no candidate runs)."""
         start = time.perf_counter()
         if self.input_sets > 1 or not self.workers.ref_has_inputs:
             # Verification ended on the last extra input set: time on get_inputs(), the task's own.
             made, blobs = await self.workers.inputs(0)
-            if self.device.kind != "cpu":
+            if cand is not None and self.device.kind != "cpu":
                 await cand.send(UseInputs(inputs=made.inputs).to_header(), blobs)
                 self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
         roof, roof_error = await self.roofline()
@@ -355,6 +370,7 @@ class Job:
             return ProfileResult(
                 available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3)
             )
+        assert cand is not None
         return await self.time_on_gpu(cand, roof, start)
 
     async def roofline(self) -> tuple[Roofline | None, str | None]:

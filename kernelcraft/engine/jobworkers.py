@@ -7,6 +7,12 @@ watchdog; lends the stages the GPU lock (its wait does not count against the dea
 the end kills every worker but a reference worker in sync, which it parks for the next job on the
 task. A candidate's failure leaves any of these as `Stop`, carrying the verdict.
 
+Before the candidate loads, the reference measures the task (`Sized`): the job refuses a task
+that cannot fit the device or the interpreter (`TaskError`, up front), reserves its memory on the
+device's ledger (`memory.py`), and gives the candidate a memory limit sized to the task and, in
+the interpreter, the shrunk task (`shrink.py`). The reference's own timeout or death is the
+task's (`TaskError`), never the candidate's, except while it reads the candidate's outputs.
+
 Used by one `Job` at a time; only the job's stages call it.
 """
 
@@ -24,12 +30,15 @@ from typing import Any, Literal, TypeVar
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine import shrink
 from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device
+from kernelcraft.engine.memory import IDLE_REFERENCE_SHARE, TaskSize, refusal
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.protocol import (
     IMPORTING_CANDIDATE,
+    Compare,
     InputsMade,
     Load,
     Loaded,
@@ -38,11 +47,12 @@ from kernelcraft.engine.protocol import (
     NextJob,
     Reply,
     Request,
+    Sized,
     TaskFailed,
     TaskReady,
     Verdict,
 )
-from kernelcraft.engine.references import ReferencePool, reap, task_key
+from kernelcraft.engine.references import Parked, ReferencePool, reap, task_key
 from kernelcraft.engine.verdicts import evidence_from
 
 log = logging.getLogger(__name__)
@@ -68,9 +78,12 @@ class CandidateSettings:
     """What the evaluator imposes on every candidate process."""
 
     memory_limit_bytes: int | None
-    """See `LocalEvaluator`'s `memory_limit_gb`; None: no limit."""
+    """The user's cap (`LocalEvaluator`'s `memory_limit_gb`); None: sized to each task (`memory.py`)."""
     sandbox: bool
     """The filesystem sandbox (`sandbox.py`; KERNELCRAFT_SANDBOX=off turns it off)."""
+    shrink: bool = True
+    """Shrink large KernelBench tasks for the interpreter (`shrink.py`; KERNELCRAFT_SHRINK=off
+    or `EvalJob.full_size` runs the task's own sizes)."""
 
 
 class JobWorkers:
@@ -95,7 +108,19 @@ class JobWorkers:
         self.progress_cb = progress
         self.deadline = float("inf")
         self.held: list[tuple[WorkerPool, WorkerProcess]] = []
-        self.key = task_key(spec.task_source, device.index)
+        self.full_size = spec.full_size or not settings.shrink
+        """In the interpreter, run the task's own sizes (`shrink.py`)."""
+        self.key = task_key(spec.task_source, device.index, "full" if self.full_size else "")
+        self.sized: asyncio.Future[Sized | None] = asyncio.get_running_loop().create_future()
+        """The reference's measurement of the task, once the job may run (the candidate waits)."""
+        self.task_source = spec.task_source
+        """What the candidate loads: the task, or its shrunk copy in the interpreter."""
+        self.memory_limit: int | None = settings.memory_limit_bytes
+        """The candidate's memory limit, sized to the task (`memory.py`)."""
+        self.limits: dict[int, int | None] = {}
+        """id() of each candidate worker -> its memory limit (the watchdog's)."""
+        self.held_when_idle = 0
+        self.ref_reading_candidate = False
         self.ref: WorkerProcess | None = None
         self.ref_pool: WorkerPool | None = None
         self.ref_in_sync = True
@@ -144,27 +169,28 @@ class JobWorkers:
         return w
 
     async def start_reference(self) -> TaskReady:
-        """A reference worker with the task loaded: a kept one (rebuilt for this job) or a fresh one."""
+        """A reference worker with the task loaded: a kept one (rebuilt while it was idle) or a
+        fresh one, which measures the task first (`Sized`): the job checks it fits and reserves
+        its memory (`size_up`) before the worker allocates anything."""
+        try:
+            return await self._start_reference()
+        except Exception as e:
+            if not self.sized.done():
+                self.sized.set_exception(e)
+                self.sized.exception()  # retrieved: a job without a candidate never awaits it
+            raise
+        finally:
+            self.sized.cancel()  # (no-op once set) a cancelled job's candidate stops waiting
+
+    async def _start_reference(self) -> TaskReady:
         t = time.perf_counter()
         key = self.key
         while True:
             kept = self.references.take(key)
             if kept is not None:
-                self.ref, self.ref_pool = kept, self.device.pool
-                self.held.append((self.device.pool, kept))
-                self.active.add(kept)
-                t = self.stage("workers", t)
-                self.start_deadline()
-                try:
-                    async with self.gpu_lock(exclusive=False):  # rebuilding Model uses the GPU
-                        frame: Frame | None = await self.ask_ref(NextJob())
-                except Stop:
-                    frame = None
-                if frame is not None and frame.header.get("type") == Msg.TASK_READY:
-                    self.stage("reference", t)
-                    return TaskReady.from_header(frame.header)
-                kept.kill()  # broken between jobs; try another, or a fresh one
-                self.references.forget(key, kept)
+                ready = await self._take_kept(kept, t)
+                if ready is not None:
+                    return ready
                 continue
             if self.references.reserve(key):
                 break
@@ -184,14 +210,95 @@ class JobWorkers:
         # another job's reference) must not hold up a timing, which would hold up that job.
         async with self.gpu_lock(exclusive=False):
             frame = await self.load(self.ref, "reference", interpret=self.interpret)
-        self.ref_in_sync = frame.header.get("type") == Msg.TASK_READY
+        try:
+            sized: Sized | None = Sized.from_header(frame.header)
+        except ValueError:
+            sized = None
+        if sized is not None:
+            self.references.sizes[key] = sized
+        await self.size_up(sized, fresh=True)
+        async with self.gpu_lock(exclusive=False):  # building Model uses the GPU
+            frame = await self.ask_ref(NextJob())
+        self.task_error(frame)
         self.stage("reference", t)
-        return TaskReady.from_header(frame.header) if self.ref_in_sync else TaskReady()
+        return TaskReady.from_header(frame.header)
+
+    async def _take_kept(self, kept: Parked, t: float) -> TaskReady | None:
+        """Hold a kept reference worker and read its answer to the `NextJob` it got when parked;
+        None when it broke meanwhile (it is killed: the caller tries another)."""
+        w = kept.worker
+        self.ref, self.ref_pool = w, kept.pool
+        self.held.append((kept.pool, w))
+        self.active.add(w)
+        t = self.stage("workers", t)
+        self.start_deadline()
+        await self.size_up(self.references.sizes.get(self.key), fresh=False)
+        try:
+            frame = await asyncio.wait_for(
+                asyncio.shield(kept.rebuilt), max(0.1, self.deadline - time.monotonic())
+            )
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            if not kept.rebuilt.cancelled():
+                raise
+            frame = None
+        if frame is not None and frame.header.get("type") == Msg.TASK_READY:
+            self.ref_in_sync = True
+            self.stage("reference", t)
+            return TaskReady.from_header(frame.header)
+        w.kill()  # broken between jobs; try another, or a fresh one
+        self.references.forget(self.key, w)
+        self.ref = None
+        return None
+
+    async def size_up(self, sized: Sized | None, *, fresh: bool) -> None:
+        """Whether the job can run at the task's measured sizes (`TaskError` when not: too big
+        for the device, or for the interpreter), its memory reserved, and what the candidate gets:
+        its memory limit and the task's source (a shrunk one in the interpreter: `shrink.py`)."""
+        kind, override = self.device.kind, self.settings.memory_limit_bytes
+        if sized is None or sized.error is not None:
+            self.memory_limit = override or (sized.device_free // 2 if sized and sized.device_free else None)
+            self.sized.set_result(sized)
+            return
+        if self.interpret and not self.full_size and not sized.has_cpu_inputs:
+            if sized.elements > shrink.REFUSE_ABOVE_ELEMENTS:
+                raise TaskError(
+                    f"too big for Triton's CPU interpreter: {sized.elements:.3g} elements in inputs and "
+                    f"parameters ({sized.shapes}), minutes a trial, and its sizes are not module-level "
+                    "integer constants kernelcraft can shrink; define get_cpu_inputs() returning small "
+                    "inputs, run on a GPU, or pass --full-size to run it anyway",
+                    path=self.spec.task_name,
+                )
+        size = TaskSize(
+            sized.inputs_bytes,
+            sized.params_bytes,
+            sized.outputs_bytes,
+            sized.outputs_measured,
+            sized.device_free,
+            sized.device_total,
+        )
+        index, ledger = self.device.index, self.device.memory
+        if fresh:
+            ledger.learn(size, self.references.idle_bytes(index))
+        self.held_when_idle = size.held_when_idle(kind)
+        await ledger.admit(
+            id(self),
+            size.job_need(kind),
+            lambda capacity: refusal(self.spec.task_name, size, kind, capacity),
+            lambda: self.references.idle_bytes(index),
+            lambda n: self.references.evict(index, n),
+        )
+        self.memory_limit = size.candidate_limit(kind, override)
+        if sized.shrunk_source is not None:
+            self.task_source = sized.shrunk_source
+            self.notes.append(shrink.describe(sized.shrunk, sized.shapes))
+        self.sized.set_result(sized)
 
     async def start_candidate(self) -> WorkerProcess:
-        """A candidate worker with the candidate imported; `Stop` when that fails."""
+        """A candidate worker with the candidate imported; `Stop` when that fails. It is loaded
+        once the reference has measured the task (its memory limit and task source come from it)."""
         t = time.perf_counter()
         cand = await self.acquire()
+        await asyncio.shield(self.sized)
         t = self.stage("workers", t)
         self.start_deadline()
         await self.progress(0.05, "loading the candidate")
@@ -202,28 +309,33 @@ class JobWorkers:
         return cand
 
     async def load(
-        self, w: WorkerProcess, role: Literal["reference", "candidate"], *, interpret: bool
+        self,
+        w: WorkerProcess,
+        role: Literal["reference", "candidate"],
+        *,
+        interpret: bool,
+        full_size: bool = False,
     ) -> Frame:
-        """Give `w` its job; its first answer (a `TaskError` when the task itself fails)."""
+        """Give `w` its job; its first answer (a `TaskError` when the task itself fails).
+        `full_size`: a candidate loads the task as given, not the interpreter's shrunk copy (the
+        compile stage on the CPU, which finds launches at the task's real shapes)."""
         spec, settings = self.spec, self.settings
         # Only what was given goes on the wire: the candidate's settings, for a candidate.
-        given: dict[str, Any] = (
-            {
+        given: dict[str, Any]
+        if role == "candidate":
+            limit = settings.memory_limit_bytes if full_size else self.memory_limit
+            self.limits[id(w)] = limit
+            given = {
                 "candidate_source": spec.candidate_source,
                 "sandbox": settings.sandbox,
                 "allowed_ops": list(spec.allowed_ops),
-                "memory_limit_bytes": settings.memory_limit_bytes,
+                "memory_limit_bytes": limit,
             }
-            if role == "candidate"
-            else {}
-        )
+        else:
+            given = {"full_size": True} if self.full_size and interpret else {}
+        source = self.task_source if role == "candidate" and not full_size else spec.task_source
         load = Load(
-            role=role,
-            workdir=str(w.dir),
-            task_source=spec.task_source,
-            seed0=SEED0,
-            interpret=interpret,
-            **given,
+            role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
         )
         await w.send(load.to_header())
         frame = await self.recv(w, candidate=role == "candidate")
@@ -249,11 +361,18 @@ class JobWorkers:
 
     async def recv(self, w: WorkerProcess, *, candidate: bool) -> Frame:
         """The next frame from `w`, enforcing the deadline and the memory watchdog."""
-        limit = self.settings.memory_limit_bytes
+        limit = self.limits.get(id(w))
         while True:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 w.kill("timeout")
+                if not candidate and not self.ref_reading_candidate:
+                    raise TaskError(
+                        f"the reference (the task's own Model and inputs) did not finish within the "
+                        f"{self.spec.timeout_s:g} s deadline; this is not the candidate's verdict: give "
+                        "it more time (--timeout) or smaller sizes (get_cpu_inputs() without a GPU)",
+                        path=self.spec.task_name,
+                    )
                 who = "the candidate" if candidate else "the reference"
                 raise Stop(
                     FailureClass.RUNTIME_TIMEOUT,
@@ -285,6 +404,12 @@ class JobWorkers:
 
     async def died(self, w: WorkerProcess, *, candidate: bool) -> Stop:
         await w.wait_exit(5)
+        if not candidate and not self.ref_reading_candidate and w.killed_for is None:
+            raise TaskError(
+                f"the reference process (the task's own Model and inputs) {w.exit_description()}; this "
+                f"is not the candidate's verdict (out of memory?). Its output: {w.tail(600).strip() or '(none)'}",
+                path=self.spec.task_name,
+            )
         if w.killed_for == "timeout":
             return Stop(
                 FailureClass.RUNTIME_TIMEOUT, Evidence(message="the deadline passed; the process was killed")
@@ -361,6 +486,8 @@ class JobWorkers:
         reasons that are not the process's: a model torch.compile or the roofline cannot handle)."""
         assert self.ref is not None
         self.ref_in_sync = False
+        # Reading the candidate's outputs, the reference may break or hang on what it was sent.
+        self.ref_reading_candidate = isinstance(request, Compare)
         await self.ref.send(request.to_header(), blobs)
         frame = await self.recv(self.ref, candidate=False)
         kind = frame.header.get("type")
@@ -414,9 +541,18 @@ class JobWorkers:
             self.active.discard(w)
         for _pool, w in workers:
             w.kill()
+        self.device.memory.release(id(self))
         if keep:
             assert ref is not None and self.ref_pool is not None
-            self.references.keep(self.key, ref, self.ref_pool)
+            capacity = self.device.memory.capacity
+            self.references.keep(
+                self.key,
+                ref,
+                self.ref_pool,
+                held=self.held_when_idle,
+                budget=int(capacity * IDLE_REFERENCE_SHARE) if capacity else None,
+                lock=self.device.lock.shared if self.device.locked else contextlib.nullcontext,
+            )
         elif ref is not None:
             self.references.forget(self.key, ref)
         if not workers:

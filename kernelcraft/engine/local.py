@@ -5,12 +5,18 @@
 
 Per job: the sources are checked in this process with `ast` (unusable files raise `TaskError`
 before any process starts; forbidden constructs become a `forbidden_construct` verdict). Then two
-pre-started workers take roles (see `worker.py`): a trusted **reference** worker that makes the
+workers (pre-started, or with `lazy=True` started in parallel for the job) take roles (see `worker.py`): a trusted **reference** worker that makes the
 inputs from secret seeds (`secrets`), computes and keeps the reference outputs and compares; and
 a **candidate** worker that imports the candidate and runs it. Frames between them pass through
 this process as opaque bytes; no tensor and no candidate object is ever decoded here. A candidate
 that dies, exits early or hangs gets `runtime_crash` / `runtime_timeout` (its process group is
 killed at the deadline); one that outgrows the memory limit `runtime_out_of_memory`.
+
+Memory and size: the reference measures the task on the meta device before anything is allocated;
+a task that cannot fit the device is refused (`TaskError`), each candidate's memory limit is sized
+to its task, and the device's memory is shared out by a ledger that evicts idle kept references
+(`memory.py`). Without a GPU, a KernelBench task too large for the interpreter runs at shrunk
+sizes (`shrink.py`; `EvalJob.full_size` or KERNELCRAFT_SHRINK=off opts out), or is refused.
 
 Concurrency: any number of jobs may be submitted at once. Loading, importing and compiling run
 concurrently (up to the pool's size), the reference's and the candidate's loading included. On a
@@ -36,8 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import importlib.util
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -65,6 +73,34 @@ from kernelcraft.engine.verdicts import all_failed
 log = logging.getLogger(__name__)
 
 
+def _torch_has_gpu_support() -> bool:
+    """Whether the installed torch was built for CUDA or ROCm, read from its version file
+    without importing it (importing torch costs the CLI a second)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return True  # unknown: let torch say
+    built = re.findall(r"^(cuda|hip)\b[^=]*=\s*(.+)$", text, re.MULTILINE)
+    return not built or any(v.strip() != "None" for _k, v in built)
+
+
+def _gpu_count(device: str) -> int:
+    """CUDA GPUs torch will see. Without torch's import where the answer is plain: a torch built
+    without GPU support, or a Linux machine without an NVIDIA or AMD driver, has none."""
+    if device == "cpu" or not _torch_has_gpu_support():
+        return 0
+    if sys.platform.startswith("linux") and not any(
+        os.path.exists(p) for p in ("/proc/driver/nvidia", "/dev/kfd", "/dev/nvidiactl")
+    ):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def _protect_environ() -> None:
     """Make this process non-dumpable, so that same-user processes (a candidate worker) cannot
     read its secrets from /proc/<pid>/environ or attach a debugger. Linux only; best effort."""
@@ -79,16 +115,20 @@ def _protect_environ() -> None:
 
 
 class LocalEvaluator:
-    """Runs `EvalJob`s in pre-started, single-use worker processes on this machine.
+    """Runs `EvalJob`s in single-use worker processes on this machine.
 
-    workers: workers kept started per device (each job uses two; three on a CPU-only machine
-      when it also asks for the compile stage). Default: half the CPU cores, 4 to 8, per GPU; 2 without one.
+    workers: workers kept started per device, or (lazy) started at once at most (each job uses
+      two; three on a CPU-only machine when it also asks for the compile stage). Default: half the CPU cores, 4 to 8, per GPU; 2 without one.
     device: "auto" (a GPU when torch sees one), "cuda" or "cpu".
-    memory_limit_gb: per candidate process: address-space limit on the CPU (RLIMIT_AS over what
-      the warm worker already maps), a CUDA caching-allocator cap on a GPU, plus a resident-memory
-      watchdog on both. None: no limit.
+    memory_limit_gb: a cap on every candidate process; None (default): each job's limit is sized
+      to its task (`memory.py`: twice the harness's working set, at least 2 GiB). Applied as an
+      address-space limit on the CPU (RLIMIT_AS over what the warm worker already maps), a CUDA
+      caching-allocator cap on a GPU, plus a resident-memory watchdog on both. A task that cannot
+      fit the device's memory is refused before anything runs (`TaskError`).
     scratch_dir: where worker directories (Triton caches, logs) go; a fresh temp dir by default.
     protect_environ: make this process non-dumpable (see `_protect_environ`).
+    lazy: start no worker before a job asks for one, and only those it needs (a one-off command:
+      the zygote alone starts early); otherwise `workers` are kept ready (a server).
     """
 
     def __init__(
@@ -96,20 +136,18 @@ class LocalEvaluator:
         *,
         workers: int | None = None,
         device: Literal["auto", "cuda", "cpu"] = "auto",
-        memory_limit_gb: float | None = 8.0,
+        memory_limit_gb: float | None = None,
         scratch_dir: str | Path | None = None,
         protect_environ: bool = True,
+        lazy: bool = False,
     ) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"device must be 'auto', 'cuda' or 'cpu', not {device!r}")
-        gpus = 0
-        if device != "cpu":
-            import torch
-
-            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            if device == "cuda" and gpus == 0:
-                raise UsageError("device='cuda' was asked for but torch sees no CUDA GPU; use device='auto'")
+        gpus = _gpu_count(device)
+        if device == "cuda" and gpus == 0:
+            raise UsageError("device='cuda' was asked for but torch sees no CUDA GPU; use device='auto'")
         self._gpus = gpus
+        self._lazy = lazy
         # Each job takes two single-use workers, and a worker takes seconds to start (torch,
         # CUDA, inductor): enough of them must be warm to keep a GPU busy with a batch.
         default = max(4, min(8, (os.cpu_count() or 8) // 2)) if gpus else 2
@@ -128,6 +166,8 @@ class LocalEvaluator:
             memory_limit_bytes=int(memory_limit_gb * 1024**3) if memory_limit_gb else None,
             # KERNELCRAFT_SANDBOX=off turns the candidates' filesystem sandbox off (see sandbox.py).
             sandbox=env_switch("KERNELCRAFT_SANDBOX"),
+            # KERNELCRAFT_SHRINK=off runs KernelBench sizes in the interpreter (see shrink.py).
+            shrink=env_switch("KERNELCRAFT_SHRINK"),
         )
         # A task gets a few reference workers (a job beyond them waits for one); a device keeps
         # at most as many idle ones as it has workers.
@@ -152,9 +192,10 @@ class LocalEvaluator:
         if self._closed:
             raise UsageError("this LocalEvaluator is closed; create a new one")
         if self._devices is None:
+            lazy, scratch = self._lazy, self._scratch
             if self._gpus:
                 self._devices = [
-                    Device("cuda", i, WorkerPool(self._workers, "cuda", self._scratch, gpu=i), GpuLock())
+                    Device("cuda", i, WorkerPool(self._workers, "cuda", scratch, gpu=i, lazy=lazy), GpuLock())
                     for i in range(self._gpus)
                 ]
             else:
@@ -162,14 +203,14 @@ class LocalEvaluator:
                     Device(
                         "cpu",
                         None,
-                        WorkerPool(self._workers, "cpu", self._scratch, interpret=True),
+                        WorkerPool(self._workers, "cpu", scratch, interpret=True, lazy=lazy),
                         GpuLock(),
-                        compile_pool=WorkerPool(1, "cpu", self._scratch, interpret=False),
+                        compile_pool=WorkerPool(1, "cpu", scratch, interpret=False, lazy=True),
                         locked=False,
                     )
                 ]
             for d in self._devices:
-                d.pool.fill()
+                d.pool.warm_up()
         return self._devices
 
     async def start(self) -> None:

@@ -65,11 +65,14 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def base_env(device: str, gpu: int | None, interpret: bool) -> dict[str, str]:
+def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) -> dict[str, str]:
     """The environment every worker of a pool shares (its zygote's): scrubbed, with the package
-    importable, Triton's interpreter on or off, and the GPU chosen."""
+    importable, Triton's interpreter on or off, the GPU chosen, and (`lazy`) the imports a job may
+    not need (inductor) left to the job that needs them."""
     env = scrubbed_env()
     env["KERNELCRAFT_WORKER_DEVICE"] = device
+    if lazy:
+        env["KERNELCRAFT_WORKER_IMPORTS"] = "lazy"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
     # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
     # Triton upgrade does not silently change candidates' rounding.
@@ -254,13 +257,23 @@ class WorkerProcess:
 
 
 class WorkerPool:
-    """`size` pre-started workers for one device; each is handed out once. `interpret`: workers
-    run Triton's CPU interpreter (set before they import triton)."""
+    """Up to `size` workers starting at once for one device; each is handed out once. `interpret`:
+    workers run Triton's CPU interpreter (set before they import triton). `lazy`: no worker is
+    started before a job asks for one (the zygote alone starts early), and workers import only
+    what every job needs; otherwise `size` workers are kept ready (a server's throughput)."""
 
     def __init__(
-        self, size: int, device: str, base_dir: Path, gpu: int | None = None, interpret: bool = False
+        self,
+        size: int,
+        device: str,
+        base_dir: Path,
+        gpu: int | None = None,
+        interpret: bool = False,
+        lazy: bool = False,
     ) -> None:
         self.size = max(1, size)
+        self.lazy = lazy
+        self._waiting = 0
         self.interpret = interpret
         self.device = device
         self.gpu = gpu
@@ -274,9 +287,10 @@ class WorkerPool:
         self.started = 0
         """Workers started so far (a diagnostic)."""
         self._zygote: Zygote | None = None
+        self._zygote_task: asyncio.Task[Zygote | None] | None = None
         if env_switch("KERNELCRAFT_ZYGOTE"):
             self._zygote = Zygote(
-                base_env(device, gpu, interpret),
+                base_env(device, gpu, interpret, lazy),
                 Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",
                 cuda=device == "cuda",
             )
@@ -301,9 +315,18 @@ class WorkerPool:
             return None
         return self._zygote
 
+    def warm_up(self) -> None:
+        """Start what should be ready before the first job: the zygote (lazy), or `size` workers."""
+        if not self.lazy:
+            self.fill()
+        elif self._zygote is not None and self._zygote_task is None:
+            self._zygote_task = asyncio.create_task(self._zygote_ready())
+
     def fill(self) -> None:
-        """Start workers until `size` are ready or starting."""
-        while not self._closed and self._ready.qsize() + len(self._starting) < self.size:
+        """Start workers until as many are ready or starting as are wanted: `size` (or, when
+        lazy, as many as acquirers wait for, at most `size`)."""
+        wanted = min(self.size, self._waiting) if self.lazy else self.size
+        while not self._closed and self._ready.qsize() + len(self._starting) < wanted:
             task = asyncio.create_task(self._start_one())
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)
@@ -352,11 +375,14 @@ class WorkerPool:
                 raise self._error
             if self._closed:
                 raise WorkerError("the evaluator is closed")
-            self.fill()
+            self._waiting += 1
             try:
+                self.fill()
                 w = await asyncio.wait_for(self._ready.get(), STARTUP_TIMEOUT_S + 30)
             except asyncio.TimeoutError as e:
                 raise WorkerError(f"no worker became ready within {STARTUP_TIMEOUT_S + 30:.0f} s") from e
+            finally:
+                self._waiting -= 1
             if w is _BROKEN:
                 continue
             if not w.alive():
@@ -372,9 +398,10 @@ class WorkerPool:
 
     async def aclose(self) -> None:
         self._closed = True
-        for task in list(self._starting):
+        starting = [*self._starting, *([self._zygote_task] if self._zygote_task else [])]
+        for task in starting:
             task.cancel()
-        for task in list(self._starting):
+        for task in starting:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await asyncio.gather(*(w.close() for w in list(self._all)), return_exceptions=True)

@@ -50,6 +50,7 @@ class Msg(str, Enum):
     """What a worker says, as the header's `"type"`."""
 
     READY = "ready"
+    SIZED = "sized"
     TASK_READY = "task_ready"
     TASK_ERROR = "task_error"
     PROGRESS = "progress"
@@ -120,6 +121,8 @@ class Load(BaseModel):
     task_source: str
     seed0: int
     interpret: bool = False
+    # the reference only: run the task's own sizes in the interpreter (no shrink, `shrink.py`)
+    full_size: bool = False
     # the candidate only
     candidate_source: str = ""
     sandbox: bool = True
@@ -193,6 +196,9 @@ class Compile(Request):
     TAG = Op.COMPILE
     targets: list[str]
     inputs: Any = None
+    full_size: bool = False
+    """Find the launches on `get_inputs()` built on the meta device (the task's real shapes),
+    falling back to `inputs` when forward cannot run on meta."""
 
 
 class Warmup(Request):
@@ -260,6 +266,27 @@ class Ready(Reply):
     TAG = Msg.READY
     pid: int
     device: str
+
+
+class Sized(Reply):
+    """Reference: the task loaded and measured on the meta device (`sizing.py`), before anything
+    is allocated; the device's memory; in the interpreter, the shrunk task (`shrink.py`) the
+    trials run on: its source (for the candidate) and {constant: [old, new]}."""
+
+    TAG = Msg.SIZED
+    inputs_bytes: int = 0
+    params_bytes: int = 0
+    outputs_bytes: int = 0
+    outputs_measured: bool = False
+    elements: int = 0
+    shapes: str = ""
+    device_free: int = 0
+    device_total: int = 0
+    has_cpu_inputs: bool = False
+    shrunk: dict[str, list[int]] = Field(default_factory=dict)
+    shrunk_source: str | None = None
+    error: str | None = None
+    """Why the task could not be measured on meta (the job goes on without the figures)."""
 
 
 class TaskReady(Reply):
@@ -380,6 +407,7 @@ class Compiled(Reply):
     launches: list[dict[str, Any]] = Field(default_factory=list)
     targets: list[dict[str, Any]] = Field(default_factory=list)
     seconds: float | None = None
+    shapes: str | None = None
     error: str | None = None
     summary: str | None = None
 
@@ -405,6 +433,7 @@ REPLIES: dict[str, type[Reply]] = {
     cls.TAG.value: cls
     for cls in (
         Ready,
+        Sized,
         TaskReady,
         TaskFailed,
         Progress,

@@ -6,6 +6,13 @@ device), which saves a process start and the reference's set-up. It never import
 so nothing of a candidate survives in it; it rebuilds `Model` for each job. A task has at most
 `per_task` reference workers, busy or idle: a job beyond that waits for one to come free.
 
+Memory: a worker is parked with a `NextJob` sent at once, so it frees its last job's inputs and
+outputs and rebuilds `Model` while idle (off the next job's path); it then holds its parameters
+and its process (`memory.TaskSize.held_when_idle`). Parked workers hold at most a budget of the
+device's memory (`keep`'s `budget`: the oldest go first), and a job that needs the memory evicts
+the least recently parked (`evict`). The task's measured sizes (`Sized`) are kept per task too,
+for the jobs that take a kept worker.
+
 torch.compile of the reference costs seconds per process: its timing for a task on a GPU is
 measured once and reused for `COMPILED_REFERENCE_TTL_S`.
 
@@ -20,13 +27,18 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from kernelcraft.base.evaluation import Timing
+from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
+from kernelcraft.engine.protocol import NextJob, Sized
 
 REFERENCE_IDLE_S = 300.0
+REBUILD_TIMEOUT_S = 120.0
 # The eager reference is still timed every evaluation, interleaved with the candidate.
 COMPILED_REFERENCE_TTL_S = 1800.0
 
@@ -36,8 +48,10 @@ TaskKey = tuple[str, int | None]
 _REAPING: set[asyncio.Future[Any]] = set()  # shielded reaper tasks (kept referenced until done)
 
 
-def task_key(task_source: str, device_index: int | None) -> TaskKey:
-    return hashlib.sha256(task_source.encode()).hexdigest(), device_index
+def task_key(task_source: str, device_index: int | None, variant: str = "") -> TaskKey:
+    """`variant`: what else changes what the worker loads (a full-size run of a task whose
+    interpreter trials are otherwise shrunk)."""
+    return hashlib.sha256((task_source + variant).encode()).hexdigest(), device_index
 
 
 def reap(work: Awaitable[Any]) -> asyncio.Future[Any]:
@@ -46,6 +60,28 @@ def reap(work: Awaitable[Any]) -> asyncio.Future[Any]:
     _REAPING.add(task)
     task.add_done_callback(_REAPING.discard)
     return task
+
+
+@dataclass
+class Parked:
+    """An idle reference worker: when it was parked, what it holds, and its rebuild for the
+    next job (`NextJob` sent at park time; the task resolves to its answer, None if none came)."""
+
+    since: float
+    worker: WorkerProcess
+    pool: WorkerPool
+    held: int
+    rebuilt: asyncio.Future[Frame | None]
+
+
+async def _rebuild(w: WorkerProcess, lock: Callable[[], AbstractAsyncContextManager[Any]]) -> Frame | None:
+    """Send a parked reference `NextJob` (it drops its job's tensors, rebuilds Model); its answer."""
+    try:
+        async with lock():  # rebuilding Model uses the GPU: not during another job's timing
+            await w.send(NextJob().to_header())
+            return await asyncio.wait_for(w.frames.get(), REBUILD_TIMEOUT_S)
+    except (asyncio.TimeoutError, OSError, ConnectionError):
+        return None
 
 
 class ReferencePool:
@@ -61,8 +97,10 @@ class ReferencePool:
         self.closed = False
         # key -> (monotonic time measured, Timing of the compiled reference)
         self._compiled: dict[TaskKey, tuple[float, Timing]] = {}
-        # key -> idle reference workers, oldest first, with when they idled
-        self._idle: dict[TaskKey, list[tuple[float, WorkerProcess, WorkerPool]]] = {}
+        # key -> idle reference workers, oldest first
+        self._idle: dict[TaskKey, list[Parked]] = {}
+        self.sizes: dict[TaskKey, Sized] = {}
+        """The task's measurement by its first reference worker (kept workers do not re-send it)."""
         # key -> its reference workers, busy or idle (at most `per_task`)
         self._live: dict[TaskKey, set[WorkerProcess]] = {}
         self._starting: dict[TaskKey, int] = {}
@@ -70,14 +108,15 @@ class ReferencePool:
 
     # ---- reference workers ----
 
-    def take(self, key: TaskKey) -> WorkerProcess | None:
-        """An idle reference worker for this task and device, if one is alive and fresh enough."""
+    def take(self, key: TaskKey) -> Parked | None:
+        """An idle reference worker for this task and device, if one is alive and fresh enough
+        (await its `rebuilt` for its answer to the `NextJob` it was sent when parked)."""
         idle = self._idle.get(key, [])
         while idle:
-            since, w, pool = idle.pop()
-            if w.alive() and time.monotonic() - since < REFERENCE_IDLE_S and w.frames.empty():
-                return w
-            self._retire(key, w, pool)
+            p = idle.pop()
+            if p.worker.alive() and time.monotonic() - p.since < REFERENCE_IDLE_S:
+                return p
+            self._retire(key, p)
         return None
 
     def reserve(self, key: TaskKey) -> bool:
@@ -109,33 +148,70 @@ class ReferencePool:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(fut, timeout)
 
-    def keep(self, key: TaskKey, w: WorkerProcess, pool: WorkerPool) -> None:
-        """Park a reference worker that finished a job cleanly. Synchronous: it runs while a job
-        is being torn down, perhaps cancelled. Closes stale ones and the oldest past the cap."""
+    def keep(
+        self,
+        key: TaskKey,
+        w: WorkerProcess,
+        pool: WorkerPool,
+        *,
+        held: int = 0,
+        budget: int | None = None,
+        lock: Callable[[], AbstractAsyncContextManager[Any]] = contextlib.nullcontext,  # type: ignore[assignment]
+    ) -> None:
+        """Park a reference worker that finished a job cleanly, holding `held` bytes once rebuilt,
+        and send it `NextJob` (under `lock`). Synchronous: it runs while a job is being torn down,
+        perhaps cancelled. Closes stale ones, and the oldest past the cap or the memory `budget`."""
         now = time.monotonic()
-        self._idle.setdefault(key, []).append((now, w, pool))
+        rebuilt = asyncio.ensure_future(_rebuild(w, lock))
+        self._idle.setdefault(key, []).append(Parked(now, w, pool, held, rebuilt))
         self._wake(key)
-        parked = sorted(
-            ((entry, k) for k, v in self._idle.items() if k[1] == key[1] for entry in v),
-            key=lambda t: t[0][0],
-        )
+        parked = self._parked(key[1])
         excess = len(parked) - self.idle_per_device
-        for entry, k in parked:
-            if excess <= 0 and now - entry[0] < REFERENCE_IDLE_S:
+        over = sum(p.held for p, _ in parked) - budget if budget is not None else 0
+        for p, k in parked:
+            if excess <= 0 and over <= 0 and now - p.since < REFERENCE_IDLE_S:
                 continue
-            self._idle[k].remove(entry)
+            self._idle[k].remove(p)
             excess -= 1
-            self._retire(k, entry[1], entry[2])
+            over -= p.held
+            self._retire(k, p)
+
+    def _parked(self, device: int | None) -> list[tuple[Parked, TaskKey]]:
+        """The device's parked workers, least recently parked first."""
+        return sorted(
+            ((p, k) for k, v in self._idle.items() if k[1] == device for p in v), key=lambda t: t[0].since
+        )
+
+    def idle_bytes(self, device: int | None) -> int:
+        """What the device's parked reference workers hold."""
+        return sum(p.held for p, _ in self._parked(device))
+
+    async def evict(self, device: int | None, wanted: int) -> int:
+        """Close the device's least recently parked workers until `wanted` bytes are freed (or
+        none is left); returns the bytes freed, once their processes are gone."""
+        freed, gone = 0, []
+        for p, k in self._parked(device):
+            if freed >= wanted:
+                break
+            self._idle[k].remove(p)
+            self.forget(k, p.worker)
+            p.worker.kill()
+            p.rebuilt.cancel()
+            gone.append(p.pool.release(p.worker))
+            freed += p.held
+        await asyncio.gather(*gone, return_exceptions=True)
+        return freed
 
     def idle_pids(self) -> list[int]:
         """Process ids of the parked reference workers (for tests and diagnostics)."""
-        return [w.pid for v in self._idle.values() for _, w, _ in v if w.pid is not None]
+        return [p.worker.pid for v in self._idle.values() for p in v if p.worker.pid is not None]
 
-    def _retire(self, key: TaskKey, w: WorkerProcess, pool: WorkerPool) -> None:
+    def _retire(self, key: TaskKey, p: Parked) -> None:
         """Kill a parked reference worker now and reap it in the background."""
-        self.forget(key, w)
-        w.kill()
-        reap(pool.release(w))
+        self.forget(key, p.worker)
+        p.worker.kill()
+        p.rebuilt.cancel()
+        reap(p.pool.release(p.worker))
 
     def _wake(self, key: TaskKey) -> None:
         for fut in self._waiters.pop(key, []):
@@ -157,6 +233,8 @@ class ReferencePool:
     async def aclose(self) -> None:
         """Stop keeping workers (jobs still running no longer park theirs) and release the parked."""
         self.closed = True
-        idle = [(w, pool) for v in self._idle.values() for _, w, pool in v]
+        idle = [p for v in self._idle.values() for p in v]
         self._idle.clear()
-        await asyncio.gather(*(pool.release(w) for w, pool in idle), return_exceptions=True)
+        for p in idle:
+            p.rebuilt.cancel()
+        await asyncio.gather(*(p.pool.release(p.worker) for p in idle), return_exceptions=True)

@@ -51,6 +51,7 @@ class CandidateWorker(Worker):
         """CUDA only: the stream current before the candidate was imported; restored after every
         call of the candidate's code (`restore_stream`)."""
         self.integrity: Any = None
+        self.task: Any = None
         self.threads_before = 0
         self.model: Any = None
         self.inputs: Any = None
@@ -107,7 +108,7 @@ class CandidateWorker(Worker):
             self.harness_stream = timing._current_stream()
         self.integrity = guard.Integrity()
         try:
-            task = self.load_task(job, workdir)
+            task = self.task = self.load_task(job, workdir)
             init = self.init_inputs(task, job.seed0)
         except Exception as e:
             self.task_error(e)
@@ -338,15 +339,38 @@ class CandidateWorker(Worker):
 
     # ---- compile and profile stages (candidate side) ----
 
+    def discover(self, full_size: bool) -> tuple[Any, str]:
+        """The launches forward makes, without running a kernel, and on which shapes: the task's
+        own `get_inputs()` built on the meta device (Triton needs only the tensors' dtypes and
+        a 16-byte-aligned address, which meta tensors have) when `full_size`, else, or when
+        forward cannot run on meta, the trial's inputs."""
+        from kernelcraft.engine.launches import intercept_launches
+        from kernelcraft.engine.sizing import shape_text
+
+        why = ""
+        if full_size and self.task is not None:
+            try:
+                self.torch.manual_seed(0)
+                with self.torch.device("meta"):
+                    meta = list(self.task.get_inputs())
+                with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+                    self.model(*meta)
+                self.restore_stream()
+                return rec, f"get_inputs() on the meta device: {shape_text(meta)}"
+            except Exception as e:
+                why = f" (forward could not run on meta tensors: {type(e).__name__}: {str(e)[:200]})"
+        with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+            self.model(*self._map(self.inputs, lambda t: t.clone()))
+        self.restore_stream()
+        leaves = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, self.torch.Tensor)]
+        return rec, f"the trial's inputs: {shape_text(leaves)}{why}"
+
     def compile_stage(self, req: Compile) -> Compiled:
         from kernelcraft.engine.aot import compile_for_targets
-        from kernelcraft.engine.launches import intercept_launches
 
         start = time.perf_counter()
         try:
-            with self.torch.no_grad(), intercept_launches(execute=False) as rec:
-                self.model(*self._map(self.inputs, lambda t: t.clone()))
-            self.restore_stream()
+            rec, shapes = self.discover(req.full_size)
             targets = compile_for_targets(rec.records, req.targets)
             if self.device.startswith("cuda"):
                 from kernelcraft.engine.aot import compile_host
@@ -358,6 +382,7 @@ class CandidateWorker(Worker):
             launches=[la.model_dump() for la in rec.launches],
             targets=[t.model_dump() for t in targets],
             seconds=time.perf_counter() - start,
+            shapes=shapes[:600],
         )
 
     def time_candidate(self, req: TimeCandidate) -> Reply:

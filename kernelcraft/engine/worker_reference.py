@@ -25,6 +25,7 @@ from kernelcraft.engine.protocol import (
     Reply,
     RooflineCounted,
     Samples,
+    Sized,
     TaskReady,
     Timed,
     TimeReference,
@@ -40,8 +41,12 @@ class ReferenceWorker(Worker):
         super().__init__(*args, **kwargs)
         self.job: Load | None = None
         self.task: Any = None
+        self.full_task: Any = None
+        """The task as given, when the trials run on a shrunk copy (`self.task`): the roofline
+        counts its sizes."""
         self.model: Any = None
-        self.input_sets = 1
+        self.input_sets = 0
+        """Counted when Model is first built."""
         self.private_inputs: list[Any] = []
         self.ref_out: Any = None
         self.shared: Any = None
@@ -50,20 +55,19 @@ class ReferenceWorker(Worker):
         self.compiled: Any = None
 
     def run(self, job: Load, workdir: Path) -> None:
-        """Load the task, say `task_ready`, then answer requests until one it does not know."""
+        """Load the task and measure it (`sized`), then answer requests until one it does not know
+        (the first is `next`: build Model)."""
         torch = self.torch
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         self.job = job
         try:
             self.task = self.load_task(job, workdir)
-            init = self.init_inputs(self.task, job.seed0)
-            self.model = self.build(self.task.Model, init, job.seed0, self.task)
-            self.input_sets = self.count_input_sets(self.task, job.interpret)
         except Exception as e:
             self.task_error(e)
             return
-        self.send(TaskReady(input_sets=self.input_sets))
+        # The job checks the sizes and reserves the memory, then asks for Model (`NextJob`).
+        self.send(self.sized(job, workdir))
         while True:
             frame = self.recv()
             req = parse_request(frame.header)
@@ -83,6 +87,45 @@ class ReferenceWorker(Worker):
                     return
             else:
                 return
+
+    def sized(self, job: Load, workdir: Path) -> Sized:
+        """Measure the task on the meta device (and, in the interpreter, shrink it when it is too
+        big for it: `self.task` becomes the shrunk copy); the figures for the job."""
+        from kernelcraft.engine import sizing
+        from kernelcraft.engine.loading import import_source
+
+        free, total = sizing.device_memory(self.device)
+        try:
+            sizes = sizing.measure(self.task, job.interpret)
+        except Exception as e:
+            return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
+        shrunk, source = self.task, None
+        changes: dict[str, list[int]] = {}
+        if job.interpret and not job.full_size:
+            try:
+                shrunk, sizes, source, changes = sizing.shrink_for_interpreter(
+                    job.task_source,
+                    self.task,
+                    sizes,
+                    lambda src, tag: import_source(src, workdir, f"kernelcraft_task_{tag}"),
+                )
+            except Exception:  # the task as given still runs (or is refused for its size)
+                shrunk, source, changes = self.task, None, {}
+        if source is not None:
+            self.full_task, self.task = self.task, shrunk
+        return Sized(
+            inputs_bytes=sizes["inputs"],
+            params_bytes=sizes["params"],
+            outputs_bytes=sizes["outputs"],
+            outputs_measured=sizes["outputs_measured"],
+            elements=sizes["elements"],
+            shapes=sizes["shapes"],
+            device_free=free,
+            device_total=total,
+            has_cpu_inputs=hasattr(self.task, "get_cpu_inputs"),
+            shrunk=changes,
+            shrunk_source=source,
+        )
 
     def make_trial(self, req: MakeInputs) -> bool:
         """Make one trial's inputs and the reference outputs, keep both, send a copy of the
@@ -104,16 +147,20 @@ class ReferenceWorker(Worker):
         return True
 
     def next_job(self) -> bool:
-        """The next job on the same task: forget this job's inputs and outputs and build Model
-        afresh from the same seed, exactly as a new process would. False when that failed."""
+        """Build Model for the (next) job on the task: forget the last job's inputs and outputs
+        and build Model afresh from the same seed, exactly as a new process would. False when that
+        failed. The first comes once the job has checked the task's sizes; the next when the job
+        parks this worker (so it idles without the last job's tensors)."""
         assert self.job is not None
         self.private_inputs, self.ref_out, self.shared = [], None, None
-        self.compiled = None
+        self.compiled, self.model = None, None
         try:
             if self.device.startswith("cuda"):
                 self.torch.cuda.empty_cache()
             init = self.init_inputs(self.task, self.job.seed0)
             self.model = self.build(self.task.Model, init, self.job.seed0, self.task)
+            if self.input_sets == 0:
+                self.input_sets = self.count_input_sets(self.task, self.job.interpret)
         except Exception as e:
             self.task_error(e)
             return False
@@ -167,8 +214,11 @@ class ReferenceWorker(Worker):
                 torch = self.torch
                 torch.manual_seed(0)
                 with torch.device("meta"):
-                    meta_inputs = list(self.task.get_inputs())
-                meta_model = copy.deepcopy(self.model).to("meta")
+                    meta_inputs = list((self.full_task or self.task).get_inputs())
+                    full = self.full_task
+                    meta_model = full.Model(*full.get_init_inputs()) if full is not None else None
+                if meta_model is None:
+                    meta_model = copy.deepcopy(self.model).to("meta")
                 r = roofline.roofline_for(meta_model, meta_inputs, req.target)
                 return RooflineCounted(roofline=r.model_dump(), shapes="get_inputs()")
             except Exception as e:

@@ -1,0 +1,146 @@
+"""How much memory a job needs, whether it fits the device, and the per-device ledger.
+
+The reference worker measures the task on the meta device before it allocates anything
+(`sizing.py`: `get_inputs()`, `Model`'s parameters and buffers, and `forward`'s outputs when
+forward runs on meta) and reports what the device has free (`torch.cuda.mem_get_info` on a GPU,
+MemAvailable on the CPU) in its `Sized` message. From those figures:
+
+- **A process's working set** is `params + 3 x inputs + 3 x outputs`: what the harness holds at
+  its peak (the reference: its private inputs, the copy it shares, the inputs it reads back, its
+  outputs and the candidate's two runs' outputs when comparing; the candidate: the shared inputs,
+  the clones forward runs on, two runs' outputs), times `HEADROOM` for forward's intermediates and
+  the allocator's rounding, plus `PROCESS_OVERHEAD` (a CUDA context, or torch's resident
+  libraries on the CPU). When forward cannot run on meta, outputs are taken to be as large as
+  the inputs.
+- **A job needs** the reference's working set plus the candidate's.
+- **The candidate's limit** is twice its working set (at least `MIN_CANDIDATE_LIMIT`), or the
+  user's `--memory-limit-gb` when given: a runaway candidate is stopped, a candidate that needs
+  a workspace is not.
+- **The device's capacity** for our jobs is what it has free plus what our own jobs and kept
+  reference workers hold (the estimates of them), at most `USABLE_FRACTION` of its total. A job
+  that needs more than that is refused up front (`TaskError`: exit 2, one line with the
+  figures). A job that fits the capacity but not what is free now waits: first the least
+  recently used kept reference workers are evicted, then it waits for running jobs to end.
+
+`MemoryLedger` keeps one device's reservations; only jobs (`jobworkers.py`) use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kernelcraft.base.errors import TaskError
+
+GIB = 1024**3
+HEADROOM = 1.25
+PROCESS_OVERHEAD = {"cuda": int(0.75 * GIB), "cpu": int(0.5 * GIB)}
+MIN_CANDIDATE_LIMIT = 2 * GIB
+USABLE_FRACTION = 0.95
+IDLE_REFERENCE_SHARE = 0.25
+"""Kept (idle) reference workers hold at most this share of a device's memory."""
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """A task's sizes as measured on the meta device (bytes), and the device's memory then."""
+
+    inputs: int
+    params: int
+    outputs: int
+    outputs_measured: bool
+    device_free: int
+    device_total: int
+
+    def working_set(self, kind: str) -> int:
+        """One process's peak: see the module docstring."""
+        body = self.params + 3 * self.inputs + 3 * self.outputs
+        return int(HEADROOM * body) + PROCESS_OVERHEAD.get(kind, 0)
+
+    def job_need(self, kind: str) -> int:
+        return 2 * self.working_set(kind)
+
+    def held_when_idle(self, kind: str) -> int:
+        """What a kept reference worker holds between jobs: its rebuilt Model and its process."""
+        return self.params + PROCESS_OVERHEAD.get(kind, 0)
+
+    def candidate_limit(self, kind: str, override: int | None) -> int:
+        if override:
+            return override
+        return max(MIN_CANDIDATE_LIMIT, 2 * self.working_set(kind))
+
+    def figures(self) -> str:
+        out = "" if self.outputs_measured else " (estimated)"
+        return f"inputs {gib(self.inputs)}, parameters {gib(self.params)}, outputs {gib(self.outputs)}{out}"
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB" if n < 10 * GIB else f"{n / GIB:.0f} GiB"
+
+
+def refusal(task: str, size: TaskSize, kind: str, capacity: int) -> TaskError:
+    where = "GPU" if kind == "cuda" else "machine's RAM"
+    return TaskError(
+        f"does not fit: a job needs about {gib(size.job_need(kind))} ({size.figures()}; the reference "
+        f"and the candidate each hold ~3 copies) but the {where} has {gib(capacity)} for jobs "
+        f"({gib(size.device_free)} free of {gib(size.device_total)}); make get_inputs() smaller"
+        + (" or define get_cpu_inputs()" if kind == "cpu" else "")
+        + " (refused before anything ran)",
+        path=task,
+    )
+
+
+class MemoryLedger:
+    """One device's memory: what running jobs reserved, and their wait for room.
+
+    `idle_bytes` and `evict` are the reference pool's: what kept references hold on this device,
+    and a call that evicts the least recently used of them until `n` bytes are freed (returning
+    what it freed once their processes are gone)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.reserved: dict[int, int] = {}
+        self.capacity: int | None = None
+        self._changed: asyncio.Event = asyncio.Event()
+
+    def learn(self, size: TaskSize, idle_bytes: int) -> int | None:
+        """The capacity for our jobs, from a fresh measurement of the device (None: unknown)."""
+        if not size.device_total:
+            return self.capacity
+        ours = sum(self.reserved.values()) + idle_bytes
+        self.capacity = min(int(size.device_total * USABLE_FRACTION), size.device_free + ours)
+        return self.capacity
+
+    async def admit(
+        self,
+        job: int,
+        need: int,
+        refuse: Callable[[int], TaskError],
+        idle_bytes: Callable[[], int],
+        evict: Callable[[int], Awaitable[int]],
+    ) -> None:
+        """Reserve `need` bytes for `job`, evicting idle references or waiting for other jobs;
+        raise `refuse(capacity)` when it can never fit."""
+        while True:
+            capacity = self.capacity
+            if capacity is None:
+                self.reserved[job] = need
+                return
+            if need > capacity:
+                raise refuse(capacity)
+            available = capacity - sum(self.reserved.values()) - idle_bytes()
+            if need <= available:
+                self.reserved[job] = need
+                return
+            if idle_bytes() > 0 and await evict(need - available) > 0:
+                continue
+            if not self.reserved:  # nothing of ours to wait for: the estimate is all we have
+                self.reserved[job] = need
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+    def release(self, job: int) -> None:
+        if self.reserved.pop(job, None) is not None:
+            self._changed.set()
