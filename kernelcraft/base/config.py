@@ -72,6 +72,8 @@ class Settings:
     # at `ray_address`; None starts a one-machine cluster). See kernelcraft/engine/ray_evaluator.py.
     evaluator: Literal["local", "ray"] = "local"
     ray_address: str | None = None
+    memory_limit_gb: float | None = None
+    """A cap on each candidate process (`serve --memory-limit-gb`); None: sized to each task."""
 
     @classmethod
     def from_env(cls, db_path: str | Path | None = None) -> Settings:

@@ -117,6 +117,28 @@ def check_evaluator_args(evaluator: str, ray_address: str | None) -> None:
         raise UsageError("--evaluator ray needs Ray: pip install 'kernelcraft[ray]'")
 
 
+def _gigabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of GB: {text!r}") from None
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"must be a positive number of GB, not {text}")
+    return value
+
+
+def add_memory_limit(p: Options) -> None:
+    """`--memory-limit-gb GB`: a cap on each candidate process (default: sized to its task)."""
+    p.add_argument(
+        "--memory-limit-gb",
+        type=_gigabytes,
+        default=None,
+        metavar="GB",
+        help="cap each candidate's memory at GB (default: sized to the task's inputs, outputs and "
+        "parameters; a task that cannot fit the device is refused up front)",
+    )
+
+
 def run(main: Callable[[], Awaitable[T]]) -> T:
     """Run `main()` on a fresh event loop and return its result: on uvloop (the event loop in C)
     where it is installed (not on Windows), else on asyncio's own loop."""

@@ -3,11 +3,14 @@
     kernelcraft verify TASK CANDIDATE [--trials N] [--timeout S] [--allow-op OP ...] [--json]
     kernelcraft compile TASK CANDIDATE --target T [--target T ...] [--json]
     kernelcraft profile TASK CANDIDATE [--target T] [--json]
+    (each also takes --memory-limit-gb GB and --full-size)
 
 `--json` prints the pydantic result model (`VerifyResult`, `CompileResult`, `ProfileResult`) as
 one JSON object on stdout; otherwise a short human summary. Exit codes: 0 correct / compiled /
 profiled, 1 not (crashes and timeouts included), 2 unusable arguments or files (`TaskError`).
-Logs and progress go to stderr. Each command runs one job on a fresh `LocalEvaluator`.
+Logs and progress go to stderr. Each command runs one job on a fresh, lazy `LocalEvaluator` (only
+the job's workers start, in parallel). Without a GPU, `profile` gives the roofline floor and runs
+no candidate, and a large KernelBench task runs at shrunk sizes unless `--full-size`.
 
 Written by the evaluation engine.
 """
@@ -21,7 +24,16 @@ from typing import Any
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.targets import KNOWN_TARGETS
-from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK, Subcommands, add_device, add_json, emit, run
+from kernelcraft.cli.common import (
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    Subcommands,
+    add_device,
+    add_json,
+    add_memory_limit,
+    emit,
+    run,
+)
 from kernelcraft.cli.progress import JobProgress
 from kernelcraft.engine.loading import check_candidate, check_task, read_source
 
@@ -33,6 +45,13 @@ def register(sub: Subcommands) -> None:
         )
         p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
         p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="deadline in seconds")
+        add_memory_limit(p)
+        p.add_argument(
+            "--full-size",
+            action="store_true",
+            help="without a GPU, run the task's own sizes in Triton's interpreter instead of shrinking "
+            "a large KernelBench task's size constants (slow)",
+        )
         add_json(p)
         add_device(p)
 
@@ -81,23 +100,31 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
         candidate_name=args.candidate,
         stages=stages,  # type: ignore[arg-type]
         timeout_s=args.timeout,
+        full_size=args.full_size,
         **extra,
     )
 
 
-def _run(job: EvalJob, device: str) -> EvalResult:
-    """Run one job on a fresh evaluator, with its progress on stderr. The result's `seconds` (and
-    the verdict's) is the command's wall time from here: the evaluator's start (importing torch to
-    find the GPUs, starting the workers; `stage_seconds["evaluator_start"]`) included."""
+def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = None) -> EvalResult:
+    """Run one job on a fresh, lazy evaluator (only the job's workers start), with its progress on
+    stderr; `cpu_stages`: the job's stages when there is no GPU. The result's `seconds` (and the
+    verdict's) is the command's wall time from here: the evaluator's start (finding the GPUs,
+    starting the zygote; `stage_seconds["evaluator_start"]`) included."""
     started = time.perf_counter()
 
     async def main() -> EvalResult:
         from kernelcraft.engine.local import LocalEvaluator
 
-        async with LocalEvaluator(workers=3 if "compile" in job.stages else 2, device=device) as ev:  # type: ignore[arg-type]
+        async with LocalEvaluator(
+            workers=3 if "compile" in job.stages else 2,
+            device=args.device,
+            memory_limit_gb=args.memory_limit_gb,
+            lazy=True,
+        ) as ev:
+            todo = job if ev.has_gpu or cpu_stages is None else job.model_copy(update={"stages": cpu_stages})
             submitted = time.perf_counter()
             with JobProgress(started=started) as bar:
-                result = await ev.submit(job, bar)
+                result = await ev.submit(todo, bar)
         result.stage_seconds = {"evaluator_start": round(submitted - started, 3), **result.stage_seconds}
         result.seconds = round(time.perf_counter() - started, 3)
         if result.verify is not None:
@@ -136,7 +163,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not 1 <= args.trials <= 100:
         raise UsageError(f"--trials must be between 1 and 100, not {args.trials}")
     job = _job(args, ["verify"], trials=args.trials, allowed_ops=_allowed_ops(args.allow_op))
-    v = _run(job, args.device).verify
+    v = _run(job, args).verify
     assert v is not None
     where = f"on {v.device}"
     trials = f"{v.trials} per input set, {v.input_sets} input set{'s' if v.input_sets > 1 else ''}"
@@ -155,9 +182,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown target {', '.join(unknown)}; choose from {', '.join(KNOWN_TARGETS)}")
     job = _job(args, ["compile"], targets=targets)
-    c = _run(job, args.device).compile
+    c = _run(job, args).compile
     assert c is not None
-    lines = [f"{'OK' if c.ok else 'FAILED'}: {len(c.launches)} launch(es)"]
+    lines = [
+        f"{'OK' if c.ok else 'FAILED'}: {len(c.launches)} launch(es)"
+        + (f" on {c.shapes}" if c.shapes else "")
+    ]
     for t in c.targets:
         lines.append(f"  {t.target}: {'ok' if t.ok else 'failed'}")
         lines.extend(
@@ -173,7 +203,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     job = _job(args, ["verify", "profile"], roofline_target=args.target, trials=1)
-    result = _run(job, args.device)
+    result = _run(job, args, cpu_stages=["profile"])  # no GPU: the roofline floor, no candidate run
     p = result.profile
     assert p is not None
     if p.available and p.candidate and p.reference_eager:

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_evaluator, check_evaluator_args, run
+from kernelcraft.cli.common import (
+    EXIT_OK,
+    Subcommands,
+    add_db,
+    add_evaluator,
+    add_memory_limit,
+    check_evaluator_args,
+    run,
+)
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -49,6 +57,7 @@ def register(sub: Subcommands) -> None:
         "--transport", choices=("stdio", "http"), default="stdio", help="how clients talk to the server"
     )
     add_db(p)
+    add_memory_limit(p)
     p.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP: port")
     p.add_argument("--tokens-file", type=Path, default=None, help="HTTP: file of token=name lines")
@@ -91,7 +100,10 @@ def run_serve(args: argparse.Namespace) -> int:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     check_evaluator_args(args.evaluator, args.ray_address)
     return dataclasses.replace(
-        Settings.from_env(args.db), evaluator=args.evaluator, ray_address=args.ray_address
+        Settings.from_env(args.db),
+        evaluator=args.evaluator,
+        ray_address=args.ray_address,
+        memory_limit_gb=args.memory_limit_gb,
     )
 
 

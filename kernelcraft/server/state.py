@@ -62,7 +62,7 @@ def default_evaluator_factory(settings: Settings) -> Evaluator:
         return RayEvaluator(address=settings.ray_address)
     from kernelcraft.engine.local import LocalEvaluator
 
-    return LocalEvaluator()
+    return LocalEvaluator(memory_limit_gb=settings.memory_limit_gb)
 
 
 @asynccontextmanager

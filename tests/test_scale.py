@@ -1,0 +1,271 @@
+"""KernelBench at full scale on the CPU: tasks sized on the meta device, refused up front when they
+cannot fit, shrunk for the interpreter; the reference's timeout is the task's; profile without a
+GPU runs no candidate; kept references live within a memory budget (issue 13)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelcraft.base.errors import TaskError
+from kernelcraft.engine import shrink
+from kernelcraft.engine.channel import Frame
+from kernelcraft.engine.memory import GIB, MemoryLedger, TaskSize, refusal
+from kernelcraft.engine.protocol import TaskReady
+from kernelcraft.engine.references import ReferencePool, task_key
+
+ROOT = Path(__file__).resolve().parents[1]
+LARGE = ROOT / "tests" / "fixtures" / "large"
+
+KERNELBENCH_STYLE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+batch_size = 16  # the batch is small; the weights are not
+in_features = 8192
+out_features = in_features * 2
+kernel_size = 3
+unused = 1 << 20
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+"""
+
+
+# ---- the shrink (pure) ----
+
+
+def test_shrink_keeps_odd_parts_and_powers_of_two_and_leaves_small_sizes_alone() -> None:
+    assert shrink.shrink_value(8192, 64) == 64
+    assert shrink.shrink_value(393216, 64) == 48  # 3 * 2**17: the odd part stays
+    assert shrink.shrink_value(1000, 64) == 50  # a divisor of it
+    assert shrink.shrink_value(4099, 64) % 2 == 1  # a prime: an odd size under the limit
+    assert shrink.shrink_value(3, 64) == 3
+
+
+def test_shrink_rewrites_the_constants_the_input_functions_read_including_init_arguments() -> None:
+    small, changes = shrink.shrunk_source(KERNELBENCH_STYLE, 64)
+    # in_features reaches get_init_inputs directly and through out_features; `unused` is read by
+    # no input function; batch_size and kernel_size are within the limit.
+    assert changes == {"in_features": (8192, 64)}
+    assert "in_features = 64\n" in small and "out_features = in_features * 2" in small
+    assert "unused = 1 << 20" in small and "batch_size = 16  # the batch is small" in small
+    compile(small, "small.py", "exec")
+
+
+def test_a_task_without_size_constants_has_nothing_to_shrink() -> None:
+    src = "def get_inputs():\n    return [torch.rand(8192, 8192)]\n\ndef get_init_inputs():\n    return []\n"
+    assert shrink.shrunk_source(src, 64) == (src, {})
+
+
+# ---- memory: the sizes, the ledger, the kept references ----
+
+
+def _size(inputs: int, free: int = 100 * GIB, total: int = 141 * GIB) -> TaskSize:
+    return TaskSize(inputs, 0, inputs, True, free, total)
+
+
+def test_a_job_needs_the_working_sets_of_both_processes_and_the_candidate_gets_twice_its_own() -> None:
+    s = _size(4 * GIB)
+    one = s.working_set("cuda")
+    assert one == int(1.25 * 24 * GIB) + int(0.75 * GIB)
+    assert s.job_need("cuda") == 2 * one
+    assert s.candidate_limit("cuda", None) == 2 * one
+    assert s.candidate_limit("cuda", 3 * GIB) == 3 * GIB  # the user's cap wins
+    assert _size(1024).candidate_limit("cpu", None) == 2 * GIB  # never below the floor
+
+
+def test_the_refusal_is_one_line_with_the_figures() -> None:
+    err = refusal("task.py", _size(50 * GIB, free=60 * GIB), "cuda", 60 * GIB)
+    text = str(err)
+    assert "\n" not in text and text.startswith("task.py: does not fit")
+    assert "inputs 50 GiB" in text and "60 GiB free of 141 GiB" in text
+
+
+class _Worker:
+    """A parked reference worker: answers `next` with `task_ready`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self.killed = False
+        self.sent: list[str] = []
+
+    def alive(self) -> bool:
+        return not self.killed
+
+    def kill(self, reason: str | None = None) -> None:
+        self.killed = True
+
+    async def send(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        self.sent.append(str(header.get("op")))
+        await self.frames.put(Frame(TaskReady(input_sets=1).to_header()))
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.released: list[_Worker] = []
+
+    async def release(self, w: _Worker) -> None:
+        self.released.append(w)
+
+
+def _park(refs: ReferencePool, pool: _Pool, n: int, held: int, budget: int | None = None) -> list[_Worker]:
+    workers = []
+    for i in range(n):
+        w = _Worker(100 + i)
+        key = task_key(f"task {i}", 0)
+        refs.reserve(key)
+        refs.started(key, w)  # type: ignore[arg-type]
+        refs.keep(key, w, pool, held=held, budget=budget)  # type: ignore[arg-type]
+        workers.append(w)
+    return workers
+
+
+@pytest.mark.anyio
+async def test_a_parked_reference_is_sent_next_at_once_so_it_idles_without_the_jobs_tensors() -> None:
+    refs, pool = ReferencePool(per_task=2, idle_per_device=4), _Pool()
+    (w,) = _park(refs, pool, 1, held=GIB)
+    parked = refs.take(task_key("task 0", 0))
+    assert parked is not None and parked.worker is w
+    frame = await parked.rebuilt
+    assert w.sent == ["next"] and frame is not None and frame.header["type"] == "task_ready"
+
+
+@pytest.mark.anyio
+async def test_kept_references_over_their_memory_budget_are_closed_oldest_first() -> None:
+    refs, pool = ReferencePool(per_task=2, idle_per_device=8), _Pool()
+    workers = _park(refs, pool, 3, held=10 * GIB, budget=25 * GIB)
+    await asyncio.sleep(0)
+    assert workers[0].killed and not workers[1].killed and not workers[2].killed
+    assert refs.idle_bytes(0) == 20 * GIB and refs.idle_pids() == [101, 102]
+
+
+@pytest.mark.anyio
+async def test_a_job_that_needs_the_memory_evicts_the_least_recently_parked_references() -> None:
+    refs, pool = ReferencePool(per_task=2, idle_per_device=8), _Pool()
+    workers = _park(refs, pool, 3, held=10 * GIB)
+    ledger = MemoryLedger("cuda")
+    ledger.capacity = 100 * GIB
+    ledger.reserved[1] = 50 * GIB  # another job
+    # 100 - 50 - 30 idle = 20 free; 35 needed: the two oldest go (20 GiB), not the newest.
+    await ledger.admit(
+        2,
+        35 * GIB,
+        lambda cap: TaskError(f"refused at {cap}"),
+        lambda: refs.idle_bytes(0),
+        lambda n: refs.evict(0, n),
+    )
+    assert ledger.reserved[2] == 35 * GIB
+    assert [w.killed for w in workers] == [True, True, False]
+    assert pool.released == workers[:2] and refs.idle_pids() == [102]
+
+
+@pytest.mark.anyio
+async def test_a_job_larger_than_the_device_is_refused_and_one_that_fits_later_waits() -> None:
+    ledger = MemoryLedger("cuda")
+    ledger.capacity = 100 * GIB
+    with pytest.raises(TaskError, match="refused at"):
+        await ledger.admit(1, 101 * GIB, lambda cap: TaskError(f"refused at {cap}"), lambda: 0, _no_evict)
+    ledger.reserved[1] = 80 * GIB
+    waiting = asyncio.ensure_future(
+        ledger.admit(2, 30 * GIB, lambda cap: TaskError("refused"), lambda: 0, _no_evict)
+    )
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    ledger.release(1)
+    await asyncio.wait_for(waiting, 1)
+    assert ledger.reserved == {2: 30 * GIB}
+
+
+async def _no_evict(n: int) -> int:
+    return 0
+
+
+# ---- through the evaluator and the CLI (processes) ----
+
+
+@pytest.mark.slow
+def test_an_unchanged_large_kernelbench_task_gets_a_correct_cpu_verdict_at_shrunk_sizes(evaluator, job_for) -> None:
+    start = time.monotonic()
+    r = evaluator.submit(job_for(LARGE / "gelu_task.py", LARGE / "gelu_triton.py", timeout_s=60))
+    v = r.verify
+    assert v is not None and v.correct, v
+    assert time.monotonic() - start < 60
+    note = next(n for n in v.notes if "shrunk sizes" in n)
+    assert "batch_size 8192 -> 256" in note and "dim 8192 -> 256" in note and "float32[256, 256]" in note
+
+
+@pytest.mark.slow
+def test_a_reference_that_runs_out_of_time_is_the_tasks_error_not_the_candidates(evaluator, job_for) -> None:
+    slow = (LARGE / "gelu_task.py").read_text().replace(
+        "return torch.nn.functional.gelu(x)", "import time; time.sleep(60); return torch.nn.functional.gelu(x)"
+    )
+    task = LARGE / "gelu_task.py"
+    job = job_for(task, LARGE / "gelu_triton.py", timeout_s=8)
+    job.task_source = slow
+    with pytest.raises(TaskError, match="reference .* did not finish within the 8 s deadline"):
+        evaluator.submit(job)
+
+
+@pytest.mark.slow
+def test_profile_without_a_gpu_gives_the_full_size_floor_and_runs_no_candidate(evaluator, job_for) -> None:
+    broken = "class ModelNew:\n    def __init__(self):\n        raise RuntimeError('the candidate ran')\n"
+    r = evaluator.submit(job_for(LARGE / "gelu_task.py", broken, stages=["profile"]))
+    p = r.profile
+    assert r.verify is None and p is not None and p.failure_class is None, p
+    assert p.roofline is not None and p.roofline.bytes >= 2 * 8192 * 8192 * 4  # the task's own size
+    assert "candidate" not in r.stage_seconds
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelcraft", *args, "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+def test_a_task_that_cannot_fit_in_memory_is_refused_up_front_with_exit_2(tmp_path: Path) -> None:
+    task = tmp_path / "huge.py"
+    task.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.rand(1 << 20, 1 << 20)]\n\n\n"
+        "def get_cpu_inputs():\n    return [torch.rand(1 << 18, 1 << 18)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    p = _cli("verify", str(task), str(LARGE / "gelu_triton.py"), "--json")
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    errors = [line for line in p.stderr.splitlines() if line.startswith("kernelcraft: error:")]
+    assert len(errors) == 1 and "does not fit" in errors[0] and "inputs 256 GiB" in errors[0], p.stderr
+
+
+@pytest.mark.slow
+def test_compile_without_a_gpu_finds_launches_at_the_tasks_real_shapes() -> None:
+    p = _cli("compile", str(LARGE / "gelu_task.py"), str(LARGE / "gelu_triton.py"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert "get_inputs() on the meta device: float32[8192, 8192]" in p.stdout
