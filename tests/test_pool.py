@@ -35,7 +35,7 @@ with open(os.path.join(os.environ["HOME"], "state.json"), "w") as f:
 """
     await w.send({"role": "reference", "workdir": str(w.dir), "task_source": task, "seed0": 42})
     frame = await asyncio.wait_for(w.frames.get(), 60)
-    assert frame is not None and frame.header["type"] == "task_ready", frame
+    assert frame is not None and frame.header["type"] == "sized", frame  # the task is loaded, measured
     import json
 
     return json.loads((w.dir / "state.json").read_text())
