@@ -340,11 +340,13 @@ def main() -> None:
     cuda = sys.argv[2] == "cuda"
     from kernelcraft.engine import worker
 
-    # Each import stage runs here only if a throwaway fork shows it leaves the GPU driver alone
-    # and starts no thread; the others are left to each forked worker.
+    # For a GPU pool, each import stage runs here only if a throwaway fork shows it leaves the GPU
+    # driver alone and starts no thread; the others are left to each forked worker. A CPU pool
+    # has no driver to touch: its stages run here at once (the probe would import each twice, on
+    # the first job's path), and a stage that started a thread makes the zygote unavailable below.
     deferred: list[str] = []
     for name, stage in worker.import_stages(cuda=cuda):
-        if name != "base" and not _probe(stage):
+        if name != "base" and cuda and not _probe(stage):
             deferred.append(name)
             continue
         stage()
