@@ -206,7 +206,9 @@ async def _no_evict(n: int) -> int:
 
 
 @pytest.mark.slow
-def test_an_unchanged_large_kernelbench_task_gets_a_correct_cpu_verdict_at_shrunk_sizes(evaluator, job_for) -> None:
+def test_an_unchanged_large_kernelbench_task_gets_a_correct_cpu_verdict_at_shrunk_sizes(
+    evaluator, job_for
+) -> None:
     start = time.monotonic()
     r = evaluator.submit(job_for(LARGE / "gelu_task.py", LARGE / "gelu_triton.py", timeout_s=60))
     v = r.verify
@@ -218,8 +220,13 @@ def test_an_unchanged_large_kernelbench_task_gets_a_correct_cpu_verdict_at_shrun
 
 @pytest.mark.slow
 def test_a_reference_that_runs_out_of_time_is_the_tasks_error_not_the_candidates(evaluator, job_for) -> None:
-    slow = (LARGE / "gelu_task.py").read_text().replace(
-        "return torch.nn.functional.gelu(x)", "import time; time.sleep(60); return torch.nn.functional.gelu(x)"
+    slow = (
+        (LARGE / "gelu_task.py")
+        .read_text()
+        .replace(
+            "return torch.nn.functional.gelu(x)",
+            "import time; time.sleep(60); return torch.nn.functional.gelu(x)",
+        )
     )
     task = LARGE / "gelu_task.py"
     job = job_for(task, LARGE / "gelu_triton.py", timeout_s=8)
