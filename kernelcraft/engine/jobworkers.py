@@ -260,22 +260,8 @@ class JobWorkers:
             self.sized.set_result(sized)
             return
         if self.interpret and not self.full_size and not sized.has_cpu_inputs:
-            if sized.elements > shrink.REFUSE_ABOVE_ELEMENTS:
-                raise TaskError(
-                    f"too big for Triton's CPU interpreter: {sized.elements:.3g} elements in inputs and "
-                    f"parameters ({sized.shapes}), minutes a trial, and its sizes are not module-level "
-                    "integer constants kernelcraft can shrink; define get_cpu_inputs() returning small "
-                    "inputs, run on a GPU, or pass --full-size to run it anyway",
-                    path=self.spec.task_name,
-                )
-        size = TaskSize(
-            sized.inputs_bytes,
-            sized.params_bytes,
-            sized.outputs_bytes,
-            sized.outputs_measured,
-            sized.device_free,
-            sized.device_total,
-        )
+            shrink.check_interpreter_work(sized.elements, sized.shapes, self.spec.task_name)
+        size = TaskSize.of(sized)
         index, ledger = self.device.index, self.device.memory
         if fresh:
             ledger.learn(size, self.references.idle_bytes(index))

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kernelcraft.base.errors import TaskError
+from kernelcraft.engine.protocol import Sized
 
 GIB = 1024**3
 HEADROOM = 1.25
@@ -52,6 +53,18 @@ class TaskSize:
     outputs_measured: bool
     device_free: int
     device_total: int
+
+    @classmethod
+    def of(cls, sized: Sized) -> TaskSize:
+        """From the reference's measurement."""
+        return cls(
+            sized.inputs_bytes,
+            sized.params_bytes,
+            sized.outputs_bytes,
+            sized.outputs_measured,
+            sized.device_free,
+            sized.device_total,
+        )
 
     def working_set(self, kind: str) -> int:
         """One process's peak: see the module docstring."""

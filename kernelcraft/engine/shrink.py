@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import ast
 
+from kernelcraft.base.errors import TaskError
+
 SHRINK_ABOVE_ELEMENTS = 1 << 20
 """Over ~1M elements (inputs + parameters) the interpreter's trials take more than seconds."""
 REFUSE_ABOVE_ELEMENTS = 1 << 25
@@ -115,3 +117,16 @@ def describe(changes: dict[str, list[int]], shapes: str) -> str:
         f"ran at shrunk sizes for Triton's CPU interpreter ({rewrite}; inputs {shapes}): the task's "
         "own sizes would take minutes a trial; pass --full-size to run them, or define get_cpu_inputs()"
     )
+
+
+def check_interpreter_work(elements: int, shapes: str, task: str) -> None:
+    """Refuse (`TaskError`) a task the interpreter would take minutes a trial on, left that
+    large after shrinking (its sizes are not constants this module can rewrite)."""
+    if elements > REFUSE_ABOVE_ELEMENTS:
+        raise TaskError(
+            f"too big for Triton's CPU interpreter: {elements:.3g} elements in inputs and parameters "
+            f"({shapes}), minutes a trial, and its sizes are not module-level integer constants "
+            "kernelcraft can shrink; define get_cpu_inputs() returning small inputs, run on a GPU, "
+            "or pass --full-size to run it anyway",
+            path=task,
+        )
