@@ -5,6 +5,7 @@ GPU runs no candidate; kept references live within a memory budget (issue 13).""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -266,7 +267,8 @@ def test_a_task_that_cannot_fit_in_memory_is_refused_up_front_with_exit_2(tmp_pa
     )
     p = _cli("verify", str(task), str(LARGE / "gelu_triton.py"), "--json")
     assert p.returncode == 2, p.stderr
-    assert p.stdout == ""
+    error = json.loads(p.stdout)["error"]
+    assert error["kind"] == "usage" and "does not fit" in error["message"]
     errors = [line for line in p.stderr.splitlines() if line.startswith("kernelcraft: error:")]
     assert len(errors) == 1 and "does not fit" in errors[0] and "inputs 256 GiB" in errors[0], p.stderr
 
