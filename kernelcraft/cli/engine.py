@@ -149,6 +149,8 @@ def _with_evidence(model: VerifyResult | CompileResult | ProfileResult, summary:
 def _allowed_ops(ops: list[str]) -> list[str]:
     """--allow-op in any form the MCP tool accepts (mm, aten::mm, aten.mm.default), as the names
     the fallback guard compares; a usage error for anything else."""
+    if not ops:
+        return []  # (the parser imports mcp: most of a second of a cold verify)
     from mcp.server.mcpserver.exceptions import ToolError
 
     from kernelcraft.server.inputs import allowed_op_names
