@@ -167,7 +167,7 @@ class RayEvaluator:
     jobs_per_actor: jobs an actor runs at once; default: one more than its evaluator's workers
       run at once (two a job), so that a job's loading and JIT overlap another's GPU time, as a
       local batch does, and no job queues on a busy actor while another is free.
-    workers, memory_limit_gb: each actor's `LocalEvaluator`'s.
+    workers, memory_limit_gb: each actor's `LocalEvaluator`'s (None: sized to each task).
     """
 
     def __init__(
@@ -178,7 +178,7 @@ class RayEvaluator:
         cpus_per_actor: float = 2.0,
         jobs_per_actor: int | None = None,
         workers: int | None = None,
-        memory_limit_gb: float | None = 8.0,
+        memory_limit_gb: float | None = None,
     ) -> None:
         ray = _import_ray()
         self._ray = ray

@@ -59,7 +59,7 @@ def default_evaluator_factory(settings: Settings) -> Evaluator:
     if settings.evaluator == "ray":
         from kernelcraft.engine.ray_evaluator import RayEvaluator
 
-        return RayEvaluator(address=settings.ray_address)
+        return RayEvaluator(address=settings.ray_address, memory_limit_gb=settings.memory_limit_gb)
     from kernelcraft.engine.local import LocalEvaluator
 
     return LocalEvaluator(memory_limit_gb=settings.memory_limit_gb)
