@@ -44,6 +44,8 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+from kernelcraft.base.errortext import exception_text
+
 
 class FailureClass(str, Enum):
     LOAD_ERROR = "load_error"
@@ -147,7 +149,10 @@ _PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = tuple(
         ),
         (
             FailureClass.COMPILE_UNKNOWN_API,
+            # A torch or math function handed a Triton tensor: "Unsupported function referenced" when
+            # compiled; in the interpreter math.exp wants a real number and torch.exp a torch Tensor.
             r"Unsupported function referenced: <built-in|must be real number, not tensor|"
+            r"must be Tensor, not tensor|"
             r"Block pointers have been removed|"
             # Triton 3.6: block pointers exist but take no mask/other (boundary_check instead).
             r"arguments cannot be specified for loading block pointers",
@@ -167,6 +172,8 @@ _PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = tuple(
             FailureClass.COMPILE_UNKNOWN_API,
             r"has no attribute|is not defined|not callable|unsupported function",
         ),
+        # Triton's launcher takes len() of the grid: a plain integer there is a launch error.
+        (FailureClass.RUNTIME_ERROR, r"object of type 'int' has no len\(\)"),
         (
             FailureClass.COMPILE_TYPE_ERROR,
             r"TypeError|incompatible type|cannot cast|invalid operand|Expected dtype|cannot add pointers|"
@@ -177,7 +184,8 @@ _PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = tuple(
 
 # A Triton CompilationError quotes the kernel: "at 4:8:", the source lines, a caret line. Those
 # lines are code, not diagnosis ("tl.dot" in the source says nothing about the error), so the
-# patterns read only the rest. The chained-exception separators go too.
+# patterns read only the rest. The chained-exception separators go too, and so do a traceback's
+# frames (`errortext.exception_text`): paths like torch/nn/modules/module.py are the harness's.
 _EXCERPT = re.compile(r"^[^\n]*\bat \d+:\d+:[ \t]*\n(?:.*?\n)??[ \t]*\^[ \t]*$", re.MULTILINE | re.DOTALL)
 _CHAIN = re.compile(
     r"^(The above exception was the direct cause of the following exception:|"
@@ -187,8 +195,9 @@ _CHAIN = re.compile(
 
 
 def diagnosis(error_text: str) -> str:
-    """The error text without quoted kernel source (CompilationError excerpts) and chain separators."""
-    text = _EXCERPT.sub("", error_text or "")
+    """The error text without traceback frames, quoted kernel source (CompilationError excerpts)
+    and chain separators: the exceptions' own words."""
+    text = _EXCERPT.sub("", exception_text(error_text or ""))
     return _CHAIN.sub("", text)
 
 

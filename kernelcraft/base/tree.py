@@ -76,7 +76,10 @@ class NodeInfo(BaseModel):
         default=None,
         description="The rulebook's id for this failure: pass it to record_failure with a proposed rule.",
     )
-    error: str | None = Field(default=None, description="The failing stage's error text, trimmed.")
+    error: str | None = Field(
+        default=None,
+        description="The failing stage's error: the candidate's traceback frames and the exceptions, trimmed.",
+    )
     speedup: float | None = Field(
         default=None, description="Speedup over the PyTorch baseline; null if unmeasured."
     )

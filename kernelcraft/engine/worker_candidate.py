@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.base.errortext import CANDIDATE_MODULE
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.protocol import (
     IMPORTING_CANDIDATE,
@@ -128,7 +129,7 @@ class CandidateWorker(Worker):
         self.threads_before = threading.active_count()
         self.progress(IMPORTING_CANDIDATE)
         try:
-            module = import_source(job.candidate_source, workdir, "kernelcraft_candidate")
+            module = import_source(job.candidate_source, workdir, CANDIDATE_MODULE)
             self.model = self.build(module.ModelNew, init, job.seed0, task)
         except BaseException as e:
             self.fail_exception(e, "load")

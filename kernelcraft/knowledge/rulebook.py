@@ -56,7 +56,7 @@ from kernelcraft.base.rules import (
     RuleStatus,
 )
 from kernelcraft.base.targets import arch_family
-from kernelcraft.knowledge import dedup, rule_import
+from kernelcraft.knowledge import dedup, retrieval, rule_import
 from kernelcraft.knowledge.dedup import RuleJudge
 from kernelcraft.knowledge.text import (
     fts_query,
@@ -88,7 +88,7 @@ SCOPE_MATCH, SCOPE_GENERAL, SCOPE_OTHER = 1.25, 1.0, 0.3
 OVERFETCH = 4
 
 
-_RULE_COLUMNS = "r.id, r.uid, r.text, r.count, r.status, r.dsl, r.arch_family, r.op_category, r.reason, r.failure_class, r.seed"
+_RULE_COLUMNS = retrieval.RULE_COLUMNS
 
 
 async def _rows(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list[Any]:
@@ -417,8 +417,10 @@ class Rulebook:
         """Active rules ranked for `context` (any text: a task, a kernel, an error message).
 
         score = BM25 relevance × (1 + 0.2·ln count) × scope weight (1.25 same architecture family,
-        1.0 general, 0.3 another family). With an empty context (no searchable word), the rules most
-        often broken for the arch: active rules of that family or general, by count.
+        1.0 general, 0.3 another family). An error text is read for its exceptions only (`diagnosis`:
+        no traceback frames, no quoted kernel source), and the rules about what it points at rank
+        first (`retrieval.error_order`). With an empty context (no searchable word), the rules most often
+        broken for the arch: active rules of that family or general, by count.
         """
         if limit < 1:
             return []
@@ -436,19 +438,15 @@ class Rulebook:
                 (dsl, family if family is not None else "", limit * OVERFETCH),
             )
             scored = [(r["count"] * _scope_weight(r["arch_family"], family), r) for r in rows]
+            first: retrieval.Order = lambda r: ()  # noqa: E731
         else:
-            rows = await _rows(
-                conn,
-                f"SELECT {_RULE_COLUMNS}, bm25(rules_fts, 1.0, 0.4) AS bm FROM rules_fts"
-                " JOIN rules r ON r.id = rules_fts.rowid"
-                " WHERE rules_fts MATCH ? AND r.status = 'active' AND r.dsl = ? ORDER BY bm LIMIT ?",
-                (q, dsl, limit * OVERFETCH),
-            )
+            rows = await retrieval.matching(conn, q, dsl, limit * OVERFETCH)
+            rows, first = await retrieval.error_order(conn, context, dsl, rows, limit * OVERFETCH)
             scored = [
                 (-r["bm"] * _count_weight(r["count"]) * _scope_weight(r["arch_family"], family), r)
                 for r in rows
             ]
-        scored.sort(key=lambda sr: (-sr[0], sr[1]["id"]))
+        scored.sort(key=lambda sr: (*first(sr[1]), -sr[0], sr[1]["id"]))
         return [_rule_out(r, s) for s, r in scored[:limit]]
 
     async def list_rules(self, status: RuleStatus | None = None, arch: str | None = None) -> list[RuleOut]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Iterable
 from difflib import SequenceMatcher
 
 from kernelcraft.base.errors import UsageError
@@ -57,6 +58,22 @@ def fts_query(text: str, *, max_terms: int = MAX_QUERY_TERMS) -> str | None:
     if not terms:
         return None
     return " OR ".join(f'"{t}"' for t in terms)
+
+
+def fts_phrases(names: Iterable[str]) -> str | None:
+    """A safe FTS5 MATCH expression for any of `names` as a phrase, or None when none is left.
+
+    A dotted name is its words in order ('tl.tanh' is "tl tanh": the rule saying tl.tanh matches,
+    the one saying tl.math.tanh does not). A one-word name that is a stopword or one character (a
+    variable `x`) says nothing and is left out.
+    """
+    phrases: dict[str, None] = {}
+    for name in names:
+        words = _WORD.findall(name.lower())
+        if not words or (len(words) == 1 and (len(words[0]) < 2 or words[0] in STOPWORDS)):
+            continue
+        phrases['"' + " ".join(words) + '"'] = None
+    return " OR ".join(phrases) or None
 
 
 def normalize_rule(text: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernelcraft.base.docs import DocSection
+from kernelcraft.base.errortext import error_line
 from kernelcraft.base.rules import RuleOut, quote_rules
 from kernelcraft.base.tree import ContextKernel
 
@@ -46,8 +47,7 @@ def _describe(k: ContextKernel) -> str:
         return f"node {k.node_id} ({k.kind}): correct (speed not measured){profile}"
     label = "did not compile" if k.outcome == "not_compiled" else "compiled but wrong"
     cls = f" [{k.failure_class.value}]" if k.failure_class is not None else ""
-    first = (k.error or "no error text").strip().splitlines()
-    return f"node {k.node_id} ({k.kind}): {label}{cls}: {first[0] if first else ''}"
+    return f"node {k.node_id} ({k.kind}): {label}{cls}: {error_line(k.error or '') or 'no error text'}"
 
 
 def _feedback_block(fb: Feedback) -> str:

@@ -3,6 +3,7 @@ and what `start` did. Pure functions over the client-facing models."""
 
 from __future__ import annotations
 
+from kernelcraft.base.errortext import error_line
 from kernelcraft.base.tree import NextStep, NodeInfo, WarmStart
 from kernelcraft.search.tree import TreeRow
 
@@ -46,8 +47,8 @@ def verdict_words(node: NodeInfo) -> str:
             return f"correct, {node.speedup:.2f}× vs PyTorch{timing}; {reward}."
         return f"correct; speedup unknown (no GPU timing); {reward}."
     cls = node.failure_class.value if node.failure_class else "failed"
-    first = (node.error or "").strip().splitlines()
-    detail = f": {first[0]}" if first else ""
+    summary = error_line(node.error or "")
+    detail = f": {summary}" if summary else ""
     label = "did not compile" if node.outcome == "not_compiled" else "compiled but wrong"
     return f"{label} ({cls}){detail}; {reward}."
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import aiosqlite
 
+from kernelcraft.base.errortext import candidate_part
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.tree import (
@@ -148,7 +149,10 @@ def node_info(
 ) -> NodeInfo:
     abandoned = is_abandoned(row)
     verdict = EvalResult.model_validate_json(row["verdict"]) if row["verdict"] else None
-    error = trim(failure_text(verdict)) if verdict is not None and row["outcome"] != "correct" else None
+    error = None
+    if verdict is not None and row["outcome"] != "correct":
+        # The candidate's frames and the exceptions: the harness's frames say nothing to its author.
+        error = trim(candidate_part(failure_text(verdict) or "") or None)
     if abandoned:
         error = trim(row["abandoned_reason"])
     fc = row["failure_class"]
