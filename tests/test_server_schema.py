@@ -1,30 +1,178 @@
-"""The flat output schema of query_rules: as strict as pydantic's, cheaper for a client to check."""
+"""The tool list as clients get it (kernelcraft/server/schema.py): under 30 KB, one nullable form,
+every model published once, and every field the models describe still described."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from jsonschema.validators import validator_for
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel
-from server_support import TASK
+from server_support import TASK, NoEvaluations, settings_for
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.rules import RuleOut
-from kernelcraft.server.schema import FlatSchema
-from kernelcraft.server.tools import RuleList
+from kernelcraft.server.app import create_server
+
+MAX_TOOL_LIST_BYTES = 30_000
+JsonSchema = dict[str, Any]
 
 
-class NestedRuleList(BaseModel):
-    """RuleList as pydantic publishes it by default: `$defs`, `$ref`s and `anyOf` unions."""
+def errors(schema: JsonSchema, instance: Any) -> int:
+    return sum(1 for _ in validator_for(schema)(schema).iter_errors(instance))
+
+
+def wire_bytes(listed: Any) -> int:
+    """The tools/list result as the SDK puts it on the wire: compact JSON, UTF-8."""
+    return len(listed.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8"))
+
+
+async def both_lists(tmp_path: Path) -> tuple[list[Any], list[Any]]:
+    """(what the SDK would publish from the models, what kernelcraft publishes)."""
+    server = create_server(settings_for(tmp_path), NoEvaluations)
+    raw = await MCPServer.list_tools(server)
+    async with Client(server) as client:
+        shown = (await client.list_tools()).tools
+    return raw, shown
+
+
+@pytest.mark.anyio
+async def test_the_tool_list_a_client_receives_is_under_30_kb(client: Client) -> None:
+    listed = await client.list_tools()
+    assert wire_bytes(listed) < MAX_TOOL_LIST_BYTES, f"tools/list is {wire_bytes(listed):,} bytes"
+
+
+# ---------------------------------------------------------------------------- described fields
+#
+# A field is a property name on a path from a tool's input or output root: through `properties`,
+# `items`, `additionalProperties`, `anyOf` branches and `$ref`s. In the published list a path may
+# also pass through a model another tool publishes; the words say where ("what T returns", "M in
+# T's output schema"), and the rest of the path continues there.
+
+ELSEWHERE = re.compile(
+    r"[Ww]hat (?P<tool>\w+) returns|(?P<model>\w+) in (?P<owner>\w+)'s (?P<kind>input|output) schema"
+)
+
+
+def described(
+    node: JsonSchema, doc: JsonSchema, follow: Any, path: str = "", depth: int = 0
+) -> dict[str, str]:
+    """Path -> description of every described property under `node` (of the schema `doc`)."""
+    out: dict[str, str] = {}
+    if depth > 12:
+        return out
+    node, doc = follow(node, doc)
+    for name, prop in node.get("properties", {}).items():
+        here = f"{path}.{name}"
+        description = prop.get("description") or follow(prop, doc)[0].get("description")
+        if description:
+            out[here] = description
+        out |= described(prop, doc, follow, here, depth + 1)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            out |= described(node[key], doc, follow, path + "[]", depth + 1)
+    for branch in node.get("anyOf", []):
+        out |= described(branch, doc, follow, path, depth + 1)
+    return out
+
+
+def follow_ref(node: JsonSchema, doc: JsonSchema) -> tuple[JsonSchema, JsonSchema]:
+    ref = node.get("$ref")
+    return (doc["$defs"][ref.removeprefix("#/$defs/")], doc) if ref else (node, doc)
+
+
+def published_follower(tools: dict[str, Any]) -> Any:
+    """Follows `$ref`s, and the words that name a model another tool publishes."""
+
+    def follow(node: JsonSchema, doc: JsonSchema) -> tuple[JsonSchema, JsonSchema]:
+        node, doc = follow_ref(node, doc)
+        said = ELSEWHERE.search(node.get("description", "")) if "properties" not in node else None
+        if said is None:
+            return node, doc
+        if said["tool"]:
+            schema = tools[said["tool"]].output_schema
+            return schema, schema
+        owner = tools[said["owner"]]
+        schema = owner.input_schema if said["kind"] == "input" else owner.output_schema
+        return schema["$defs"][said["model"]], schema
+
+    return follow
+
+
+@pytest.mark.anyio
+async def test_every_field_the_models_describe_is_still_described(tmp_path: Path) -> None:
+    raw, shown = await both_lists(tmp_path)
+    by_name = {t.name: t for t in shown}
+    checked = 0
+    for tool in raw:
+        for kind in ("input_schema", "output_schema"):
+            before = getattr(tool, kind)
+            after = getattr(by_name[tool.name], kind)
+            if before is None:
+                continue
+            wanted = described(before, before, follow_ref)
+            found = described(after, after, published_follower(by_name))
+            missing = sorted(set(wanted) - set(found))
+            assert missing == [], f"{tool.name} {kind} lost descriptions: {missing}"
+            checked += len(wanted)
+    assert checked > 150
+
+
+@pytest.mark.anyio
+async def test_a_model_several_results_hold_is_published_in_full_once(tmp_path: Path) -> None:
+    _raw, shown = await both_lists(tmp_path)
+    text = json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in shown])
+    classes = json.dumps([c.value for c in FailureClass])
+    assert text.count(classes[1:-1]) == 1  # the failure classes, in record_failure's input
+    assert text.count('"first_mismatch_index"') == 1  # Evidence, in compile_kernel's output
+    assert text.count("Failures that produced or matched it.") == 1  # RuleOut, in query_rules' output
+    search = next(t for t in shown if t.name == "search_tree_step")
+    assert "What verify_against_reference returns." in json.dumps(search.output_schema)
+
+
+def schema_nodes(node: Any) -> list[JsonSchema]:
+    if isinstance(node, list):
+        return [n for item in node for n in schema_nodes(item)]
+    if not isinstance(node, dict):
+        return []
+    out = [node]
+    for key, value in node.items():
+        if key not in ("enum", "default", "const", "examples"):
+            out += schema_nodes(value)
+    return out
+
+
+@pytest.mark.anyio
+async def test_every_schema_writes_a_nullable_value_one_way_and_no_title(client: Client) -> None:
+    # The MCP Inspector's --strict warns on `"type": [X, "null"]`; pydantic writes anyOf elsewhere.
+    for tool in (await client.list_tools()).tools:
+        nodes = schema_nodes([tool.input_schema, tool.output_schema])
+        assert not [n for n in nodes if isinstance(n.get("type"), list)], tool.name
+        assert not [n for n in nodes if isinstance(n.get("title"), str)], tool.name
+        nullable = [n for n in nodes if {"type": "null"} in n.get("anyOf", [])]
+        assert all(len(n["anyOf"]) >= 2 for n in nullable), tool.name
+        assert tool.input_schema["additionalProperties"] is False, tool.name
+
+
+@pytest.mark.anyio
+async def test_a_manual_sections_title_field_is_kept_while_generated_titles_go(client: Client) -> None:
+    docs = next(t for t in (await client.list_tools()).tools if t.name == "search_hw_docs")
+    section = docs.output_schema["properties"]["sections"]["items"]
+    assert "title" in section["properties"] and section["properties"]["title"]["description"]
+
+
+# ---------------------------------------------------------------------------- strict and correct
+
+
+class RuleList(BaseModel):
+    """query_rules' result as pydantic publishes it: `$defs`, `$ref`s, a failure-class enum."""
 
     rules: list[RuleOut]
-
-
-def errors(schema: dict[str, Any], instance: Any) -> int:
-    return sum(1 for _ in validator_for(schema)(schema).iter_errors(instance))
 
 
 RULE: dict[str, Any] = {
@@ -45,53 +193,44 @@ def with_rule(**changes: Any) -> dict[str, Any]:
     return {"rules": [{**RULE, **changes}]}
 
 
-INSTANCES = {
-    "valid": with_rule(),
-    "null reason and failure class": with_rule(reason=None, failure_class=None),
-    "optional fields left out": {"rules": [{k: v for k, v in RULE.items() if k not in ("reason", "score")}]},
-    "general scope": with_rule(scope={"dsl": "triton", "arch_family": None, "op_category": None}),
-    "unknown failure class": with_rule(failure_class="compile_bogus"),
-    "numeric reason": with_rule(reason=3),
-    "unknown status": with_rule(status="pending"),
-    "numeric arch family": with_rule(scope={"dsl": "triton", "arch_family": 5}),
-    "missing uid": {"rules": [{k: v for k, v in RULE.items() if k != "uid"}]},
-    "string id": with_rule(id="7"),
-    "rules not a list": {"rules": RULE},
+# name: (instance, whether the published schema accepts it)
+INSTANCES: dict[str, tuple[dict[str, Any], bool]] = {
+    "valid": (with_rule(), True),
+    "null reason and failure class": (with_rule(reason=None, failure_class=None), True),
+    "optional fields left out": (
+        {"rules": [{k: v for k, v in RULE.items() if k not in ("reason", "score")}]},
+        True,
+    ),
+    "general scope": (with_rule(scope={"dsl": "triton", "arch_family": None, "op_category": None}), True),
+    "numeric reason": (with_rule(reason=3), False),
+    "unknown status": (with_rule(status="pending"), False),
+    "numeric arch family": (with_rule(scope={"dsl": "triton", "arch_family": 5}), False),
+    "missing uid": ({"rules": [{k: v for k, v in RULE.items() if k != "uid"}]}, False),
+    "string id": (with_rule(id="7"), False),
+    "rules not a list": ({"rules": RULE}, False),
+    # The failure classes are listed once, in record_failure's input: here any string passes.
+    "unknown failure class": (with_rule(failure_class="compile_bogus"), True),
+    "numeric failure class": (with_rule(failure_class=3), False),
 }
 
 
 @pytest.mark.parametrize("case", INSTANCES)
-def test_the_flat_schema_accepts_and_rejects_exactly_what_the_nested_one_does(case: str) -> None:
-    flat, nested = RuleList.model_json_schema(), NestedRuleList.model_json_schema()
-    assert "$defs" in nested
-    assert (errors(flat, INSTANCES[case]) == 0) == (errors(nested, INSTANCES[case]) == 0)
-
-
-def test_the_flat_schema_keeps_every_field_description_and_failure_class() -> None:
-    rule = RuleList.model_json_schema()["properties"]["rules"]["items"]
-    assert set(rule["properties"]) == set(RuleOut.model_fields)
-    assert rule["required"] == ["id", "uid", "text", "count", "status", "scope"]
-    for name, field in rule["properties"].items():
-        assert name == "scope" or field.get("description"), name
-    assert rule["properties"]["failure_class"]["enum"] == [c.value for c in FailureClass] + [None]
-    assert rule["properties"]["reason"]["type"] == ["string", "null"]
-
-
-def test_a_recursive_model_cannot_have_a_flat_schema() -> None:
-    class Node(FlatSchema):
-        children: list[Node]
-
-    with pytest.raises(LookupError, match="recursive model"):
-        Node.model_json_schema()
+@pytest.mark.anyio
+async def test_query_rules_published_schema_accepts_what_pydantic_accepts_and_rejects_wrong_types(
+    client: Client, case: str
+) -> None:
+    tool = next(t for t in (await client.list_tools()).tools if t.name == "query_rules")
+    assert tool.output_schema is not None
+    instance, accepted = INSTANCES[case]
+    assert (errors(tool.output_schema, instance) == 0) is accepted
+    if accepted and case != "unknown failure class":
+        assert errors(RuleList.model_json_schema(), instance) == 0
 
 
 @pytest.mark.anyio
-async def test_query_rules_publishes_the_flat_schema_and_its_results_pass_it(client: Client) -> None:
+async def test_query_rules_results_pass_the_published_schema(client: Client) -> None:
     tool = next(t for t in (await client.list_tools()).tools if t.name == "query_rules")
     assert tool.output_schema is not None
-    text = json.dumps(tool.output_schema)
-    assert "$ref" not in text and "$defs" not in text and "anyOf" not in text
-
     # The client validates every result against that schema; a failing one would raise here.
     found = await client.call_tool("query_rules", {"context": TASK, "arch": "sm_90a", "limit": 10})
     assert not found.is_error, found.content

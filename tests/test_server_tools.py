@@ -159,6 +159,15 @@ async def test_a_malformed_argument_is_a_tool_error_saying_what_to_fix(client: C
 
 
 @pytest.mark.anyio
+async def test_a_misspelt_argument_is_refused_naming_the_arguments_the_tool_takes(client: Client) -> None:
+    result = await client.call_tool("query_rules", {"contxt": "softmax", "limit": 3})
+    text = error_text(result)
+    assert "unknown argument 'contxt'" in text and "query_rules takes: context, arch, dsl, limit" in text
+    both = await client.call_tool("search_tree_step", {"action": "status", "tree": 1, "node": 2})
+    assert "unknown arguments 'tree', 'node'" in error_text(both)
+
+
+@pytest.mark.anyio
 async def test_a_missing_argument_is_a_tool_error_naming_it(client: Client) -> None:
     result = await client.call_tool("record_failure", {"error": ARANGE_ERROR})
     assert "candidate_code: Field required" in error_text(result)

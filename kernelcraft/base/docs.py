@@ -17,18 +17,14 @@ class SectionRef(BaseModel):
 class DocSection(BaseModel):
     """One section of a hardware manual."""
 
-    id: int = Field(description="Section id; pass it to get_section for the whole text.")
+    id: int = Field(description="Pass it as section_id for the whole text.")
     title: str = Field(description="The manual's title.")
-    heading_path: str = Field(description="Title and headings down to this section, joined with ' > '.")
-    file: str = Field(description="The manual's file name in kernelcraft/hw_docs/.")
-    arch: str = Field(
-        description="The target(s) the section concerns (sm_80, sm_90a, gfx942, ...), or 'any'."
-    )
-    snippet: str = Field(
-        description="The start of the section (search results) or its whole body (get_section)."
-    )
-    score: float = Field(default=0.0, description="Relevance to the query; higher is better.")
-    sources: list[str] = Field(default_factory=list, description="Where the manual's facts come from.")
+    heading_path: str = Field(description="Title > headings down to this section.")
+    file: str = Field(description="File in kernelcraft/hw_docs/.")
+    arch: str = Field(description="Its target(s) (sm_80, sm_90a, gfx942, ...) or 'any'.")
+    snippet: str = Field(description="Its start (search) or whole body (by section_id).")
+    score: float = Field(default=0.0, description="Relevance (higher: better).")
+    sources: list[str] = Field(default_factory=list, description="The manual's sources.")
 
 
 class IndexReport(BaseModel):

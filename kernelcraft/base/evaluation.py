@@ -20,13 +20,13 @@ that asks for it asks for nothing else and needs no `candidate_source`."""
 
 
 class Evidence(BaseModel):
-    """What a failed check saw. Only the fields that apply are set."""
+    """What a failed check saw (only the fields that apply are set)."""
 
     message: str = Field(description="One sentence: which check failed and why.")
     error_text: str | None = Field(default=None, description="Compiler or runtime error text, trimmed.")
-    trial: int | None = Field(default=None, description="Index of the trial (0-based) that failed.")
-    input_set: int | None = Field(default=None, description="Index of the input set (0 = get_inputs()).")
-    output_index: int | None = Field(default=None, description="Which output of forward() failed.")
+    trial: int | None = Field(default=None, description="The failing trial (0-based).")
+    input_set: int | None = Field(default=None, description="The input set (0: get_inputs()).")
+    output_index: int | None = Field(default=None, description="The failing output of forward().")
     first_mismatch_index: list[int] | None = Field(
         default=None, description="Multi-index of the first bad element."
     )
@@ -38,14 +38,14 @@ class Evidence(BaseModel):
     op: str | None = Field(
         default=None, description="The PyTorch op that fell back, or the forbidden construct."
     )
-    line: int | None = Field(default=None, description="Line in the candidate source, when known.")
+    line: int | None = Field(default=None, description="Line in the candidate, if known.")
 
 
 class KernelLaunch(BaseModel):
-    """One Triton kernel launched by the candidate's forward, as seen by intercepting the launch."""
+    """A Triton kernel launch in the candidate's forward."""
 
     name: str
-    signature: dict[str, str] = Field(description="Argument name -> Triton type (e.g. '*fp32', 'i32').")
+    signature: dict[str, str] = Field(description="Argument -> Triton type ('*fp32', 'i32', ...).")
     constexprs: dict[str, int | float | bool | str | None] = Field(description="Constexpr argument values.")
     grid: list[int] = Field(description="The launch grid (x, y, z).")
     num_warps: int | None = None
@@ -56,22 +56,20 @@ class KernelCompileInfo(BaseModel):
     """Resource use of one compiled kernel on one target."""
 
     name: str
-    registers: int | None = Field(default=None, description="Registers per thread (NVIDIA) or VGPRs (AMD).")
+    registers: int | None = Field(default=None, description="Registers per thread (AMD: VGPRs).")
     sgprs: int | None = Field(default=None, description="Scalar registers (AMD only).")
-    spills: int | None = Field(default=None, description="Registers spilled to local/scratch memory.")
-    shared_bytes: int | None = Field(
-        default=None, description="Shared memory (NVIDIA) or LDS (AMD) in bytes."
-    )
+    spills: int | None = Field(default=None, description="Registers spilled to memory.")
+    shared_bytes: int | None = Field(default=None, description="Shared memory (AMD: LDS), bytes.")
     num_warps: int | None = None
     num_stages: int | None = None
     constexprs: dict[str, int | float | bool | str | None] = Field(default_factory=dict)
 
 
 class TargetCompileResult(BaseModel):
-    target: str = Field(description="sm_80, sm_90a, sm_100, gfx942, or 'host' for the local GPU's JIT.")
+    target: str = Field(description="A target, or 'host': this GPU's JIT.")
     ok: bool
     kernels: list[KernelCompileInfo] = Field(default_factory=list)
-    error: str | None = Field(default=None, description="The compiler's error text when ok is false.")
+    error: str | None = Field(default=None, description="The compiler's error when not ok.")
     failure_class: FailureClass | None = None
     seconds: float | None = None
 
@@ -81,7 +79,7 @@ class CompileResult(BaseModel):
     launches: list[KernelLaunch] = Field(default_factory=list, description="Kernels forward() launches.")
     targets: list[TargetCompileResult] = Field(default_factory=list)
     failure_class: FailureClass | None = Field(
-        default=None, description="Set when discovery or any target failed."
+        default=None, description="Set when a launch or target failed."
     )
     evidence: Evidence | None = None
     shapes: str | None = Field(
@@ -94,7 +92,7 @@ class CompileResult(BaseModel):
 
 class VerifyResult(BaseModel):
     correct: bool
-    status: str = Field(description="'passed', or the failure class (see FailureClass).")
+    status: str = Field(description="'passed', or the failure class.")
     failure_class: FailureClass | None = None
     evidence: Evidence | None = None
     trials: int = Field(description="Trials requested per input set.")
@@ -106,7 +104,7 @@ class VerifyResult(BaseModel):
     )
     input_sets: int = 1
     device: str = Field(description="'cuda:N (NAME)' or 'cpu (Triton interpreter)'.")
-    interpreter: bool = Field(description="True when the kernels ran in Triton's CPU interpreter.")
+    interpreter: bool = Field(description="Kernels ran in Triton's CPU interpreter.")
     kernels_launched: list[str] = Field(default_factory=list)
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops the caller allowed.")
     notes: list[str] = Field(default_factory=list)
@@ -125,7 +123,7 @@ class VerifyResult(BaseModel):
 
 
 class Timing(BaseModel):
-    """Wall time of one callable on the GPU, in microseconds."""
+    """GPU wall time of one callable, µs."""
 
     median_us: float
     iqr_us: float = Field(description="Interquartile range (p75 - p25).")
@@ -134,48 +132,43 @@ class Timing(BaseModel):
     method: Literal["cuda_events", "cuda_graph"]
     sets: int = Field(
         default=1,
-        description="Distinct input/output sets the calls rotated through (cuda_graph keeps L2 cold this way; "
-        "cuda_events flushes L2 before every repetition instead).",
+        description="Input sets rotated through (cold L2 under cuda_graph; cuda_events flushes L2).",
     )
     clipped: int = Field(
         default=0,
-        description="Samples at or below the harness overhead, clipped to 0.01 µs (a timing is never 0). "
-        "Non-zero means the measurement is not trustworthy.",
+        description="Samples clipped at the harness overhead; non-zero: untrustworthy.",
     )
 
 
 class Roofline(BaseModel):
     target: str
-    flops: float = Field(description="Floating-point operations of one forward, counted from the reference.")
-    bytes: float = Field(
-        description="Fewest bytes one forward must move (inputs read, outputs written once)."
-    )
+    flops: float = Field(description="FLOPs of one forward (the reference's).")
+    bytes: float = Field(description="Fewest bytes one forward moves (inputs read, outputs written once).")
     peak_tflops: float
     peak_gbps: float
-    floor_us: float = Field(description="max(flops/peak, bytes/bandwidth): no kernel runs much faster.")
+    floor_us: float = Field(description="max(flops/peak, bytes/bandwidth).")
     bound: Literal["memory", "compute"]
 
 
 class ProfileResult(BaseModel):
-    """Timings of the candidate and the reference.
+    """Timings of candidate and reference. With `failure_class` set the timing was rejected (forward
+    changed the CUDA stream, or it beat a quarter of the physical floor): no speedup."""
 
-    A rejected timing: `available=True` with `failure_class` set (e.g. `forbidden_construct`) and
-    `evidence` saying why, the measured `candidate` timing kept for inspection, but `speedup_*`,
-    `achieved_*` and `roofline_fraction` left None. This happens when forward changes the current
-    CUDA stream, or when the candidate's median is below `PHYSICAL_FLOOR_FACTOR` (0.25) times the
-    physical floor (its bytes at the GPU's HBM bandwidth, its FLOPs at the fastest tensor-core
-    rate): the kernel cannot be that fast, so the measurement was gamed or broken. Consumers must
-    treat any profile with `failure_class` set as having no speedup."""
+    # A rejected timing keeps `available=True` and the measured `candidate` timing for inspection,
+    # with `evidence` saying why, but leaves `speedup_*`, `achieved_*` and `roofline_fraction` None.
+    # The physical floor is the reference's bytes at the GPU's HBM bandwidth, or its FLOPs at the
+    # fastest tensor-core rate; below `PHYSICAL_FLOOR_FACTOR` (0.25) times it a measurement was
+    # gamed or broken. Consumers treat any profile with `failure_class` set as having no speedup.
 
-    available: bool = Field(description="False without a GPU: then only the roofline floor is given.")
+    available: bool = Field(description="False without a GPU (roofline floor only).")
     message: str = Field(
         default="",
-        description="How it was timed (method and rotating input sets per side), or why it was not.",
+        description="How it was timed, or why not.",
     )
     device: str | None = None
     candidate: Timing | None = None
     reference_eager: Timing | None = None
-    reference_compiled: Timing | None = Field(default=None, description="Reference under torch.compile.")
+    reference_compiled: Timing | None = Field(default=None, description="Under torch.compile.")
     speedup_vs_eager: float | None = None
     speedup_vs_compiled: float | None = None
     achieved_gbps: float | None = None
@@ -221,7 +214,7 @@ class EvalJob(BaseModel):
 
 
 class EvalResult(BaseModel):
-    """What the evaluator answers: one result per requested stage."""
+    """One result per requested stage."""
 
     compile: CompileResult | None = None
     verify: VerifyResult | None = None
@@ -234,8 +227,8 @@ class EvalResult(BaseModel):
     seconds: float = 0.0
     stage_seconds: dict[str, float] = Field(
         default_factory=dict,
-        description="Where the time went, in seconds: workers (waiting for a process), reference and "
-        "candidate (loading; these two overlap), compile, kernels (Triton JIT), gpu_wait, verify, profile.",
+        description="Seconds per stage: workers, reference and candidate (overlapping), compile, kernels "
+        "(JIT), gpu_wait, verify, profile.",
     )
 
     @property

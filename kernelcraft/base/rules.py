@@ -19,30 +19,24 @@ MAX_RULE_CHARS = 400
 
 
 class RuleScope(BaseModel):
-    dsl: str = Field(default="triton", description="The kernel language the rule is about.")
-    arch_family: str | None = Field(default=None, description="'nvidia', 'amd', or null when general.")
-    op_category: str | None = Field(default=None, description="Operator category (e.g. 'matmul'), or null.")
+    dsl: str = Field(default="triton", description="Kernel language.")
+    arch_family: str | None = Field(default=None, description="'nvidia', 'amd' or null (general).")
+    op_category: str | None = Field(default=None, description="Operator category ('matmul', ...) or null.")
 
 
 class RuleOut(BaseModel):
-    """A rule as clients see it."""
+    """A rule."""
 
-    id: int = Field(description="Row id in this database.")
-    uid: str = Field(description="Stable id, the same in every database that has this rule.")
+    id: int = Field(description="Id in this database.")
+    uid: str = Field(description="The same in every database.")
     text: str = Field(description="One sentence: 'You cannot …'.")
-    count: int = Field(description="How many failures produced or matched this rule.")
-    status: RuleStatus = Field(
-        description="'candidate' (count below the activation threshold), 'active', 'retired'."
-    )
+    count: int = Field(description="Failures that produced or matched it.")
+    status: RuleStatus = Field(description="'candidate': not yet active.")
     scope: RuleScope
-    reason: str | None = Field(default=None, description="One line: why Triton behaves this way.")
-    failure_class: FailureClass | None = Field(
-        default=None, description="The failure class this rule prevents."
-    )
-    score: float = Field(
-        default=0.0, description="Relevance to the query (higher is better); 0 outside queries."
-    )
-    seed: bool = Field(default=False, description="Shipped with kernelcraft rather than learnt.")
+    reason: str | None = Field(default=None, description="Why Triton behaves so.")
+    failure_class: FailureClass | None = Field(default=None, description="The failure class it prevents.")
+    score: float = Field(default=0.0, description="Relevance to the query (higher: better).")
+    seed: bool = Field(default=False, description="Shipped, not learnt.")
 
 
 class FailureRecorded(BaseModel):
@@ -50,16 +44,13 @@ class FailureRecorded(BaseModel):
 
     failure_id: int
     failure_class: FailureClass
-    rule: RuleOut | None = Field(default=None, description="The rule created or incremented.")
+    rule: RuleOut | None = Field(default=None, description="The rule it created or incremented.")
     rule_action: RuleAction = Field(
-        description="'created' (new rule, count 1), 'incremented' (near-duplicate of an existing rule), "
-        "'linked' (this failure already counted for the rule), 'none' (no rule proposed, or a wrong "
-        "result: recorded, counted toward no rule)."
+        description="'incremented': a near-duplicate's count; 'linked': this failure already counted for "
+        "it; 'none': no rule proposed, or a wrong result (counted toward no rule)."
     )
-    activated: bool = Field(description="True when this failure made the rule reach the activation count.")
-    note: str | None = Field(
-        default=None, description="Why a proposed rule was not counted, when it was not."
-    )
+    activated: bool = Field(description="This failure made the rule active.")
+    note: str | None = Field(default=None, description="Why a proposed rule was not counted, if it was not.")
 
 
 class RuleLine(BaseModel):

@@ -21,6 +21,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -35,6 +36,7 @@ from kernelcraft.server.resources import (
     register_rule_resources,
     register_tree_resources,
 )
+from kernelcraft.server.schema import published
 from kernelcraft.server.state import (
     AppState,
     EvaluatorFactory,
@@ -65,24 +67,58 @@ use search_tree_step (start, then submit one candidate per step, following each 
 
 
 class KernelcraftServer(MCPServer[AppState]):
-    """MCPServer whose argument errors and unknown-tool errors tell the model how to recover.
+    """MCPServer that publishes compact tool schemas (`schema.py`), refuses argument names a tool
+    does not take, and whose argument and unknown-tool errors tell the model how to recover.
 
-    Only the SDK's public API: the tool list is read (`list_tools`) on the error path alone, so a
-    call that succeeds costs nothing more.
+    Only the SDK's public API. The published list is built on the first `list_tools` and kept
+    (registering a tool starts it again); a call checks its argument names against it.
     """
+
+    _published: dict[str, MCPTool] | None = None
+
+    def add_tool(self, *args: Any, **kwargs: Any) -> None:
+        self._published = None
+        super().add_tool(*args, **kwargs)
+
+    def remove_tool(self, name: str) -> None:
+        self._published = None
+        super().remove_tool(name)
+
+    async def list_tools(self) -> list[MCPTool]:
+        return list((await self._published_tools()).values())
+
+    async def _published_tools(self) -> dict[str, MCPTool]:
+        if self._published is None:
+            self._published = {tool.name: tool for tool in published(await super().list_tools())}
+        return self._published
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[AppState, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        tool = (await self._published_tools()).get(name)
+        if tool is not None:
+            check_argument_names(tool, arguments)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as e:
             if isinstance(e.__cause__, ValidationError):
                 raise ToolError(describe_invalid_arguments(name, e.__cause__)) from e.__cause__
-            known = [t.name for t in await self.list_tools()]
-            if name not in known:
-                raise ToolError(f"unknown tool {name!r}; this server has: {', '.join(known)}") from None
+            if tool is None:
+                known = ", ".join(await self._published_tools())
+                raise ToolError(f"unknown tool {name!r}; this server has: {known}") from None
             raise
+
+
+def check_argument_names(tool: MCPTool, arguments: dict[str, Any]) -> None:
+    """Refuse argument names the tool does not take (a misspelt name is not silently ignored)."""
+    accepted = list(tool.input_schema.get("properties", {}))
+    unknown = [name for name in arguments if name not in accepted]
+    if unknown:
+        names = ", ".join(repr(n) for n in unknown)
+        raise ToolError(
+            f"Error executing tool {tool.name}: unknown argument{'s' if len(unknown) > 1 else ''} {names}; "
+            f"{tool.name} takes: {', '.join(accepted)}. Rename or drop it and call the tool again"
+        )
 
 
 def describe_invalid_arguments(tool: str, error: ValidationError) -> str:

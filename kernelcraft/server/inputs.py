@@ -17,23 +17,22 @@ ReferenceCode = Annotated[
     str,
     Field(
         min_length=1,
-        description="The task as Python source text, in KernelBench format: a module defining "
-        "class Model(nn.Module) (the PyTorch reference), get_inputs() and get_init_inputs().",
+        description="The task's source: a KernelBench module (class Model, get_inputs(), get_init_inputs()).",
     ),
 ]
 CandidateCode = Annotated[
     str,
     Field(
         min_length=1,
-        description="Your kernel as Python source text: a module defining class ModelNew(nn.Module) "
-        "with the same __init__ arguments as Model, whose forward launches @triton.jit kernels.",
+        description="Your kernel's source: class ModelNew (Model's __init__ arguments) whose forward "
+        "launches @triton.jit kernels.",
     ),
 ]
 Arch = Annotated[
     str | None,
     Field(
-        description="Target architecture: sm_80 (A100), sm_89 (L40S), sm_90a (H100/H200), sm_100 (B200), "
-        "gfx942 (MI300X), or a family (nvidia, amd). Omit for any.",
+        description="sm_80 (A100), sm_89 (L40S), sm_90a (H100/H200), sm_100 (B200), gfx942 (MI300X), "
+        "nvidia or amd; omit for any.",
     ),
 ]
 
@@ -43,15 +42,14 @@ Timeout = Annotated[
     Field(
         gt=0,
         le=600,
-        description="Wall-clock limit in seconds for the whole evaluation; the worker is killed after it.",
+        description="Seconds the whole evaluation may take; then its worker is killed.",
     ),
 ]
 AllowedOps = Annotated[
     list[str] | None,
     Field(
-        description="PyTorch (aten) ops forward() may run besides Triton kernels, one name each: 'mm', "
-        "'aten::mm' and 'aten.mm.default' all mean aten's mm (e.g. ['aten::mm'] to keep a matmul in cuBLAS); "
-        "no wildcards. Omit to allow none: any PyTorch compute is then a 'pytorch_fallback' failure.",
+        description="Aten ops forward() may run besides Triton kernels ('mm', 'aten::mm' or 'aten.mm.default'; "
+        "no wildcards); any other is a 'pytorch_fallback'.",
     ),
 ]
 # SQLite stores 64-bit signed integers: a larger id or seed could never name a row and would fail

@@ -1,71 +1,262 @@
-"""Output schemas a client validates cheaply: no `$ref`s, nullable fields as type lists.
+"""The schemas a client reads in `tools/list`: small, in one form, every described field kept.
 
-The mcp client checks every structured result against the tool's output schema with jsonschema,
-whose cost is per schema node visited: each `$ref` is a lookup plus a node, each
-`anyOf: [{type: T}, {type: null}]` is a node per branch tried. pydantic emits both for a list of
-nested models with optional fields, which made checking a ten-rule `query_rules` result cost
-more than the server's own handling of the call. `FlatSchema` publishes the same constraints inlined:
-`{"type": ["string", "null"]}` for `str | None`, an enum with `null` in it for `Enum | None`.
-Descriptions, defaults, enums and required lists are kept; only the shape of the schema changes.
+A client keeps the tool list in every session's context, and checks each structured result
+against the tool's output schema (jsonschema's cost is per schema node visited). pydantic's
+schemas are right but costly to ship: each tool carries its own copy of every model it touches
+(the evidence of a failed check was published four times, the failure classes six), a generated
+`title` on every field, and defaults on output fields the server always sends. `published`
+rewrites the tool list, keeping every property, description, enum, bound and required list:
 
-Only for models without recursion (a recursive model needs its `$ref`s).
+- every model is published in full once in the whole list. A tool's whole result is its own;
+  another model that several results hold is published by the first tool that holds it, under
+  `$defs/<Model>`; the other tools name it: `{"type": "object", "description": "…: Evidence, as
+  compile_kernel's output schema defines it."}` or `"…: what verify_against_reference returns."`;
+- within one schema, a definition referenced once is written in place, one referenced more often
+  stays in `$defs`, and unreferenced ones go;
+- generated titles go, and so do defaults in output schemas;
+- an optional input argument whose default is null is published as its own type, left out of
+  `required`: omitting it is how a client leaves it unset (null is still accepted);
+- input schemas say `additionalProperties: false`: the server refuses names it does not know;
+- a nullable value is `anyOf: [X, {"type": "null"}]` (pydantic's form) everywhere, never
+  `"type": [X, "null"]`, which several clients read as one type (the MCP Inspector's `--strict`
+  reports it as `type-union`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic.annotated_handlers import GetJsonSchemaHandler
-from pydantic_core import CoreSchema
+from mcp.types import Tool
 
 JsonSchema = dict[str, Any]
 
+_DEFS = "#/$defs/"
 _NULL = {"type": "null"}
+# Keywords whose value is a schema, a list of schemas, or a map of names to schemas; every other
+# keyword's value is data (an enum, a default, a description) and is never rewritten.
+_ONE = ("additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames")
+_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
+_MAPS = ("properties", "patternProperties", "$defs")
 
 
-def flatten(schema: Any, resolve: GetJsonSchemaHandler) -> Any:
-    """`schema` with every `$ref` replaced by its definition and `X | None` unions as type lists.
+@dataclass(frozen=True)
+class Owners:
+    """Which tool publishes each model: `results` maps a tool's whole result to it, `defs` a model
+    several schemas hold to the tool and the schema ('input' or 'output') that keeps it under
+    `$defs/<Model>`."""
 
-    `resolve` looks up a `{"$ref": ...}` in the definitions being generated (pydantic raises
-    LookupError for a model's reference to itself); a `$ref`'s sibling keys (a field's
-    description) win over the definition's.
+    results: dict[str, str] = field(default_factory=dict)
+    defs: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def elsewhere(self, tool: str) -> dict[str, str]:
+        """Models `tool`'s output names instead of publishing, each with the words that say where."""
+        said = {m: f"what {t} returns" for m, t in self.results.items() if t != tool}
+        said |= {
+            m: f"{m} in {t}'s {kind} schema"
+            for m, (t, kind) in self.defs.items()
+            if (t, kind) != (tool, "output")
+        }
+        return said
+
+    def kept(self, tool: str, kind: str) -> frozenset[str]:
+        """Models `tool`'s `kind` schema publishes under `$defs/<Model>` for the others to name."""
+        return frozenset(m for m, owner in self.defs.items() if owner == (tool, kind))
+
+
+def published(tools: list[Tool]) -> list[Tool]:
+    """The tool list as clients get it: every tool's schemas rewritten (see the module docstring)."""
+    owners = model_owners(tools)
+    out = []
+    for tool in tools:
+        update: dict[str, Any] = {
+            "input_schema": input_schema(tool.input_schema, owners.kept(tool.name, "input"))
+        }
+        if tool.output_schema is not None:
+            update["output_schema"] = output_schema(
+                tool.output_schema, owners.elsewhere(tool.name), owners.kept(tool.name, "output")
+            )
+        out.append(tool.model_copy(update=update))
+    return out
+
+
+def model_owners(tools: list[Tool]) -> Owners:
+    """Who publishes each model that some tool's result holds and another schema holds too.
+
+    Input schemas keep every model they use (a client checks its arguments against them); a
+    model an input publishes is named by the results that hold it. A tool's whole result is its
+    own. Any other model that two results reach is published by the first tool (in list order)
+    that reaches it. A model reached only through a model published elsewhere is not reached, so
+    ownership is settled again until it no longer changes.
     """
-    if isinstance(schema, list):
-        return [flatten(item, resolve) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    if "$ref" in schema:
-        definition = flatten(resolve.resolve_ref_schema({"$ref": schema["$ref"]}), resolve)
-        siblings = {k: flatten(v, resolve) for k, v in schema.items() if k != "$ref"}
-        return {**definition, **siblings}
-    out = {k: flatten(v, resolve) for k, v in schema.items()}
-    nullable = _nullable(out.get("anyOf"))
-    if nullable is not None:
-        del out["anyOf"]
-        out = {**nullable, **out}
+    outputs = {t.name: t.output_schema for t in tools if t.output_schema is not None}
+    owners = Owners(results={s["title"]: name for name, s in outputs.items() if "title" in s})
+    in_outputs = {m for s in outputs.values() for m in s.get("$defs", {})}
+    for tool in tools:
+        for model in tool.input_schema.get("$defs", {}):
+            if model in in_outputs and model not in owners.defs:
+                owners.defs[model] = (tool.name, "input")
+    by_inputs = dict(owners.defs)
+    for _ in range(len(in_outputs) + 1):
+        reached: dict[str, list[str]] = {}
+        for name, schema in outputs.items():
+            named = owners.elsewhere(name)
+            for model in _reference_counts(_root(schema), schema.get("$defs", {}), named):
+                reached.setdefault(model, []).append(name)
+        shared = {
+            m: (users[0], "output")
+            for m, users in reached.items()
+            if len(users) > 1 and m not in by_inputs and m not in owners.results
+        }
+        # A model reached before only through one now published elsewhere is no longer shared.
+        settled = {**by_inputs, **shared}
+        if settled == owners.defs:
+            break
+        owners.defs.clear()
+        owners.defs.update(settled)
+    return owners
+
+
+def input_schema(schema: JsonSchema, kept: frozenset[str] = frozenset()) -> JsonSchema:
+    """A tool's arguments: closed to unknown names, optional null-default arguments as their type;
+    the models in `kept` stay under `$defs/<Model>` for other tools to name."""
+    out = _Rewriter(schema, output=False, kept=kept)(_root(schema))
+    required = set(out.get("required", []))
+    properties = out.get("properties", {})
+    out["properties"] = {k: v if k in required else _optional(v) for k, v in properties.items()}
+    out["additionalProperties"] = False
     return out
 
 
-def _nullable(any_of: Any) -> JsonSchema | None:
-    """`[{type: T, ...}, {type: null}]` (pydantic's `X | None`) as one schema admitting null, or
-    None when the union is anything else."""
-    if not isinstance(any_of, list) or len(any_of) != 2 or any_of[1] != _NULL:
-        return None
-    kind = any_of[0].get("type")
-    if not isinstance(kind, str) or not set(any_of[0]) <= {"type", "enum", "title"}:
-        return None
-    out: JsonSchema = {"type": [kind, "null"]}
-    if "enum" in any_of[0]:
-        out["enum"] = [*any_of[0]["enum"], None]
-    return out
+def output_schema(
+    schema: JsonSchema, elsewhere: Mapping[str, str] | None = None, kept: frozenset[str] = frozenset()
+) -> JsonSchema:
+    """A tool's result. `elsewhere` maps a model published by another tool to the words that say
+    where; the models in `kept` stay under `$defs/<Model>` for other tools to name."""
+    return _Rewriter(schema, output=True, elsewhere=elsewhere or {}, kept=kept)(_root(schema))
 
 
-class FlatSchema(BaseModel):
-    """A model whose JSON schema is flattened (see the module docstring)."""
+def _root(schema: JsonSchema) -> JsonSchema:
+    return {k: v for k, v in schema.items() if k != "$defs"}
 
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchema:
-        return flatten(handler.resolve_ref_schema(handler(core_schema)), handler)
+
+def _optional(prop: JsonSchema) -> JsonSchema:
+    """`anyOf: [X, null]` with a null default as X alone: the argument is left out, not sent as null."""
+    any_of = prop.get("anyOf")
+    if prop.get("default", ...) is not None or not isinstance(any_of, list) or len(any_of) != 2:
+        return prop
+    branches = [b for b in any_of if b != _NULL]
+    if len(branches) != 1:
+        return prop
+    rest = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+    return {**branches[0], **rest}
+
+
+def _refs(node: Any) -> list[str]:
+    """The definition names `node` references, one entry per reference."""
+    if isinstance(node, list):
+        return [name for item in node for name in _refs(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [node["$ref"].removeprefix(_DEFS)] if isinstance(node.get("$ref"), str) else []
+    for key, value in node.items():
+        if key in _ONE or key in _MANY:
+            found += _refs(value)
+        elif key in _MAPS and isinstance(value, dict):
+            found += [name for sub in value.values() for name in _refs(sub)]
+    return found
+
+
+def _reference_counts(
+    root: JsonSchema, defs: Mapping[str, JsonSchema], elsewhere: Mapping[str, str]
+) -> Counter[str]:
+    """How often each definition reachable from `root` is referenced; a model published elsewhere
+    is counted where it is referenced but not followed."""
+    counts: Counter[str] = Counter()
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        for name in _refs(todo.pop()):
+            counts[name] += 1
+            if name not in seen and name not in elsewhere and name in defs:
+                seen.add(name)
+                todo.append(defs[name])
+    return counts
+
+
+class _Rewriter:
+    """One schema's rewrite. Definitions referenced once are written in place; those referenced
+    more often, or kept for other tools, go to the result's `$defs` once."""
+
+    def __init__(
+        self,
+        schema: JsonSchema,
+        *,
+        output: bool,
+        elsewhere: Mapping[str, str] | None = None,
+        kept: frozenset[str] = frozenset(),
+    ) -> None:
+        self.defs: dict[str, JsonSchema] = schema.get("$defs", {})
+        self.elsewhere = elsewhere or {}
+        self.uses = _reference_counts(_root(schema), self.defs, self.elsewhere)
+        self.kept, self.output = kept, output
+        self.shared: dict[str, JsonSchema] = {}
+
+    def __call__(self, root: JsonSchema) -> JsonSchema:
+        out = self.node(root)
+        if self.shared:
+            out["$defs"] = self.shared
+        return out
+
+    def node(self, node: JsonSchema) -> JsonSchema:
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_DEFS):
+            return self.reference(ref.removeprefix(_DEFS), {k: v for k, v in node.items() if k != "$ref"})
+        out: JsonSchema = {}
+        for key, value in node.items():
+            if key == "title" or (self.output and key == "default"):
+                continue
+            if key in _ONE and isinstance(value, dict):
+                out[key] = self.node(value)
+            elif key in _MANY and isinstance(value, list):
+                out[key] = [self.node(v) if isinstance(v, dict) else v for v in value]
+            elif key in _MAPS and isinstance(value, dict):
+                out[key] = {name: self.node(v) if isinstance(v, dict) else v for name, v in value.items()}
+            else:
+                out[key] = value
+        return _normal_form(out)
+
+    def reference(self, name: str, siblings: JsonSchema) -> JsonSchema:
+        """A `$ref` to `name` with its sibling keywords (a field's description wins over the model's)."""
+        rest = self.node(siblings) if siblings else {}
+        if name in self.elsewhere:
+            said = rest.pop("description", "").rstrip(".")
+            where = self.elsewhere[name]
+            words = f"{said}: {where}." if said else f"{where[0].upper()}{where[1:]}."
+            return {"type": self.defs[name].get("type", "object"), "description": words, **rest}
+        if self.uses[name] > 1 or name in self.kept:
+            if name not in self.shared:
+                self.shared[name] = {}  # before the body: a recursive model refers to itself
+                self.shared[name] = self.node(self.defs[name])
+            return {"$ref": _DEFS + name, **rest}
+        return {**self.node(self.defs[name]), **rest}
+
+
+def _normal_form(node: JsonSchema) -> JsonSchema:
+    """`"type": [X, "null"]` written as `anyOf: [{"type": X}, {"type": "null"}]`, and an `anyOf`
+    branch `{"type": "integer"}` dropped beside `{"type": "number"}` (which admits every integer)."""
+    kind = node.get("type")
+    if isinstance(kind, list):
+        rest = {k: v for k, v in node.items() if k not in ("type", "enum")}
+        branches: list[JsonSchema] = [{"type": t} for t in kind if t != "null"]
+        if "enum" in node and len(branches) == 1:
+            branches[0]["enum"] = [v for v in node["enum"] if v is not None]
+        if "null" in kind:
+            branches.append(dict(_NULL))
+        node = {"anyOf": branches, **rest} if len(branches) > 1 else {**branches[0], **rest}
+    any_of = node.get("anyOf")
+    if isinstance(any_of, list) and {"type": "number"} in any_of and {"type": "integer"} in any_of:
+        node = {**node, "anyOf": [b for b in any_of if b != {"type": "integer"}]}
+    return node
