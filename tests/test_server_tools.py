@@ -460,6 +460,20 @@ async def test_search_tree_step_starts_submits_and_reports_the_best_kernel(engin
 
 
 @pytest.mark.anyio
+async def test_a_tree_is_named_by_the_clients_file_name_or_else_after_the_tasks_operator(
+    client: Client,
+) -> None:
+    named = {}
+    for extra in ({}, {"task_name": "scaled_add.py"}):
+        started = await client.call_tool(
+            "search_tree_step", {"action": "start", "reference_code": TASK, "budget": 1, **extra}
+        )
+        assert started.structured_content is not None, started.content
+        named[extra.get("task_name")] = started.structured_content["start"]["tree"]["task_name"]
+    assert named == {None: "A scaled residual add", "scaled_add.py": "scaled_add.py"}
+
+
+@pytest.mark.anyio
 async def test_an_unknown_tree_is_a_tool_error_saying_how_to_start_one(client: Client) -> None:
     text = error_text(await client.call_tool("search_tree_step", {"action": "status", "tree_id": 4242}))
     assert "no search tree 4242" in text and "start" in text

@@ -49,7 +49,7 @@ from kernelcraft.search import repository
 from kernelcraft.search.messages import budget_spent, start_message, step_message
 from kernelcraft.search.policy import outcome_of, reward_for, start_policy
 from kernelcraft.search.steps import claim_step, describe_step, issue_step, pending_step
-from kernelcraft.search.task import task_key
+from kernelcraft.search.task import task_key, task_label
 from kernelcraft.search.tree import TreeRow, iso, node_info, outcome_counts, trim
 from kernelcraft.search.verdicts import eval_job, learn_from_failure, record_verdict
 from kernelcraft.store import Store
@@ -130,7 +130,7 @@ class SearchService:
         self,
         task_source: str,
         *,
-        task_name: str = "task.py",
+        task_name: str | None = None,
         seed_candidate: str | None = None,
         target: str = "sm_90a",
         policy: str = "adaexplore",
@@ -147,6 +147,7 @@ class SearchService:
         for the task's KernelBench `level` (a key of `params`), with `params` on top; the tree
         records all of it, preset name included.
 
+        `task_name` names the tree; without one it is named after the task's operator (`task_label`).
         With `seed_candidate`, or without one when an earlier tree on the same target has a correct
         kernel for the same task (same source, or same operator and shapes) and the policy's
         `warm_start` is on, that kernel is evaluated and becomes the root's first large-step child.
@@ -155,6 +156,7 @@ class SearchService:
             UsageError: unknown target, policy or preset, bad parameters, a budget out of range.
             TaskError: the task is not a KernelBench module.
         """
+        task_name = task_name or task_label(task_source)
         plan = await self._plan_start(
             task_source,
             task_name=task_name,

@@ -402,7 +402,10 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
                 "(a KernelBench level 3 task); omit for the preset's."
             ),
         ] = None,
-        task_name: Annotated[str, Field(description="start: a short name for the task.")] = "task.py",
+        task_name: Annotated[
+            str | None,
+            Field(description="start: the task's file name; omit to name the tree after its operator."),
+        ] = None,
     ) -> SearchStep:
         """A tree search over kernels (AdaExplore): the server picks what to try, you write the code.
         'start', then 'submit' the candidate each next_step asks for (follow its instructions,
