@@ -55,7 +55,7 @@ async def test_the_tool_list_a_client_receives_is_under_30_kb(client: Client) ->
 # T's output schema"), and the rest of the path continues there.
 
 ELSEWHERE = re.compile(
-    r"[Ww]hat (?P<tool>\w+) returns|(?P<model>\w+) in (?P<owner>\w+)'s (?P<kind>input|output) schema"
+    r"[Ww]hat (?P<tool>\w+) returns|(?P<model>\w+) in (?P<owner>\w+)'s (?P<kind>input|output)\b"
 )
 
 
@@ -162,7 +162,9 @@ async def test_every_schema_writes_a_nullable_value_one_way_and_no_title(client:
 @pytest.mark.anyio
 async def test_a_manual_sections_title_field_is_kept_while_generated_titles_go(client: Client) -> None:
     docs = next(t for t in (await client.list_tools()).tools if t.name == "search_hw_docs")
-    section = docs.output_schema["properties"]["sections"]["items"]
+    assert docs.output_schema is not None
+    assert docs.output_schema["properties"]["sections"]["items"] == {"$ref": "#/$defs/DocSection"}
+    section = docs.output_schema["$defs"]["DocSection"]  # search_tree_step's steps name it
     assert "title" in section["properties"] and section["properties"]["title"]["description"]
 
 
@@ -205,7 +207,8 @@ INSTANCES: dict[str, tuple[dict[str, Any], bool]] = {
     "numeric reason": (with_rule(reason=3), False),
     "unknown status": (with_rule(status="pending"), False),
     "numeric arch family": (with_rule(scope={"dsl": "triton", "arch_family": 5}), False),
-    "missing uid": ({"rules": [{k: v for k, v in RULE.items() if k != "uid"}]}, False),
+    # Results list no required fields: the server always sends every one.
+    "missing uid": ({"rules": [{k: v for k, v in RULE.items() if k != "uid"}]}, True),
     "string id": (with_rule(id="7"), False),
     "rules not a list": ({"rules": RULE}, False),
     # The failure classes are listed once, in record_failure's input: here any string passes.
@@ -223,7 +226,7 @@ async def test_query_rules_published_schema_accepts_what_pydantic_accepts_and_re
     assert tool.output_schema is not None
     instance, accepted = INSTANCES[case]
     assert (errors(tool.output_schema, instance) == 0) is accepted
-    if accepted and case != "unknown failure class":
+    if accepted and case not in ("unknown failure class", "missing uid"):
         assert errors(RuleList.model_json_schema(), instance) == 0
 
 

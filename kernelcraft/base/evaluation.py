@@ -96,24 +96,16 @@ class VerifyResult(BaseModel):
     failure_class: FailureClass | None = None
     evidence: Evidence | None = None
     trials: int = Field(description="Trials requested per input set.")
-    trials_total: int = Field(
-        default=0, description="Trials in all: trials per input set times input_sets ('trial i of N')."
-    )
-    trials_passed: int = Field(
-        default=0, description="Trials passed, over every input set (of trials_total)."
-    )
+    trials_total: int = Field(default=0, description="trials × input_sets ('trial i of N').")
+    trials_passed: int = Field(default=0, description="Of trials_total.")
     input_sets: int = 1
     device: str = Field(description="'cuda:N (NAME)' or 'cpu (Triton interpreter)'.")
     interpreter: bool = Field(description="Kernels ran in Triton's CPU interpreter.")
     kernels_launched: list[str] = Field(default_factory=list)
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops the caller allowed.")
     notes: list[str] = Field(default_factory=list)
-    seconds: float = Field(
-        default=0.0, description="Wall time of the job from its submission, its workers' start-up included."
-    )
-    stage_seconds: dict[str, float] = Field(
-        default_factory=dict, description="Where the time went (see the evaluator's stage_seconds)."
-    )
+    seconds: float = Field(default=0.0, description="From submission, workers' start-up included.")
+    stage_seconds: dict[str, float] = Field(default_factory=dict, description="Seconds per stage.")
 
     @model_validator(mode="after")
     def _count_trials_total(self) -> VerifyResult:
@@ -151,8 +143,7 @@ class Roofline(BaseModel):
 
 
 class ProfileResult(BaseModel):
-    """Timings of candidate and reference. With `failure_class` set the timing was rejected (forward
-    changed the CUDA stream, or it beat a quarter of the physical floor): no speedup."""
+    """Timings of the candidate and the reference."""
 
     # A rejected timing keeps `available=True` and the measured `candidate` timing for inspection,
     # with `evidence` saying why, but leaves `speedup_*`, `achieved_*` and `roofline_fraction` None.
@@ -175,7 +166,11 @@ class ProfileResult(BaseModel):
     achieved_tflops: float | None = None
     roofline_fraction: float | None = Field(default=None, description="floor_us / candidate median.")
     roofline: Roofline | None = None
-    failure_class: FailureClass | None = None
+    failure_class: FailureClass | None = Field(
+        default=None,
+        description="Set when the timing was rejected (the CUDA stream changed, or it beat ¼ of the "
+        "physical floor): no speedup.",
+    )
     evidence: Evidence | None = None
     seconds: float = 0.0
 
@@ -227,8 +222,7 @@ class EvalResult(BaseModel):
     seconds: float = 0.0
     stage_seconds: dict[str, float] = Field(
         default_factory=dict,
-        description="Seconds per stage: workers, reference and candidate (overlapping), compile, kernels "
-        "(JIT), gpu_wait, verify, profile.",
+        description="Seconds per stage (workers, reference, candidate, compile, kernels, verify, ...).",
     )
 
     @property

@@ -46,8 +46,7 @@ class FailureRecorded(BaseModel):
     failure_class: FailureClass
     rule: RuleOut | None = Field(default=None, description="The rule it created or incremented.")
     rule_action: RuleAction = Field(
-        description="'incremented': a near-duplicate's count; 'linked': this failure already counted for "
-        "it; 'none': no rule proposed, or a wrong result (counted toward no rule)."
+        description="'linked': already counted; 'none': no rule proposed, or a wrong result."
     )
     activated: bool = Field(description="This failure made the rule active.")
     note: str | None = Field(default=None, description="Why a proposed rule was not counted, if it was not.")

@@ -36,7 +36,7 @@ class TreeInfo(BaseModel):
     id: int
     task_name: str
     task_hash: str = Field(description="sha256 of the task source.")
-    target: str = Field(description="Target architecture, e.g. sm_90a.")
+    target: str = Field(description="e.g. sm_90a.")
     policy: str = Field(description="'adaexplore', 'greedy' or 'beam'.")
     params: dict[str, ParamValue] = Field(description="Policy parameters, defaults filled in.")
     budget: int = Field(description="Candidates to evaluate (seed not counted).")
@@ -100,12 +100,10 @@ class ContextKernel(BaseModel):
     candidate_us: float | None = None
     profile: str | None = Field(
         default=None,
-        description="Its profile in words (roofline fraction and bound, registers, spills, shared memory); "
-        "null without a GPU or when the tree's configuration leaves profiles out.",
+        description="Its profile in words (roofline, registers, spills, shared memory); GPU only.",
     )
     code: str = Field(
-        description="Its source. In a long chain, an older version's code beyond the step's token budget "
-        "is replaced by a one-line comment saying so (its verdict stays)."
+        description="Its source; in a long chain, an older version's past the token budget is a one-line note."
     )
 
 
@@ -143,11 +141,10 @@ class NextStep(BaseModel):
     )
     manual_sections: list[DocSection] = Field(
         default_factory=list,
-        description="The target's manual sections most relevant to the kernel and its last failure "
-        "(snippets; search_hw_docs' section_id gives the whole text).",
+        description="Manual sections for the kernel and its last failure (snippets; section_id for all).",
     )
     parent_profile: str | None = Field(
-        default=None, description="The profile of the kernel this step starts from, in words (GPU only)."
+        default=None, description="The profile of the kernel to start from, in words (GPU only)."
     )
     speedup_measured: bool = Field(description="False without a GPU (correctness only).")
     instructions: str = Field(description="What to do, for a model new to this tree.")

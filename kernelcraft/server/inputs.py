@@ -17,22 +17,20 @@ ReferenceCode = Annotated[
     str,
     Field(
         min_length=1,
-        description="The task's source: a KernelBench module (class Model, get_inputs(), get_init_inputs()).",
+        description="The task: a KernelBench module (Model, get_inputs, get_init_inputs).",
     ),
 ]
 CandidateCode = Annotated[
     str,
     Field(
         min_length=1,
-        description="Your kernel's source: class ModelNew (Model's __init__ arguments) whose forward "
-        "launches @triton.jit kernels.",
+        description="Your kernel: class ModelNew (Model's __init__ arguments) launching @triton.jit kernels.",
     ),
 ]
 Arch = Annotated[
     str | None,
     Field(
-        description="sm_80 (A100), sm_89 (L40S), sm_90a (H100/H200), sm_100 (B200), gfx942 (MI300X), "
-        "nvidia or amd; omit for any.",
+        description="sm_80, sm_89, sm_90a, sm_100, gfx942, nvidia or amd; omit for any.",
     ),
 ]
 
@@ -48,8 +46,8 @@ Timeout = Annotated[
 AllowedOps = Annotated[
     list[str] | None,
     Field(
-        description="Aten ops forward() may run besides Triton kernels ('mm', 'aten::mm' or 'aten.mm.default'; "
-        "no wildcards); any other is a 'pytorch_fallback'.",
+        description="Aten ops forward() may run ('mm', 'aten::mm', 'aten.mm.default'; no wildcards); any "
+        "other is a 'pytorch_fallback'.",
     ),
 ]
 # SQLite stores 64-bit signed integers: a larger id or seed could never name a row and would fail

@@ -5,17 +5,22 @@ against the tool's output schema (jsonschema's cost is per schema node visited).
 schemas are right but costly to ship: each tool carries its own copy of every model it touches
 (the evidence of a failed check was published four times, the failure classes six), a generated
 `title` on every field, and defaults on output fields the server always sends. `published`
-rewrites the tool list, keeping every property, description, enum, bound and required list:
+rewrites the tool list, keeping every property, description, enum and bound (and what inputs
+require):
 
-- every model is published in full once in the whole list. A tool's whole result is its own;
-  another model that several results hold is published by the first tool that holds it, under
-  `$defs/<Model>`; the other tools name it: `{"type": "object", "description": "…: Evidence, as
-  compile_kernel's output schema defines it."}` or `"…: what verify_against_reference returns."`;
+- every model is published in full once in the whole list. A tool's whole result is its own; a
+  model an input uses is that input's; another model that several results hold is published, under
+  `$defs/<Model>`, by the tool whose result holds it nearest its root (the first such tool); the
+  other tools name it: `{"type": "object", "description": "…: Evidence in compile_kernel's
+  output."}`, `"…: what verify_against_reference returns."`;
 - within one schema, a definition referenced once is written in place, one referenced more often
   stays in `$defs`, and unreferenced ones go;
-- generated titles go, and so do defaults in output schemas;
+- generated titles go; in output schemas so do defaults, `required` lists (the server sends every
+  field) and the root's description (the tool's description says what it returns);
 - an optional input argument whose default is null is published as its own type, left out of
   `required`: omitting it is how a client leaves it unset (null is still accepted);
+- a field description the list already gave (the task's source, in three tools) is given once:
+  later fields point at the first;
 - input schemas say `additionalProperties: false`: the server refuses names it does not know;
 - a nullable value is `anyOf: [X, {"type": "null"}]` (pydantic's form) everywhere, never
   `"type": [X, "null"]`, which several clients read as one type (the MCP Inspector's `--strict`
@@ -55,9 +60,7 @@ class Owners:
         """Models `tool`'s output names instead of publishing, each with the words that say where."""
         said = {m: f"what {t} returns" for m, t in self.results.items() if t != tool}
         said |= {
-            m: f"{m} in {t}'s {kind} schema"
-            for m, (t, kind) in self.defs.items()
-            if (t, kind) != (tool, "output")
+            m: f"{m} in {t}'s {kind}" for m, (t, kind) in self.defs.items() if (t, kind) != (tool, "output")
         }
         return said
 
@@ -79,7 +82,41 @@ def published(tools: list[Tool]) -> list[Tool]:
                 tool.output_schema, owners.elsewhere(tool.name), owners.kept(tool.name, "output")
             )
         out.append(tool.model_copy(update=update))
-    return out
+    return said_once(out)
+
+
+# A field description at least this long that the list already gave is given once: later fields
+# with the same text point at the first ("As compile_kernel's candidate_code.").
+MIN_REPEATED_CHARS = 40
+
+
+def said_once(tools: list[Tool]) -> list[Tool]:
+    """`tools` with every repeated field description (inputs first, in list order) replaced by a
+    pointer to the field that gave it first."""
+    first: dict[str, str] = {}
+
+    def visit(node: Any, tool: str) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item, tool)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key == "properties" and isinstance(value, dict):
+                    for name, prop in value.items():
+                        text = prop.get("description") if isinstance(prop, dict) else None
+                        if isinstance(text, str) and len(text) >= MIN_REPEATED_CHARS:
+                            if text in first:
+                                prop["description"] = first[text]
+                            else:
+                                first[text] = f"As {tool}'s {name}."
+                if key in _ONE or key in _MANY or key in _MAPS:
+                    visit(value, tool)
+
+    for tool in tools:
+        visit(tool.input_schema, tool.name)
+    for tool in tools:
+        visit(tool.output_schema, tool.name)
+    return tools
 
 
 def model_owners(tools: list[Tool]) -> Owners:
@@ -87,9 +124,10 @@ def model_owners(tools: list[Tool]) -> Owners:
 
     Input schemas keep every model they use (a client checks its arguments against them); a
     model an input publishes is named by the results that hold it. A tool's whole result is its
-    own. Any other model that two results reach is published by the first tool (in list order)
-    that reaches it. A model reached only through a model published elsewhere is not reached, so
-    ownership is settled again until it no longer changes.
+    own. Any other model that two results reach is published by the tool that reaches it in the
+    fewest steps from its root (the first in list order, on a tie). A model reached only through
+    a model published elsewhere is not reached, so ownership is settled again until it no longer
+    changes.
     """
     outputs = {t.name: t.output_schema for t in tools if t.output_schema is not None}
     owners = Owners(results={s["title"]: name for name, s in outputs.items() if "title" in s})
@@ -100,13 +138,13 @@ def model_owners(tools: list[Tool]) -> Owners:
                 owners.defs[model] = (tool.name, "input")
     by_inputs = dict(owners.defs)
     for _ in range(len(in_outputs) + 1):
-        reached: dict[str, list[str]] = {}
-        for name, schema in outputs.items():
+        reached: dict[str, list[tuple[int, int, str]]] = {}
+        for order, (name, schema) in enumerate(outputs.items()):
             named = owners.elsewhere(name)
-            for model in _reference_counts(_root(schema), schema.get("$defs", {}), named):
-                reached.setdefault(model, []).append(name)
+            for model, depth in _depths(_root(schema), schema.get("$defs", {}), named).items():
+                reached.setdefault(model, []).append((depth, order, name))
         shared = {
-            m: (users[0], "output")
+            m: (min(users)[2], "output")
             for m, users in reached.items()
             if len(users) > 1 and m not in by_inputs and m not in owners.results
         }
@@ -135,7 +173,9 @@ def output_schema(
 ) -> JsonSchema:
     """A tool's result. `elsewhere` maps a model published by another tool to the words that say
     where; the models in `kept` stay under `$defs/<Model>` for other tools to name."""
-    return _Rewriter(schema, output=True, elsewhere=elsewhere or {}, kept=kept)(_root(schema))
+    out = _Rewriter(schema, output=True, elsewhere=elsewhere or {}, kept=kept)(_root(schema))
+    out.pop("description", None)  # the tool's description says what it returns
+    return out
 
 
 def _root(schema: JsonSchema) -> JsonSchema:
@@ -186,6 +226,24 @@ def _reference_counts(
     return counts
 
 
+def _depths(root: JsonSchema, defs: Mapping[str, JsonSchema], elsewhere: Mapping[str, str]) -> dict[str, int]:
+    """Each definition reachable from `root`, with the fewest references between them (1: the root
+    refers to it); a model published elsewhere is reached where it is referenced, not followed."""
+    depths: dict[str, int] = {}
+    level, depth = [root], 1
+    while level:
+        following = []
+        for node in level:
+            for name in _refs(node):
+                if name in depths:
+                    continue
+                depths[name] = depth
+                if name not in elsewhere and name in defs:
+                    following.append(defs[name])
+        level, depth = following, depth + 1
+    return depths
+
+
 class _Rewriter:
     """One schema's rewrite. Definitions referenced once are written in place; those referenced
     more often, or kept for other tools, go to the result's `$defs` once."""
@@ -216,7 +274,7 @@ class _Rewriter:
             return self.reference(ref.removeprefix(_DEFS), {k: v for k, v in node.items() if k != "$ref"})
         out: JsonSchema = {}
         for key, value in node.items():
-            if key == "title" or (self.output and key == "default"):
+            if key == "title" or (self.output and key in ("default", "required")):
                 continue
             if key in _ONE and isinstance(value, dict):
                 out[key] = self.node(value)
