@@ -19,7 +19,11 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.rules import RuleOut
 from kernelcraft.server.app import create_server
 
-MAX_TOOL_LIST_BYTES = 30_000
+# Issue 15 asked for the seven tools it measured to fit in 30 KB (compact JSON, as sent); since then
+# the list gained evaluate_level and fields (presets, next, baselines). Keeping every field's type
+# and a readable description, it is 35 KB (79 KB before kernelcraft/server/schema.py): the budget
+# holds it there. Lower it as descriptions tighten; raise it only with a new tool or field.
+MAX_TOOL_LIST_BYTES = 36_000
 JsonSchema = dict[str, Any]
 
 
@@ -42,7 +46,7 @@ async def both_lists(tmp_path: Path) -> tuple[list[Any], list[Any]]:
 
 
 @pytest.mark.anyio
-async def test_the_tool_list_a_client_receives_is_under_30_kb(client: Client) -> None:
+async def test_the_tool_list_a_client_receives_stays_within_its_budget(client: Client) -> None:
     listed = await client.list_tools()
     assert wire_bytes(listed) < MAX_TOOL_LIST_BYTES, f"tools/list is {wire_bytes(listed):,} bytes"
 

@@ -29,39 +29,34 @@ FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0)
 class TaskOutcome(BaseModel):
     """One task's verdict and timings."""
 
-    problem_id: int = Field(description="KernelBench's problem id: the task file's leading number.")
-    name: str = Field(description="The task's file name, e.g. '19_ReLU.py'.")
-    candidate: str | None = Field(default=None, description="The candidate's file name; None if missing.")
+    problem_id: int = Field(description="The task file's leading number.")
+    name: str = Field(description="The task's file, e.g. '19_ReLU.py'.")
+    candidate: str | None = Field(default=None, description="The candidate's file; null: missing.")
     status: TaskStatus
-    compiled: bool = Field(
-        default=False, description="The candidate loaded and its kernels compiled (KernelBench's 'compiled')."
-    )
+    compiled: bool = Field(default=False, description="The candidate loaded and its kernels compiled.")
     failure_class: FailureClass | None = None
     message: str | None = Field(default=None, description="Why it failed, or how it was timed.")
-    trials: str | None = Field(default=None, description="Correctness trials passed, 'passed / total'.")
+    trials: str | None = Field(default=None, description="Trials, 'passed / total'.")
     candidate_time: Timing | None = None
-    eager: Timing | None = Field(default=None, description="The reference in eager mode.")
-    compiled_ref: Timing | None = Field(default=None, description="The reference under torch.compile.")
+    eager: Timing | None = Field(default=None, description="The reference, eager.")
+    compiled_ref: Timing | None = Field(default=None, description="The reference, torch.compile.")
     speedup_vs_eager: float | None = None
     speedup_vs_compiled: float | None = None
-    floor_us: float | None = Field(
-        default=None, description="The roofline floor on the roofline target (H200: sm_90a), in µs."
-    )
+    floor_us: float | None = Field(default=None, description="The roofline floor (sm_90a), µs.")
     device: str | None = None
-    seconds: float = Field(default=0.0, description="Wall time of this task's evaluation.")
+    seconds: float = Field(default=0.0, description="Seconds this task took.")
     mode: LevelMode = "candidates"
-    timed: bool = Field(default=False, description="Asked for GPU timings (False without a GPU).")
-    task_sha: str = Field(default="", description="sha256 of the task source: a changed task is re-run.")
-    candidate_sha: str | None = Field(default=None, description="sha256 of the candidate source.")
+    timed: bool = Field(default=False, description="GPU timings asked for.")
+    task_sha: str = Field(default="", description="sha256 of the task: a changed one is re-run.")
+    candidate_sha: str | None = Field(default=None, description="sha256 of the candidate.")
 
 
 class FastP(BaseModel):
-    """fast_p at one threshold: the fraction of ALL tasks that are correct and more than p times
-    faster than the baseline (missing candidates and failures count against)."""
+    """The fraction of ALL tasks correct and over p times faster (missing and failing ones count)."""
 
     p: float
-    vs_eager: float | None = Field(default=None, description="Against the reference in eager mode.")
-    vs_compiled: float | None = Field(default=None, description="Against the reference under torch.compile.")
+    vs_eager: float | None = Field(default=None, description="Against eager.")
+    vs_compiled: float | None = Field(default=None, description="Against torch.compile.")
 
 
 class LevelSummary(BaseModel):
@@ -71,24 +66,22 @@ class LevelSummary(BaseModel):
     tasks_dir: str
     candidates_dir: str | None = None
     out_dir: str
-    timed: bool = Field(description="True when timings were taken (a GPU); without one, verdicts only.")
-    message: str = Field(default="", description="What the figures rest on, e.g. that timings need a GPU.")
-    total: int = Field(description="Tasks in the level (after any --problems selection).")
+    timed: bool = Field(description="Timings were taken (a GPU).")
+    message: str = Field(default="", description="What the figures rest on.")
+    total: int = Field(description="Tasks in the level (after --problems).")
     correct: int = 0
     compiled: int = 0
     missing: int = 0
     task_errors: int = 0
-    resumed: int = Field(default=0, description="Tasks whose outcome was read from an earlier run.")
+    resumed: int = Field(default=0, description="Outcomes read from an earlier run.")
     fast_p: list[FastP] = Field(
-        default_factory=list, description="Per threshold p (0, 0.5, 1, 1.5, 2; only p=0 without a GPU)."
+        default_factory=list, description="p = 0, 0.5, 1, 1.5, 2 (0 only without a GPU)."
     )
     geomean_speedup_vs_eager: float | None = Field(
-        default=None, description="Geometric mean of the speedup over the correct, timed tasks."
+        default=None, description="Geometric mean over the correct, timed tasks."
     )
     geomean_speedup_vs_compiled: float | None = None
-    unmatched_candidates: list[str] = Field(
-        default_factory=list, description="Candidate files that match no task (not evaluated)."
-    )
+    unmatched_candidates: list[str] = Field(default_factory=list, description="Candidates matching no task.")
     files: dict[str, str] = Field(default_factory=dict, description="What the run wrote, by role.")
     seconds: float = 0.0
     tasks: list[TaskOutcome] = Field(default_factory=list)

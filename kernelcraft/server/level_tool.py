@@ -20,7 +20,6 @@ from kernelcraft.base.level import LevelSummary
 from kernelcraft.level.runner import LevelRun, run_level
 from kernelcraft.level.tasks import parse_problems
 from kernelcraft.server.auth import LOCAL_CLIENT, client_name
-from kernelcraft.server.schema import FlatSchema
 from kernelcraft.server.state import AppState
 from kernelcraft.server.tools import app_state, cleaned, tool_errors
 
@@ -30,7 +29,7 @@ RESUMES = ToolAnnotations(
 )
 
 
-class LevelReport(FlatSchema, LevelSummary):
+class LevelReport(LevelSummary):
     """A level run: counts, fast_p per threshold, the geometric-mean speedup, every task's outcome."""
 
 
@@ -41,28 +40,23 @@ def register_level_tool(mcp: MCPServer[AppState]) -> None:
         ctx: Context[AppState],
         tasks_dir: Annotated[
             str,
-            Field(description="Folder of KernelBench-format tasks on this machine, e.g. KernelBench/level1."),
+            Field(description="Folder of tasks on this machine, e.g. KernelBench/level1."),
         ],
         out_dir: Annotated[
             str,
-            Field(
-                description="Folder for results.jsonl, summary.json and KernelBench's JSON files; "
-                "calling again with it skips the tasks already evaluated."
-            ),
+            Field(description="Folder for the results; again, it skips the tasks already evaluated."),
         ],
         candidates_dir: Annotated[
             str | None,
             Field(
-                description="Folder of candidates, each named as its task, <problem_id>_*.py, or "
-                "level_<L>_problem_<id>_sample_0_kernel.py. Omit to time the references alone (baseline)."
+                description="Folder of candidates named as their task or <problem_id>_*.py; omit to time "
+                "the references alone."
             ),
         ] = None,
         problems: Annotated[str | None, Field(description="Only these problem ids, e.g. '1-10,19'.")] = None,
     ) -> LevelReport:
-        """Evaluate every task of a folder (a KernelBench level) against its candidate: a verdict per
-        task, GPU timings against eager and torch.compile, fast_p at p = 0, 0.5, 1, 1.5, 2 (missing
-        and failing candidates count against) and the geometric-mean speedup. Without candidates_dir,
-        times each reference alone. Without a GPU: verdicts only, fast_p at p = 0. Progress counts tasks."""
+        """Evaluate a folder of tasks (a KernelBench level) against its candidates: verdicts, GPU
+        timings, fast_p and the geometric-mean speedup. No GPU: verdicts only."""
         if client_name() != LOCAL_CLIENT:
             raise ToolError(
                 "evaluate_level reads folders on the server's machine and serves only its own user (a "

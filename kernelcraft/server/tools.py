@@ -304,7 +304,7 @@ def _stage(part: T | None, stage: str) -> T:
 class SearchStep(BaseModel):
     """One of start, submit, status, abandon is set: the action's ('status' for 'next')."""
 
-    action: SearchAction = Field(description="Its result is the field of that name.")
+    action: SearchAction = Field(description="Its result is the field of that name (status for next).")
     start: StartResult | None = Field(default=None, description="The new tree and your first step.")
     submit: SubmitResult | None = Field(default=None, description="The verdict and your next step.")
     status: TreeStatus | None = Field(
