@@ -402,48 +402,84 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         """A tree search over kernels (AdaExplore): the server picks what to try, you write it.
         'start', then 'submit' what each next_step asks for (follow its instructions) until the
         budget is spent; 'abandon' a step you cannot write, never submit a placeholder."""
-        state = app_state(ctx)
-        client = client_name()
-        for name, code in (
-            ("reference_code", reference_code),
-            ("candidate_code", candidate_code),
-            ("reason", reason),
-        ):
-            check_size(state, name, code)
-        with tool_errors():
-            if action == "start":
-                _require(action, reference_code=reference_code)
-                assert reference_code is not None
-                started = await state.search.start(
-                    reference_code,
-                    task_name=task_name,
-                    seed_candidate=candidate_code,
-                    target=target,
-                    policy=policy,
-                    preset=preset,
-                    params=dict(policy_params) if policy_params else None,
-                    budget=budget,
-                    seed=seed,
-                    client=client,
-                    progress=progress_to(ctx),
-                )
-                return SearchStep(action=action, start=started)
-            if action == "submit":
-                _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
-                assert tree_id is not None and node_id is not None and candidate_code is not None
-                submitted = await state.search.submit(
-                    tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
-                )
-                return SearchStep(action=action, submit=submitted)
-            if action == "abandon":
-                _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
-                assert tree_id is not None and node_id is not None and reason is not None
-                abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
-                return SearchStep(action=action, abandon=abandoned)
-            _require(action, tree_id=tree_id)
-            assert tree_id is not None
-            status = await state.search.status(tree_id, client=client, new_step=action == "next")
-            return SearchStep(action=action, status=status)
+        return await _search_action(
+            ctx,
+            action,
+            reference_code=reference_code,
+            candidate_code=candidate_code,
+            tree_id=tree_id,
+            node_id=node_id,
+            reason=reason,
+            target=target,
+            policy=policy,
+            preset=preset,
+            policy_params=policy_params,
+            budget=budget,
+            seed=seed,
+            task_name=task_name,
+        )
+
+
+async def _search_action(
+    ctx: Context[AppState],
+    action: SearchAction,
+    *,
+    reference_code: str | None,
+    candidate_code: str | None,
+    tree_id: int | None,
+    node_id: int | None,
+    reason: str | None,
+    target: Target,
+    policy: str,
+    preset: PresetName | None,
+    policy_params: dict[str, int | float | str | bool] | None,
+    budget: int,
+    seed: int,
+    task_name: str | None,
+) -> SearchStep:
+    """What search_tree_step does for one action, its arguments checked by the tool's schema."""
+    state = app_state(ctx)
+    client = client_name()
+    for name, code in (
+        ("reference_code", reference_code),
+        ("candidate_code", candidate_code),
+        ("reason", reason),
+    ):
+        check_size(state, name, code)
+    with tool_errors():
+        if action == "start":
+            _require(action, reference_code=reference_code)
+            assert reference_code is not None
+            started = await state.search.start(
+                reference_code,
+                task_name=task_name,
+                seed_candidate=candidate_code,
+                target=target,
+                policy=policy,
+                preset=preset,
+                params=dict(policy_params) if policy_params else None,
+                budget=budget,
+                seed=seed,
+                client=client,
+                progress=progress_to(ctx),
+            )
+            return SearchStep(action=action, start=started)
+        if action == "submit":
+            _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
+            assert tree_id is not None and node_id is not None and candidate_code is not None
+            submitted = await state.search.submit(
+                tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
+            )
+            return SearchStep(action=action, submit=submitted)
+        if action == "abandon":
+            _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
+            assert tree_id is not None and node_id is not None and reason is not None
+            abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
+            return SearchStep(action=action, abandon=abandoned)
+        _require(action, tree_id=tree_id)
+        assert tree_id is not None
+        status = await state.search.status(tree_id, client=client, new_step=action == "next")
+        return SearchStep(action=action, status=status)
 
 
 class DocResults(BaseModel):
