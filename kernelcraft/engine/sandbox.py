@@ -1,22 +1,29 @@
-"""A filesystem sandbox for candidate processes: writes only where the worker may write.
+"""Landlock for a candidate process: which files it may read and write, no TCP, and no signals
+or abstract Unix sockets beyond its own processes.
 
-Candidate code runs as the same user as the server, so without this it could open the shared
-SQLite database (or any file of that user) and write to it. Linux Landlock (kernel 5.13+, no
-privileges needed) lets a process give up rights for good: after `restrict_writes(dirs)` this
-process and its children can create, write, truncate, rename or remove files only beneath `dirs`
-(plus /dev/null and the GPU's device files). Reading is not restricted: the candidate still needs
-Python, torch, Triton and the CUDA libraries wherever they are installed.
+Linux Landlock (kernel 5.13+, no privileges needed) lets a process give up rights for good, for
+itself and every process it starts. `restrict()` asks for everything this kernel's Landlock ABI
+knows of and reports what is in force:
+- "fs" (ABI 1+): files and directories are read (and executed) only beneath the paths given as
+  readable, and written, created, renamed or removed only beneath those given as writable (ABI 2
+  adds renames across directories, ABI 3 truncation). Device ioctls are not restricted (the GPU
+  needs them).
+- "tcp" (ABI 4+): binding and connecting TCP sockets is refused (no rule allows any port).
+  UDP, raw and pathname Unix sockets are not Landlock's to refuse: the network namespace is (box.py).
+- "scopes" (ABI 6+): no signal to, and no connection to an abstract Unix socket of, a process
+  outside this Landlock domain (the processes the candidate starts are inside it).
+A Landlocked process can also no longer mount or unmount, nor ptrace-attach to (read the memory
+of) a process outside its domain. It can still open /proc/<pid>/environ of any process its user
+may read: box.py hides those.
 
-Called by the worker in the candidate role after the trusted task is loaded and before the
-candidate is imported. Without Landlock it reports why, and the worker carries on unsandboxed
-(the verdict's notes say so).
+Used by box.py only (the candidate's side of the worker).
 """
 
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
+import stat
 import sys
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64 and arm64
@@ -24,22 +31,26 @@ _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 
-_WRITE_FILE = 1 << 1
+EXECUTE, _WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _REMOVE_DIR, _REMOVE_FILE = 1 << 4, 1 << 5
 _MAKE = sum(1 << b for b in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 _REFER = 1 << 13  # ABI 2
 _TRUNCATE = 1 << 14  # ABI 3
-_FILE_RIGHTS = _WRITE_FILE | _TRUNCATE
+READ = EXECUTE | READ_FILE | READ_DIR
+"""Read a file or list a directory, and execute (what a readable path is given)."""
+WRITE = _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE | _REFER | _TRUNCATE
+_ON_A_FILE = EXECUTE | _WRITE_FILE | READ_FILE | _TRUNCATE
+"""The rights a rule on a file (not a directory) may hold."""
+_BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 
-# Device files a GPU process opens for writing (CUDA may open more after start-up).
-_DEVICE_FILES = (
-    "/dev/null",
-    "/dev/nvidia*",
-    "/dev/nvidia-uvm*",
-    "/dev/nvidia-caps/*",
-    "/dev/kfd",
-    "/dev/dri/*",
-)
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = (
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    )
 
 
 class _PathBeneath(ctypes.Structure):
@@ -58,42 +69,50 @@ def landlock_abi() -> int:
     return max(0, int(version))
 
 
-def restrict_writes(writable_dirs: list[str]) -> str | None:
-    """Allow file writes only beneath `writable_dirs` (and to GPU device files), for good.
+def restrict(rules: list[tuple[str, int]]) -> tuple[set[str], str | None]:
+    """Confine this process for good: each (path, rights) rule allows `rights` (READ, WRITE or
+    both) beneath `path` (a file or a directory; missing paths are skipped), and nothing else;
+    TCP and the scopes are refused where the ABI knows them.
 
-    Returns None when the restriction is in force, or a sentence saying why it is not.
+    Returns what is in force ({"fs", "tcp", "scopes"} or a part) and, when Landlock could not be
+    applied, a sentence saying why (then nothing is in force).
     """
     abi = landlock_abi()
     if abi < 1:
-        return "Landlock is not available on this kernel, so candidates could write outside their directory"
-    handled = _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE
-    if abi >= 2:
-        handled |= _REFER
-    if abi >= 3:
-        handled |= _TRUNCATE
+        return set(), "Landlock is not available on this kernel"
+    handled = READ | _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE
+    handled |= (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+    attr, size = _RulesetAttr(handled, 0, 0), 8
+    if abi >= 4:
+        attr.handled_access_net, size = _BIND_TCP | _CONNECT_TCP, 16
+    if abi >= 6:
+        attr.scoped, size = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL, 24
     libc = ctypes.CDLL(None, use_errno=True)
-    attr = ctypes.c_uint64(handled)  # struct landlock_ruleset_attr, handled_access_fs only
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
-        return f"Landlock refused a ruleset ({os.strerror(ctypes.get_errno())})"
+        return set(), f"Landlock refused a ruleset ({os.strerror(ctypes.get_errno())})"
     try:
-        targets = [(d, handled) for d in writable_dirs]
-        targets += [(f, handled & _FILE_RIGHTS) for pattern in _DEVICE_FILES for f in glob.glob(pattern)]
-        for path, rights in targets:
+        for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
-                rule = _PathBeneath(rights if os.path.isdir(path) else rights & _FILE_RIGHTS, fd)
-                if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
-                    return f"Landlock refused a rule for {path} ({os.strerror(ctypes.get_errno())})"
+                allowed = rights & handled
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    allowed &= _ON_A_FILE
+                rule = _PathBeneath(allowed, fd)
+                if (
+                    allowed
+                    and libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0
+                ):
+                    return set(), f"Landlock refused a rule for {path} ({os.strerror(ctypes.get_errno())})"
             finally:
                 os.close(fd)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return f"prctl(PR_SET_NO_NEW_PRIVS) failed ({os.strerror(ctypes.get_errno())})"
+            return set(), f"prctl(PR_SET_NO_NEW_PRIVS) failed ({os.strerror(ctypes.get_errno())})"
         if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
-            return f"Landlock could not restrict this process ({os.strerror(ctypes.get_errno())})"
+            return set(), f"Landlock could not restrict this process ({os.strerror(ctypes.get_errno())})"
     finally:
         os.close(ruleset)
-    return None
+    return {"fs"} | ({"tcp"} if abi >= 4 else set()) | ({"scopes"} if abi >= 6 else set()), None
