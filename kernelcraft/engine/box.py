@@ -5,26 +5,33 @@ The kernel's own mechanisms box it, through two calls in the worker process:
 
 `start()` runs first in every worker (forked by the zygote or spawned), while the process still
 has one thread (a user namespace needs that) and before CUDA starts. Reference workers get the
-namespaces too; they need nothing the namespaces take away.
-1. A user namespace that maps only this user. For root, this is what takes away root's power
-   over the machine: a process in a child user namespace has no capability outside it (no module
-   loading, no raw devices, no ptrace of non-dumpable processes, no limit raised) while files
-   keep their owner. Root first takes the overflow uid ("nobody") as its *real* uid, keeping
-   effective uid 0: RLIMIT_NPROC is counted per real uid and never enforced for kuid 0, so this is
-   what makes the process limit hold for root. Every worker does the same, which matters: the
-   NVIDIA driver refuses CUDA IPC between processes whose real uids differ
-   (cudaErrorMapBufferObjectFailed), and so a different effective uid for the candidate, which
-   would hide the other processes of its user from it, is not an option on a GPU (probed on the
-   H200).
+same; they need nothing it takes away.
+1. An unprivileged identity and a user namespace. Run by root, the worker becomes "nobody" (the
+   overflow uid and gid), owner of its own directory, wherever nobody can reach Python, the
+   package, that directory and the GPU's device files; then it enters a user namespace of its
+   own, where RLIMIT_NPROC counts its processes alone (4). Every worker takes the same identity:
+   the NVIDIA driver refuses CUDA IPC between processes of different uids
+   (cudaErrorMapBufferObjectFailed, probed on the H200), and workers share tensors both ways, so
+   a uid of the candidate's own cannot be what hides other processes from it (Landlock does, 5).
+   Where nobody cannot work (a Python under /root), root stays root in its user namespace, which
+   has no capability outside it (no module loading, raw devices, ptrace of other users' or
+   non-dumpable processes, raised limits); a CPU worker then takes nobody as its real uid only,
+   which is what RLIMIT_NPROC counts (a GPU worker cannot: programs it runs, the compilers of
+   Triton's JIT, would run in glibc's secure mode and ignore TMPDIR). A worker of another user
+   enters its user namespace first: it gives the capabilities 2 and 3 need.
 2. A network namespace: its only interface is a loopback that is down, so no TCP, UDP or raw
    packet reaches anything, 127.0.0.1 included.
-3. A PID namespace for what the worker starts, not for the worker itself: a tensor shared through
-   CUDA IPC cannot be opened by a process in a sibling PID namespace (cudaErrorDeviceUninitialized,
-   probed on the H200), and workers share tensors both ways. The worker forks the namespace's init
-   at once; init dies with the worker (PR_SET_PDEATHSIG, or the pool's kill of the process group),
-   and the kernel then kills everything in the namespace: every process the candidate started,
-   setsid daemons included, ends with its job. (The worker's pid and exit status stay what the
-   pool sees.) `KERNELCRAFT_SANDBOX_PIDNS=off` turns this part off.
+3. On CPU workers, a PID namespace: the worker is its pid 2, an init its pid 1, and the original
+   process stays outside as the *keeper* (the pid the pool and the zygote know: it relays the
+   worker's exit status, signal included, and turns a signal sent to it into the worker's death
+   and its own by that signal). When the worker exits or is killed, the keeper (or the pool's kill
+   of the process group) ends init, and the kernel then kills everything in the namespace, setsid
+   daemons included. Not on GPU workers: a tensor shared through CUDA IPC cannot be opened from a
+   sibling PID namespace (cudaErrorDeviceUninitialized, probed on the H200), and a namespace for
+   the worker's children only is impossible (a process whose children go to another PID
+   namespace cannot start threads). There the zygote, their child subreaper, kills what a worker
+   leaves behind before it reports the worker's exit (zygote.py). `KERNELCRAFT_SANDBOX_PIDNS`
+   overrides the choice.
 
 `confine_candidate()` runs in a candidate's worker after the trusted task is loaded and before
 the candidate is imported:
@@ -34,8 +41,8 @@ the candidate is imported:
    modules of every other sys.path entry (not the rest of a project checkout: a database or a
    .env beside the code stays unreadable), the directories of the shared libraries already
    loaded, the installations of the compiler, assembler and linker Triton runs (wherever they
-   are: /opt/gcc on the H200), /usr, /lib*, /bin, /sbin, /sys (not its kernel, firmware and power parts), the parts of
-   /etc that every user may read, the device files a GPU needs, its own directory (task,
+   are: /opt/gcc on the H200), /usr, /lib*, /bin, /sbin, /sys (not its kernel, firmware and
+   power parts), the parts of /etc that every user may read, the device files a GPU needs, its own directory (task,
    candidate, HOME, TMPDIR, Triton cache) and /proc's system files, but no /proc/<pid>: that is
    what keeps the environments of the server, the CLI and the shell above them (tokens, API keys)
    from it, as Landlock does not stop root, nor a same-user process, from reading a dumpable
@@ -53,14 +60,11 @@ import contextlib
 import ctypes
 import glob
 import os
-import pwd
 import resource
 import select
-import shutil
 import signal
 import stat
 import sys
-import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -69,7 +73,8 @@ from kernelcraft.base.config import env_switch
 from kernelcraft.engine import sandbox
 
 BOX_ENV = "KERNELCRAFT_WORKER_BOX"
-"""How the pool tells its workers to box themselves: "off", "on" or "on,nopidns"."""
+"""How the pool tells its workers to box themselves: "off", "on", "on,nopidns" (switched off) or
+"on,nopidns-gpu" (off by default on a GPU)."""
 DIR_ENV = "KERNELCRAFT_WORKER_DIR"
 """The worker's own directory (set by the pool): a worker that leaves root owns it."""
 REAPER_ENV = "KERNELCRAFT_WORKER_REAPER"
@@ -80,24 +85,6 @@ CANDIDATE_TASKS = 128
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _PR_SET_PDEATHSIG, _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 1, 3, 4
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-_SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/sys/kernel/mm")
-_SYS_HIDDEN = ("kernel", "firmware", "power")
-"""/sys's parts a candidate does not read (debugfs, tracing, firmware tables and variables)."""
-_DEVICE_FILES = (
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/nvidia*",
-    "/dev/nvidia-caps/*",
-    "/dev/kfd",
-    "/dev/dri/*",
-)
-_PROC_SYSTEM_FILES = ("cpuinfo", "meminfo", "stat", "loadavg", "uptime", "version", "filesystems")
-_PROC_SYSTEM_DIRS = ("sys", "driver")
-_MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".abi3.so")
-_ETC_WALK_LIMIT = 4000
 
 
 @dataclass
@@ -105,9 +92,9 @@ class _Box:
     on: bool = False
     root: bool = False
     missing: dict[str, str] = field(default_factory=dict)
-    """Part ("userns", "netns", "pidns") -> why it is not in force."""
+    """Part ("identity", "userns", "netns", "pidns") -> why it is not in force."""
     nproc: bool = False
-    """RLIMIT_NPROC is enforced here: a real uid other than 0, counted in our own user namespace."""
+    """RLIMIT_NPROC holds here: a real uid other than 0, counted in a user namespace of its own."""
     pidns: bool = False
     host_pid: int | None = None
     reaped: bool = False
@@ -199,7 +186,7 @@ def _why_not_nobody() -> str | None:
     workdir = os.environ.get(DIR_ENV)
     if not workdir or not os.path.isdir(workdir):
         return "no worker directory was named"
-    needed = [os.path.dirname(os.path.realpath(workdir)), *_python_dirs()]
+    needed = [os.path.dirname(os.path.realpath(workdir)), *sandbox.python_dirs()]
     needed += [p for p in sys.path if p and os.path.isdir(p)]
     for path in needed:
         closed = _closed_to_others(os.path.realpath(path))
@@ -371,7 +358,7 @@ def confine_candidate(workdir: str | Path) -> str | None:
     limit = _limit_processes()
     if limit:
         notes.append(limit)
-    in_force, problem = sandbox.restrict(_rules(str(workdir)))
+    in_force, problem = sandbox.restrict(sandbox.candidate_rules(str(workdir)))
     if problem:
         notes.append(
             f"{problem}: it can read and write every file its user can, and other processes' environments"
@@ -392,144 +379,8 @@ def _limit_processes() -> str | None:
     if not _box.nproc:
         return "no process limit" + (" (it runs as root)" if os.getuid() == 0 else " (no user namespace)")
     try:
-        tasks = len(os.listdir("/proc/self/task")) + 2  # its threads, the keeper and init
+        tasks = len(os.listdir("/proc/self/task"))  # its own threads count too
     except OSError:
         tasks = 32
     resource.setrlimit(resource.RLIMIT_NPROC, (tasks + CANDIDATE_TASKS, tasks + CANDIDATE_TASKS))
     return None
-
-
-def _rules(workdir: str) -> list[tuple[str, int]]:
-    """What the candidate may read (and write) under Landlock."""
-    read, both = sandbox.READ, sandbox.READ | sandbox.WRITE
-    rules = [(workdir, both), ("/dev/shm", both)]
-    rules += [(f, both) for pattern in _DEVICE_FILES for f in glob.glob(pattern)]
-    rules += [(f"/proc/{name}", read) for name in _PROC_SYSTEM_FILES + _PROC_SYSTEM_DIRS]  # no /proc/<pid>
-    found = [*_SYSTEM_DIRS, *_sys(), *_python_dirs(), *_library_paths(workdir), *_toolchain(), *_etc()]
-    rules += [(p, read) for p in found if not _too_broad(p, workdir)]
-    rules += [(p, r) for p, r in _sys_path_rules() if not _too_broad(p, workdir)]
-    return rules
-
-
-def _sys() -> list[str]:
-    with contextlib.suppress(OSError):
-        return [f"/sys/{name}" for name in os.listdir("/sys") if name not in _SYS_HIDDEN]
-    return []
-
-
-def _too_broad(path: str, workdir: str) -> bool:
-    """A path that would open the user's home or other workers' directories: "/", or an
-    ancestor of (or) the home directory or of this worker's directory."""
-    real = os.path.realpath(path)
-    anchors = [workdir]
-    with contextlib.suppress(KeyError):
-        anchors.append(pwd.getpwuid(os.geteuid()).pw_dir)
-    return real == "/" or any(a == real or a.startswith(real.rstrip("/") + "/") for a in anchors)
-
-
-def _python_dirs() -> list[str]:
-    dirs = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
-    dirs |= {p for p in sysconfig.get_paths().values() if p}
-    dirs.add(os.path.dirname(os.path.realpath(sys.executable)))
-    return sorted(dirs)
-
-
-def _sys_path_rules() -> list[tuple[str, int]]:
-    """sys.path entries outside Python's prefixes: listing the entry, reading its packages
-    (directories with an __init__.py) and modules; not the rest (a project's data, its .env)."""
-    prefixes = [os.path.realpath(p) + "/" for p in _python_dirs()]
-    rules: list[tuple[str, int]] = []
-    for entry in sys.path:
-        real = os.path.realpath(entry or os.getcwd())
-        if any((real + "/").startswith(p) for p in prefixes):
-            continue
-        if os.path.isfile(real):  # a zip archive
-            rules.append((real, sandbox.READ))
-            continue
-        rules.append((real, sandbox.READ_DIR))
-        with contextlib.suppress(OSError), os.scandir(real) as children:
-            for child in children:
-                package = child.is_dir() and os.path.exists(os.path.join(child.path, "__init__.py"))
-                if package or (child.is_file() and child.name.endswith(_MODULE_SUFFIXES)):
-                    rules.append((child.path, sandbox.READ))
-    return rules
-
-
-def _toolchain() -> list[str]:
-    """Where the programs Triton runs are installed: the C compiler that builds its launchers
-    (CC, or gcc or clang on PATH) and the assembler and linker it calls, each as its prefix (the
-    directory above its bin/), the CUDA tools Triton may be pointed at, and LD_LIBRARY_PATH."""
-    programs = [os.environ.get("CC"), os.environ.get("CXX")]
-    programs += [shutil.which(name) for name in ("gcc", "clang", "cc", "g++", "as", "ld")]
-    paths = set()
-    for program in filter(None, programs):
-        found = shutil.which(program) if os.sep not in program else program
-        for path in {found, os.path.realpath(found)} if found else set():
-            paths.add(os.path.dirname(os.path.dirname(path)))
-    for name in (
-        "CUDA_HOME",
-        "CUDA_PATH",
-        "TRITON_PTXAS_PATH",
-        "TRITON_CUOBJDUMP_PATH",
-        "TRITON_NVDISASM_PATH",
-    ):
-        if os.environ.get(name):
-            paths.add(os.environ[name] if name.startswith("CUDA") else os.path.dirname(os.environ[name]))
-    paths |= set(filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)))
-    return sorted(p for p in paths if os.path.isabs(p))
-
-
-def _library_paths(workdir: str) -> list[str]:
-    """The directories of the shared libraries this process has mapped (wherever CUDA, the
-    driver and their peers live: libraries they load later sit beside them); other mapped files
-    one by one."""
-    paths: set[str] = set()
-    with contextlib.suppress(OSError), open("/proc/self/maps") as f:
-        for line in f:
-            parts = line.split(maxsplit=5)
-            if len(parts) < 6 or not parts[5].startswith("/") or parts[5].endswith("(deleted)\n"):
-                continue
-            path = parts[5].rstrip("\n")
-            if path.startswith(("/dev/", workdir + "/")):
-                continue
-            paths.add(os.path.dirname(path) if ".so" in os.path.basename(path) else path)
-    return sorted(paths)
-
-
-def _etc() -> list[str]:
-    """/etc's files that every user may read, and its directories in which every file is
-    (the dynamic loader's cache and config, passwd, localtime; not shadow, not /etc/ssh's keys,
-    which root could otherwise read)."""
-    found = []
-    with contextlib.suppress(OSError), os.scandir("/etc") as entries:
-        for e in entries:
-            try:
-                st = os.stat(e.path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IROTH:
-                found.append(e.path)
-            elif stat.S_ISDIR(st.st_mode) and _world_readable_tree(e.path):
-                found.append(e.path)
-    return found
-
-
-def _world_readable_tree(top: str) -> bool:
-    seen = 0
-    unlistable: list[OSError] = []
-    for root, dirs, files in os.walk(top, onerror=unlistable.append):
-        for name in dirs + files:
-            seen += 1
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                return False
-            need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
-            if not stat.S_ISLNK(st.st_mode) and st.st_mode & need != need:
-                return False
-        if seen > _ETC_WALK_LIMIT or unlistable:
-            return False
-    if unlistable:
-        return False
-    st = os.stat(top)
-    return st.st_mode & (stat.S_IROTH | stat.S_IXOTH) == stat.S_IROTH | stat.S_IXOTH
