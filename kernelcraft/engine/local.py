@@ -164,7 +164,7 @@ class LocalEvaluator:
         self._active: set[WorkerProcess] = set()
         self._candidates = CandidateSettings(
             memory_limit_bytes=int(memory_limit_gb * 1024**3) if memory_limit_gb else None,
-            # KERNELCRAFT_SANDBOX=off turns the candidates' filesystem sandbox off (see sandbox.py).
+            # KERNELCRAFT_SANDBOX=off turns the candidates' box off (see box.py).
             sandbox=env_switch("KERNELCRAFT_SANDBOX"),
             # KERNELCRAFT_SHRINK=off runs KernelBench sizes in the interpreter (see shrink.py).
             shrink=env_switch("KERNELCRAFT_SHRINK"),

@@ -29,6 +29,7 @@ from typing import Any
 
 from kernelcraft.base.config import env_switch
 from kernelcraft.base.errors import KernelcraftError
+from kernelcraft.engine import box
 from kernelcraft.engine.channel import ChannelError, Frame, read_frame, write_frame
 from kernelcraft.engine.zygote import ForkedChild, Zygote, ZygoteUnavailable
 
@@ -71,6 +72,7 @@ def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) 
     not need (inductor) left to the job that needs them."""
     env = scrubbed_env()
     env["KERNELCRAFT_WORKER_DEVICE"] = device
+    env[box.BOX_ENV] = box.mode(device)
     if lazy:
         env["KERNELCRAFT_WORKER_IMPORTS"] = "lazy"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
@@ -94,8 +96,9 @@ def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) 
 
 def own_env(workdir: Path) -> dict[str, str]:
     """What differs per worker: its directory as HOME, TMPDIR and Triton's cache (the candidate's
-    sandbox lets it write there and nowhere else)."""
+    box lets it write there and nowhere else)."""
     return {
+        box.DIR_ENV: str(workdir),
         "TRITON_CACHE_DIR": str(workdir / "triton-cache"),
         "TRITON_HOME": str(workdir),
         "HOME": str(workdir),
@@ -187,9 +190,10 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def rss_bytes(self) -> int:
-        """Resident memory of the worker's process group leader (0 when unknown)."""
+        """Resident memory of the worker (0 when unknown): the process its ready frame names,
+        which in a PID namespace is not the process started (the keeper, see box.py)."""
         try:
-            with open(f"/proc/{self.pid}/statm") as f:
+            with open(f"/proc/{self.info.get('pid', self.pid)}/statm") as f:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, IndexError):
             return 0
@@ -286,6 +290,8 @@ class WorkerPool:
         self._all: set[WorkerProcess] = set()
         self.started = 0
         """Workers started so far (a diagnostic)."""
+        if os.geteuid() == 0:  # boxed workers leave root (box.py): they must reach their directories
+            base_dir.chmod(base_dir.stat().st_mode | 0o011)
         self._zygote: Zygote | None = None
         self._zygote_task: asyncio.Task[Zygote | None] | None = None
         if env_switch("KERNELCRAFT_ZYGOTE"):

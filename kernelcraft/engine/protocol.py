@@ -376,7 +376,7 @@ class Timed(Reply):
 
 
 class Loaded(Reply):
-    """Candidate: imported and `ModelNew` built; why the filesystem sandbox is off, if it is."""
+    """Candidate: imported and `ModelNew` built; what of its box (box.py) is not in force, if any."""
 
     TAG = Msg.LOADED
     sandbox_unavailable: str | None = None

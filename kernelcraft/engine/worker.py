@@ -78,6 +78,9 @@ def serve(fd: int) -> None:
     """Say `ready` on the socket `fd` (after initialising CUDA on a GPU), take one job and run it.
     Called in a spawned worker, or in a worker the zygote forked (which imports here what the
     zygote could not import without touching the GPU)."""
+    from kernelcraft.engine import box
+
+    box.start()  # namespaces, while this process has one thread (in a PID namespace: a child)
     import torch
 
     from kernelcraft.engine import channel
@@ -95,7 +98,7 @@ def serve(fd: int) -> None:
     else:
         torch.set_num_threads(1)
         device, cuda_ipc, name = "cpu", False, "cpu"
-    channel.send_frame(sock, Ready(pid=os.getpid(), device=name).to_header())
+    channel.send_frame(sock, Ready(pid=box.host_pid(), device=name).to_header())
     try:
         job = Load.from_header(channel.recv_frame(sock).header)
     except Exception:

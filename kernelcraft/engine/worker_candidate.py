@@ -1,7 +1,7 @@
 """`CandidateWorker`: the untrusted role of a worker process (see `worker.py`).
 
 It loads the task (for `get_init_inputs`) and then the candidate, behind the harness's guards
-(the filesystem sandbox, a memory limit, a snapshot of the functions the harness relies on),
+(its box (box.py), a memory limit, a snapshot of the functions the harness relies on),
 builds `ModelNew` after the reference's seed, and for each trial runs forward on fresh clones of
 the inputs, with memory poisoned underneath, aten ops recorded and Triton launches counted, and
 sends the outputs back. It never decides a verdict on the numbers: it reports its own failures
@@ -117,11 +117,12 @@ class CandidateWorker(Worker):
         self._limit_memory(job)
         sandbox_note = None
         if job.sandbox:
-            from kernelcraft.engine.sandbox import restrict_writes
+            from kernelcraft.engine import box
 
-            # From here on this process writes only in its own directory (Triton cache, HOME,
-            # TMPDIR) and to device files: not the database, not the user's files.
-            sandbox_note = restrict_writes([str(workdir), "/dev/shm"])
+            # From here on: limited processes, files (reads and writes) and network (see box.py).
+            sandbox_note = box.confine_candidate(workdir)
+        else:
+            sandbox_note = "the candidate ran without its box (KERNELCRAFT_SANDBOX=off)"
         if job.interpret:
             from kernelcraft.engine.tf32 import emulate_tf32
 

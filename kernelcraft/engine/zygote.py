@@ -16,7 +16,8 @@ What keeps this as clean as a spawned process:
   (checked before it says ready); otherwise it reports itself unavailable and the pool spawns
   workers as before.
 - The zygote reaps its children and reports each exit status to the pool, so a crash verdict
-  still names the signal.
+  still names the signal. As their child subreaper it also kills whatever a worker leaves running
+  when it exits (where the worker's box has no PID namespace to end it: box.py).
 
 Pool side: `Zygote` (asyncio; no torch import). Zygote side: `main()`, run as
 `python -m kernelcraft.engine.zygote FD`.
@@ -34,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +336,70 @@ def _child(ctrl: socket.socket, wake: tuple[int, int], req: dict[str, Any], fd: 
     os._exit(0)
 
 
+def _reap() -> list[tuple[int, int]]:
+    """Every child that has exited, with its exit status (negative: the signal)."""
+    exited = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        exited.append((pid, os.waitstatus_to_exitcode(status)))
+    return exited
+
+
+def _become_reaper() -> bool:
+    """Make this zygote the child subreaper of its workers: what a worker leaves running when it
+    exits (a setsid daemon, say) becomes the zygote's child, and `_end_orphans` kills it. Only
+    matters where a worker has no PID namespace of its own (box.py), which ends all that anyway
+    (and when a worker's keeper is killed, its namespace's init and worker come here too)."""
+    import ctypes
+
+    from kernelcraft.engine import box
+
+    pr_set_child_subreaper = 36
+    if ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
+        return False
+    os.environ[box.REAPER_ENV] = "zygote"  # the workers' box notes it
+    return True
+
+
+def _end_orphans(workers: set[int], timeout: float = 2.0) -> None:
+    """Kill every child of this zygote that it did not fork (each was adopted when its parent, a
+    worker or one of its processes, exited) and wait until they are gone, at most `timeout`: a
+    worker's exit is reported after what it left behind. (In a PID namespace that is its init
+    and worker, and init is gone only once everything in the namespace is.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        orphans = [pid for pid in _children() if pid not in workers]
+        if not orphans:
+            return
+        for pid in orphans:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
+        for pid in orphans:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def _children() -> list[int]:
+    me, found = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                        found.append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
 def main() -> None:
     ctrl = socket.socket(fileno=int(sys.argv[1]))
     os.set_inheritable(ctrl.fileno(), False)
@@ -369,20 +435,21 @@ def main() -> None:
     os.set_blocking(wake_r, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    reaper = _become_reaper()
+    workers: set[int] = set()
     _send(ctrl, {"type": "ready", "pid": os.getpid(), "deferred": deferred})
     while True:
         readable, _, _ = select.select([ctrl.fileno(), wake_r], [], [])
         if wake_r in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
-        while True:  # reap every child that has exited
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            _send(ctrl, {"type": "exit", "pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+        exited = _reap()
+        if exited and reaper:
+            _end_orphans(workers)  # before the pool hears that their worker is gone
+        for pid, code in exited:
+            if pid in workers:
+                workers.discard(pid)
+                _send(ctrl, {"type": "exit", "pid": pid, "returncode": code})
         if ctrl.fileno() not in readable:
             continue
         try:
@@ -405,6 +472,7 @@ def main() -> None:
             continue
         if pid == 0:
             _child(ctrl, (wake_r, wake_w), req, fds[0])
+        workers.add(pid)
         os.close(fds[0])
         _send(ctrl, {"type": "started", "id": req["id"], "pid": pid})
 
