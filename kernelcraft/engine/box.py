@@ -109,9 +109,12 @@ def mode(device: str) -> str:
     The PID namespace is on by default for CPU workers only: on a GPU it breaks CUDA IPC (see 3)."""
     if not env_switch("KERNELCRAFT_SANDBOX"):
         return "off"
+    # KERNELCRAFT_SANDBOX_IDENTITY=root: run by root, stay root in a user namespace of its own
+    # rather than become nobody (1).
+    keep_root = ",root" if os.environ.get("KERNELCRAFT_SANDBOX_IDENTITY", "").lower() == "root" else ""
     if "KERNELCRAFT_SANDBOX_PIDNS" in os.environ:
-        return "on" if env_switch("KERNELCRAFT_SANDBOX_PIDNS") else "on,nopidns"
-    return "on" if device == "cpu" else "on,nopidns-gpu"
+        return ("on" if env_switch("KERNELCRAFT_SANDBOX_PIDNS") else "on,nopidns") + keep_root
+    return ("on" if device == "cpu" else "on,nopidns-gpu") + keep_root
 
 
 def host_pid() -> int:
@@ -159,6 +162,8 @@ def _leave_root(libc: Any) -> None:
     glibc's secure mode, which the GPU's compilers cannot live with)."""
     uid, gid = _overflow("uid"), _overflow("gid")
     why = _why_not_nobody()
+    if why is None and "root" in os.environ.get(BOX_ENV, "").split(","):
+        why = "KERNELCRAFT_SANDBOX_IDENTITY=root keeps root (in a user namespace of its own)"
     if why is None:
         os.chown(os.environ[DIR_ENV], uid, gid)
         os.setgroups([])
