@@ -109,9 +109,12 @@ def mode(device: str) -> str:
     The PID namespace is on by default for CPU workers only: on a GPU it breaks CUDA IPC (see 3)."""
     if not env_switch("KERNELCRAFT_SANDBOX"):
         return "off"
-    # KERNELCRAFT_SANDBOX_IDENTITY=root: run by root, stay root in a user namespace of its own
-    # rather than become nobody (1).
-    keep_root = ",root" if os.environ.get("KERNELCRAFT_SANDBOX_IDENTITY", "").lower() == "root" else ""
+    # KERNELCRAFT_SANDBOX_IDENTITY=root|nobody: run by root, stay root in a user namespace of its own
+    # (no capability outside it) or become nobody (1). GPU workers stay root unless told otherwise:
+    # nobody's GPU path (CUDA IPC between nobody workers, the JIT's compiler) has not been run on
+    # the H200 yet, while root in a user namespace under Landlock has been probed there.
+    identity = os.environ.get("KERNELCRAFT_SANDBOX_IDENTITY", "nobody" if device == "cpu" else "root")
+    keep_root = ",root" if identity.lower() == "root" else ""
     if "KERNELCRAFT_SANDBOX_PIDNS" in os.environ:
         return ("on" if env_switch("KERNELCRAFT_SANDBOX_PIDNS") else "on,nopidns") + keep_root
     return ("on" if device == "cpu" else "on,nopidns-gpu") + keep_root
