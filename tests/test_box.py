@@ -357,3 +357,18 @@ def test_on_a_gpu_hostile_candidates_get_nothing(gpu_eval, job_for, tmp_path: Pa
         assert marker.stat().st_size == size
     finally:
         marker.unlink(missing_ok=True)
+
+
+def test_gpu_workers_stay_root_in_their_namespace_unless_told_to_become_nobody(monkeypatch) -> None:
+    from kernelcraft.engine import box
+
+    for name in ("KERNELCRAFT_SANDBOX", "KERNELCRAFT_SANDBOX_PIDNS", "KERNELCRAFT_SANDBOX_IDENTITY"):
+        monkeypatch.delenv(name, raising=False)
+    assert box.mode("cpu") == "on"
+    assert box.mode("cuda") == "on,nopidns-gpu,root"
+    monkeypatch.setenv("KERNELCRAFT_SANDBOX_IDENTITY", "nobody")
+    assert box.mode("cuda") == "on,nopidns-gpu"
+    monkeypatch.setenv("KERNELCRAFT_SANDBOX_IDENTITY", "root")
+    assert box.mode("cpu") == "on,root"
+    monkeypatch.setenv("KERNELCRAFT_SANDBOX", "off")
+    assert box.mode("cuda") == "off"
