@@ -9,17 +9,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelcraft.engine import timing  # noqa: E402
+from kernelcraft.engine import rotation, samples, timing  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def test_summarize_gives_median_iqr_and_min() -> None:
-    t = timing.summarize([4.0, 1.0, 3.0, 2.0, 5.0], "cuda_events")
+    t = samples.summarize([4.0, 1.0, 3.0, 2.0, 5.0], "cuda_events")
     assert (t.median_us, t.min_us, t.reps, t.method) == (3.0, 1.0, 5, "cuda_events")
     assert t.iqr_us == pytest.approx(2.0)
     with pytest.raises(ValueError):
-        timing.summarize([], "cuda_events")
+        samples.summarize([], "cuda_events")
 
 
 def test_patched_timers_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,7 +99,7 @@ def test_interleaved_rounds_merge_into_one_summary_with_input_rotation() -> None
     for _ in range(3):
         times, method = timing.sample(lambda x: x * 2.0, budget_ms=50, method=method, input_sets=make)
         samples += times
-    t = timing.summarize(samples, method)
+    t = samples.summarize(samples, method)
     assert t.reps == len(samples) >= 15
     assert t.median_us > 0
 
@@ -150,14 +150,14 @@ def test_the_event_protocol_times_between_events_on_the_harness_stream_and_stops
 
 def test_rotation_makes_the_sets_together_exceed_l2_within_the_memory_cap() -> None:
     mb = 1024 * 1024
-    assert timing.rotation_sets(33 * mb) == 8  # the softmax example: 8 sets, 264 MB > 4x an H200's L2
-    assert timing.rotation_sets(300 * mb) == 1  # one set already exceeds it
-    assert timing.rotation_sets(1024) == timing.MAX_ROTATE_SETS
-    assert timing.rotation_sets(0) == 1
+    assert rotation.rotation_sets(33 * mb) == 8  # the softmax example: 8 sets, 264 MB > 4x an H200's L2
+    assert rotation.rotation_sets(300 * mb) == 1  # one set already exceeds it
+    assert rotation.rotation_sets(1024) == rotation.MAX_ROTATE_SETS
+    assert rotation.rotation_sets(0) == 1
     for size in (1, 3 * mb, 33 * mb, 100 * mb, 255 * mb):
-        n = timing.rotation_sets(size)
-        assert n * size <= max(size, timing.ROTATE_MEMORY_BYTES)
-        assert n * size >= timing.ROTATE_TOTAL_BYTES or n == timing.MAX_ROTATE_SETS
+        n = rotation.rotation_sets(size)
+        assert n * size <= max(size, rotation.ROTATE_MEMORY_BYTES)
+        assert n * size >= rotation.ROTATE_TOTAL_BYTES or n == rotation.MAX_ROTATE_SETS
 
 
 def _host_clock(monkeypatch: pytest.MonkeyPatch, sync_us: float, overhead_us: float) -> None:
@@ -178,8 +178,8 @@ def test_samples_are_clipped_above_zero(monkeypatch: pytest.MonkeyPatch) -> None
     _host_clock(monkeypatch, 0.0, 0.0)
     monkeypatch.setattr(timing, "_event_elapsed", lambda a, b: 0.0)
     times = timing._event_samples(lambda: None, [()], 10, True, 0)
-    assert all(t == timing.MIN_SAMPLE_US > 0 for t in times)
-    t = timing.summarize(times, "cuda_events")
+    assert all(t == samples.MIN_SAMPLE_US > 0 for t in times)
+    t = samples.summarize(times, "cuda_events")
     assert t.median_us > 0 and t.clipped == t.reps == 10
 
 
@@ -250,7 +250,7 @@ def test_a_graph_rotates_enough_input_sets_that_an_l2_sized_problem_is_timed_fro
     r = timing.sample_round(
         torch.add, budget_ms=50, method="cuda_graph", input_sets=lambda: [a.clone(), b.clone()]
     )
-    assert r.method == "cuda_graph" and r.sets == timing.rotation_sets(48 * 1024 * 1024) > 1
-    median = timing.summarize(r.times_us, r.method, r.sets).median_us
+    assert r.method == "cuda_graph" and r.sets == rotation.rotation_sets(48 * 1024 * 1024) > 1
+    median = samples.summarize(r.times_us, r.method, r.sets).median_us
     gbps = 48 * 1024 * 1024 / (median * 1e-6) / 1e9
     assert gbps < 4800 * 1.05, f"{gbps:.0f} GB/s is above the H200's HBM bandwidth: L2-hot timing"

@@ -146,6 +146,8 @@ HARNESS_MODULES = tuple(
         "knockout",
         "perturb",
         "tf32",
+        "rotation",
+        "samples",
     )
 )
 _CONSTANT_TYPES = (str, bytes, int, float, bool, frozenset, tuple, type(None))

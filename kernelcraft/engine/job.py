@@ -59,6 +59,7 @@ from kernelcraft.engine.protocol import (
     WarmupReference,
 )
 from kernelcraft.engine.references import COMPILED_REFERENCE_TTL_S, ReferencePool
+from kernelcraft.engine.samples import spread_within, summarize
 from kernelcraft.engine.verdicts import (
     DECOY_MESSAGE,
     compile_result,
@@ -72,7 +73,7 @@ from kernelcraft.engine.verdicts import (
 )
 
 # Timing runs interleaved rounds (candidate, then reference) until every timed callable over
-# 50 µs (timing.SPREAD_CHECK_ABOVE_US) has an interquartile range within TARGET_SPREAD of its
+# 50 µs (samples.SPREAD_CHECK_ABOVE_US) has an interquartile range within TARGET_SPREAD of its
 # median, between the minimum and maximum number of rounds.
 MIN_PROFILE_ROUNDS = 3
 MAX_PROFILE_ROUNDS = 10
@@ -97,18 +98,14 @@ class _Rounds:
         self.sets[key] = s.sets
 
     def done(self) -> bool:
-        from kernelcraft.engine import timing
-
         if self.count < MIN_PROFILE_ROUNDS:
             return False
         return self.count >= MAX_PROFILE_ROUNDS or all(
-            timing.spread_within(self.samples.get(k, []), TARGET_SPREAD) for k in self.keys
+            spread_within(self.samples.get(k, []), TARGET_SPREAD) for k in self.keys
         )
 
     def timings(self) -> dict[str, Timing]:
-        from kernelcraft.engine import timing
-
-        return {k: timing.summarize(self.samples[k], self.methods[k], self.sets.get(k, 1)) for k in self.keys}
+        return {k: summarize(self.samples[k], self.methods[k], self.sets.get(k, 1)) for k in self.keys}
 
 
 class Job:

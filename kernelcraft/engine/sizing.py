@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.engine import shrink
+from kernelcraft.engine.rotation import nbytes
 
 
 def _tensors(obj: Any, torch: Any) -> list[Any]:
@@ -27,10 +28,6 @@ def _tensors(obj: Any, torch: Any) -> list[Any]:
     if isinstance(obj, dict):
         return [t for x in obj.values() for t in _tensors(x, torch)]
     return []
-
-
-def _nbytes(ts: list[Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in ts)
 
 
 def shape_text(ts: list[Any]) -> str:
@@ -53,12 +50,12 @@ def measure(task: Any, interpret: bool) -> dict[str, Any]:
     try:
         with torch.no_grad():
             outs = _tensors(model(*inputs), torch)
-        out_bytes = _nbytes(outs)
+        out_bytes = nbytes(outs)
     except Exception:
-        outputs_measured, out_bytes = False, _nbytes(ins)
+        outputs_measured, out_bytes = False, nbytes(ins)
     return {
-        "inputs": _nbytes(ins),
-        "params": _nbytes(params),
+        "inputs": nbytes(ins),
+        "params": nbytes(params),
         "outputs": out_bytes,
         "outputs_measured": outputs_measured,
         "elements": sum(t.numel() for t in ins) + sum(t.numel() for t in params),

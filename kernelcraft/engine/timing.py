@@ -57,7 +57,6 @@ which is pure Python.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -67,6 +66,13 @@ from typing import Any, Literal
 import torch
 
 from kernelcraft.base.evaluation import Timing
+from kernelcraft.engine.rotation import (
+    add_rotation,
+    first_sets,
+    input_sets_for,
+    nbytes,
+)
+from kernelcraft.engine.samples import MIN_SAMPLE_US, spread_within, summarize
 
 # Captured before any candidate can be imported into this process.
 _perf_counter = time.perf_counter
@@ -97,17 +103,12 @@ _CAPTURED: dict[str, tuple[Callable[[], Any], Any]] = {
 
 Method = Literal["cuda_events", "cuda_graph"]
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2 (H200: 60 MB)
-ROTATE_TOTAL_BYTES = 256 * 1024 * 1024  # rotating sets together exceed this (> 4x an H200's L2)
-MAX_ROTATE_SETS = 64
-ROTATE_MEMORY_BYTES = 2 * 1024**3  # at most this much memory in extra input/output sets
-MIN_SAMPLE_US = 0.01  # samples are clipped here (never <= 0)
 HEAD_START_CYCLES = 200_000  # GPU spin before each start event: ~100 µs at an H200's ~2 GHz
 ESCAPE_SLACK_US = 25.0  # mid -> end may exceed the host round-trip by this much ...
 ESCAPE_FRACTION = 0.2  # ... or by this fraction of the sample, before fn counts as hiding work
 ESCAPE_ATTEMPTS = 3  # ... in each of this many measurements
 ESCAPE_RETRY_PAUSE_S = 0.05
 GRAPH_BELOW_US = 20.0  # use CUDA graphs below this estimated time per call
-SPREAD_CHECK_ABOVE_US = 50.0  # the spread target applies to kernels longer than this
 
 
 def timing_functions_intact() -> str | None:
@@ -193,54 +194,6 @@ def sync_overhead_us() -> float:
             samples.append(_event_elapsed(start, end) * 1000.0)
         _overhead.append(statistics.median(samples[10:]))
     return _overhead[0]
-
-
-def _nbytes(args: Sequence[Any]) -> int:
-    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
-
-
-def rotation_sets(set_bytes: int) -> int:
-    """How many distinct input/output sets of `set_bytes` each to rotate through so that together
-    they exceed `ROTATE_TOTAL_BYTES` (1 when one set already does), within `MAX_ROTATE_SETS` and
-    `ROTATE_MEMORY_BYTES`. Pure Python."""
-    if set_bytes <= 0 or set_bytes >= ROTATE_TOTAL_BYTES:
-        return 1
-    n = math.ceil(ROTATE_TOTAL_BYTES / set_bytes)
-    return max(1, min(n, MAX_ROTATE_SETS, ROTATE_MEMORY_BYTES // set_bytes))
-
-
-def _first_sets(
-    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
-) -> list[Sequence[Any]]:
-    """The argument tuples known before warm-up: [()] when fn takes no arguments, the given list,
-    or one set from a builder (`_add_rotation` builds the rest once the output size is known)."""
-    if input_sets is None:
-        return [()]
-    if callable(input_sets):
-        return [input_sets()]
-    if not input_sets:
-        raise ValueError("input_sets is empty")
-    return list(input_sets)
-
-
-def _add_rotation(
-    sets: list[Sequence[Any]],
-    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
-    out_bytes: int,
-) -> list[Sequence[Any]]:
-    if callable(input_sets):
-        n = rotation_sets(_nbytes(sets[0]) + out_bytes)
-        while len(sets) < n:
-            sets.append(input_sets())
-    return sets
-
-
-def _input_sets(
-    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
-) -> list[Sequence[Any]]:
-    """A list of argument tuples to rotate through (a builder is called `rotation_sets` times,
-    counting inputs only)."""
-    return _add_rotation(_first_sets(input_sets), input_sets, 0)
 
 
 def _clip(us: float) -> float:
@@ -348,38 +301,6 @@ class _Graph:
         return [_clip((_event_elapsed(s, e) * 1000.0 - overhead) / self.calls) for s, e in pairs]
 
 
-def summarize(times_us: Sequence[float], method: Method, sets: int = 1) -> Timing:
-    """Median, interquartile range and minimum of per-call samples (µs), with how many were
-    clipped at `MIN_SAMPLE_US`. Pure Python."""
-    if not times_us:
-        raise ValueError("no timing samples to summarize")
-    ordered = sorted(times_us)
-    if len(ordered) >= 2:
-        q1, _q2, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
-    else:
-        q1 = q3 = ordered[0]
-    return Timing(
-        median_us=statistics.median(ordered),
-        iqr_us=q3 - q1,
-        min_us=ordered[0],
-        reps=len(ordered),
-        method=method,
-        sets=sets,
-        clipped=sum(1 for t in ordered if t <= MIN_SAMPLE_US),
-    )
-
-
-def _spread(times: Sequence[float]) -> float:
-    t = summarize(times, "cuda_events")
-    return t.iqr_us / t.median_us if t.median_us > 0 else 0.0
-
-
-def spread_within(times: Sequence[float], target: float) -> bool:
-    """True when the samples' IQR is within `target` of their median, or the median is at most
-    `SPREAD_CHECK_ABOVE_US` (where a few percent is noise nobody acts on). Pure Python."""
-    return statistics.median(times) <= SPREAD_CHECK_ABOVE_US or _spread(times) <= target
-
-
 def estimate_us(
     fn: Callable[..., Any], sets: list[Sequence[Any]], flush_l2: bool = True
 ) -> tuple[float, int]:
@@ -388,7 +309,7 @@ def estimate_us(
     _require_cuda()
     call = _guarded(fn)
     out = call(*sets[0])
-    out_bytes = _nbytes(_leaves(out))
+    out_bytes = nbytes(_leaves(out))
     del out
     for i in range(1, 3):
         call(*sets[i % len(sets)])
@@ -428,7 +349,7 @@ def time_round(
 ) -> list[float]:
     """One round of `reps` samples (µs per call) of an already warmed-up fn."""
     _require_cuda()
-    sets = _input_sets(input_sets)
+    sets = input_sets_for(input_sets)
     if method == "cuda_graph":
         return _Graph(fn, sets, graph_calls).samples(reps)
     return _event_samples(fn, sets, reps, flush_l2, 0)
@@ -454,7 +375,7 @@ def _graph_or_none(
     """A captured graph over rotating sets, or None when fn cannot be captured (host syncs,
     allocations the graph pool refuses, ...) and `strict` is false. `StreamChanged` always raises."""
     try:
-        return _Graph(fn, _add_rotation(sets, input_sets, out_bytes), _graph_calls(estimate, out_bytes))
+        return _Graph(fn, add_rotation(sets, input_sets, out_bytes), _graph_calls(estimate, out_bytes))
     except StreamChanged:
         raise
     except Exception:  # noqa: BLE001 - capture fails in many ways (host syncs, dynamo, allocator)
@@ -475,7 +396,7 @@ def sample_round(
     """One round for the interleaved protocol: about `budget_ms` of samples (µs per call, at least
     5), the method used and the number of rotating sets. Pass the returned method to later rounds
     so all rounds agree. Raises `StreamChanged` if fn leaves another CUDA stream current."""
-    sets = _first_sets(input_sets)
+    sets = first_sets(input_sets)
     estimate, out_bytes = estimate_us(fn, sets, flush_l2)
     chosen: Method = choose_method(estimate) if method == "auto" else method
     if chosen == "cuda_graph":
@@ -521,7 +442,7 @@ def time_cuda(
     `max_time_s` of wall time. method "auto" picks CUDA graphs below ~20 µs per call.
     """
     deadline = _perf_counter() + max_time_s
-    sets = _first_sets(input_sets)
+    sets = first_sets(input_sets)
     estimate, out_bytes = estimate_us(fn, sets, flush_l2)
     chosen: Method = choose_method(estimate) if method == "auto" else method
     graph: _Graph | None = None

@@ -26,6 +26,7 @@ from kernelcraft.base.evaluation import (
 from kernelcraft.base.failures import FailureClass, classify
 from kernelcraft.engine.gpulock import Device
 from kernelcraft.engine.protocol import Compiled
+from kernelcraft.engine.samples import MIN_SAMPLE_US
 
 # The knockout's verdict (`knockout.py`): the output survived with every Triton launch skipped.
 DECOY_MESSAGE = (
@@ -160,7 +161,6 @@ def evidence_from(raw: Any, fallback: str) -> Evidence:
 
 PHYSICAL_FLOOR_FACTOR = 0.25
 """A candidate median below this fraction of the physical floor is rejected (see ProfileResult)."""
-_MIN_SAMPLE_US = 0.01  # timing.MIN_SAMPLE_US, without importing torch here
 
 # The GPU a timing ran on (from its name) -> the roofline peaks used for the physical floor.
 # Measured ceilings where we have them (h200-measured), else datasheet peaks.
@@ -223,7 +223,7 @@ def profile_result(
     )
     floor = physical_floor_us(roof, device) if roof is not None else 0.0
     too_fast = cand.median_us < PHYSICAL_FLOOR_FACTOR * floor
-    if too_fast or cand.median_us <= _MIN_SAMPLE_US or cand.clipped * 2 >= cand.reps:
+    if too_fast or cand.median_us <= MIN_SAMPLE_US or cand.clipped * 2 >= cand.reps:
         why = (
             f"below {PHYSICAL_FLOOR_FACTOR:g}x the physical floor {floor:.2f} µs "
             f"(the reference's bytes at {device}'s HBM bandwidth / FLOPs at its peak rate)"
