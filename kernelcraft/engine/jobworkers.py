@@ -25,7 +25,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalJob, Evidence
@@ -45,32 +45,18 @@ from kernelcraft.engine.protocol import (
     MakeInputs,
     Msg,
     NextJob,
-    Reply,
     Request,
     Sized,
-    TaskFailed,
     TaskReady,
-    Verdict,
 )
 from kernelcraft.engine.references import Parked, ReferencePool, reap, task_key
-from kernelcraft.engine.verdicts import evidence_from
+from kernelcraft.engine.replies import R, Stop, expect_candidate, raise_if_task_failed, read_candidate
 
 log = logging.getLogger(__name__)
 
 SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
 WATCH_INTERVAL_S = 0.25
 REAP_TIMEOUT_S = 15.0
-
-R = TypeVar("R", bound=Reply)
-
-
-class Stop(Exception):
-    """The candidate failed: stop the job with this verdict."""
-
-    def __init__(self, cls: FailureClass, evidence: Evidence) -> None:
-        super().__init__(evidence.message)
-        self.cls = cls
-        self.evidence = evidence
 
 
 @dataclass(frozen=True)
@@ -416,51 +402,14 @@ class JobWorkers:
         )
 
     def read(self, frame: Frame, cls: type[R]) -> R:
-        """The candidate's answer of type `cls`; `Stop` on a verdict, another message or a
-        malformed one."""
-        self.candidate_verdict(frame, cls.TAG)
-        try:
-            return cls.from_header(frame.header)
-        except ValueError as e:
-            raise Stop(
-                FailureClass.RUNTIME_CRASH,
-                Evidence(
-                    message=f"the candidate's process sent a malformed {cls.TAG.value!r} message: {e}"[:500]
-                ),
-            ) from e
+        """The candidate's answer of type `cls` (`replies.read_candidate`)."""
+        return read_candidate(frame, cls)
 
     def candidate_verdict(self, frame: Frame, expected: Msg) -> None:
-        """Raise `Stop` unless the candidate's frame is of the expected type."""
-        t = frame.header.get("type")
-        if t == expected:
-            return
-        if t == Msg.VERDICT:
-            try:
-                verdict = Verdict.from_header(frame.header)
-            except ValueError:
-                verdict = Verdict()
-            try:
-                cls = FailureClass(verdict.failure_class)
-            except ValueError:
-                cls = FailureClass.RUNTIME_CRASH
-            raise Stop(cls, evidence_from(verdict.evidence, "the candidate failed"))
-        raise Stop(
-            FailureClass.RUNTIME_CRASH,
-            Evidence(message=f"the candidate's process sent {str(t)[:40]!r} instead of {expected.value!r}"),
-        )
+        expect_candidate(frame, expected)
 
     def task_error(self, frame: Frame) -> None:
-        """Raise `TaskError` if the worker says the task itself failed."""
-        if frame.header.get("type") != Msg.TASK_ERROR:
-            return
-        try:
-            failed = TaskFailed.from_header(frame.header)
-        except ValueError:
-            failed = TaskFailed(summary="(the worker's task_error message was malformed)")
-        raise TaskError(
-            f"the task failed while building Model or its inputs: {failed.summary}\n{failed.error}",
-            path=self.spec.task_name,
-        )
+        raise_if_task_failed(frame, self.spec.task_name)
 
     # ---- the reference ----
 

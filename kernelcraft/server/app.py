@@ -37,6 +37,7 @@ from kernelcraft.server.resources import (
     register_tree_resources,
 )
 from kernelcraft.server.schema import published
+from kernelcraft.server.search_tool import register_search_tool
 from kernelcraft.server.state import (
     AppState,
     EvaluatorFactory,
@@ -48,7 +49,6 @@ from kernelcraft.server.tools import (
     register_docs_tool,
     register_engine_tools,
     register_knowledge_tools,
-    register_search_tool,
 )
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -26,10 +26,8 @@ from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.presets import PresetName
 from kernelcraft.base.rules import FailureRecorded, RuleOut
 from kernelcraft.base.targets import DEFAULT_TARGETS, Target
-from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.inputs import (
@@ -47,7 +45,6 @@ from kernelcraft.store import code_hash
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-SearchAction = Literal["start", "submit", "status", "abandon", "next"]
 
 # Queries and evaluations change nothing a later call can see; open_world false: they touch only
 # this server's database and workers, never the internet.
@@ -299,187 +296,6 @@ def _stage(part: T | None, stage: str) -> T:
         # The evaluator answered without the stage it was asked for: a fault of ours, logged by the SDK.
         raise RuntimeError(f"the evaluator returned no {stage} result")
     return part
-
-
-class SearchStep(BaseModel):
-    """One of start, submit, status, abandon is set: the action's ('status' for 'next')."""
-
-    action: SearchAction = Field(description="Its result is the field of that name (status for next).")
-    start: StartResult | None = Field(default=None, description="The new tree and your first step.")
-    submit: SubmitResult | None = Field(default=None, description="The verdict and your next step.")
-    status: TreeStatus | None = Field(
-        default=None,
-        description="For 'status' and 'next': the best kernel, counts, budget and your next step.",
-    )
-    abandon: SubmitResult | None = Field(
-        default=None,
-        description="The step, failed with your reason, and your next step.",
-    )
-
-
-def _require(action: str, **given: object) -> None:
-    missing = [name for name, value in given.items() if value is None]
-    if missing:
-        raise ToolError(
-            f"action {action!r} needs {', '.join(missing)}; pass them and call search_tree_step again"
-        )
-
-
-def register_search_tool(mcp: MCPServer[AppState]) -> None:
-    @mcp.tool(title="Step a kernel search tree", annotations=APPENDS)
-    @cleaned
-    async def search_tree_step(
-        ctx: Context[AppState],
-        action: Annotated[
-            SearchAction,
-            Field(
-                description="'start' (reference_code): a tree, your first step; 'submit' (tree_id, node_id, "
-                "candidate_code): the verdict, your next step; 'status' (tree_id): the best kernel; "
-                "'abandon' (tree_id, node_id, reason): the step fails, unevaluated; 'next' (tree_id): a new "
-                "step beside those you hold, to write several at once.",
-            ),
-        ],
-        reference_code: Annotated[
-            str | None,
-            Field(
-                description="start: the task's source (a KernelBench module).",
-            ),
-        ] = None,
-        candidate_code: Annotated[
-            str | None,
-            Field(
-                description="submit: your kernel for the step; start: a seed kernel, if any.",
-            ),
-        ] = None,
-        tree_id: Annotated[
-            int | None,
-            Field(ge=1, le=MAX_INT64, description="submit, status, abandon: the tree's id (from start)."),
-        ] = None,
-        node_id: Annotated[
-            int | None,
-            Field(ge=1, le=MAX_INT64, description="submit, abandon: the step's node_id."),
-        ] = None,
-        reason: Annotated[
-            str | None,
-            Field(description="abandon: why you wrote no candidate (kept on the node)."),
-        ] = None,
-        target: Annotated[
-            Target, Field(description="start: the GPU the kernels are for (sm_90a = H100/H200).")
-        ] = "sm_90a",
-        policy: Annotated[
-            str,
-            Field(description="start: 'adaexplore', 'greedy' or 'beam'."),
-        ] = "adaexplore",
-        preset: Annotated[
-            PresetName | None,
-            Field(
-                description="start: 'kernelcraft' (default: AdaExplore plus manual sections, profiles, warm "
-                "start) or 'adaexplore'."
-            ),
-        ] = None,
-        budget: Annotated[
-            int, Field(ge=1, le=10_000, description="start: how many candidates the tree evaluates.")
-        ] = 50,
-        seed: Annotated[
-            int,
-            Field(
-                ge=-MAX_INT64 - 1,
-                le=MAX_INT64,
-                description="start: seed of the tree's random choices (replayable).",
-            ),
-        ] = 0,
-        policy_params: Annotated[
-            dict[str, int | float | str | bool] | None,
-            Field(
-                description="start: over the preset's, e.g. {'p_large': 0.3} or {'level': 3} (KernelBench)."
-            ),
-        ] = None,
-        task_name: Annotated[
-            str | None,
-            Field(description="start: the task's file name; omit to name the tree after its operator."),
-        ] = None,
-    ) -> SearchStep:
-        """A tree search over kernels (AdaExplore): the server picks what to try, you write it.
-        'start', then 'submit' what each next_step asks for (follow its instructions) until the
-        budget is spent; 'abandon' a step you cannot write, never submit a placeholder."""
-        return await _search_action(
-            ctx,
-            action,
-            reference_code=reference_code,
-            candidate_code=candidate_code,
-            tree_id=tree_id,
-            node_id=node_id,
-            reason=reason,
-            target=target,
-            policy=policy,
-            preset=preset,
-            policy_params=policy_params,
-            budget=budget,
-            seed=seed,
-            task_name=task_name,
-        )
-
-
-async def _search_action(
-    ctx: Context[AppState],
-    action: SearchAction,
-    *,
-    reference_code: str | None,
-    candidate_code: str | None,
-    tree_id: int | None,
-    node_id: int | None,
-    reason: str | None,
-    target: Target,
-    policy: str,
-    preset: PresetName | None,
-    policy_params: dict[str, int | float | str | bool] | None,
-    budget: int,
-    seed: int,
-    task_name: str | None,
-) -> SearchStep:
-    """What search_tree_step does for one action, its arguments checked by the tool's schema."""
-    state = app_state(ctx)
-    client = client_name()
-    for name, code in (
-        ("reference_code", reference_code),
-        ("candidate_code", candidate_code),
-        ("reason", reason),
-    ):
-        check_size(state, name, code)
-    with tool_errors():
-        if action == "start":
-            _require(action, reference_code=reference_code)
-            assert reference_code is not None
-            started = await state.search.start(
-                reference_code,
-                task_name=task_name,
-                seed_candidate=candidate_code,
-                target=target,
-                policy=policy,
-                preset=preset,
-                params=dict(policy_params) if policy_params else None,
-                budget=budget,
-                seed=seed,
-                client=client,
-                progress=progress_to(ctx),
-            )
-            return SearchStep(action=action, start=started)
-        if action == "submit":
-            _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
-            assert tree_id is not None and node_id is not None and candidate_code is not None
-            submitted = await state.search.submit(
-                tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
-            )
-            return SearchStep(action=action, submit=submitted)
-        if action == "abandon":
-            _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
-            assert tree_id is not None and node_id is not None and reason is not None
-            abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
-            return SearchStep(action=action, abandon=abandoned)
-        _require(action, tree_id=tree_id)
-        assert tree_id is not None
-        status = await state.search.status(tree_id, client=client, new_step=action == "next")
-        return SearchStep(action=action, status=status)
 
 
 class DocResults(BaseModel):
