@@ -24,7 +24,6 @@ sentences in `messages.py`, the policies in `policy.py`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -48,6 +47,7 @@ from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search import repository
 from kernelcraft.search.messages import budget_spent, start_message, step_message
 from kernelcraft.search.policy import outcome_of, reward_for, start_policy
+from kernelcraft.search.records import Closed, Created, StartPlan
 from kernelcraft.search.steps import claim_step, describe_step, issue_step, pending_step
 from kernelcraft.search.task import task_key, task_label
 from kernelcraft.search.tree import TreeRow, iso, node_info, outcome_counts, trim
@@ -55,47 +55,6 @@ from kernelcraft.search.verdicts import eval_job, learn_from_failure, record_ver
 from kernelcraft.store import Store
 
 MAX_BUDGET = 10_000
-
-
-@dataclass(frozen=True)
-class _StartPlan:
-    """A checked `start` request: the tree to create, with its seed candidate (given, or the
-    warm start's kernel) still to be evaluated."""
-
-    task_source: str
-    task_name: str
-    task_hash: str
-    task_key: str
-    target: str
-    policy: str
-    params: dict[str, Any]
-    budget: int
-    seed: int
-    client: str
-    seed_candidate: str | None
-    warm: WarmStart | None
-
-
-@dataclass(frozen=True)
-class _Created:
-    """What `_create_tree` wrote: the tree, its seed node if any, and the first step (or why none)."""
-
-    tree: TreeRow
-    seed_id: int | None
-    step_node: int | None
-    note: str | None
-
-
-@dataclass(frozen=True)
-class _Closed:
-    """What `_after_step` leaves for the step's result: the tree as it now stands, its best node,
-    the next step handed out (or why none was) and the budget used."""
-
-    tree: TreeRow
-    best_id: int | None
-    step_node: int | None
-    note: str | None
-    used_after: int
 
 
 class SearchService:
@@ -192,7 +151,7 @@ class SearchService:
         budget: int,
         seed: int,
         client: str,
-    ) -> _StartPlan:
+    ) -> StartPlan:
         """Check a `start` request and find its warm start; writes only the task's code."""
         if target not in KNOWN_TARGETS:
             raise UsageError(f"unknown target {target!r}; use one of: {', '.join(KNOWN_TARGETS)}")
@@ -209,7 +168,7 @@ class SearchService:
                 warm, seed_candidate = found
         if seed_candidate is not None:
             self._check_code(seed_candidate, "the seed candidate")
-        return _StartPlan(
+        return StartPlan(
             task_source=task_source,
             task_name=task_name,
             task_hash=digest,
@@ -224,7 +183,7 @@ class SearchService:
             warm=warm,
         )
 
-    async def _create_tree(self, plan: _StartPlan, seed_result: EvalResult | None) -> _Created:
+    async def _create_tree(self, plan: StartPlan, seed_result: EvalResult | None) -> Created:
         """One transaction: the tree, its root, the evaluated seed node if any, and the first step."""
         now = self._now()
         async with self.store.transaction() as conn:
@@ -280,9 +239,9 @@ class SearchService:
                 )
             tree = await repository.load_tree(conn, tree_id)
             step_node, note = await issue_step(conn, tree, plan.client, now)
-        return _Created(tree, seed_id, step_node, note)
+        return Created(tree, seed_id, step_node, note)
 
-    async def _describe_start(self, plan: _StartPlan, created: _Created) -> StartResult:
+    async def _describe_start(self, plan: StartPlan, created: Created) -> StartResult:
         tree_id = created.tree.id
         seed_info = None
         if created.seed_id is not None:
@@ -383,7 +342,7 @@ class SearchService:
 
     async def _after_step(
         self, conn: aiosqlite.Connection, tree: TreeRow, used: int, client: str, now: datetime
-    ) -> _Closed:
+    ) -> Closed:
         """After a node is closed (submitted or abandoned): mark the tree done when that step
         spent its budget, then hand `client` its next step."""
         if used + 1 >= tree.budget:
@@ -392,9 +351,9 @@ class SearchService:
         tree = await repository.load_tree(conn, tree.id)
         step_node, note = await issue_step(conn, tree, client, now)
         used_after, _ = await repository.budget_usage(conn, tree.id, iso(now))
-        return _Closed(tree, best_id, step_node, note, used_after)
+        return Closed(tree, best_id, step_node, note, used_after)
 
-    async def _step_result(self, closed: _Closed, node_id: int, best_before: int | None) -> SubmitResult:
+    async def _step_result(self, closed: Closed, node_id: int, best_before: int | None) -> SubmitResult:
         tree = closed.tree
         node = await self._node(tree.id, node_id, with_code=False, with_verdict=True)
         best_id = closed.best_id
