@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import os
-import socket
 import sqlite3
-import subprocess
 from pathlib import Path
 
-import anyio
-import httpx2
-
+from bench.support import free_port, wait_healthy  # noqa: F401  (one copy: bench's)
 from kernelcraft.base.config import Settings
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.engine.evaluator import ProgressCallback
 
 REPO = Path(__file__).resolve().parent.parent
 
-TASKS = REPO / "tests" / "fixtures" / "tasks"
+# The benchmark tasks of bench/tasks/, the same a load test sends.
+TASKS = REPO / "bench" / "tasks"
 
 # A tiny KernelBench-format task (a scaled residual add) and a correct Triton candidate: 400 elements,
 # so the interpreter verifies it in well under a second once the workers are up.
@@ -62,29 +59,3 @@ def subprocess_env(db_path: Path, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def wait_healthy(
-    base: str, deadline_s: float = 120, server: subprocess.Popen[bytes] | None = None
-) -> None:
-    """Wait until the HTTP server at `base` answers /health; fail at once if `server` exits."""
-    async with httpx2.AsyncClient(base_url=base) as http:
-        with anyio.fail_after(deadline_s):
-            while True:
-                if server is not None and server.poll() is not None:
-                    raise RuntimeError(
-                        f"the server exited with status {server.returncode} before it was healthy"
-                    )
-                try:
-                    if (await http.get("/health")).status_code == 200:
-                        return
-                except httpx2.TransportError:
-                    pass
-                await anyio.sleep(0.2)
