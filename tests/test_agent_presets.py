@@ -101,10 +101,10 @@ def test_a_small_steps_edit_prompt_shows_each_versions_code_and_metrics_and_the_
     assert "Profile of the current kernel" in prompts.reviser(step)
 
 
-@pytest.mark.anyio
-async def test_adapt_runs_the_presets_25_steps_per_task_and_its_trees_learn_rules(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def adapt_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[OptimizeOptions]]:
+    """A tasks folder of one task and its seed, and adapt wired to a recording fake of optimize
+    (no rules learnt): the folder and the options each optimize was called with."""
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "gelu.py").write_text(TASK.read_text())
@@ -128,6 +128,14 @@ async def test_adapt_runs_the_presets_25_steps_per_task_and_its_trees_learn_rule
 
     monkeypatch.setattr(adapt_module, "optimize", fake_optimize)
     monkeypatch.setattr(adapt_module, "_rule_counts", no_rules)
+    return tasks, ran
+
+
+@pytest.mark.anyio
+async def test_adapt_runs_the_presets_25_steps_per_task_and_its_trees_learn_rules(
+    tmp_path: Path, adapt_tasks: tuple[Path, list[OptimizeOptions]]
+) -> None:
+    tasks, ran = adapt_tasks
     await adapt(AdaptOptions(tasks_dir=tasks, llm=LLMConfig(kind="none"), out=tmp_path / "a", progress=False))
     await adapt(
         AdaptOptions(
@@ -146,31 +154,9 @@ async def test_adapt_runs_the_presets_25_steps_per_task_and_its_trees_learn_rule
 
 
 def test_kernelcraft_adapt_without_steps_takes_the_presets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, adapt_tasks: tuple[Path, list[OptimizeOptions]]
 ) -> None:
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "gelu.py").write_text(TASK.read_text())
-    (tasks / "gelu_seed.py").write_text(SEED)
-    ran: list[OptimizeOptions] = []
-
-    async def fake_optimize(opts: OptimizeOptions) -> dict[str, Any]:
-        ran.append(opts)
-        usage = {"total_tokens": 0, "cost_usd": None}
-        return {
-            "tree_id": 1,
-            "steps_done": 0,
-            "correct": 0,
-            "failures_by_class": {},
-            "best": None,
-            "usage": usage,
-        }
-
-    async def no_rules(opts: AdaptOptions) -> dict[str, dict[str, Any]]:
-        return {}
-
-    monkeypatch.setattr(adapt_module, "optimize", fake_optimize)
-    monkeypatch.setattr(adapt_module, "_rule_counts", no_rules)
+    tasks, ran = adapt_tasks
     out = str(tmp_path / "a")
     with pytest.raises(SystemExit) as done:
         main(["adapt", str(tasks), "--llm", "none", "--preset", "adaexplore", "--out", out, "-q"])
