@@ -23,6 +23,7 @@ from typing import Any
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
+from kernelcraft.base.ops import aten_op_names
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.cli.common import (
     EXIT_NEGATIVE,
@@ -149,16 +150,7 @@ def _with_evidence(model: VerifyResult | CompileResult | ProfileResult, summary:
 def _allowed_ops(ops: list[str]) -> list[str]:
     """--allow-op in any form the MCP tool accepts (mm, aten::mm, aten.mm.default), as the names
     the fallback guard compares; a usage error for anything else."""
-    if not ops:
-        return []  # (the parser imports mcp: most of a second of a cold verify)
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    from kernelcraft.server.inputs import allowed_op_names
-
-    try:
-        return allowed_op_names(list(ops))
-    except ToolError as e:
-        raise UsageError(str(e).replace("allowed_ops:", "--allow-op:", 1)) from None
+    return aten_op_names(list(ops), "--allow-op")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -7,11 +7,13 @@ that calls the tool, so it says what to pass and in which form.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
+
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.ops import aten_op_names
 
 ReferenceCode = Annotated[
     str,
@@ -54,32 +56,10 @@ AllowedOps = Annotated[
 # deep in the driver, so the schema bounds them and the client hears which field and what range.
 MAX_INT64 = 2**63 - 1
 
-# The fallback guard (engine/guard.py) compares aten overload-packet names without the namespace:
-# 'mm' for aten.mm.default. A client may name an op in any of these forms.
-_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ACCEPTED_OP_FORMS = "'mm', 'aten::mm', 'aten.mm', 'aten::mm.default' or 'aten.mm.default'"
-
 
 def allowed_op_names(ops: list[str] | None) -> list[str]:
-    """The names the fallback guard compares ('mm'), from any accepted form; a ToolError listing
-    the accepted forms for anything else ('*', 'torch.mm'), so no allowance is silently dropped."""
-    names: list[str] = []
-    for op in ops or []:
-        name = _op_name(op.strip())
-        if name is None:
-            raise ToolError(
-                f"allowed_ops: {op!r} is not an aten op name; name each op as {ACCEPTED_OP_FORMS} "
-                "(no wildcards: allowing every op would switch off the PyTorch-fallback check)"
-            )
-        if name not in names:
-            names.append(name)
-    return names
-
-
-def _op_name(op: str) -> str | None:
-    for prefix in ("aten::", "aten."):
-        if op.startswith(prefix):
-            packet, _, overload = op.removeprefix(prefix).partition(".")
-            well_formed = _OP_NAME.fullmatch(packet) and (not overload or _OP_NAME.fullmatch(overload))
-            return packet if well_formed else None
-    return op if _OP_NAME.fullmatch(op) else None
+    """`base.ops.aten_op_names` for a tool: a bad name is a ToolError listing the accepted forms."""
+    try:
+        return aten_op_names(ops)
+    except UsageError as e:
+        raise ToolError(str(e)) from None
