@@ -30,6 +30,7 @@ from kernelcraft.base.evaluation import (
     VerifyResult,
 )
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device
 from kernelcraft.engine.jobworkers import CandidateSettings, JobWorkers, Stop
@@ -293,20 +294,22 @@ class Job:
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
         self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
-        cmp = await self.workers.ask_ref(
-            Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame.blobs
-        )
-        if cmp.header.get("type") != Msg.COMPARED:
-            self.workers.task_error(cmp)
-            raise Stop(
-                FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs")
-            )
-        compared = Compared.from_header(cmp.header)
+        compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
         if not compared.failure_class:
             return None
         ev = evidence_from(compared.evidence, "outputs differ")
         ev.trial, ev.input_set = t, s
         return FailureClass(compared.failure_class), ev
+
+    async def compare(self, request: Compare, frame: Frame) -> Compared:
+        """The reference's comparison of the outputs the candidate sent in `frame`."""
+        cmp = await self.workers.ask_ref(request, frame.blobs)
+        if cmp.header.get("type") != Msg.COMPARED:
+            self.workers.task_error(cmp)
+            raise Stop(
+                FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs")
+            )
+        return Compared.from_header(cmp.header)
 
     async def knockout(self, cand: WorkerProcess) -> Evidence | None:
         """The knockout check (`knockout.py`): forward on fresh inputs with every Triton launch
@@ -318,15 +321,7 @@ class Job:
         out = self.workers.read(frame, KnockedOut)
         if out.outputs is None:
             return None
-        cmp = await self.workers.ask_ref(
-            Compare(outputs=[out.outputs], inputs_after=out.inputs_after), frame.blobs
-        )
-        if cmp.header.get("type") != Msg.COMPARED:
-            self.workers.task_error(cmp)
-            raise Stop(
-                FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs")
-            )
-        compared = Compared.from_header(cmp.header)
+        compared = await self.compare(Compare(outputs=[out.outputs], inputs_after=out.inputs_after), frame)
         if compared.failure_class and compared.failure_class != FailureClass.INPUTS_MUTATED.value:
             return None
         return Evidence(message=DECOY_MESSAGE, op=f"knockout ({out.skipped} launches skipped)")
