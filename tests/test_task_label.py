@@ -32,7 +32,7 @@ class Model(nn.Module):
         ("examples/row_mean/task.py", "mean"),
         ("examples/embedding_bag/task.py", "EmbeddingBag"),
         ("examples/elementwise/task.py", "gelu"),
-        ("tests/fixtures/tasks/scaled_add.py", "A scaled residual add"),  # no call: the docstring
+        ("bench/tasks/scaled_add.py", "A scaled residual add"),  # no call: the docstring
         ("tests/fixtures/tasks/vector_add.py", "add"),  # no call, no docstring: the arithmetic
     ],
 )
