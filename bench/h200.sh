@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
-#   bash bench/h200.sh STEP...     (steps: verify trace gputests capture eval tuner server level)
+#   bash bench/h200.sh STEP...     (steps: verify box trace gputests capture eval evalbox cold tuner
+#                                   server ray levelrun level pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
-# LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/, see bench/README.md).
+# RAY_ARGS, LEVEL_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
+# see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
+# $OUT into one out.tgz (the device tool brings back at most 8 files).
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
 # logs and JSON under $OUT. Everything it reports comes from this machine. Make .whl/ here first
 # (git ignores it) and name it in the device call's `carry`:
@@ -24,14 +27,30 @@ for step in "$@"; do
       run compile python3 -m kernelcraft compile examples/softmax/task.py examples/softmax/seed.py --target sm_90a --target gfx942 --json ;;
     trace)
       for t in elementwise linear; do run "trace_$t" python3 -m kernelcraft profile bench/tasks/$t.py bench/tasks/${t}_triton.py; done ;;
+    box)  # the candidate's box as each identity sets it up on this machine (the verdict's note says what is missing)
+      for id in nobody root; do
+        KERNELCRAFT_SANDBOX_IDENTITY=$id run "box_$id" python3 -m kernelcraft verify examples/softmax/task.py examples/softmax/seed.py --json
+      done ;;
     gputests) run gputests python3 -m pytest -m gpu -q -s -p no:cacheprovider tests ;;
     capture) run capture python3 tests/fixtures/errors/capture.py; tar czf "$OUT/errors-3.6.tgz" tests/fixtures/errors/triton-3.6 2>/dev/null ;;
     eval) run bench_eval python3 bench/bench_eval.py ${EVAL_ARGS:-} ;;
+    evalbox)  # the box's cost: the same benchmark with the box on and off
+      for m in on off; do
+        mkdir -p "$OUT/box_$m"; OUT="$OUT/box_$m" KERNELCRAFT_SANDBOX=$m run "bench_eval_box_$m" python3 bench/bench_eval.py ${EVAL_ARGS:-}
+      done ;;
+    cold) run bench_cold_start python3 bench/bench_cold_start.py --kernelbench .kb --json "$OUT/bench_cold_start.json" ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
+    ray)
+      mkdir -p /tmp/site && tar -xJf .ray/ray-slim.tar.xz -C /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .ray/whl/*.whl >/dev/null 2>&1 || echo "ray install failed"
+      run bench_ray python3 bench/bench_ray.py ${RAY_ARGS:-} ;;
+    levelrun)  # our Triton candidates for eight level-1 tasks: verdicts, timings, fast_p
+      run levelrun python3 -m kernelcraft level .kb/KernelBench/level1 bench/kb_candidates/level1 --problems 19-22,25,28,30,32 --out runs/kb-level1-candidates
+      cp -r runs/kb-level1-candidates "$OUT/" ;;
+    pack) (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
     level)  # resumable: runs/ survives between calls on a warm machine; call again until every task is done
       for l in ${LEVELS:-1 2}; do
-        run "level${l}_baseline" python3 -m kernelcraft level ".kb/KernelBench/level$l" --baseline --out "runs/kb-baseline-level$l"
+        run "level${l}_baseline" python3 -m kernelcraft level ".kb/KernelBench/level$l" --baseline --out "runs/kb-baseline-level$l" ${LEVEL_ARGS:-}
         cp -r "runs/kb-baseline-level$l" "$OUT/"
       done ;;
     *) echo "unknown step $step" ;;
