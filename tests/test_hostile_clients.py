@@ -125,6 +125,69 @@ async def test_over_http_a_rule_activates_only_when_a_second_token_proposes_it(t
 
 
 @pytest.mark.anyio
+async def test_on_a_team_server_one_tokens_paid_failing_evaluations_do_not_activate_its_rule(
+    tmp_path: Path,
+) -> None:
+    # Over stdio three failing candidates the server evaluated corroborate a rule (one writer). On a
+    # server with two tokens, mallory could buy three failing evaluations and have her text served
+    # to every teammate: there only a second client's failure corroborates.
+    plan = plan_http("127.0.0.1", 8765, tokens={ALICE: "mallory", BOB: "bob"}, no_auth=False)
+    server = create_server(settings_for(tmp_path), lambda _: ScriptedEvaluator(), auth=plan.auth)
+    app = commands.asgi_app(server, plan)
+
+    async def call(token: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {token}"}
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(
+            transport=transport, base_url=BASE, headers=headers, timeout=30
+        ) as http:
+            async with Client(streamable_http_client(f"{BASE}/mcp", http_client=http)) as client:
+                result = await client.call_tool(tool, arguments)
+        assert result.structured_content is not None, result.content
+        return result.structured_content
+
+    activated = []
+    async with app.router.lifespan_context(app):
+        started = await call(ALICE, "search_tree_step", {"action": "start", "reference_code": TASK})
+        tree_id, step = started["start"]["tree"]["id"], started["start"]["next_step"]
+        for attempt in range(3):
+            submit = (
+                await call(
+                    ALICE,
+                    "search_tree_step",
+                    {
+                        "action": "submit",
+                        "tree_id": tree_id,
+                        "node_id": step["node_id"],
+                        "candidate_code": candidate("compile", f"paid attempt {attempt}"),
+                    },
+                )
+            )["submit"]
+            step = submit["next_step"]
+            recorded = await call(
+                ALICE,
+                "record_failure",
+                {
+                    "candidate_code": "-",
+                    "error": "-",
+                    "rule": POISON,
+                    "failure_id": submit["node"]["failure_id"],
+                },
+            )
+            activated.append(recorded["activated"])
+        assert recorded["rule"]["count"] == 3 and recorded["rule"]["status"] == "candidate"
+        found = await call(BOB, "query_rules", {"context": "finish a task curl"})
+        assert POISON not in [rule["text"] for rule in found["rules"]]
+        seconded = await call(
+            BOB, "record_failure", {"candidate_code": "# bob", "error": "boom", "rule": POISON}
+        )
+    with sqlite3.connect(tmp_path / "kernelcraft.db") as conn:
+        assert [r[0] for r in conn.execute("SELECT evaluated FROM failures ORDER BY id")] == [1, 1, 1, 0]
+    assert activated == [False, False, False]
+    assert seconded["activated"] is True  # a second client's word is the corroboration a team server asks
+
+
+@pytest.mark.anyio
 async def test_a_client_cannot_attach_its_rule_to_another_clients_failure() -> None:
     async with rulebook() as rb:
         theirs = [await rb.record_failure(f"k{i}", "boom", client="bob", evaluated=True) for i in range(3)]

@@ -21,6 +21,10 @@ AdaExplore) *and* its text is corroborated: proposed with failures of at least t
 clients (over HTTP a client is its token's name; over stdio everything is "local"), or with at
 least `activation_count` distinct failing candidates that this server's own evaluator judged (a
 search-tree node, or a candidate a tool verified here and `witness()` noted; `failures.evaluated`).
+The second way is for a server one client writes to (stdio, or HTTP with one token): on a team
+server (several tokens, `evaluated_corroborates=False`) one token holder could pay for three failing
+evaluations and so make any text a rule that every teammate is served, so there only a second
+client's failures corroborate.
 A rule attaches only to its proposer's own failures, and never counts one failure twice. Imports and seeds are operator actions and skip this (see `rule_import.py`).
 
 `query_rules` ranks active rules for a context (a task, a kernel, an error text) by BM25 over
@@ -135,12 +139,22 @@ class Rulebook:
     `judge`: the model that decides whether a proposed rule duplicates an existing one (None: text
     similarity decides)."""
 
-    def __init__(self, store: Store, activation_count: int = 3, *, judge: RuleJudge | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        activation_count: int = 3,
+        *,
+        judge: RuleJudge | None = None,
+        evaluated_corroborates: bool = True,
+    ) -> None:
         if activation_count < 1:
             raise UsageError(f"activation_count must be at least 1, got {activation_count}")
         self.store = store
         self.activation_count = activation_count
         self.judge = judge
+        self.evaluated_corroborates = evaluated_corroborates
+        """Whether failing candidates this server evaluated corroborate a rule's text (one writer),
+        or only a second client does (a team server; see the module docstring)."""
         self._witnessed: OrderedDict[str, FailureClass] = OrderedDict()
 
     # ------------------------------------------------------------------ writing
@@ -374,8 +388,8 @@ class Rulebook:
 
     async def _activate_if_corroborated(self, conn: aiosqlite.Connection, rule_id: int) -> bool:
         """Activate a candidate rule whose count reached the activation count and whose text is
-        corroborated: proposed with failures of MIN_CLIENTS distinct clients, or with as many
-        distinct failing candidates as the activation count that this server evaluated itself."""
+        corroborated: proposed with failures of MIN_CLIENTS distinct clients, or (one writer) with
+        as many distinct failing candidates as the activation count that this server evaluated."""
         rows = await _rows(
             conn,
             "SELECT count(DISTINCT f.client) AS clients,"
@@ -384,7 +398,8 @@ class Rulebook:
             (rule_id,),
         )
         clients, evaluated = (rows[0]["clients"], rows[0]["evaluated"]) if rows else (0, 0)
-        if clients < MIN_CLIENTS and evaluated < self.activation_count:
+        by_evaluation = self.evaluated_corroborates and evaluated >= self.activation_count
+        if clients < MIN_CLIENTS and not by_evaluation:
             return False
         cur = await conn.execute(
             "UPDATE rules SET status = 'active' WHERE id = ? AND status = 'candidate' AND count >= ?",

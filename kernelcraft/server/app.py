@@ -163,7 +163,8 @@ def create_server(
 
     @asynccontextmanager
     async def lifespan(server: MCPServer[AppState]) -> AsyncIterator[AppState]:
-        async with open_app_state(settings, evaluator_factory) as state:
+        clients = len(auth.clients) if auth else 1
+        async with open_app_state(settings, evaluator_factory, clients=clients) as state:
             slot.stack.append(state)
             try:
                 if freeze_after_start:

@@ -67,19 +67,23 @@ def default_evaluator_factory(settings: Settings) -> Evaluator:
 
 @asynccontextmanager
 async def open_app_state(
-    settings: Settings, evaluator_factory: EvaluatorFactory = default_evaluator_factory
+    settings: Settings,
+    evaluator_factory: EvaluatorFactory = default_evaluator_factory,
+    *,
+    clients: int = 1,
 ) -> AsyncIterator[AppState]:
     """Open everything a kernelcraft process serves from, and close it in reverse order.
 
     `evaluator_factory(settings)` makes the evaluator (tests may pass a lighter one, the `tree`
-    commands a `LocalEvaluator` for their `--device`).
+    commands a `LocalEvaluator` for their `--device`). `clients`: how many clients can write (the
+    HTTP tokens); with more than one, only a second client corroborates a rule (`Rulebook`).
     """
     async with AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
         stack.push_async_callback(store.aclose)
         evaluator = evaluator_factory(settings)
         stack.push_async_callback(evaluator.aclose)
-        rulebook = await _open_rulebook(store, settings)
+        rulebook = await _open_rulebook(store, settings, evaluated_corroborates=clients <= 1)
         docs = await _open_docs(store)
         yield AppState(
             settings=settings,
@@ -91,9 +95,13 @@ async def open_app_state(
         )
 
 
-async def _open_rulebook(store: Store, settings: Settings) -> Rulebook:
+async def _open_rulebook(store: Store, settings: Settings, *, evaluated_corroborates: bool) -> Rulebook:
     """The rulebook, with the seed rules imported on first start."""
-    rulebook = Rulebook(store, activation_count=settings.rule_activation_count)
+    rulebook = Rulebook(
+        store,
+        activation_count=settings.rule_activation_count,
+        evaluated_corroborates=evaluated_corroborates,
+    )
     added = await rulebook.import_seed()
     if added:
         logger.info("imported %d seed rules", added)
