@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.channel import Frame
@@ -26,6 +27,7 @@ from kernelcraft.engine.protocol import (
     RooflineCounted,
     Samples,
     Sized,
+    TaskFailed,
     TaskReady,
     Timed,
     Verdict,
@@ -229,3 +231,27 @@ async def test_a_candidate_timing_that_fails_or_is_malformed_is_a_verdict(
     assert result.verify is not None and result.verify.correct
     assert result.profile is not None and not result.profile.available
     assert result.profile.failure_class == cls, result.profile
+
+
+@pytest.mark.anyio
+async def test_a_reference_that_fails_comparing_outputs_is_a_task_error_not_the_candidates_verdict() -> None:
+    # An output of 1.6 G elements once ran the reference out of memory while comparing; the
+    # candidate was then called a crash. Now the reference says what it was doing, and the job
+    # answers with the task's error (exit 2 at the CLI), never a verdict against the candidate.
+    class FailsComparing(ScriptedWorker):
+        def answer(self, h: dict[str, Any]) -> dict[str, Any]:
+            if h.get("op") == "compare":
+                return TaskFailed(
+                    summary="OutOfMemoryError()",
+                    error="Traceback ...",
+                    doing="the reference compared the candidate's outputs (out of memory?)",
+                ).to_header()
+            return super().answer(h)
+
+    class Pool(ScriptedPool):
+        async def acquire(self) -> ScriptedWorker:
+            self.started.append(FailsComparing(len(self.started) + 1))
+            return self.started[-1]
+
+    with pytest.raises(TaskError, match="while the reference compared the candidate's outputs"):
+        await _run(Pool(), ReferencePool(per_task=2, idle_per_device=2))

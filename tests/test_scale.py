@@ -185,7 +185,8 @@ async def test_a_job_that_needs_the_memory_evicts_the_least_recently_parked_refe
 @pytest.mark.anyio
 async def test_a_job_larger_than_the_device_is_refused_and_one_that_fits_later_waits() -> None:
     ledger = MemoryLedger("cuda")
-    ledger.capacity = 100 * GIB
+    ledger.learn(_size(GIB, free=100 * GIB, total=140 * GIB), idle_bytes=0)  # nothing of ours: exact
+    assert ledger.capacity == 100 * GIB and ledger.measured_alone
     with pytest.raises(TaskError, match="refused at"):
         await ledger.admit(1, 101 * GIB, lambda cap: TaskError(f"refused at {cap}"), lambda: 0, _no_evict)
     ledger.reserved[1] = 80 * GIB
@@ -197,6 +198,34 @@ async def test_a_job_larger_than_the_device_is_refused_and_one_that_fits_later_w
     ledger.release(1)
     await asyncio.wait_for(waiting, 1)
     assert ledger.reserved == {2: 30 * GIB}
+
+
+@pytest.mark.anyio
+async def test_a_job_that_only_seems_too_big_while_our_jobs_run_waits_for_them_instead_of_a_refusal() -> None:
+    # KernelBench level 1's task 76 on the H200, six tasks at once: 76 GiB free of 140 while our
+    # other jobs held more than their estimates; it needs 101 GiB, less than the device's share.
+    ledger = MemoryLedger("cuda")
+    ledger.reserved[1] = 40 * GIB
+    ledger.learn(_size(GIB, free=76 * GIB, total=140 * GIB), idle_bytes=0)
+    assert ledger.capacity == 116 * GIB and not ledger.measured_alone
+    waiting = asyncio.ensure_future(
+        ledger.admit(2, 120 * GIB, lambda cap: TaskError(f"refused at {cap}"), lambda: 0, _no_evict)
+    )
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    ledger.release(1)
+    await asyncio.wait_for(waiting, 1)
+    assert ledger.reserved == {2: 120 * GIB}
+    # More than the device's usable share never fits, whatever else runs.
+    with pytest.raises(TaskError, match="refused at"):
+        await ledger.admit(3, 134 * GIB, lambda cap: TaskError(f"refused at {cap}"), lambda: 0, _no_evict)
+
+
+def test_a_baseline_job_needs_the_references_working_set_alone() -> None:
+    s = _size(8 * GIB)
+    assert s.job_need("cuda", candidate=False) == s.working_set("cuda") == s.job_need("cuda") // 2
+    text = str(refusal("t.py", s, "cuda", 10 * GIB, candidate=False))
+    assert "the reference holds ~3 copies" in text and "candidate" not in text
 
 
 async def _no_evict(n: int) -> int:

@@ -94,13 +94,13 @@ def test_interleaved_rounds_merge_into_one_summary_with_input_rotation() -> None
     def make() -> list[torch.Tensor]:
         return [torch.randn(1024, 1024, device="cuda")]
 
-    samples: list[float] = []
+    times_us: list[float] = []
     method = "auto"
     for _ in range(3):
         times, method = timing.sample(lambda x: x * 2.0, budget_ms=50, method=method, input_sets=make)
-        samples += times
-    t = samples.summarize(samples, method)
-    assert t.reps == len(samples) >= 15
+        times_us += times
+    t = samples.summarize(times_us, method)
+    assert t.reps == len(times_us) >= 15
     assert t.median_us > 0
 
 

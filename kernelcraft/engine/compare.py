@@ -85,66 +85,118 @@ def compare_one(ref: Any, out: Any) -> Verdict | None:
     if ref.numel() == 0:
         return None
     if not (ref.dtype.is_floating_point or ref.dtype.is_complex):
-        bad = out != ref
+        return _compare_exact(ref, out)
+    return _compare_close(ref, out)
+
+
+CHUNK = 1 << 24
+"""Elements compared at a time: the float64 temporaries of one chunk take ~1.5 GB, whatever the
+output's size (KernelBench outputs reach 1.6 G elements, whose float64 copies would not fit)."""
+
+
+def _chunks(ref: torch.Tensor, out: torch.Tensor) -> Any:
+    r, o = ref.detach().reshape(-1), out.detach().reshape(-1)
+    for start in range(0, r.numel(), CHUNK):
+        yield start, r[start : start + CHUNK], o[start : start + CHUNK]
+
+
+def _compare_exact(ref: torch.Tensor, out: torch.Tensor) -> Verdict | None:
+    for start, r, o in _chunks(ref, out):
+        bad = o != r
         if bool(bad.any()):
-            k = int(bad.reshape(-1).nonzero()[0])
+            k = int(bad.nonzero()[0])
             return FailureClass.NUMERICAL_MISMATCH, Evidence(
                 message="integer output differs from the reference",
-                first_mismatch_index=_index(k, ref.shape),
-                expected=float(ref.reshape(-1)[k]),
-                actual=float(out.reshape(-1)[k]),
+                first_mismatch_index=_index(start + k, ref.shape),
+                expected=float(r[k]),
+                actual=float(o[k]),
             )
-        return None
+    return None
 
-    r = ref.detach().to(torch.float64)
-    o = out.detach().to(torch.float64)
+
+class _Close:
+    """What one pass over the chunks learns (float64 sums, first offending indices)."""
+
+    def __init__(self) -> None:
+        self.nonfinite = 0
+        self.first_nonfinite: tuple[int, float, float] | None = None
+        self.bad = 0
+        self.first_bad: tuple[int, float, float] | None = None
+        self.ref_sq = 0.0
+        self.err_sq = 0.0
+        self.max_abs = 0.0
+        self.argmax_abs = 0
+        self.max_rel = 0.0
+
+
+def _compare_close(ref: torch.Tensor, out: torch.Tensor) -> Verdict | None:
     tol, l2_limit = tolerances(ref.dtype)
-    r_finite, o_finite = torch.isfinite(r), torch.isfinite(o)
-    bad_nonfinite = r_finite & ~o_finite
-    if bool(bad_nonfinite.any()):
-        k = int(bad_nonfinite.reshape(-1).nonzero()[0])
+    acc = _Close()
+    for start, rc, oc in _chunks(ref, out):
+        _accumulate(acc, start, rc.to(torch.float64), oc.to(torch.float64), tol)
+    if acc.first_nonfinite is not None:
+        k, expected, actual = acc.first_nonfinite
         return FailureClass.NAN_OR_INF, Evidence(
-            message=f"{int(bad_nonfinite.sum())} output values are NaN or Inf where the reference is finite",
+            message=f"{acc.nonfinite} output values are NaN or Inf where the reference is finite",
             first_mismatch_index=_index(k, ref.shape),
-            expected=float(r.reshape(-1)[k]),
-            actual=float(o.reshape(-1)[k]),
+            expected=expected,
+            actual=actual,
         )
-    # Where the reference is NaN/Inf the candidate must agree exactly (same NaN positions, same infs).
-    nonfinite_mismatch = ~r_finite & ~((r == o) | (torch.isnan(r) & torch.isnan(o)))
-    diff = (o - r).abs()
-    diff = torch.where(r_finite, diff, torch.zeros_like(diff))
-    limit = tol + tol * r.abs()
-    bad = (r_finite & (diff > limit)) | nonfinite_mismatch
-    rf = torch.where(r_finite, r, torch.zeros_like(r))
-    of = torch.where(r_finite, o, torch.zeros_like(o))
-    ref_norm = float(torch.linalg.vector_norm(rf))
-    rel_l2 = float(torch.linalg.vector_norm(of - rf)) / ref_norm if ref_norm > 0 else 0.0
-    max_abs = float(diff.max())
-    max_rel = float((diff / r.abs().clamp_min(1e-12)).masked_fill(~r_finite, 0).max())
-    if bool(bad.any()):
-        k = int(bad.reshape(-1).nonzero()[0])
+    ref_norm = acc.ref_sq**0.5
+    rel_l2 = acc.err_sq**0.5 / ref_norm if ref_norm > 0 else 0.0
+    if acc.first_bad is not None:
+        k, expected, actual = acc.first_bad
         return FailureClass.NUMERICAL_MISMATCH, Evidence(
-            message=f"{int(bad.sum())} of {ref.numel()} output values differ beyond atol=rtol={tol:g}",
+            message=f"{acc.bad} of {ref.numel()} output values differ beyond atol=rtol={tol:g}",
             first_mismatch_index=_index(k, ref.shape),
-            expected=float(r.reshape(-1)[k]),
-            actual=float(o.reshape(-1)[k]),
-            max_abs_error=max_abs,
-            max_rel_error=max_rel,
+            expected=expected,
+            actual=actual,
+            max_abs_error=acc.max_abs,
+            max_rel_error=acc.max_rel,
             relative_l2_error=rel_l2,
         )
     if rel_l2 > l2_limit:
-        k = int(diff.reshape(-1).argmax())
+        k = acc.argmax_abs
+        flat_r, flat_o = ref.detach().reshape(-1), out.detach().reshape(-1)
         return FailureClass.NUMERICAL_MISMATCH, Evidence(
             message=f"relative L2 error {rel_l2:.3g} exceeds {l2_limit:g} (every element is within atol, "
             "but the output does not follow the reference; near-zero outputs need the right values too)",
             first_mismatch_index=_index(k, ref.shape),
-            expected=float(r.reshape(-1)[k]),
-            actual=float(o.reshape(-1)[k]),
-            max_abs_error=max_abs,
-            max_rel_error=max_rel,
+            expected=float(flat_r[k]),
+            actual=float(flat_o[k]),
+            max_abs_error=acc.max_abs,
+            max_rel_error=acc.max_rel,
             relative_l2_error=rel_l2,
         )
     return None
+
+
+def _accumulate(acc: _Close, start: int, r: torch.Tensor, o: torch.Tensor, tol: float) -> None:
+    r_finite, o_finite = torch.isfinite(r), torch.isfinite(o)
+    bad_nonfinite = r_finite & ~o_finite
+    n = int(bad_nonfinite.sum())
+    if n and acc.first_nonfinite is None:
+        k = int(bad_nonfinite.nonzero()[0])
+        acc.first_nonfinite = (start + k, float(r[k]), float(o[k]))
+    acc.nonfinite += n
+    # Where the reference is NaN/Inf the candidate must agree exactly (same NaN positions, same infs).
+    nonfinite_mismatch = ~r_finite & ~((r == o) | (torch.isnan(r) & torch.isnan(o)))
+    diff = torch.where(r_finite, (o - r).abs(), 0.0)
+    bad = (r_finite & (diff > tol + tol * r.abs())) | nonfinite_mismatch
+    n_bad = int(bad.sum())
+    if n_bad and acc.first_bad is None:
+        k = int(bad.nonzero()[0])
+        acc.first_bad = (start + k, float(r[k]), float(o[k]))
+    acc.bad += n_bad
+    rf = torch.where(r_finite, r, 0.0)
+    of = torch.where(r_finite, o, 0.0)
+    acc.ref_sq += float(torch.linalg.vector_norm(rf)) ** 2
+    acc.err_sq += float(torch.linalg.vector_norm(of - rf)) ** 2
+    chunk_max, chunk_arg = diff.max(dim=0)
+    if float(chunk_max) > acc.max_abs or start == 0:
+        acc.max_abs, acc.argmax_abs = float(chunk_max), start + int(chunk_arg)
+    rel = (diff / r.abs().clamp_min(1e-12)).masked_fill(~r_finite, 0)
+    acc.max_rel = max(acc.max_rel, float(rel.max()))
 
 
 def inputs_changed(before: list[Any], after: list[Any]) -> Evidence | None:
@@ -156,14 +208,15 @@ def inputs_changed(before: list[Any], after: list[Any]) -> Evidence | None:
             continue
         if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
             return Evidence(message=f"input {i} changed its shape or dtype during forward", output_index=i)
-        same = (a == b) | ((a != a) & (b != b))
-        if not bool(same.all()):
-            k = int((~same).reshape(-1).nonzero()[0])
-            return Evidence(
-                message=f"forward wrote into input {i}; inputs must be left unchanged",
-                output_index=i,
-                first_mismatch_index=_index(k, b.shape),
-                expected=float(b.reshape(-1)[k]),
-                actual=float(a.reshape(-1)[k]),
-            )
+        for start, bc, ac in _chunks(b, a):
+            changed = ~((ac == bc) | ((ac != ac) & (bc != bc)))
+            if bool(changed.any()):
+                k = int(changed.nonzero()[0])
+                return Evidence(
+                    message=f"forward wrote into input {i}; inputs must be left unchanged",
+                    output_index=i,
+                    first_mismatch_index=_index(start + k, b.shape),
+                    expected=float(bc[k]),
+                    actual=float(ac[k]),
+                )
     return None

@@ -252,10 +252,11 @@ class JobWorkers:
         if fresh:
             ledger.learn(size, self.references.idle_bytes(index))
         self.held_when_idle = size.held_when_idle(kind)
+        candidate = bool({"verify", "profile"} & set(self.spec.stages))  # baseline: the reference alone
         await ledger.admit(
             id(self),
-            size.job_need(kind),
-            lambda capacity: refusal(self.spec.task_name, size, kind, capacity),
+            size.job_need(kind, candidate=candidate),
+            lambda capacity: refusal(self.spec.task_name, size, kind, capacity, candidate=candidate),
             lambda: self.references.idle_bytes(index),
             lambda n: self.references.evict(index, n),
         )

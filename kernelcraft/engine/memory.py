@@ -71,8 +71,9 @@ class TaskSize:
         body = self.params + 3 * self.inputs + 3 * self.outputs
         return int(HEADROOM * body) + PROCESS_OVERHEAD.get(kind, 0)
 
-    def job_need(self, kind: str) -> int:
-        return 2 * self.working_set(kind)
+    def job_need(self, kind: str, *, candidate: bool = True) -> int:
+        """The reference's working set, and the candidate's unless the job runs none (`baseline`)."""
+        return (2 if candidate else 1) * self.working_set(kind)
 
     def held_when_idle(self, kind: str) -> int:
         """What a kept reference worker holds between jobs: its rebuilt Model and its process."""
@@ -92,11 +93,12 @@ def gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB" if n < 10 * GIB else f"{n / GIB:.0f} GiB"
 
 
-def refusal(task: str, size: TaskSize, kind: str, capacity: int) -> TaskError:
+def refusal(task: str, size: TaskSize, kind: str, capacity: int, *, candidate: bool = True) -> TaskError:
     where = "GPU" if kind == "cuda" else "machine's RAM"
+    holders = "the reference and the candidate each hold" if candidate else "the reference holds"
     return TaskError(
-        f"does not fit: a job needs about {gib(size.job_need(kind))} ({size.figures()}; the reference "
-        f"and the candidate each hold ~3 copies) but the {where} has {gib(capacity)} for jobs "
+        f"does not fit: a job needs about {gib(size.job_need(kind, candidate=candidate))} ({size.figures()}; "
+        f"{holders} ~3 copies) but the {where} has {gib(capacity)} for jobs "
         f"({gib(size.device_free)} free of {gib(size.device_total)}); make get_inputs() smaller"
         + (" or define get_cpu_inputs()" if kind == "cpu" else "")
         + " (refused before anything ran)",
@@ -115,6 +117,13 @@ class MemoryLedger:
         self.kind = kind
         self.reserved: dict[int, int] = {}
         self.capacity: int | None = None
+        self.usable: int | None = None
+        """`USABLE_FRACTION` of the device: more than this never fits."""
+        self.measured_alone = False
+        """Whether `capacity` was measured with nothing of ours on the device. Otherwise it rests on
+        the estimates of what our jobs hold, and a job it seems too small for waits for ours to
+        end rather than being refused (torch.compile's workspaces, the allocator's cache: our
+        processes can hold more than their estimates)."""
         self._changed: asyncio.Event = asyncio.Event()
 
     def learn(self, size: TaskSize, idle_bytes: int) -> int | None:
@@ -122,7 +131,9 @@ class MemoryLedger:
         if not size.device_total:
             return self.capacity
         ours = sum(self.reserved.values()) + idle_bytes
-        self.capacity = min(int(size.device_total * USABLE_FRACTION), size.device_free + ours)
+        self.usable = int(size.device_total * USABLE_FRACTION)
+        self.capacity = min(self.usable, size.device_free + ours)
+        self.measured_alone = ours == 0
         return self.capacity
 
     async def admit(
@@ -140,7 +151,9 @@ class MemoryLedger:
             if capacity is None:
                 self.reserved[job] = need
                 return
-            if need > capacity:
+            if self.usable is not None and need > self.usable:
+                raise refuse(min(capacity, self.usable))
+            if need > capacity and self.measured_alone:
                 raise refuse(capacity)
             available = capacity - sum(self.reserved.values()) - idle_bytes()
             if need <= available:

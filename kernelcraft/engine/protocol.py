@@ -297,11 +297,13 @@ class TaskReady(Reply):
 
 
 class TaskFailed(Reply):
-    """The trusted task itself failed (loading it, building `Model` or its inputs)."""
+    """The trusted task itself failed (loading it, building `Model` or its inputs), or the
+    reference's own comparison did (`doing` says which)."""
 
     TAG = Msg.TASK_ERROR
     error: str = ""
     summary: str = ""
+    doing: str = "building Model or its inputs"
 
 
 class Progress(Reply):

@@ -71,6 +71,6 @@ def raise_if_task_failed(frame: Frame, task_name: str) -> None:
     except ValueError:
         failed = TaskFailed(summary="(the worker's task_error message was malformed)")
     raise TaskError(
-        f"the task failed while building Model or its inputs: {failed.summary}\n{failed.error}",
+        f"the task failed while {failed.doing}: {failed.summary}\n{failed.error}",
         path=task_name,
     )

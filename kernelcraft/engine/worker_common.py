@@ -53,9 +53,10 @@ class Worker:
     def recv(self) -> Frame:
         return self.channel.recv_frame(self.sock)
 
-    def task_error(self, e: BaseException) -> None:
+    def task_error(self, e: BaseException, doing: str | None = None) -> None:
         """Tell the parent the trusted task itself failed (called inside the `except`)."""
-        self.send(TaskFailed(error=trim(traceback.format_exc()), summary=repr(e)))
+        said = {"doing": doing} if doing is not None else {}
+        self.send(TaskFailed(error=trim(traceback.format_exc()), summary=repr(e), **said))
 
     def progress(self, message: str) -> None:
         self.send(Progress(message=message))

@@ -75,7 +75,12 @@ class ReferenceWorker(Worker):
                 if not self.make_trial(req):
                     return
             elif isinstance(req, Compare):
-                self.send(self.compare(req, frame.blobs))
+                try:
+                    compared = self.compare(req, frame.blobs)
+                except Exception as e:  # ours (out of memory comparing?): not the candidate's verdict
+                    self.task_error(e, "the reference compared the candidate's outputs (out of memory?)")
+                    return
+                self.send(compared)
             elif isinstance(req, ComputeRoofline):
                 self.send(self.roofline(req))
             elif isinstance(req, WarmupReference):

@@ -404,6 +404,11 @@ def main() -> None:
     ctrl = socket.socket(fileno=int(sys.argv[1]))
     os.set_inheritable(ctrl.fileno(), False)
     cuda = sys.argv[2] == "cuda"
+    # `python -m` put this process's directory (its log's, closed to other users) first on
+    # sys.path; the package comes from PYTHONPATH. Left there, every forked worker would carry it,
+    # and a worker that leaves root (box.py) would find a path it cannot reach and stay root.
+    here = os.path.realpath(os.getcwd())
+    sys.path[:] = [p for p in sys.path if not p or os.path.realpath(p) != here]
     from kernelcraft.engine import worker
 
     # For a GPU pool, each import stage runs here only if a throwaway fork shows it leaves the GPU
