@@ -134,7 +134,7 @@ async def test_a_model_several_results_hold_is_published_in_full_once(tmp_path: 
     classes = json.dumps([c.value for c in FailureClass])
     assert text.count(classes[1:-1]) == 1  # the failure classes, in record_failure's input
     assert text.count('"first_mismatch_index"') == 1  # Evidence, in compile_kernel's output
-    assert text.count("Failures that produced or matched it.") == 1  # RuleOut, in query_rules' output
+    assert text.count("Failures behind it.") == 1  # RuleOut, in query_rules' output
     search = next(t for t in shown if t.name == "search_tree_step")
     assert "What verify_against_reference returns." in json.dumps(search.output_schema)
 

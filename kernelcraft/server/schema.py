@@ -45,6 +45,9 @@ _NULL = {"type": "null"}
 _ONE = ("additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames")
 _MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
 _MAPS = ("properties", "patternProperties", "$defs")
+_SCALARS = ("string", "number", "integer", "boolean", "null")
+# SQLite's 64-bit integer limits: the server checks them (and says so), no client comes near them.
+_STORAGE_BOUNDS = {("maximum", 2**63 - 1), ("minimum", -(2**63))}
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ def model_owners(tools: list[Tool]) -> Owners:
     """
     outputs = {t.name: t.output_schema for t in tools if t.output_schema is not None}
     owners = Owners(results={s["title"]: name for name, s in outputs.items() if "title" in s})
-    in_outputs = {m for s in outputs.values() for m in s.get("$defs", {})}
+    in_outputs = {m for s in outputs.values() for m, d in s.get("$defs", {}).items() if "enum" not in d}
     for tool in tools:
         for model in tool.input_schema.get("$defs", {}):
             if model in in_outputs and model not in owners.defs:
@@ -194,36 +197,58 @@ def _optional(prop: JsonSchema) -> JsonSchema:
     return {**branches[0], **rest}
 
 
-def _refs(node: Any) -> list[str]:
-    """The definition names `node` references, one entry per reference."""
+def _scalars(node: Any) -> bool:
+    """Whether `node` admits only scalars (a type, or an `anyOf` of types, that is not a container)."""
+    branches = node.get("anyOf", [node]) if isinstance(node, dict) else []
+    return bool(branches) and all(isinstance(b, dict) and b.get("type") in _SCALARS for b in branches)
+
+
+def _nullable(node: JsonSchema) -> str | None:
+    """The definition that `node` holds as `anyOf: [{"$ref": …}, {"type": "null"}]`, if it does."""
+    any_of = node.get("anyOf")
+    if not isinstance(any_of, list) or len(any_of) != 2 or _NULL not in any_of:
+        return None
+    branch = any_of[1] if any_of[0] == _NULL else any_of[0]
+    ref = branch.get("$ref") if isinstance(branch, dict) and len(branch) == 1 else None
+    return ref.removeprefix(_DEFS) if isinstance(ref, str) else None
+
+
+def _refs(node: Any, *, plain: bool = False) -> list[str]:
+    """The definition names `node` references, one entry per reference; `plain`: only those not held
+    nullable."""
     if isinstance(node, list):
-        return [name for item in node for name in _refs(item)]
+        return [name for item in node for name in _refs(item, plain=plain)]
     if not isinstance(node, dict):
         return []
     found = [node["$ref"].removeprefix(_DEFS)] if isinstance(node.get("$ref"), str) else []
     for key, value in node.items():
+        if key == "anyOf" and plain and _nullable(node) is not None:
+            continue
         if key in _ONE or key in _MANY:
-            found += _refs(value)
+            found += _refs(value, plain=plain)
         elif key in _MAPS and isinstance(value, dict):
-            found += [name for sub in value.values() for name in _refs(sub)]
+            found += [name for sub in value.values() for name in _refs(sub, plain=plain)]
     return found
 
 
 def _reference_counts(
     root: JsonSchema, defs: Mapping[str, JsonSchema], elsewhere: Mapping[str, str]
-) -> Counter[str]:
-    """How often each definition reachable from `root` is referenced; a model published elsewhere
-    is counted where it is referenced but not followed."""
+) -> tuple[Counter[str], Counter[str]]:
+    """How often each definition reachable from `root` is referenced, in all and not held nullable;
+    a model published elsewhere is counted where it is referenced but not followed."""
     counts: Counter[str] = Counter()
+    plain: Counter[str] = Counter()
     seen: set[str] = set()
     todo = [root]
     while todo:
-        for name in _refs(todo.pop()):
+        node = todo.pop()
+        plain.update(_refs(node, plain=True))
+        for name in _refs(node):
             counts[name] += 1
             if name not in seen and name not in elsewhere and name in defs:
                 seen.add(name)
                 todo.append(defs[name])
-    return counts
+    return counts, plain
 
 
 def _depths(root: JsonSchema, defs: Mapping[str, JsonSchema], elsewhere: Mapping[str, str]) -> dict[str, int]:
@@ -258,8 +283,10 @@ class _Rewriter:
     ) -> None:
         self.defs: dict[str, JsonSchema] = schema.get("$defs", {})
         self.elsewhere = elsewhere or {}
-        self.uses = _reference_counts(_root(schema), self.defs, self.elsewhere)
+        self.uses, plain = _reference_counts(_root(schema), self.defs, self.elsewhere)
         self.kept, self.output = kept, output
+        # In a result, a model that every field holding it holds nullable is published nullable.
+        self.nullable = {m for m in self.uses if output and not plain[m] and "properties" in self.defs.get(m, {})}
         self.shared: dict[str, JsonSchema] = {}
 
     def __call__(self, root: JsonSchema) -> JsonSchema:
@@ -272,9 +299,16 @@ class _Rewriter:
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith(_DEFS):
             return self.reference(ref.removeprefix(_DEFS), {k: v for k, v in node.items() if k != "$ref"})
+        held = _nullable(node)
+        if held in self.elsewhere and "enum" not in self.defs[held]:
+            # the field's words and where the model is, in one description
+            named = self.reference(held, {k: v for k, v in node.items() if k != "anyOf"})
+            return {"anyOf": [{"type": named.pop("type")}, dict(_NULL)], **named}
+        if held in self.nullable and self.is_shared(held):
+            return self.reference(held, {k: v for k, v in node.items() if k != "anyOf"})
         out: JsonSchema = {}
         for key, value in node.items():
-            if key == "title" or (self.output and key in ("default", "required")):
+            if self.dropped(key, value):
                 continue
             if key in _ONE and isinstance(value, dict):
                 out[key] = self.node(value)
@@ -286,20 +320,44 @@ class _Rewriter:
                 out[key] = value
         return _normal_form(out)
 
+    def dropped(self, key: str, value: Any) -> bool:
+        """Whether a keyword goes: a generated title, a bound at SQLite's integer limits; in a result
+        also defaults, `required` lists and the type of a map's scalar values (a constexpr's value, a
+        stage's seconds: the field says what they are)."""
+        if key == "title" or (isinstance(value, int) and (key, value) in _STORAGE_BOUNDS):
+            return True
+        if not self.output:
+            return False
+        return key in ("default", "required") or (key == "additionalProperties" and _scalars(value))
+
     def reference(self, name: str, siblings: JsonSchema) -> JsonSchema:
         """A `$ref` to `name` with its sibling keywords (a field's description wins over the model's)."""
         rest = self.node(siblings) if siblings else {}
+        if self.output and "enum" in self.defs[name]:
+            # a value read from a result needs no list to check it; the input that takes it has one
+            return {"type": self.defs[name].get("type", "string"), **rest}
         if name in self.elsewhere:
             said = rest.pop("description", "").rstrip(".")
             where = self.elsewhere[name]
             words = f"{said}: {where}." if said else f"{where[0].upper()}{where[1:]}."
             return {"type": self.defs[name].get("type", "object"), "description": words, **rest}
-        if self.uses[name] > 1 or name in self.kept:
+        if self.is_shared(name):
             if name not in self.shared:
                 self.shared[name] = {}  # before the body: a recursive model refers to itself
-                self.shared[name] = self.node(self.defs[name])
+                self.shared[name] = self.definition(name)
             return {"$ref": _DEFS + name, **rest}
         return {**self.node(self.defs[name]), **rest}
+
+    def is_shared(self, name: str) -> bool:
+        return self.uses[name] > 1 or name in self.kept
+
+    def definition(self, name: str) -> JsonSchema:
+        """A model as `$defs` publishes it: with the null its fields allow, if every one allows it."""
+        body = self.node(self.defs[name])
+        if name not in self.nullable:
+            return body
+        said = {"description": body.pop("description")} if "description" in body else {}
+        return {**said, "anyOf": [body, dict(_NULL)]}
 
 
 def _normal_form(node: JsonSchema) -> JsonSchema:
