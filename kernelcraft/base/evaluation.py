@@ -26,19 +26,19 @@ class Evidence(BaseModel):
     error_text: str | None = Field(default=None, description="Compiler or runtime error, trimmed.")
     trial: int | None = Field(default=None, description="0-based.")
     input_set: int | None = Field(default=None, description="0: get_inputs().")
-    output_index: int | None = Field(default=None, description="Which output of forward().")
-    first_mismatch_index: list[int] | None = Field(default=None, description="Of the first bad element.")
+    output_index: int | None = Field(default=None, description="Of forward().")
+    first_mismatch_index: list[int] | None = None
     expected: float | None = Field(default=None, description="The reference's value there.")
     actual: float | None = Field(default=None, description="The candidate's value there.")
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     relative_l2_error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
     op: str | None = Field(default=None, description="The op that fell back, or the forbidden construct.")
-    line: int | None = Field(default=None, description="In the candidate.")
+    line: int | None = None
 
 
 class KernelLaunch(BaseModel):
-    """A Triton kernel launch in the candidate's forward()."""
+    """A Triton kernel the candidate's forward() launches."""
 
     name: str
     signature: dict[str, str] = Field(description="Argument -> Triton type ('*fp32', ...).")
@@ -65,7 +65,7 @@ class TargetCompileResult(BaseModel):
     target: str = Field(description="Or 'host': this GPU's JIT.")
     ok: bool
     kernels: list[KernelCompileInfo] = Field(default_factory=list)
-    error: str | None = Field(default=None, description="The compiler's.")
+    error: str | None = None
     failure_class: FailureClass | None = None
     seconds: float | None = None
 

@@ -28,7 +28,7 @@ FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0)
 
 class TaskOutcome(BaseModel):
     problem_id: int = Field(description="The file's leading number.")
-    name: str = Field(description="The task's file.")
+    name: str
     candidate: str | None = Field(default=None, description="Its file; null: missing.")
     status: TaskStatus
     compiled: bool = Field(default=False, description="Loaded, kernels compiled.")
@@ -64,7 +64,7 @@ class LevelSummary(BaseModel):
     tasks_dir: str
     candidates_dir: str | None = None
     out_dir: str
-    timed: bool = Field(description="Timed (a GPU).")
+    timed: bool = Field(description="Timings were taken (a GPU).")
     message: str = Field(default="", description="What the figures rest on.")
     total: int = Field(description="Tasks (after --problems).")
     correct: int = 0
@@ -72,12 +72,8 @@ class LevelSummary(BaseModel):
     missing: int = 0
     task_errors: int = 0
     resumed: int = Field(default=0, description="Read from an earlier run.")
-    fast_p: list[FastP] = Field(
-        default_factory=list, description="p = 0, 0.5, 1, 1.5, 2 (0 without a GPU)."
-    )
-    geomean_speedup_vs_eager: float | None = Field(
-        default=None, description="Over the correct, timed tasks."
-    )
+    fast_p: list[FastP] = Field(default_factory=list, description="p = 0, 0.5, 1, 1.5, 2 (0 without a GPU).")
+    geomean_speedup_vs_eager: float | None = Field(default=None, description="Over the correct, timed tasks.")
     geomean_speedup_vs_compiled: float | None = None
     unmatched_candidates: list[str] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict, description="Written, by role.")

@@ -25,14 +25,14 @@ class RuleScope(BaseModel):
 
 
 class RuleOut(BaseModel):
-    id: int = Field(description="In this database.")
-    uid: str = Field(description="In every database.")
+    id: int
+    uid: str = Field(description="The same in every database.")
     text: str = Field(description="One sentence: 'You cannot …'.")
     count: int = Field(description="Failures behind it.")
     status: RuleStatus = Field(description="'candidate': not yet active.")
     scope: RuleScope
     reason: str | None = Field(default=None, description="Why Triton does so.")
-    failure_class: FailureClass | None = Field(default=None, description="What it prevents.")
+    failure_class: FailureClass | None = None
     score: float = 0.0
     seed: bool = Field(default=False, description="Shipped, not learnt.")
 
@@ -43,7 +43,9 @@ class FailureRecorded(BaseModel):
     failure_id: int
     failure_class: FailureClass
     rule: RuleOut | None = Field(default=None, description="Created or incremented.")
-    rule_action: RuleAction = Field(description="'linked': already counted; 'none': no rule, or a wrong result.")
+    rule_action: RuleAction = Field(
+        description="'linked': already counted; 'none': no rule, or a wrong result."
+    )
     activated: bool = Field(description="This made the rule active.")
     note: str | None = Field(default=None, description="Why a proposed rule was not counted.")
 

@@ -38,7 +38,7 @@ class TreeInfo(BaseModel):
     task_hash: str = Field(description="sha256 of the source.")
     target: str
     policy: str
-    params: dict[str, ParamValue] = Field(description="With defaults.")
+    params: dict[str, ParamValue] = Field(description="Defaults filled in.")
     budget: int = Field(description="Seed not counted.")
     seed: int
     status: Literal["running", "done"]
@@ -84,7 +84,7 @@ class ContextKernel(BaseModel):
     kind: StepKind
     outcome: Outcome | None
     failure_class: FailureClass | None = None
-    error: str | None = Field(default=None, description="Why it failed.")
+    error: str | None = None
     speedup: float | None = None
     candidate_us: float | None = None
     profile: str | None = Field(default=None, description="In words (GPU only).")
@@ -96,7 +96,7 @@ class NextStep(BaseModel):
 
     tree_id: int
     node_id: int
-    parent_id: int = Field(description="Being expanded.")
+    parent_id: int = Field(description="The node being expanded.")
     kind: Literal["large", "small"] = Field(
         description="'small': refine start_code; 'large': write a new kernel."
     )
@@ -153,7 +153,7 @@ class SubmitResult(BaseModel):
     budget_left: int
     message: str = Field(description="The verdict in words.")
     next_step: NextStep | None
-    next_step_note: str | None = Field(default=None, description="Why no next step.")
+    next_step_note: str | None = Field(default=None, description="Why there is none.")
 
 
 class TreeStatus(BaseModel):

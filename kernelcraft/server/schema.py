@@ -5,8 +5,8 @@ against the tool's output schema (jsonschema's cost is per schema node visited).
 schemas are right but costly to ship: each tool carries its own copy of every model it touches
 (the evidence of a failed check was published four times, the failure classes six), a generated
 `title` on every field, and defaults on output fields the server always sends. `published`
-rewrites the tool list, keeping every property, description, enum and bound (and what inputs
-require):
+rewrites the tool list, keeping every property with its type and description, and what inputs
+require (their enums and the bounds a client can reach):
 
 - every model is published in full once in the whole list. A tool's whole result is its own; a
   model an input uses is that input's; another model that several results hold is published, under
@@ -14,9 +14,14 @@ require):
   other tools name it: `{"type": "object", "description": "…: Evidence in compile_kernel's
   output."}`, `"…: what verify_against_reference returns."`;
 - within one schema, a definition referenced once is written in place, one referenced more often
-  stays in `$defs`, and unreferenced ones go;
+  stays in `$defs`, and unreferenced ones go; in a result, a model that every field holding it
+  holds nullable is published nullable there once, and the fields hold a plain `$ref`;
 - generated titles go; in output schemas so do defaults, `required` lists (the server sends every
-  field) and the root's description (the tool's description says what it returns);
+  field), the root's description (the tool's description says what it returns), and what a reader
+  of a result checks nothing against: the failure classes (a string there; record_failure's input
+  lists them), the `type` beside a string enum (its values say it), the type of a map's scalar
+  values (a constexpr's, a stage's seconds); inputs leave out bounds at SQLite's integer limits
+  (the server refuses a larger id and says so);
 - an optional input argument whose default is null is published as its own type, left out of
   `required`: omitting it is how a client leaves it unset (null is still accepted);
 - a field description the list already gave (the task's source, in three tools) is given once:
@@ -126,11 +131,11 @@ def model_owners(tools: list[Tool]) -> Owners:
     """Who publishes each model that some tool's result holds and another schema holds too.
 
     Input schemas keep every model they use (a client checks its arguments against them); a
-    model an input publishes is named by the results that hold it. A tool's whole result is its
-    own. Any other model that two results reach is published by the tool that reaches it in the
-    fewest steps from its root (the first in list order, on a tie). A model reached only through
-    a model published elsewhere is not reached, so ownership is settled again until it no longer
-    changes.
+    model an input publishes is named by the results that hold it (an enumeration is not: a result
+    holds it as its type). A tool's whole result is its own. Any other model that two results reach
+    is published by the tool that reaches it in the fewest steps from its root (the first in list
+    order, on a tie). A model reached only through a model published elsewhere is not reached, so
+    ownership is settled again until it no longer changes.
     """
     outputs = {t.name: t.output_schema for t in tools if t.output_schema is not None}
     owners = Owners(results={s["title"]: name for name, s in outputs.items() if "title" in s})
@@ -286,7 +291,8 @@ class _Rewriter:
         self.uses, plain = _reference_counts(_root(schema), self.defs, self.elsewhere)
         self.kept, self.output = kept, output
         # In a result, a model that every field holding it holds nullable is published nullable.
-        self.nullable = {m for m in self.uses if output and not plain[m] and "properties" in self.defs.get(m, {})}
+        models = {m for m in self.uses if "properties" in self.defs.get(m, {})}
+        self.nullable = {m for m in models if output and not plain[m]}
         self.shared: dict[str, JsonSchema] = {}
 
     def __call__(self, root: JsonSchema) -> JsonSchema:
@@ -299,13 +305,9 @@ class _Rewriter:
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith(_DEFS):
             return self.reference(ref.removeprefix(_DEFS), {k: v for k, v in node.items() if k != "$ref"})
-        held = _nullable(node)
-        if held in self.elsewhere and "enum" not in self.defs[held]:
-            # the field's words and where the model is, in one description
-            named = self.reference(held, {k: v for k, v in node.items() if k != "anyOf"})
-            return {"anyOf": [{"type": named.pop("type")}, dict(_NULL)], **named}
-        if held in self.nullable and self.is_shared(held):
-            return self.reference(held, {k: v for k, v in node.items() if k != "anyOf"})
+        held = self.held_nullable(node)
+        if held is not None:
+            return held
         out: JsonSchema = {}
         for key, value in node.items():
             if self.dropped(key, value):
@@ -318,7 +320,21 @@ class _Rewriter:
                 out[key] = {name: self.node(v) if isinstance(v, dict) else v for name, v in value.items()}
             else:
                 out[key] = value
-        return _normal_form(out)
+        return _normal_form(_untyped_enum(out) if self.output else out)
+
+    def held_nullable(self, node: JsonSchema) -> JsonSchema | None:
+        """A field that holds a model or null, where the model is published elsewhere (the field's
+        words and where the model is, in one description) or nullable in `$defs` (a plain `$ref`)."""
+        name = _nullable(node)
+        if name is None:
+            return None
+        siblings = {k: v for k, v in node.items() if k != "anyOf"}
+        if name in self.elsewhere and "enum" not in self.defs.get(name, {}):
+            named = self.reference(name, siblings)
+            return {"anyOf": [{"type": named.pop("type")}, dict(_NULL)], **named}
+        if name in self.nullable and self.is_shared(name):
+            return self.reference(name, siblings)
+        return None
 
     def dropped(self, key: str, value: Any) -> bool:
         """Whether a keyword goes: a generated title, a bound at SQLite's integer limits; in a result
@@ -358,6 +374,13 @@ class _Rewriter:
             return body
         said = {"description": body.pop("description")} if "description" in body else {}
         return {**said, "anyOf": [body, dict(_NULL)]}
+
+
+def _untyped_enum(node: JsonSchema) -> JsonSchema:
+    """A string enumeration without its `type` (the values say it)."""
+    if node.get("type") == "string" and all(isinstance(v, str) for v in node.get("enum", [None])):
+        return {k: v for k, v in node.items() if k != "type"}
+    return node
 
 
 def _normal_form(node: JsonSchema) -> JsonSchema:
