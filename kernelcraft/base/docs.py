@@ -15,16 +15,14 @@ class SectionRef(BaseModel):
 
 
 class DocSection(BaseModel):
-    """One section of a hardware manual."""
-
-    id: int = Field(description="Pass it as section_id for the whole text.")
+    id: int = Field(description="As section_id: the whole text.")
     title: str = Field(description="The manual's title.")
-    heading_path: str = Field(description="Title > headings down to this section.")
-    file: str = Field(description="File in kernelcraft/hw_docs/.")
-    arch: str = Field(description="Its target(s) (sm_80, sm_90a, gfx942, ...) or 'any'.")
-    snippet: str = Field(description="Its start (search) or whole body (by section_id).")
-    score: float = Field(default=0.0, description="Relevance (higher: better).")
-    sources: list[str] = Field(default_factory=list, description="The manual's sources.")
+    heading_path: str = Field(description="Title > headings > this one.")
+    file: str = Field(description="In kernelcraft/hw_docs/.")
+    arch: str = Field(description="Target(s), e.g. sm_90a, or 'any'.")
+    snippet: str = Field(description="Its start, or all of it (by section_id).")
+    score: float = 0.0
+    sources: list[str] = Field(default_factory=list)
 
 
 class IndexReport(BaseModel):

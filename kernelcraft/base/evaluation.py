@@ -20,92 +20,85 @@ that asks for it asks for nothing else and needs no `candidate_source`."""
 
 
 class Evidence(BaseModel):
-    """What a failed check saw (only the fields that apply are set)."""
+    """What a failed check saw."""
 
-    message: str = Field(description="One sentence: which check failed and why.")
-    error_text: str | None = Field(default=None, description="Compiler or runtime error text, trimmed.")
-    trial: int | None = Field(default=None, description="The failing trial (0-based).")
-    input_set: int | None = Field(default=None, description="The input set (0: get_inputs()).")
-    output_index: int | None = Field(default=None, description="The failing output of forward().")
-    first_mismatch_index: list[int] | None = Field(
-        default=None, description="Multi-index of the first bad element."
-    )
-    expected: float | None = Field(default=None, description="Reference value at that index.")
-    actual: float | None = Field(default=None, description="Candidate value at that index.")
+    message: str = Field(description="Which check failed and why.")
+    error_text: str | None = Field(default=None, description="Compiler or runtime error, trimmed.")
+    trial: int | None = Field(default=None, description="0-based.")
+    input_set: int | None = Field(default=None, description="0: get_inputs().")
+    output_index: int | None = Field(default=None, description="Of forward().")
+    first_mismatch_index: list[int] | None = None
+    expected: float | None = Field(default=None, description="The reference's value there.")
+    actual: float | None = Field(default=None, description="The candidate's value there.")
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     relative_l2_error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
-    op: str | None = Field(
-        default=None, description="The PyTorch op that fell back, or the forbidden construct."
-    )
-    line: int | None = Field(default=None, description="Line in the candidate, if known.")
+    op: str | None = Field(default=None, description="The op that fell back, or the forbidden construct.")
+    line: int | None = None
 
 
 class KernelLaunch(BaseModel):
-    """A Triton kernel launch in the candidate's forward."""
+    """A Triton kernel the candidate's forward() launches."""
 
     name: str
-    signature: dict[str, str] = Field(description="Argument -> Triton type ('*fp32', 'i32', ...).")
-    constexprs: dict[str, int | float | bool | str | None] = Field(description="Constexpr argument values.")
-    grid: list[int] = Field(description="The launch grid (x, y, z).")
+    signature: dict[str, str] = Field(description="Argument -> Triton type ('*fp32', ...).")
+    constexprs: dict[str, int | float | bool | str | None]
+    grid: list[int] = Field(description="(x, y, z).")
     num_warps: int | None = None
     num_stages: int | None = None
 
 
 class KernelCompileInfo(BaseModel):
-    """Resource use of one compiled kernel on one target."""
+    """One compiled kernel's resource use."""
 
     name: str
-    registers: int | None = Field(default=None, description="Registers per thread (AMD: VGPRs).")
-    sgprs: int | None = Field(default=None, description="Scalar registers (AMD only).")
-    spills: int | None = Field(default=None, description="Registers spilled to memory.")
-    shared_bytes: int | None = Field(default=None, description="Shared memory (AMD: LDS), bytes.")
+    registers: int | None = Field(default=None, description="Per thread (AMD: VGPRs).")
+    sgprs: int | None = Field(default=None, description="AMD only.")
+    spills: int | None = None
+    shared_bytes: int | None = Field(default=None, description="Shared memory (AMD: LDS).")
     num_warps: int | None = None
     num_stages: int | None = None
     constexprs: dict[str, int | float | bool | str | None] = Field(default_factory=dict)
 
 
 class TargetCompileResult(BaseModel):
-    target: str = Field(description="A target, or 'host': this GPU's JIT.")
+    target: str = Field(description="Or 'host': this GPU's JIT.")
     ok: bool
     kernels: list[KernelCompileInfo] = Field(default_factory=list)
-    error: str | None = Field(default=None, description="The compiler's error when not ok.")
+    error: str | None = None
     failure_class: FailureClass | None = None
     seconds: float | None = None
 
 
 class CompileResult(BaseModel):
-    ok: bool = Field(description="True when every requested target compiled.")
-    launches: list[KernelLaunch] = Field(default_factory=list, description="Kernels forward() launches.")
+    ok: bool = Field(description="Every target compiled.")
+    launches: list[KernelLaunch] = Field(default_factory=list)
     targets: list[TargetCompileResult] = Field(default_factory=list)
-    failure_class: FailureClass | None = Field(
-        default=None, description="Set when a launch or target failed."
-    )
+    failure_class: FailureClass | None = None
     evidence: Evidence | None = None
     shapes: str | None = Field(
         default=None,
-        description="The inputs the launches were found on: the task's get_inputs() (on the meta "
-        "device without a GPU), or the trial's inputs and why.",
+        description="get_inputs() (meta device without a GPU), or a trial's inputs.",
     )
     seconds: float = 0.0
 
 
 class VerifyResult(BaseModel):
     correct: bool
-    status: str = Field(description="'passed', or the failure class.")
+    status: str = Field(description="'passed' or the failure class.")
     failure_class: FailureClass | None = None
     evidence: Evidence | None = None
-    trials: int = Field(description="Trials requested per input set.")
-    trials_total: int = Field(default=0, description="trials × input_sets ('trial i of N').")
+    trials: int = Field(description="Per input set.")
+    trials_total: int = Field(default=0, description="trials × input_sets.")
     trials_passed: int = Field(default=0, description="Of trials_total.")
     input_sets: int = 1
-    device: str = Field(description="'cuda:N (NAME)' or 'cpu (Triton interpreter)'.")
-    interpreter: bool = Field(description="Kernels ran in Triton's CPU interpreter.")
+    device: str = Field(description="'cuda:N (NAME)' or 'cpu (...)'.")
+    interpreter: bool = Field(description="Triton's CPU interpreter ran the kernels.")
     kernels_launched: list[str] = Field(default_factory=list)
-    allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops the caller allowed.")
+    allowed_ops: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
-    seconds: float = Field(default=0.0, description="From submission, workers' start-up included.")
-    stage_seconds: dict[str, float] = Field(default_factory=dict, description="Seconds per stage.")
+    seconds: float = Field(default=0.0, description="From submission (worker start-up too).")
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _count_trials_total(self) -> VerifyResult:
@@ -118,24 +111,18 @@ class Timing(BaseModel):
     """GPU wall time of one callable, µs."""
 
     median_us: float
-    iqr_us: float = Field(description="Interquartile range (p75 - p25).")
+    iqr_us: float = Field(description="p75 - p25.")
     min_us: float
     reps: int
     method: Literal["cuda_events", "cuda_graph"]
-    sets: int = Field(
-        default=1,
-        description="Input sets rotated through (cold L2 under cuda_graph; cuda_events flushes L2).",
-    )
-    clipped: int = Field(
-        default=0,
-        description="Samples clipped at the harness overhead; non-zero: untrustworthy.",
-    )
+    sets: int = Field(default=1, description="Input sets rotated through (cold L2).")
+    clipped: int = Field(default=0, description="Samples at the harness floor; non-zero: untrustworthy.")
 
 
 class Roofline(BaseModel):
     target: str
-    flops: float = Field(description="FLOPs of one forward (the reference's).")
-    bytes: float = Field(description="Fewest bytes one forward moves (inputs read, outputs written once).")
+    flops: float = Field(description="Of one forward (the reference's).")
+    bytes: float = Field(description="Fewest one forward moves.")
     peak_tflops: float
     peak_gbps: float
     floor_us: float = Field(description="max(flops/peak, bytes/bandwidth).")
@@ -152,24 +139,20 @@ class ProfileResult(BaseModel):
     # gamed or broken. Consumers treat any profile with `failure_class` set as having no speedup.
 
     available: bool = Field(description="False without a GPU (roofline floor only).")
-    message: str = Field(
-        default="",
-        description="How it was timed, or why not.",
-    )
+    message: str = Field(default="", description="How it was timed, or why not.")
     device: str | None = None
     candidate: Timing | None = None
     reference_eager: Timing | None = None
-    reference_compiled: Timing | None = Field(default=None, description="Under torch.compile.")
+    reference_compiled: Timing | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compiled: float | None = None
     achieved_gbps: float | None = None
     achieved_tflops: float | None = None
-    roofline_fraction: float | None = Field(default=None, description="floor_us / candidate median.")
+    roofline_fraction: float | None = Field(default=None, description="floor_us / median.")
     roofline: Roofline | None = None
     failure_class: FailureClass | None = Field(
         default=None,
-        description="Set when the timing was rejected (the CUDA stream changed, or it beat ¼ of the "
-        "physical floor): no speedup.",
+        description="Timing rejected (stream changed, or under ¼ of the physical floor): no speedup.",
     )
     evidence: Evidence | None = None
     seconds: float = 0.0
@@ -216,14 +199,10 @@ class EvalResult(BaseModel):
     profile: ProfileResult | None = None
     baseline: ProfileResult | None = Field(
         default=None,
-        description="The reference alone (no candidate): eager and torch.compile timings on a GPU; "
-        "without one, the roofline floor.",
+        description="The reference alone (no candidate).",
     )
     seconds: float = 0.0
-    stage_seconds: dict[str, float] = Field(
-        default_factory=dict,
-        description="Seconds per stage (workers, reference, candidate, compile, kernels, verify, ...).",
-    )
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
 
     @property
     def failure_class(self) -> FailureClass | None:

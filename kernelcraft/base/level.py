@@ -27,36 +27,34 @@ FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0)
 
 
 class TaskOutcome(BaseModel):
-    """One task's verdict and timings."""
-
-    problem_id: int = Field(description="The task file's leading number.")
-    name: str = Field(description="The task's file, e.g. '19_ReLU.py'.")
-    candidate: str | None = Field(default=None, description="The candidate's file; null: missing.")
+    problem_id: int = Field(description="The file's leading number.")
+    name: str
+    candidate: str | None = Field(default=None, description="Its file; null: missing.")
     status: TaskStatus
-    compiled: bool = Field(default=False, description="The candidate loaded and its kernels compiled.")
+    compiled: bool = Field(default=False, description="Loaded, kernels compiled.")
     failure_class: FailureClass | None = None
-    message: str | None = Field(default=None, description="Why it failed, or how it was timed.")
-    trials: str | None = Field(default=None, description="Trials, 'passed / total'.")
+    message: str | None = Field(default=None, description="Why it failed, or how timed.")
+    trials: str | None = Field(default=None, description="'passed / total'.")
     candidate_time: Timing | None = None
     eager: Timing | None = Field(default=None, description="The reference, eager.")
     compiled_ref: Timing | None = Field(default=None, description="The reference, torch.compile.")
     speedup_vs_eager: float | None = None
     speedup_vs_compiled: float | None = None
-    floor_us: float | None = Field(default=None, description="The roofline floor (sm_90a), µs.")
+    floor_us: float | None = Field(default=None, description="Roofline floor (sm_90a).")
     device: str | None = None
-    seconds: float = Field(default=0.0, description="Seconds this task took.")
+    seconds: float = 0.0
     mode: LevelMode = "candidates"
     timed: bool = Field(default=False, description="GPU timings asked for.")
-    task_sha: str = Field(default="", description="sha256 of the task: a changed one is re-run.")
-    candidate_sha: str | None = Field(default=None, description="sha256 of the candidate.")
+    task_sha: str = Field(default="", description="A changed task is re-run.")
+    candidate_sha: str | None = None
 
 
 class FastP(BaseModel):
-    """The fraction of ALL tasks correct and over p times faster (missing and failing ones count)."""
+    """The share of ALL tasks correct and over p times faster."""
 
     p: float
-    vs_eager: float | None = Field(default=None, description="Against eager.")
-    vs_compiled: float | None = Field(default=None, description="Against torch.compile.")
+    vs_eager: float | None = None
+    vs_compiled: float | None = None
 
 
 class LevelSummary(BaseModel):
@@ -68,20 +66,16 @@ class LevelSummary(BaseModel):
     out_dir: str
     timed: bool = Field(description="Timings were taken (a GPU).")
     message: str = Field(default="", description="What the figures rest on.")
-    total: int = Field(description="Tasks in the level (after --problems).")
+    total: int = Field(description="Tasks (after --problems).")
     correct: int = 0
     compiled: int = 0
     missing: int = 0
     task_errors: int = 0
-    resumed: int = Field(default=0, description="Outcomes read from an earlier run.")
-    fast_p: list[FastP] = Field(
-        default_factory=list, description="p = 0, 0.5, 1, 1.5, 2 (0 only without a GPU)."
-    )
-    geomean_speedup_vs_eager: float | None = Field(
-        default=None, description="Geometric mean over the correct, timed tasks."
-    )
+    resumed: int = Field(default=0, description="Read from an earlier run.")
+    fast_p: list[FastP] = Field(default_factory=list, description="p = 0, 0.5, 1, 1.5, 2 (0 without a GPU).")
+    geomean_speedup_vs_eager: float | None = Field(default=None, description="Over the correct, timed tasks.")
     geomean_speedup_vs_compiled: float | None = None
-    unmatched_candidates: list[str] = Field(default_factory=list, description="Candidates matching no task.")
-    files: dict[str, str] = Field(default_factory=dict, description="What the run wrote, by role.")
+    unmatched_candidates: list[str] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict, description="Written, by role.")
     seconds: float = 0.0
     tasks: list[TaskOutcome] = Field(default_factory=list)

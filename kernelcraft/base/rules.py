@@ -19,23 +19,21 @@ MAX_RULE_CHARS = 400
 
 
 class RuleScope(BaseModel):
-    dsl: str = Field(default="triton", description="Kernel language.")
-    arch_family: str | None = Field(default=None, description="'nvidia', 'amd' or null (general).")
-    op_category: str | None = Field(default=None, description="Operator category ('matmul', ...) or null.")
+    dsl: str = "triton"
+    arch_family: str | None = Field(default=None, description="'nvidia', 'amd' or null.")
+    op_category: str | None = Field(default=None, description="'matmul', ... or null.")
 
 
 class RuleOut(BaseModel):
-    """A rule."""
-
-    id: int = Field(description="Id in this database.")
+    id: int
     uid: str = Field(description="The same in every database.")
     text: str = Field(description="One sentence: 'You cannot …'.")
-    count: int = Field(description="Failures that produced or matched it.")
+    count: int = Field(description="Failures behind it.")
     status: RuleStatus = Field(description="'candidate': not yet active.")
     scope: RuleScope
-    reason: str | None = Field(default=None, description="Why Triton behaves so.")
-    failure_class: FailureClass | None = Field(default=None, description="The failure class it prevents.")
-    score: float = Field(default=0.0, description="Relevance to the query (higher: better).")
+    reason: str | None = Field(default=None, description="Why Triton does so.")
+    failure_class: FailureClass | None = None
+    score: float = 0.0
     seed: bool = Field(default=False, description="Shipped, not learnt.")
 
 
@@ -44,12 +42,12 @@ class FailureRecorded(BaseModel):
 
     failure_id: int
     failure_class: FailureClass
-    rule: RuleOut | None = Field(default=None, description="The rule it created or incremented.")
+    rule: RuleOut | None = Field(default=None, description="Created or incremented.")
     rule_action: RuleAction = Field(
-        description="'linked': already counted; 'none': no rule proposed, or a wrong result."
+        description="'linked': already counted; 'none': no rule, or a wrong result."
     )
-    activated: bool = Field(description="This failure made the rule active.")
-    note: str | None = Field(default=None, description="Why a proposed rule was not counted, if it was not.")
+    activated: bool = Field(description="This made the rule active.")
+    note: str | None = Field(default=None, description="Why a proposed rule was not counted.")
 
 
 class RuleLine(BaseModel):

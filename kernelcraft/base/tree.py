@@ -22,25 +22,25 @@ ParamValue = int | float | str | bool
 
 
 class WarmStart(BaseModel):
-    """The earlier tree whose best kernel seeded this one."""
+    """The tree whose best kernel seeded this one."""
 
-    tree_id: int = Field(description="The earlier tree.")
-    node_id: int = Field(description="Its best node, now this tree's seed.")
+    tree_id: int
+    node_id: int = Field(description="Its best node, this tree's seed.")
     match: Literal["task_hash", "operator_and_shapes"] = Field(
-        description="Same task source, or same Model, inputs and sizes (prose and layout aside)."
+        description="Same source, or same Model, inputs and sizes."
     )
-    speedup: float | None = Field(description="Its speedup there (null: unmeasured).")
+    speedup: float | None
 
 
 class TreeInfo(BaseModel):
     id: int
     task_name: str
-    task_hash: str = Field(description="sha256 of the task source.")
-    target: str = Field(description="e.g. sm_90a.")
-    policy: str = Field(description="'adaexplore', 'greedy' or 'beam'.")
-    params: dict[str, ParamValue] = Field(description="Policy parameters, defaults filled in.")
-    budget: int = Field(description="Candidates to evaluate (seed not counted).")
-    seed: int = Field(description="Seed of its random choices (replayable).")
+    task_hash: str = Field(description="sha256 of the source.")
+    target: str
+    policy: str
+    params: dict[str, ParamValue] = Field(description="Defaults filled in.")
+    budget: int = Field(description="Seed not counted.")
+    seed: int
     status: Literal["running", "done"]
     steps_issued: int
     warm_start: WarmStart | None = None
@@ -49,32 +49,23 @@ class TreeInfo(BaseModel):
 
 
 class NodeInfo(BaseModel):
-    """A candidate with its verdict, or a step being written (pending)."""
+    """A candidate and its verdict, or a pending step."""
 
     id: int
     tree_id: int
     parent_id: int | None
     kind: StepKind = Field(description="'large': a new kernel; 'small': a refinement.")
-    status: NodeStatus = Field(description="'lapsed': lease expired (a late submit still counts).")
-    seed: bool = Field(default=False, description="The tree's seed (not in the budget).")
-    abandoned: bool = Field(
-        default=False,
-        description="Given up without a candidate (`error` says why); never expanded.",
-    )
+    status: NodeStatus = Field(description="'lapsed': lease expired (late submits count).")
+    seed: bool = Field(default=False, description="Outside the budget.")
+    abandoned: bool = Field(default=False, description="Given up (`error` says why); never expanded.")
     step_index: int | None = None
-    reason: str | None = Field(default=None, description="Why the policy chose it.")
-    outcome: Outcome | None = Field(default=None, description="'wrong': compiled, but wrong.")
+    reason: str | None = None
+    outcome: Outcome | None = None
     failure_class: FailureClass | None = None
-    failure_id: int | None = Field(
-        default=None,
-        description="Its failure in the rulebook: pass it to record_failure with a rule.",
-    )
-    error: str | None = Field(
-        default=None,
-        description="The candidate's traceback frames and the exceptions, trimmed.",
-    )
-    speedup: float | None = Field(default=None, description="Over the PyTorch baseline; null: unmeasured.")
-    candidate_us: float | None = Field(default=None, description="Median time, µs (GPU only).")
+    failure_id: int | None = Field(default=None, description="Pass it to record_failure with a rule.")
+    error: str | None = Field(default=None, description="The candidate's frames and exceptions, trimmed.")
+    speedup: float | None = Field(default=None, description="Over PyTorch; null: unmeasured.")
+    candidate_us: float | None = Field(default=None, description="Median, µs (GPU only).")
     reward: float | None = None
     visits: int = 0
     mean_value: float = 0.0
@@ -84,70 +75,59 @@ class NodeInfo(BaseModel):
     evaluated_at: str | None = None
     lease_expires_at: str | None = None
     code_hash: str | None = None
-    code: str | None = Field(default=None, description="Its source (where asked for).")
-    verdict: EvalResult | None = Field(default=None, description="The whole evaluation (where asked for).")
+    code: str | None = Field(default=None, description="Where asked for.")
+    verdict: EvalResult | None = Field(default=None, description="Where asked for.")
 
 
 class ContextKernel(BaseModel):
-    """A kernel shown for the next step."""
-
     node_id: int
     kind: StepKind
     outcome: Outcome | None
     failure_class: FailureClass | None = None
-    error: str | None = Field(default=None, description="Why it failed, if it did.")
+    error: str | None = None
     speedup: float | None = None
     candidate_us: float | None = None
-    profile: str | None = Field(
-        default=None,
-        description="Its profile in words (roofline, registers, spills, shared memory); GPU only.",
-    )
-    code: str = Field(
-        description="Its source; in a long chain, an older version's past the token budget is a one-line note."
-    )
+    profile: str | None = Field(default=None, description="In words (GPU only).")
+    code: str = Field(description="A one-line note past the token budget.")
 
 
 class NextStep(BaseModel):
-    """Your step: write one candidate and submit it for `node_id`."""
+    """Your step: write one candidate, submit it for node_id."""
 
     tree_id: int
-    node_id: int = Field(description="Submit the candidate for this node.")
+    node_id: int
     parent_id: int = Field(description="The node being expanded.")
     kind: Literal["large", "small"] = Field(
         description="'small': refine start_code; 'large': write a new kernel."
     )
     step_index: int
     client: str
-    lease_expires_at: str = Field(
-        description="Submit before this (UTC); late still counts if budget is left."
-    )
+    lease_expires_at: str = Field(description="Submit by then (UTC); late counts if budget is left.")
     reason: str = Field(description="Why the policy chose it.")
     task_name: str
-    task_source: str = Field(description="The task: Model, get_inputs, get_init_inputs.")
+    task_source: str
     target: str
     start_code: str | None = Field(default=None, description="Small step: the kernel to refine.")
     chain: list[ContextKernel] = Field(
         default_factory=list,
-        description="Small step: refinements since the last rewrite, oldest first.",
+        description="Small step: refinements since the last rewrite.",
     )
     pool: list[ContextKernel] = Field(
         default_factory=list,
         description="Large step: each branch's best kernel; beat them all.",
     )
-    speedup_to_beat: float | None = Field(default=None, description="Large step: the pool's best speedup.")
+    speedup_to_beat: float | None = Field(default=None, description="Large step: the pool's best.")
     rules: list[RuleOut] = Field(
         default_factory=list,
-        description="Active rules for this step: all, or the most relevant few (rules_in_prompt).",
+        description="All active, or the most relevant.",
     )
     manual_sections: list[DocSection] = Field(
         default_factory=list,
-        description="Manual sections for the kernel and its last failure (snippets; section_id for all).",
+        description="For this kernel and its last failure.",
     )
-    parent_profile: str | None = Field(
-        default=None, description="The profile of the kernel to start from, in words (GPU only)."
-    )
-    speedup_measured: bool = Field(description="False without a GPU (correctness only).")
-    instructions: str = Field(description="What to do, for a model new to this tree.")
+    parent_profile: str | None = Field(default=None, description="In words (GPU only).")
+    speedup_measured: bool = Field(description="False without a GPU.")
+    instructions: str = Field(description="What to do, for a model new to it.")
 
 
 class OutcomeCounts(BaseModel):
@@ -160,25 +140,25 @@ class OutcomeCounts(BaseModel):
 
 class StartResult(BaseModel):
     tree: TreeInfo
-    seed_node: NodeInfo | None = Field(default=None, description="The evaluated seed, if one was given.")
+    seed_node: NodeInfo | None = Field(default=None, description="The evaluated seed, if given.")
     warm_start: WarmStart | None = None
     next_step: NextStep | None
     message: str
 
 
 class SubmitResult(BaseModel):
-    node: NodeInfo = Field(description="The node just evaluated or abandoned.")
-    new_best: bool = Field(description="It is now the tree's best.")
-    best: NodeInfo | None = Field(description="The best node (without code).")
+    node: NodeInfo = Field(description="Just evaluated or abandoned.")
+    new_best: bool
+    best: NodeInfo | None = Field(description="Without code.")
     budget_left: int
     message: str = Field(description="The verdict in words.")
     next_step: NextStep | None
-    next_step_note: str | None = Field(default=None, description="Why there is no next step.")
+    next_step_note: str | None = Field(default=None, description="Why there is none.")
 
 
 class TreeStatus(BaseModel):
     tree: TreeInfo
-    best: NodeInfo | None = Field(description="The best node, with code and verdict.")
+    best: NodeInfo | None = Field(description="With code and verdict.")
     counts: OutcomeCounts
     budget_used: int
     budget_left: int

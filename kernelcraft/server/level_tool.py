@@ -34,7 +34,7 @@ class LevelReport(LevelSummary):
 
 
 def register_level_tool(mcp: MCPServer[AppState]) -> None:
-    @mcp.tool(title="Evaluate a whole level of tasks", annotations=RESUMES)
+    @mcp.tool(title="Evaluate a level of tasks", annotations=RESUMES)
     @cleaned
     async def evaluate_level(
         ctx: Context[AppState],

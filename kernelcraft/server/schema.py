@@ -5,8 +5,8 @@ against the tool's output schema (jsonschema's cost is per schema node visited).
 schemas are right but costly to ship: each tool carries its own copy of every model it touches
 (the evidence of a failed check was published four times, the failure classes six), a generated
 `title` on every field, and defaults on output fields the server always sends. `published`
-rewrites the tool list, keeping every property, description, enum and bound (and what inputs
-require):
+rewrites the tool list, keeping every property with its type and description, and what inputs
+require (their enums and the bounds a client can reach):
 
 - every model is published in full once in the whole list. A tool's whole result is its own; a
   model an input uses is that input's; another model that several results hold is published, under
@@ -14,9 +14,14 @@ require):
   other tools name it: `{"type": "object", "description": "…: Evidence in compile_kernel's
   output."}`, `"…: what verify_against_reference returns."`;
 - within one schema, a definition referenced once is written in place, one referenced more often
-  stays in `$defs`, and unreferenced ones go;
+  stays in `$defs`, and unreferenced ones go; in a result, a model that every field holding it
+  holds nullable is published nullable there once, and the fields hold a plain `$ref`;
 - generated titles go; in output schemas so do defaults, `required` lists (the server sends every
-  field) and the root's description (the tool's description says what it returns);
+  field), the root's description (the tool's description says what it returns), and what a reader
+  of a result checks nothing against: the failure classes (a string there; record_failure's input
+  lists them), the `type` beside a string enum (its values say it), the type of a map's scalar
+  values (a constexpr's, a stage's seconds); inputs leave out bounds at SQLite's integer limits
+  (the server refuses a larger id and says so);
 - an optional input argument whose default is null is published as its own type, left out of
   `required`: omitting it is how a client leaves it unset (null is still accepted);
 - a field description the list already gave (the task's source, in three tools) is given once:
@@ -45,6 +50,9 @@ _NULL = {"type": "null"}
 _ONE = ("additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames")
 _MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
 _MAPS = ("properties", "patternProperties", "$defs")
+_SCALARS = ("string", "number", "integer", "boolean", "null")
+# SQLite's 64-bit integer limits: the server checks them (and says so), no client comes near them.
+_STORAGE_BOUNDS = {("maximum", 2**63 - 1), ("minimum", -(2**63))}
 
 
 @dataclass(frozen=True)
@@ -123,15 +131,15 @@ def model_owners(tools: list[Tool]) -> Owners:
     """Who publishes each model that some tool's result holds and another schema holds too.
 
     Input schemas keep every model they use (a client checks its arguments against them); a
-    model an input publishes is named by the results that hold it. A tool's whole result is its
-    own. Any other model that two results reach is published by the tool that reaches it in the
-    fewest steps from its root (the first in list order, on a tie). A model reached only through
-    a model published elsewhere is not reached, so ownership is settled again until it no longer
-    changes.
+    model an input publishes is named by the results that hold it (an enumeration is not: a result
+    holds it as its type). A tool's whole result is its own. Any other model that two results reach
+    is published by the tool that reaches it in the fewest steps from its root (the first in list
+    order, on a tie). A model reached only through a model published elsewhere is not reached, so
+    ownership is settled again until it no longer changes.
     """
     outputs = {t.name: t.output_schema for t in tools if t.output_schema is not None}
     owners = Owners(results={s["title"]: name for name, s in outputs.items() if "title" in s})
-    in_outputs = {m for s in outputs.values() for m in s.get("$defs", {})}
+    in_outputs = {m for s in outputs.values() for m, d in s.get("$defs", {}).items() if "enum" not in d}
     for tool in tools:
         for model in tool.input_schema.get("$defs", {}):
             if model in in_outputs and model not in owners.defs:
@@ -194,36 +202,58 @@ def _optional(prop: JsonSchema) -> JsonSchema:
     return {**branches[0], **rest}
 
 
-def _refs(node: Any) -> list[str]:
-    """The definition names `node` references, one entry per reference."""
+def _scalars(node: Any) -> bool:
+    """Whether `node` admits only scalars (a type, or an `anyOf` of types, that is not a container)."""
+    branches = node.get("anyOf", [node]) if isinstance(node, dict) else []
+    return bool(branches) and all(isinstance(b, dict) and b.get("type") in _SCALARS for b in branches)
+
+
+def _nullable(node: JsonSchema) -> str | None:
+    """The definition that `node` holds as `anyOf: [{"$ref": …}, {"type": "null"}]`, if it does."""
+    any_of = node.get("anyOf")
+    if not isinstance(any_of, list) or len(any_of) != 2 or _NULL not in any_of:
+        return None
+    branch = any_of[1] if any_of[0] == _NULL else any_of[0]
+    ref = branch.get("$ref") if isinstance(branch, dict) and len(branch) == 1 else None
+    return ref.removeprefix(_DEFS) if isinstance(ref, str) else None
+
+
+def _refs(node: Any, *, plain: bool = False) -> list[str]:
+    """The definition names `node` references, one entry per reference; `plain`: only those not held
+    nullable."""
     if isinstance(node, list):
-        return [name for item in node for name in _refs(item)]
+        return [name for item in node for name in _refs(item, plain=plain)]
     if not isinstance(node, dict):
         return []
     found = [node["$ref"].removeprefix(_DEFS)] if isinstance(node.get("$ref"), str) else []
     for key, value in node.items():
+        if key == "anyOf" and plain and _nullable(node) is not None:
+            continue
         if key in _ONE or key in _MANY:
-            found += _refs(value)
+            found += _refs(value, plain=plain)
         elif key in _MAPS and isinstance(value, dict):
-            found += [name for sub in value.values() for name in _refs(sub)]
+            found += [name for sub in value.values() for name in _refs(sub, plain=plain)]
     return found
 
 
 def _reference_counts(
     root: JsonSchema, defs: Mapping[str, JsonSchema], elsewhere: Mapping[str, str]
-) -> Counter[str]:
-    """How often each definition reachable from `root` is referenced; a model published elsewhere
-    is counted where it is referenced but not followed."""
+) -> tuple[Counter[str], Counter[str]]:
+    """How often each definition reachable from `root` is referenced, in all and not held nullable;
+    a model published elsewhere is counted where it is referenced but not followed."""
     counts: Counter[str] = Counter()
+    plain: Counter[str] = Counter()
     seen: set[str] = set()
     todo = [root]
     while todo:
-        for name in _refs(todo.pop()):
+        node = todo.pop()
+        plain.update(_refs(node, plain=True))
+        for name in _refs(node):
             counts[name] += 1
             if name not in seen and name not in elsewhere and name in defs:
                 seen.add(name)
                 todo.append(defs[name])
-    return counts
+    return counts, plain
 
 
 def _depths(root: JsonSchema, defs: Mapping[str, JsonSchema], elsewhere: Mapping[str, str]) -> dict[str, int]:
@@ -258,8 +288,11 @@ class _Rewriter:
     ) -> None:
         self.defs: dict[str, JsonSchema] = schema.get("$defs", {})
         self.elsewhere = elsewhere or {}
-        self.uses = _reference_counts(_root(schema), self.defs, self.elsewhere)
+        self.uses, plain = _reference_counts(_root(schema), self.defs, self.elsewhere)
         self.kept, self.output = kept, output
+        # In a result, a model that every field holding it holds nullable is published nullable.
+        models = {m for m in self.uses if "properties" in self.defs.get(m, {})}
+        self.nullable = {m for m in models if output and not plain[m]}
         self.shared: dict[str, JsonSchema] = {}
 
     def __call__(self, root: JsonSchema) -> JsonSchema:
@@ -272,9 +305,12 @@ class _Rewriter:
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith(_DEFS):
             return self.reference(ref.removeprefix(_DEFS), {k: v for k, v in node.items() if k != "$ref"})
+        held = self.held_nullable(node)
+        if held is not None:
+            return held
         out: JsonSchema = {}
         for key, value in node.items():
-            if key == "title" or (self.output and key in ("default", "required")):
+            if self.dropped(key, value):
                 continue
             if key in _ONE and isinstance(value, dict):
                 out[key] = self.node(value)
@@ -284,22 +320,67 @@ class _Rewriter:
                 out[key] = {name: self.node(v) if isinstance(v, dict) else v for name, v in value.items()}
             else:
                 out[key] = value
-        return _normal_form(out)
+        return _normal_form(_untyped_enum(out) if self.output else out)
+
+    def held_nullable(self, node: JsonSchema) -> JsonSchema | None:
+        """A field that holds a model or null, where the model is published elsewhere (the field's
+        words and where the model is, in one description) or nullable in `$defs` (a plain `$ref`)."""
+        name = _nullable(node)
+        if name is None:
+            return None
+        siblings = {k: v for k, v in node.items() if k != "anyOf"}
+        if name in self.elsewhere and "enum" not in self.defs.get(name, {}):
+            named = self.reference(name, siblings)
+            return {"anyOf": [{"type": named.pop("type")}, dict(_NULL)], **named}
+        if name in self.nullable and self.is_shared(name):
+            return self.reference(name, siblings)
+        return None
+
+    def dropped(self, key: str, value: Any) -> bool:
+        """Whether a keyword goes: a generated title, a bound at SQLite's integer limits; in a result
+        also defaults, `required` lists and the type of a map's scalar values (a constexpr's value, a
+        stage's seconds: the field says what they are)."""
+        if key == "title" or (isinstance(value, int) and (key, value) in _STORAGE_BOUNDS):
+            return True
+        if not self.output:
+            return False
+        return key in ("default", "required") or (key == "additionalProperties" and _scalars(value))
 
     def reference(self, name: str, siblings: JsonSchema) -> JsonSchema:
         """A `$ref` to `name` with its sibling keywords (a field's description wins over the model's)."""
         rest = self.node(siblings) if siblings else {}
+        if self.output and "enum" in self.defs[name]:
+            # a value read from a result needs no list to check it; the input that takes it has one
+            return {"type": self.defs[name].get("type", "string"), **rest}
         if name in self.elsewhere:
             said = rest.pop("description", "").rstrip(".")
             where = self.elsewhere[name]
             words = f"{said}: {where}." if said else f"{where[0].upper()}{where[1:]}."
             return {"type": self.defs[name].get("type", "object"), "description": words, **rest}
-        if self.uses[name] > 1 or name in self.kept:
+        if self.is_shared(name):
             if name not in self.shared:
                 self.shared[name] = {}  # before the body: a recursive model refers to itself
-                self.shared[name] = self.node(self.defs[name])
+                self.shared[name] = self.definition(name)
             return {"$ref": _DEFS + name, **rest}
         return {**self.node(self.defs[name]), **rest}
+
+    def is_shared(self, name: str) -> bool:
+        return self.uses[name] > 1 or name in self.kept
+
+    def definition(self, name: str) -> JsonSchema:
+        """A model as `$defs` publishes it: with the null its fields allow, if every one allows it."""
+        body = self.node(self.defs[name])
+        if name not in self.nullable:
+            return body
+        said = {"description": body.pop("description")} if "description" in body else {}
+        return {**said, "anyOf": [body, dict(_NULL)]}
+
+
+def _untyped_enum(node: JsonSchema) -> JsonSchema:
+    """A string enumeration without its `type` (the values say it)."""
+    if node.get("type") == "string" and all(isinstance(v, str) for v in node.get("enum", [None])):
+        return {k: v for k, v in node.items() if k != "type"}
+    return node
 
 
 def _normal_form(node: JsonSchema) -> JsonSchema:

@@ -24,17 +24,11 @@ SearchAction = Literal["start", "submit", "status", "abandon", "next"]
 class SearchStep(BaseModel):
     """One of start, submit, status, abandon is set: the action's ('status' for 'next')."""
 
-    action: SearchAction = Field(description="Its result is the field of that name (status for next).")
-    start: StartResult | None = Field(default=None, description="The new tree and your first step.")
-    submit: SubmitResult | None = Field(default=None, description="The verdict and your next step.")
-    status: TreeStatus | None = Field(
-        default=None,
-        description="For 'status' and 'next': the best kernel, counts, budget and your next step.",
-    )
-    abandon: SubmitResult | None = Field(
-        default=None,
-        description="The step, failed with your reason, and your next step.",
-    )
+    action: SearchAction = Field(description="The field holding the result ('status' for next).")
+    start: StartResult | None = None
+    submit: SubmitResult | None = None
+    status: TreeStatus | None = Field(default=None, description="For 'status' and 'next'.")
+    abandon: SubmitResult | None = None
 
 
 def _require(action: str, **given: object) -> None:
