@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
-#   bash bench/h200.sh STEP...     (steps: verify box trace gputests capture eval evalbox cold tuner
-#                                   server ray levelrun level pack)
+#   bash bench/h200.sh STEP...     (steps: verify box boxnobody trace gputests capture eval evalbox
+#                                   cold tuner server ray levelrun level pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
-# RAY_ARGS, LEVEL_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
+# RAY_ARGS, LEVEL_ARGS, COLD_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
 # see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
 # $OUT into one out.tgz (the device tool brings back at most 8 files).
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
@@ -41,7 +41,9 @@ for step in "$@"; do
       for m in on off; do
         mkdir -p "$OUT/box_$m"; OUT="$OUT/box_$m" KERNELCRAFT_SANDBOX=$m run "bench_eval_box_$m" python3 bench/bench_eval.py ${EVAL_ARGS:-}
       done ;;
-    cold) run bench_cold_start python3 bench/bench_cold_start.py --kernelbench .kb --json "$OUT/bench_cold_start.json" ;;
+    cold) run bench_cold_start python3 bench/bench_cold_start.py ${COLD_ARGS:---kernelbench .kb} --json "$OUT/bench_cold_start.json" ;;
+    boxnobody)  # the GPU box tests with the worker leaving root for nobody
+      KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_box.py ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
     ray)

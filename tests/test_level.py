@@ -341,3 +341,31 @@ async def test_on_a_gpu_a_level_run_times_each_task_and_the_baseline_times_the_r
     assert all(t.eager and t.compiled_ref for t in base.tasks)
     files = json.loads((tmp_path / "b" / kernelbench.BASELINE_EAGER).read_text())
     assert sorted(files["level1"]) == sorted(EXPECTED)
+
+
+def test_a_failed_tasks_outcome_keeps_the_tail_of_its_error_text() -> None:
+    from kernelcraft.base.evaluation import EvalResult, Evidence, VerifyResult
+    from kernelcraft.base.failures import FailureClass
+    from kernelcraft.base.level import TaskOutcome
+    from kernelcraft.level.runner import from_result
+
+    trace = (
+        "Traceback (most recent call last):\n"
+        + "  a frame\n" * 400
+        + "torch.OutOfMemoryError: CUDA out of memory"
+    )
+    verify = VerifyResult(
+        correct=False,
+        status="runtime_crash",
+        failure_class=FailureClass.RUNTIME_CRASH,
+        evidence=Evidence(message="the candidate's process exited with code 1", error_text=trace),
+        trials=5,
+        device="cuda:0",
+        interpreter=False,
+    )
+    base = TaskOutcome(
+        problem_id=19, name="19_ReLU.py", candidate="19_relu.py", status="incorrect", mode="candidates"
+    )
+    out = from_result(base, EvalResult(verify=verify))
+    assert out.error_text is not None and len(out.error_text) == 1500
+    assert out.error_text.endswith("torch.OutOfMemoryError: CUDA out of memory")

@@ -34,6 +34,9 @@ class TaskOutcome(BaseModel):
     compiled: bool = Field(default=False, description="Loaded, kernels compiled.")
     failure_class: FailureClass | None = None
     message: str | None = Field(default=None, description="Why it failed, or how timed.")
+    error_text: str | None = Field(
+        default=None, description="The failure's error text, its last 1,500 characters."
+    )
     trials: str | None = Field(default=None, description="'passed / total'.")
     candidate_time: Timing | None = None
     eager: Timing | None = Field(default=None, description="The reference, eager.")

@@ -254,6 +254,7 @@ def from_result(base: TaskOutcome, result: EvalResult) -> TaskOutcome:
         "compiled": cls is None or cls.compiled,
         "failure_class": cls,
         "message": ev.message if ev is not None else (p.message if p is not None else None),
+        "error_text": ev.error_text[-1500:] if ev is not None and ev.error_text else None,
         "trials": f"{v.trials_passed} / {v.trials_total}",
         "device": (p.device if p is not None and p.device else None) or v.device,
     }
