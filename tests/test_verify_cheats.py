@@ -200,3 +200,21 @@ def test_a_decoy_is_named_by_the_knockout(evaluator, job_for) -> None:
     assert v is not None and v.status == "forbidden_construct"
     assert v.evidence is not None and "every Triton launch skipped" in v.evidence.message
     assert v.evidence.op is not None and v.evidence.op.startswith("knockout")
+
+
+@pytest.mark.slow
+def test_an_rmsnorm_without_its_eps_fails_the_small_magnitude_trial_and_the_honest_one_passes(
+    evaluator, job_for, tmp_path: Path
+) -> None:
+    task = CHEATS / "task_rmsnorm.py"
+    honest = evaluator.submit(job_for(task, CHEATS / "rmsnorm_honest.py", trials=2)).verify
+    assert honest is not None and honest.correct, honest
+    v = evaluator.submit(job_for(task, CHEATS / "rmsnorm_no_eps.py", trials=2)).verify
+    assert v is not None and v.status == "numerical_mismatch", v
+    assert v.evidence is not None and "scaled by 2^-10" in v.evidence.message, v.evidence
+    assert v.trials_passed == 1  # the first trial, on randn inputs, cannot tell
+    # A task whose inputs must stay as drawn opts out, and then the hole is open again.
+    opted_out = tmp_path / "task_rmsnorm.py"
+    opted_out.write_text(task.read_text() + "\nKERNELCRAFT_SCALED_TRIAL = False\n")
+    v = evaluator.submit(job_for(opted_out, CHEATS / "rmsnorm_no_eps.py", trials=2)).verify
+    assert v is not None and v.correct, v

@@ -30,6 +30,7 @@ from kernelcraft.base.evaluation import (
     VerifyResult,
 )
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine import scaled
 from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device
@@ -289,7 +290,8 @@ class Job:
     async def trial(self, cand: WorkerProcess, s: int, t: int) -> tuple[FailureClass, Evidence] | None:
         """One trial on input set `s`: the candidate runs (twice on the first, for determinism),
         the reference compares. The failure, if the outputs differ."""
-        made, blobs = await self.workers.inputs(s)
+        small = scaled.is_scaled_trial(s, t, self.spec.trials)
+        made, blobs = await self.workers.inputs(s, scaled.SCALE if small else None)
         await cand.send(Run(inputs=made.inputs, determinism=s == 0 and t == 0).to_header(), blobs)
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
@@ -298,6 +300,8 @@ class Job:
         if not compared.failure_class:
             return None
         ev = evidence_from(compared.evidence, "outputs differ")
+        if small:
+            ev.message = f"{ev.message} ({scaled.NOTE})"
         ev.trial, ev.input_set = t, s
         return FailureClass(compared.failure_class), ev
 

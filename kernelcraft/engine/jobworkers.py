@@ -430,9 +430,11 @@ class JobWorkers:
         self.ref_in_sync = error_is_an_answer or (kind != Msg.TASK_ERROR and "error" not in frame.header)
         return frame
 
-    async def inputs(self, input_set: int) -> tuple[InputsMade, list[bytes]]:
-        """New inputs of one trial from the reference (a secret seed): the message and its blobs."""
-        frame = await self.ask_ref(MakeInputs(input_set=input_set, seed=secrets.randbits(62)))
+    async def inputs(self, input_set: int, scale: float | None = None) -> tuple[InputsMade, list[bytes]]:
+        """New inputs of one trial from the reference (a secret seed; floating-point inputs times
+        `scale`, the small-magnitude trial): the message and its blobs."""
+        said = {"scale": scale} if scale is not None else {}
+        frame = await self.ask_ref(MakeInputs(input_set=input_set, seed=secrets.randbits(62), **said))
         self.task_error(frame)
         self.ref_has_inputs = True
         return InputsMade.from_header(frame.header), frame.blobs

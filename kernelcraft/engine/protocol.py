@@ -149,6 +149,9 @@ class MakeInputs(Request):
     TAG = Op.INPUTS
     input_set: int = Field(validation_alias="set", serialization_alias="set")
     seed: int
+    scale: float | None = None
+    """Multiply the floating-point inputs by this (a power of two: exact) unless the task opts out
+    (`scaled.py`)."""
 
 
 class Compare(Request):

@@ -139,6 +139,10 @@ class ReferenceWorker(Worker):
         torch = self.torch
         try:
             self.private_inputs = self.make_inputs(self.task, self.job, req.input_set, req.seed)
+            from kernelcraft.engine import scaled
+
+            if req.scale is not None and scaled.task_allows(self.task):
+                self.private_inputs = scaled.scale_inputs(self.private_inputs, req.scale)
             with torch.no_grad():
                 self.ref_out = self.model(*[self._map(x, lambda t: t.clone()) for x in self.private_inputs])
             self.sync()
