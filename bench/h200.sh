@@ -47,6 +47,7 @@ for step in "$@"; do
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
     ray)
+      ls -la .ray | head -4
       mkdir -p /tmp/site && tar -xJf .ray/ray-slim.tar.xz -C /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .ray/whl/*.whl >/dev/null 2>&1 || echo "ray install failed"
       run bench_ray python3 bench/bench_ray.py ${RAY_ARGS:-} ;;
     levelrun)  # our Triton candidates for eight level-1 tasks: verdicts, timings, fast_p
