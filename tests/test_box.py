@@ -356,7 +356,7 @@ def test_on_a_gpu_hostile_candidates_get_nothing(gpu_eval, job_for, tmp_path: Pa
             daemon,
         ):
             r = gpu_eval(job_for(TASK, source, trials=1))
-            assert r.verify is not None and r.verify.correct, (r.verify and r.verify.evidence, source[:80])
+            assert r.verify is not None and r.verify.correct, (r.verify and r.verify.evidence, str(source)[:80])
             assert secret not in r.model_dump_json()
         size = marker.stat().st_size
         time.sleep(0.5)
