@@ -350,14 +350,17 @@ def test_on_a_gpu_hostile_candidates_get_nothing(gpu_eval, job_for, tmp_path: Pa
     marker = Path(f"/dev/shm/kernelcraft-test-daemon-{secrets.token_hex(6)}")
     daemon = _daemon_source(marker)
     try:
-        for source in (
-            _cheat("reads_files.py", PATHS=[str(tmp_path / "id_ed25519")]),
-            CHEATS / "forks_many.py",
-            daemon,
+        got = {}  # every cheat is tried, so one GPU run tells which of them the box stops
+        for name, source in (
+            ("reads_files", _cheat("reads_files.py", PATHS=[str(tmp_path / "id_ed25519")])),
+            ("forks_many", CHEATS / "forks_many.py"),
+            ("daemon", daemon),
         ):
             r = gpu_eval(job_for(TASK, source, trials=1))
-            assert r.verify is not None and r.verify.correct, (r.verify and r.verify.evidence, str(source)[:80])
-            assert secret not in r.model_dump_json()
+            assert secret not in r.model_dump_json(), name
+            if r.verify is None or not r.verify.correct:
+                got[name] = r.verify.evidence.message if r.verify and r.verify.evidence else r
+        assert not got, got
         size = marker.stat().st_size
         time.sleep(0.5)
         assert marker.stat().st_size == size

@@ -417,7 +417,10 @@ def main() -> None:
     # the first job's path), and a stage that started a thread makes the zygote unavailable below.
     deferred: list[str] = []
     for name, stage in worker.import_stages(cuda=cuda):
-        if name != "base" and cuda and not _probe(stage):
+        # base and dynamo were seen to leave the driver alone on the H200 (the check after each
+        # stage still catches one that does): only inductor is worth a throwaway fork, whose
+        # import the probe pays once more.
+        if name not in ("base", "dynamo") and cuda and not _probe(stage):
             deferred.append(name)
             continue
         stage()
