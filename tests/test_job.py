@@ -105,6 +105,9 @@ class ScriptedWorker:
     def rss_bytes(self) -> int:
         return 0
 
+    def limit_processes(self, extra_tasks: int) -> None:
+        self.limited = extra_tasks
+
 
 class ScriptedPool:
     def __init__(self, candidate_timing: dict[str, Any] | None = None) -> None:

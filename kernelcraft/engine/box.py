@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kernelcraft.base.config import env_switch
-from kernelcraft.engine import sandbox
+from kernelcraft.engine import pidlimit, sandbox
 
 BOX_ENV = "KERNELCRAFT_WORKER_BOX"
 """How the pool tells its workers to box themselves: "off", "on", "on,nopidns" (switched off) or
@@ -383,8 +383,11 @@ def confine_candidate(workdir: str | Path) -> str | None:
 
 
 def _limit_processes() -> str | None:
-    """Set the process limit (a note when there is none)."""
+    """Set the process limit (a note when there is none). Where RLIMIT_NPROC cannot hold (root),
+    the pool's pids cgroup may (`pidlimit.py`)."""
     if not _box.nproc:
+        if pidlimit.in_force():
+            return None
         return "no process limit" + (" (it runs as root)" if os.getuid() == 0 else " (no user namespace)")
     try:
         tasks = len(os.listdir("/proc/self/task"))  # its own threads count too

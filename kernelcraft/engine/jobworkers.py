@@ -30,7 +30,7 @@ from typing import Any, Literal
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine import shrink
+from kernelcraft.engine import box, shrink
 from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device
@@ -310,6 +310,8 @@ class JobWorkers:
         load = Load(
             role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
         )
+        if role == "candidate" and settings.sandbox:
+            w.limit_processes(box.CANDIDATE_TASKS)  # before it imports the candidate
         await w.send(load.to_header())
         frame = await self.recv(w, candidate=role == "candidate")
         if id(w) in self.untrusted and frame.header.get("type") == Msg.TASK_ERROR:

@@ -29,7 +29,7 @@ from typing import Any
 
 from kernelcraft.base.config import env_switch
 from kernelcraft.base.errors import KernelcraftError
-from kernelcraft.engine import box
+from kernelcraft.engine import box, pidlimit
 from kernelcraft.engine.channel import ChannelError, Frame, read_frame, write_frame
 from kernelcraft.engine.zygote import ForkedChild, Zygote, ZygoteUnavailable
 
@@ -120,6 +120,8 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | ForkedChild | None = None
         self.forked = False
         self.killed_for: str | None = None
+        self.cgroup: Path | None = None
+        """Its pids cgroup, once it runs a candidate (`limit_processes`)."""
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
 
@@ -247,10 +249,19 @@ class WorkerProcess:
         except OSError:
             return ""
 
+    def limit_processes(self, extra_tasks: int) -> None:
+        """Put the worker in a pids cgroup of its own (`pidlimit.py`; best effort)."""
+        pid = self.info.get("pid", self.pid)
+        if self.cgroup is None and isinstance(pid, int):
+            self.cgroup = pidlimit.confine(pid, extra_tasks)
+
     async def close(self) -> None:
-        """Kill the process group, reap it, and remove its scratch directory."""
+        """Kill the process group (and what is left in its pids cgroup), reap it, and remove its
+        scratch directory."""
         self.kill()
         await self.wait_exit(10)
+        pidlimit.release(self.cgroup)
+        self.cgroup = None
         if self._writer is not None:
             self._writer.close()
         if self._reader_task is not None:
