@@ -73,3 +73,21 @@ def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills
 
 def test_outside_a_confined_group_no_limit_is_claimed() -> None:
     assert pidlimit.in_force() is False
+
+
+def test_the_cgroups_a_dead_evaluator_left_are_swept_and_a_live_ones_are_not() -> None:
+    root = pidlimit._root()
+    assert root is not None
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = root / f"{pidlimit.PREFIX}{int(gone.stdout)}-0"  # that process has exited
+    alive = root / f"{pidlimit.PREFIX}{os.getpid()}-999"
+    dead.mkdir()
+    alive.mkdir()
+    try:
+        pidlimit.sweep(root)
+        assert not dead.exists() and alive.exists()
+    finally:
+        pidlimit.release(alive)
+        pidlimit.release(dead)

@@ -47,6 +47,10 @@ def confine(pid: int, extra_tasks: int) -> Path | None:
     root = _root()
     if root is None:
         return None
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep(root)
     group = root / f"{PREFIX}{os.getpid()}-{next(_serial)}"
     try:
         tasks = len(os.listdir(f"/proc/{pid}/task"))
@@ -75,6 +79,26 @@ def release(group: Path | None) -> None:
                     os.kill(int(line), signal.SIGKILL)
         time.sleep(0.02)
     log.debug("could not remove %s", group)
+
+
+_swept = False
+"""Once a process: the first `confine` sweeps what dead processes left (`sweep`)."""
+
+
+def sweep(root: Path) -> None:
+    """Release the cgroups of evaluator processes that are gone (a server killed with SIGKILL
+    could not release its own), killing what is left in them."""
+    with contextlib.suppress(OSError):
+        for group in root.iterdir():
+            owner = group.name.removeprefix(PREFIX).split("-")[0]
+            if not group.name.startswith(PREFIX) or not owner.isdigit():
+                continue
+            try:
+                os.kill(int(owner), 0)
+            except ProcessLookupError:
+                release(group)
+            except OSError:
+                continue
 
 
 def in_force() -> bool:
