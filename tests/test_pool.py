@@ -50,6 +50,9 @@ async def test_workers_are_forked_from_the_zygote_with_their_own_session_home_an
         a = await pool.acquire()
         b = await pool.acquire()
         assert a.forked and b.forked and a.pid != b.pid
+        # what its start cost, by phase, for `kernelcraft -v` (the H200's slow first verdict)
+        assert set(a.info["startup"]) == {"box", "imports", "device"}
+        assert all(v >= 0 for v in a.info["startup"].values())
         state = await _job_env(a)
         # its own session and process group, led by the process the pool started (which, in a
         # PID namespace, is the worker's keeper: box.py)

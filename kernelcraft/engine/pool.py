@@ -187,6 +187,7 @@ class WorkerProcess:
                 f"by {sys.executable}? Log tail: {self.tail()}"
             )
         self.info = frame.header
+        log.debug("worker %s ready: start-up by phase %s s", self.pid, frame.header.get("startup"))
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

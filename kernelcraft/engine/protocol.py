@@ -269,6 +269,8 @@ class Ready(Reply):
     TAG = Msg.READY
     pid: int
     device: str
+    startup: dict[str, float] | None = None
+    """Seconds its start took, by phase (box, imports, cuda); logged at debug by the pool."""
 
 
 class Sized(Reply):

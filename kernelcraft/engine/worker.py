@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +85,16 @@ def serve(fd: int) -> None:
     zygote could not import without touching the GPU)."""
     from kernelcraft.engine import box
 
+    t0 = time.perf_counter()
     box.start()  # namespaces, while this process has one thread (in a PID namespace: a child)
+    t1 = time.perf_counter()
     import torch
 
     from kernelcraft.engine import channel
 
     want = os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu")
     prepare(cuda=want == "cuda")
+    t2 = time.perf_counter()
 
     sock = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
@@ -102,7 +106,9 @@ def serve(fd: int) -> None:
     else:
         torch.set_num_threads(1)
         device, cuda_ipc, name = "cpu", False, "cpu"
-    channel.send_frame(sock, Ready(pid=box.host_pid(), device=name).to_header())
+    t3 = time.perf_counter()
+    startup = {"box": round(t1 - t0, 3), "imports": round(t2 - t1, 3), "device": round(t3 - t2, 3)}
+    channel.send_frame(sock, Ready(pid=box.host_pid(), device=name, startup=startup).to_header())
     try:
         job = Load.from_header(channel.recv_frame(sock).header)
     except Exception:

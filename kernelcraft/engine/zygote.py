@@ -184,6 +184,7 @@ class Zygote:
         kind = msg.get("type")
         if kind == "ready":
             self.deferred = [str(x) for x in msg.get("deferred", [])]
+            log.debug("zygote ready: imports by stage %s s, deferred %s", msg.get("seconds"), self.deferred)
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
         elif kind == "unavailable":
@@ -416,7 +417,9 @@ def main() -> None:
     # has no driver to touch: its stages run here at once (the probe would import each twice, on
     # the first job's path), and a stage that started a thread makes the zygote unavailable below.
     deferred: list[str] = []
+    stage_seconds: dict[str, float] = {}
     for name, stage in worker.import_stages(cuda=cuda):
+        started = time.perf_counter()
         # base and dynamo were seen to leave the driver alone on the H200 (the check after each
         # stage still catches one that does): only inductor is worth a throwaway fork, whose
         # import the probe pays once more.
@@ -424,6 +427,7 @@ def main() -> None:
             deferred.append(name)
             continue
         stage()
+        stage_seconds[name] = round(time.perf_counter() - started, 3)
         if _cuda_driver_loaded() or _threads() != 1:
             break
     import torch
@@ -445,7 +449,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     reaper = _become_reaper()
     workers: set[int] = set()
-    _send(ctrl, {"type": "ready", "pid": os.getpid(), "deferred": deferred})
+    _send(ctrl, {"type": "ready", "pid": os.getpid(), "deferred": deferred, "seconds": stage_seconds})
     while True:
         readable, _, _ = select.select([ctrl.fileno(), wake_r], [], [])
         if wake_r in readable:
