@@ -41,7 +41,10 @@ for step in "$@"; do
       for m in on off; do
         mkdir -p "$OUT/box_$m"; OUT="$OUT/box_$m" KERNELCRAFT_SANDBOX=$m run "bench_eval_box_$m" python3 bench/bench_eval.py ${EVAL_ARGS:-}
       done ;;
-    cold) run bench_cold_start python3 bench/bench_cold_start.py ${COLD_ARGS:---kernelbench .kb} --json "$OUT/bench_cold_start.json" ;;
+    cold)  # where a fresh verify's worker start goes (the zygote's stages, each worker's phases), then the benchmark
+      run verbose_verify python3 -m kernelcraft -v verify examples/layernorm/task.py examples/layernorm/seed.py
+      grep -E "ready|PASSED|FAILED" "$OUT/verbose_verify.log" | cut -c1-300
+      run bench_cold_start python3 bench/bench_cold_start.py ${COLD_ARGS:---kernelbench .kb} --json "$OUT/bench_cold_start.json" ;;
     boxnobody)  # the GPU box tests with the worker leaving root for nobody
       KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_box.py ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
