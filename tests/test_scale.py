@@ -74,6 +74,33 @@ def test_shrink_rewrites_the_constants_the_input_functions_read_including_init_a
     compile(small, "small.py", "exec")
 
 
+def test_a_chained_assignment_shrinks_every_name_through_its_one_literal() -> None:
+    # KernelBench level 2 writes `height = width = 128`: a third of its tasks were refused on the
+    # CPU as "not constants kernelcraft can shrink" until both names shared the rewrite.
+    src = (
+        "batch_size = 128\nheight = width = 4096\n\n"
+        "def get_inputs():\n    return [torch.rand(batch_size, 3, height, width)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    small, changes = shrink.shrunk_source(src, 64)
+    assert changes == {"batch_size": (128, 64), "height": (4096, 64), "width": (4096, 64)}
+    assert "height = width = 64\n" in small and "batch_size = 64\n" in small
+    compile(small, "small.py", "exec")
+
+
+def test_sizes_written_as_arithmetic_on_literals_or_in_a_tuple_shrink_too() -> None:
+    # KernelBench level 1 writes `M = 1024 * 2` and `input_shape = (32768,)`.
+    src = (
+        "M = 1024 * 2\nK = 1 << 13\ninput_shape = (8192 * 2, 3)\nN = M * 2\n\n"
+        "def get_inputs():\n    return [torch.rand(M, K), torch.rand(N, *input_shape)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    small, changes = shrink.shrunk_source(src, 64)
+    assert changes == {"M": (2048, 64), "K": (8192, 64), "input_shape[0]": (16384, 64)}
+    assert "M = 64\nK = 64\ninput_shape = (64, 3)\nN = M * 2\n" in small
+    compile(small, "small.py", "exec")
+
+
 def test_a_task_without_size_constants_has_nothing_to_shrink() -> None:
     src = "def get_inputs():\n    return [torch.rand(8192, 8192)]\n\ndef get_init_inputs():\n    return []\n"
     assert shrink.shrunk_source(src, 64) == (src, {})

@@ -10,8 +10,10 @@ rewrite and the shapes. `--full-size` (`EvalJob.full_size`, or `KERNELCRAFT_SHRI
 task's own sizes. A task whose work stays over `REFUSE_ABOVE_ELEMENTS` (its sizes are not such
 constants) is refused before anything runs, with the estimate and the fix (`get_cpu_inputs`).
 
-Which constants: module-level `NAME = <int>` (or `NAME: int = <int>`) assignments that the
-input functions use, directly or through other module-level assignments (`features = dim * 2`),
+Which constants: module-level `NAME = <int>` assignments (or `NAME: int = <int>`, `A = B = <int>`,
+arithmetic on literals such as `M = 1024 * 2`, and the int elements of a tuple such as
+`input_shape = (32768,)`) that the input functions use, directly or through other module-level
+assignments (`features = dim * 2`, which is left as it is and follows `dim`),
 with a value over the limit (small ones, like `kernel_size = 3` or `dim = 1`, stay). How they
 shrink (`shrink_value`): a value keeps its odd part and as many factors of two as fit under the
 limit (4096 -> 64, 393216 = 3 * 2**17 -> 48, 8192 -> 64), so powers of two stay powers of two and
@@ -54,29 +56,59 @@ def shrink_value(v: int, limit: int) -> int:
     return limit - 1 if (limit - 1) % 2 == v % 2 else limit - 2
 
 
-def _int_literal(node: ast.expr | None) -> ast.Constant | None:
+_ARITHMETIC = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b if b else None,
+    ast.LShift: lambda a, b: a << b if 0 <= b <= 64 else None,
+    ast.Pow: lambda a, b: a**b if 0 <= b <= 64 else None,
+}
+
+
+def int_value(node: ast.expr | None) -> int | None:
+    """The value of an integer literal, or of arithmetic on integer literals only (`1024 * 2`,
+    `1 << 20`): what KernelBench writes for a size. None for anything else."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        a, b = int_value(node.left), int_value(node.right)
+        if a is not None and b is not None:
+            value = _ARITHMETIC[type(node.op)](a, b)
+            return value if isinstance(value, int) else None
     return None
 
 
-def size_constants(tree: ast.Module) -> dict[str, ast.Constant]:
-    """The module-level `NAME = <int>` literals the input functions read, directly or through
-    other module-level assignments."""
-    literals: dict[str, ast.Constant] = {}
+Site = tuple[str, ast.expr, int]
+"""A size the rewrite may change: its name (`dim`, or `input_shape[0]` for a tuple's element),
+the expression that gives it, and its value."""
+
+
+def _sites(name: str, value: ast.expr | None) -> list[Site]:
+    v = int_value(value)
+    if v is not None and value is not None:
+        return [(name, value, v)]
+    if isinstance(value, (ast.Tuple, ast.List)):  # `input_shape = (32768,)`
+        return [(f"{name}[{i}]", e, x) for i, e in enumerate(value.elts) if (x := int_value(e)) is not None]
+    return []
+
+
+def size_constants(tree: ast.Module) -> list[Site]:
+    """The module-level integer sizes (`NAME = <int>`, `NAME = 1024 * 2`, `A = B = <int>`, a tuple
+    of them) that the input functions read, directly or through other module-level assignments."""
+    sites: dict[str, list[Site]] = {}
     uses: dict[str, set[str]] = {}  # module-level name -> names its definition reads
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [t.id for t in targets if isinstance(t, ast.Name)]
-            lit = _int_literal(node.value)
             read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} if node.value else set()
-            for name in names:
+            for name in names:  # `height = width = 128` gives each name the one expression
                 uses[name] = read
-                if lit is not None and len(names) == 1:
-                    literals[name] = lit
+                if len(names) == len(targets):
+                    sites[name] = _sites(name, node.value)
                 else:
-                    literals.pop(name, None)
+                    sites.pop(name, None)
         elif isinstance(node, ast.FunctionDef) and node.name in INPUT_FUNCTIONS:
             uses.setdefault(f"<{node.name}>", set()).update(
                 n.id for n in ast.walk(node) if isinstance(n, ast.Name)
@@ -88,7 +120,7 @@ def size_constants(tree: ast.Module) -> dict[str, ast.Constant]:
             if name not in reached:
                 reached.add(name)
                 todo.append(name)
-    return {k: v for k, v in literals.items() if k in reached}
+    return [site for name, found in sites.items() if name in reached for site in found]
 
 
 def shrunk_source(source: str, limit: int) -> tuple[str, dict[str, tuple[int, int]]]:
@@ -97,12 +129,13 @@ def shrunk_source(source: str, limit: int) -> tuple[str, dict[str, tuple[int, in
     tree = ast.parse(source)
     changes: dict[str, tuple[int, int]] = {}
     edits: list[tuple[int, int, int, str]] = []
-    for name, lit in size_constants(tree).items():
-        old = int(lit.value)  # type: ignore[arg-type]  # an int literal (size_constants)
+    for name, node, old in size_constants(tree):
         new = shrink_value(old, limit)
-        if new != old and lit.end_lineno == lit.lineno and lit.end_col_offset is not None:
+        if new != old and node.end_lineno == node.lineno and node.end_col_offset is not None:
             changes[name] = (old, new)
-            edits.append((lit.lineno, lit.col_offset, lit.end_col_offset, str(new)))
+            edit = (node.lineno, node.col_offset, node.end_col_offset, str(new))
+            if edit not in edits:  # a chained assignment's names share one expression
+                edits.append(edit)
     lines = source.splitlines(keepends=True)
     for line, col, end_col, text in sorted(edits, reverse=True):
         row = lines[line - 1].encode()

@@ -91,8 +91,8 @@ def shrink_for_interpreter(
     best: tuple[Any, dict[str, Any], str | None, dict[str, list[int]]] = (task, sizes, None, {})
     for limit in shrink.LIMITS:
         small, changes = shrink.shrunk_source(source, limit)
-        if not changes:
-            break
+        if not changes:  # every size within this limit (level 2's 128s under 256): try smaller
+            continue
         small_task = load(small, f"shrunk{limit}")
         small_sizes = measure(small_task, interpret=True)
         if sizes["outputs_measured"] and not small_sizes["outputs_measured"]:
