@@ -101,6 +101,41 @@ def test_sizes_written_as_arithmetic_on_literals_or_in_a_tuple_shrink_too() -> N
     compile(small, "small.py", "exec")
 
 
+def test_the_shrink_keeps_the_smallest_sizes_the_task_itself_accepts() -> None:
+    # KernelBench level 3's ShuffleNetUnit asserts on its channel counts at the smaller limits:
+    # the search stops there and keeps what it had, instead of refusing the task.
+    import types
+
+    from kernelcraft.engine import sizing
+
+    src = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, channels):\n"
+        "        super().__init__()\n"
+        "        assert channels >= 128, 'this architecture needs at least 128 channels'\n"
+        "    def forward(self, x):\n        return x * 2\n\n"
+        "batch_size = 512\nchannels = 4096\nlength = 1024\n\n"
+        "def get_inputs():\n    return [torch.rand(batch_size, channels, length)]\n\n"
+        "def get_init_inputs():\n    return [channels]\n"
+    )
+
+    def load(source: str, tag: str) -> types.ModuleType:
+        module = types.ModuleType(tag)
+        exec(compile(source, tag, "exec"), module.__dict__)
+        return module
+
+    task = load(src, "task")
+    sizes = sizing.measure(task, interpret=True)
+    _small, small_sizes, shrunk, changes = sizing.shrink_for_interpreter(src, task, sizes, load)
+    assert shrunk is not None and changes == {
+        "batch_size": [512, 256],
+        "channels": [4096, 256],
+        "length": [1024, 256],
+    }
+    assert small_sizes["elements"] == 256**3 < shrink.REFUSE_ABOVE_ELEMENTS
+
+
 def test_a_task_without_size_constants_has_nothing_to_shrink() -> None:
     src = "def get_inputs():\n    return [torch.rand(8192, 8192)]\n\ndef get_init_inputs():\n    return []\n"
     assert shrink.shrunk_source(src, 64) == (src, {})

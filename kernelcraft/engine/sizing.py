@@ -93,8 +93,11 @@ def shrink_for_interpreter(
         small, changes = shrink.shrunk_source(source, limit)
         if not changes:  # every size within this limit (level 2's 128s under 256): try smaller
             continue
-        small_task = load(small, f"shrunk{limit}")
-        small_sizes = measure(small_task, interpret=True)
+        try:
+            small_task = load(small, f"shrunk{limit}")
+            small_sizes = measure(small_task, interpret=True)
+        except Exception:  # the task's own checks refuse these sizes (channels a group count divides)
+            break
         if sizes["outputs_measured"] and not small_sizes["outputs_measured"]:
             break  # forward no longer runs at these sizes (a kernel larger than the image, ...)
         if small_sizes["elements"] < best[1]["elements"]:
