@@ -5,7 +5,8 @@
 worker and loads them; reads every answer under the job's deadline and the candidate's memory
 watchdog; lends the stages the GPU lock (its wait does not count against the deadline); and at
 the end kills every worker but a reference worker in sync, which it parks for the next job on the
-task. A candidate's failure leaves any of these as `Stop`, carrying the verdict.
+task. A candidate's failure leaves any of these as `Stop`, carrying the verdict (what an answer,
+a silence or a death means: `replies.py`).
 
 Before the candidate loads, the reference measures the task (`Sized`): the job refuses a task
 that cannot fit the device or the interpreter (`TaskError`, up front), reserves its memory on the
@@ -27,7 +28,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box, shrink
@@ -50,7 +50,16 @@ from kernelcraft.engine.protocol import (
     TaskReady,
 )
 from kernelcraft.engine.references import Parked, ReferencePool, reap, task_key
-from kernelcraft.engine.replies import R, Stop, expect_candidate, raise_if_task_failed, read_candidate
+from kernelcraft.engine.replies import (
+    R,
+    Stop,
+    deadline_stop,
+    death_stop,
+    expect_candidate,
+    memory_stop,
+    raise_if_task_failed,
+    read_candidate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -341,31 +350,18 @@ class JobWorkers:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 w.kill("timeout")
-                if not candidate and not self.ref_reading_candidate:
-                    raise TaskError(
-                        f"the reference (the task's own Model and inputs) did not finish within the "
-                        f"{self.spec.timeout_s:g} s deadline; this is not the candidate's verdict: give "
-                        "it more time (--timeout) or smaller sizes (get_cpu_inputs() without a GPU)",
-                        path=self.spec.task_name,
-                    )
-                who = "the candidate" if candidate else "the reference"
-                raise Stop(
-                    FailureClass.RUNTIME_TIMEOUT,
-                    Evidence(
-                        message=f"{who} did not finish within the {self.spec.timeout_s:g} s deadline; its process was killed"
-                    ),
+                raise deadline_stop(
+                    candidate=candidate,
+                    reading_candidate=self.ref_reading_candidate,
+                    timeout_s=self.spec.timeout_s,
+                    task_name=self.spec.task_name,
                 )
             try:
                 frame = await asyncio.wait_for(w.frames.get(), min(remaining, WATCH_INTERVAL_S))
             except asyncio.TimeoutError:
                 if candidate and limit and w.rss_bytes() > limit:
                     w.kill("memory")
-                    raise Stop(
-                        FailureClass.RUNTIME_OUT_OF_MEMORY,
-                        Evidence(
-                            message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory and was killed"
-                        ),
-                    ) from None
+                    raise memory_stop(limit) from None
                 continue
             if frame is None:
                 raise await self.died(w, candidate=candidate)
@@ -379,29 +375,11 @@ class JobWorkers:
 
     async def died(self, w: WorkerProcess, *, candidate: bool) -> Stop:
         await w.wait_exit(5)
-        if not candidate and not self.ref_reading_candidate and w.killed_for is None:
-            raise TaskError(
-                f"the reference process (the task's own Model and inputs) {w.exit_description()}; this "
-                f"is not the candidate's verdict (out of memory?). Its output: {w.tail(600).strip() or '(none)'}",
-                path=self.spec.task_name,
-            )
-        if w.killed_for == "timeout":
-            return Stop(
-                FailureClass.RUNTIME_TIMEOUT, Evidence(message="the deadline passed; the process was killed")
-            )
-        if w.killed_for == "memory":
-            return Stop(
-                FailureClass.RUNTIME_OUT_OF_MEMORY,
-                Evidence(message="the process used too much memory and was killed"),
-            )
-        how = w.exit_description()
-        who = "the candidate's process" if candidate else "the reference process"
-        return Stop(
-            FailureClass.RUNTIME_CRASH,
-            Evidence(
-                message=f"{who} {how} before reporting a result (output and exit codes are not results)",
-                error_text=w.tail(2000) or None,
-            ),
+        return death_stop(
+            w,
+            candidate=candidate,
+            reading_candidate=self.ref_reading_candidate,
+            task_name=self.spec.task_name,
         )
 
     def read(self, frame: Frame, cls: type[R]) -> R:
