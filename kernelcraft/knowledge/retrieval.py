@@ -1,23 +1,119 @@
 """How the rulebook finds rules for a context: FTS5 over their text and reason, and for an error
-text, the rules about what the error points at before the rest.
+text, the rules about what the error points at before the rest; weighed by count and scope
+(`ranked`, what `Rulebook.query_rules` returns), and listed (`listed`).
 
-Reads only, on the connection the caller gives; `Rulebook.query_rules` weighs (count, scope) and
-cuts what these return. An error text is told from source code or prose by `looks_like_error`.
+Reads only, on the connection the caller gives. An error text is told from source code or prose
+by `looks_like_error`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import aiosqlite
 
+from kernelcraft.base.errors import UsageError
 from kernelcraft.base.errortext import looks_like_error, pointed_names
-from kernelcraft.base.failures import classify
-from kernelcraft.knowledge.text import fts_phrases
+from kernelcraft.base.failures import FailureClass, classify, diagnosis
+from kernelcraft.base.rules import RuleOut, RuleScope, RuleStatus
+from kernelcraft.base.targets import arch_family
+from kernelcraft.knowledge.text import fts_phrases, fts_query
 
 RULE_COLUMNS = "r.id, r.uid, r.text, r.count, r.status, r.dsl, r.arch_family, r.op_category, r.reason, r.failure_class, r.seed"
 Order = Callable[[Any], tuple[bool, ...]]
+
+# Scope weights in query ranking: a rule for the asked family beats a general one, which beats
+# one for another family (still shown if nothing better matches: most Triton rules carry over).
+SCOPE_MATCH, SCOPE_GENERAL, SCOPE_OTHER = 1.25, 1.0, 0.3
+# Candidates fetched from FTS5 per result slot before re-weighting by count and scope.
+OVERFETCH = 4
+
+
+def rule_out(row: Any, score: float = 0.0) -> RuleOut:
+    """A rules row (`RULE_COLUMNS`) as the wire model."""
+    fc = row["failure_class"]
+    return RuleOut(
+        id=row["id"],
+        uid=row["uid"],
+        text=row["text"],
+        count=row["count"],
+        status=row["status"],
+        scope=RuleScope(dsl=row["dsl"], arch_family=row["arch_family"], op_category=row["op_category"]),
+        reason=row["reason"],
+        failure_class=FailureClass(fc) if fc in FailureClass._value2member_map_ else None,
+        score=score,
+        seed=bool(row["seed"]),
+    )
+
+
+def _scope_weight(rule_family: str | None, family: str | None) -> float:
+    if rule_family is None or family is None:
+        return SCOPE_GENERAL
+    return SCOPE_MATCH if rule_family == family else SCOPE_OTHER
+
+
+def _count_weight(count: int) -> float:
+    return 1.0 + 0.2 * math.log(max(count, 1))
+
+
+async def ranked(
+    conn: aiosqlite.Connection, context: str, *, arch: str | None, dsl: str, limit: int
+) -> list[RuleOut]:
+    """Active rules ranked for `context` (any text: a task, a kernel, an error message).
+
+    score = BM25 relevance × (1 + 0.2·ln count) × scope weight (1.25 same architecture family,
+    1.0 general, 0.3 another family). An error text is read for its exceptions only (`diagnosis`:
+    no traceback frames, no quoted kernel source), and the rules about what it points at rank
+    first (`error_order`). With an empty context (no searchable word), the rules most often
+    broken for the arch: active rules of that family or general, by count.
+    """
+    if limit < 1:
+        return []
+    family = arch_family(arch)
+    # For a Triton error text, search with the diagnosis only: the kernel source a
+    # CompilationError quotes (pointers, offsets, masks) would outvote the few words that say
+    # what went wrong.
+    q = fts_query(diagnosis(context or "")) or fts_query(context or "")
+    if q is None:
+        rows = list(
+            await conn.execute_fetchall(
+                f"SELECT {RULE_COLUMNS} FROM rules r WHERE r.status = 'active' AND r.dsl = ?"
+                " AND (r.arch_family IS NULL OR r.arch_family = ?) ORDER BY r.count DESC, r.id LIMIT ?",
+                (dsl, family if family is not None else "", limit * OVERFETCH),
+            )
+        )
+        scored = [(r["count"] * _scope_weight(r["arch_family"], family), r) for r in rows]
+        first: Order = lambda r: ()  # noqa: E731
+    else:
+        rows = await matching(conn, q, dsl, limit * OVERFETCH)
+        rows, first = await error_order(conn, context, dsl, rows, limit * OVERFETCH)
+        scored = [
+            (-r["bm"] * _count_weight(r["count"]) * _scope_weight(r["arch_family"], family), r) for r in rows
+        ]
+    scored.sort(key=lambda sr: (*first(sr[1]), -sr[0], sr[1]["id"]))
+    return [rule_out(r, s) for s, r in scored[:limit]]
+
+
+async def listed(conn: aiosqlite.Connection, status: RuleStatus | None, arch: str | None) -> list[RuleOut]:
+    """Every rule (of `status`, scoped to `arch`'s family or general), most counted first."""
+    family = arch_family(arch)
+    where: list[str] = []
+    params: list[str] = []
+    if status is not None:
+        if status not in ("candidate", "active", "retired"):
+            raise UsageError(f"unknown status {status!r}; use candidate, active or retired")
+        where.append("r.status = ?")
+        params.append(status)
+    if family is not None:
+        where.append("(r.arch_family IS NULL OR r.arch_family = ?)")
+        params.append(family)
+    sql = f"SELECT {RULE_COLUMNS} FROM rules r"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    rows = await conn.execute_fetchall(sql + " ORDER BY r.count DESC, r.id", params)
+    return [rule_out(r) for r in rows]
 
 
 async def matching(conn: aiosqlite.Connection, query: str, dsl: str, limit: int) -> list[Any]:

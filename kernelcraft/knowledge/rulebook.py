@@ -41,7 +41,6 @@ Who writes: the server's (or the CLI's) Rulebook, through `Store.transaction()`.
 from __future__ import annotations
 
 import logging
-import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,13 +49,12 @@ from typing import Any
 import aiosqlite
 
 from kernelcraft.base.errors import KernelcraftError, NotFoundError, UsageError
-from kernelcraft.base.failures import WRONG_RESULT_CLASSES, FailureClass, classify, diagnosis
+from kernelcraft.base.failures import WRONG_RESULT_CLASSES, FailureClass, classify
 from kernelcraft.base.rules import (
     FailureRecorded,
     ImportResult,
     RuleAction,
     RuleOut,
-    RuleScope,
     RuleStatus,
 )
 from kernelcraft.base.targets import arch_family
@@ -85,12 +83,6 @@ MIN_CLIENTS = 2
 # Failing verdicts of this server's evaluator remembered until a record_failure claims them.
 WITNESS_MEMORY = 1024
 
-# Scope weights in query ranking: a rule for the asked family beats a general one, which beats
-# one for another family (still shown if nothing better matches: most Triton rules carry over).
-SCOPE_MATCH, SCOPE_GENERAL, SCOPE_OTHER = 1.25, 1.0, 0.3
-# Candidates fetched from FTS5 per result slot before re-weighting by count and scope.
-OVERFETCH = 4
-
 
 _RULE_COLUMNS = retrieval.RULE_COLUMNS
 
@@ -99,38 +91,12 @@ async def _rows(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list[
     return list(await conn.execute_fetchall(sql, params))
 
 
-def _rule_out(row: Any, score: float = 0.0) -> RuleOut:
-    fc = row["failure_class"]
-    return RuleOut(
-        id=row["id"],
-        uid=row["uid"],
-        text=row["text"],
-        count=row["count"],
-        status=row["status"],
-        scope=RuleScope(dsl=row["dsl"], arch_family=row["arch_family"], op_category=row["op_category"]),
-        reason=row["reason"],
-        failure_class=FailureClass(fc) if fc in FailureClass._value2member_map_ else None,
-        score=score,
-        seed=bool(row["seed"]),
-    )
-
-
 @dataclass(frozen=True)
 class Judged:
     """What the judge said of a proposed rule: whether it answered, and the rule it duplicates."""
 
     answered: bool
     rule_id: int | None
-
-
-def _scope_weight(rule_family: str | None, family: str | None) -> float:
-    if rule_family is None or family is None:
-        return SCOPE_GENERAL
-    return SCOPE_MATCH if rule_family == family else SCOPE_OTHER
-
-
-def _count_weight(count: int) -> float:
-    return 1.0 + 0.2 * math.log(max(count, 1))
 
 
 class Rulebook:
@@ -409,7 +375,7 @@ class Rulebook:
 
     async def _get(self, conn: aiosqlite.Connection, rule_id: int) -> RuleOut:
         rows = await _rows(conn, f"SELECT {_RULE_COLUMNS} FROM rules r WHERE r.id = ?", (rule_id,))
-        return _rule_out(rows[0])
+        return retrieval.rule_out(rows[0])
 
     async def set_status(self, uid: str, status: RuleStatus) -> RuleOut:
         """Retire a rule (or restore one). NotFoundError-like UsageError when the uid is unknown."""
@@ -418,70 +384,22 @@ class Rulebook:
                 "UPDATE rules SET status = ?, updated_at = ? WHERE uid = ?", (status, utcnow(), uid)
             )
             if cur.rowcount == 0:
-                from kernelcraft.base.errors import NotFoundError
-
                 raise NotFoundError(f"no rule with uid {uid!r}; list them with `kernelcraft rules list`")
             rows = await _rows(conn, f"SELECT {_RULE_COLUMNS} FROM rules r WHERE r.uid = ?", (uid,))
-        return _rule_out(rows[0])
+        return retrieval.rule_out(rows[0])
 
     # ------------------------------------------------------------------ reading
 
     async def query_rules(
         self, context: str, *, arch: str | None = None, dsl: str = "triton", limit: int = 10
     ) -> list[RuleOut]:
-        """Active rules ranked for `context` (any text: a task, a kernel, an error message).
-
-        score = BM25 relevance × (1 + 0.2·ln count) × scope weight (1.25 same architecture family,
-        1.0 general, 0.3 another family). An error text is read for its exceptions only (`diagnosis`:
-        no traceback frames, no quoted kernel source), and the rules about what it points at rank
-        first (`retrieval.error_order`). With an empty context (no searchable word), the rules most often
-        broken for the arch: active rules of that family or general, by count.
-        """
-        if limit < 1:
-            return []
-        family = arch_family(arch)
-        # For a Triton error text, search with the diagnosis only: the kernel source a
-        # CompilationError quotes (pointers, offsets, masks) would outvote the few words that say
-        # what went wrong.
-        q = fts_query(diagnosis(context or "")) or fts_query(context or "")
-        conn = self.store.conn
-        if q is None:
-            rows = await _rows(
-                conn,
-                f"SELECT {_RULE_COLUMNS} FROM rules r WHERE r.status = 'active' AND r.dsl = ?"
-                " AND (r.arch_family IS NULL OR r.arch_family = ?) ORDER BY r.count DESC, r.id LIMIT ?",
-                (dsl, family if family is not None else "", limit * OVERFETCH),
-            )
-            scored = [(r["count"] * _scope_weight(r["arch_family"], family), r) for r in rows]
-            first: retrieval.Order = lambda r: ()  # noqa: E731
-        else:
-            rows = await retrieval.matching(conn, q, dsl, limit * OVERFETCH)
-            rows, first = await retrieval.error_order(conn, context, dsl, rows, limit * OVERFETCH)
-            scored = [
-                (-r["bm"] * _count_weight(r["count"]) * _scope_weight(r["arch_family"], family), r)
-                for r in rows
-            ]
-        scored.sort(key=lambda sr: (*first(sr[1]), -sr[0], sr[1]["id"]))
-        return [_rule_out(r, s) for s, r in scored[:limit]]
+        """Active rules ranked for `context` (any text: a task, a kernel, an error message); see
+        `retrieval.ranked`."""
+        return await retrieval.ranked(self.store.conn, context, arch=arch, dsl=dsl, limit=limit)
 
     async def list_rules(self, status: RuleStatus | None = None, arch: str | None = None) -> list[RuleOut]:
         """Every rule (of `status`, scoped to `arch`'s family or general), most counted first."""
-        family = arch_family(arch)
-        where: list[str] = []
-        params: list[str] = []
-        if status is not None:
-            if status not in ("candidate", "active", "retired"):
-                raise UsageError(f"unknown status {status!r}; use candidate, active or retired")
-            where.append("r.status = ?")
-            params.append(status)
-        if family is not None:
-            where.append("(r.arch_family IS NULL OR r.arch_family = ?)")
-            params.append(family)
-        sql = f"SELECT {_RULE_COLUMNS} FROM rules r"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        rows = await _rows(self.store.conn, sql + " ORDER BY r.count DESC, r.id", params)
-        return [_rule_out(r) for r in rows]
+        return await retrieval.listed(self.store.conn, status, arch)
 
     async def evidence(self, uid: str, limit: int = 20) -> list[int]:
         """Ids of the failures linked to a rule, newest first."""
