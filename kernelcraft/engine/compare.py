@@ -100,18 +100,27 @@ def _chunks(ref: torch.Tensor, out: torch.Tensor) -> Any:
         yield start, r[start : start + CHUNK], o[start : start + CHUNK]
 
 
-def _compare_exact(ref: torch.Tensor, out: torch.Tensor) -> Verdict | None:
-    for start, r, o in _chunks(ref, out):
-        bad = o != r
-        if bool(bad.any()):
-            k = int(bad.nonzero()[0])
-            return FailureClass.NUMERICAL_MISMATCH, Evidence(
-                message="integer output differs from the reference",
-                first_mismatch_index=_index(start + k, ref.shape),
-                expected=float(r[k]),
-                actual=float(o[k]),
-            )
+def _first_difference(a: torch.Tensor, b: torch.Tensor, differs: Any) -> tuple[int, float, float] | None:
+    """The first flat index where `differs(a_chunk, b_chunk)` holds, with a's and b's values there."""
+    for start, ac, bc in _chunks(a, b):
+        mask = differs(ac, bc)
+        if bool(mask.any()):
+            k = int(mask.nonzero()[0])
+            return start + k, float(ac[k]), float(bc[k])
     return None
+
+
+def _compare_exact(ref: torch.Tensor, out: torch.Tensor) -> Verdict | None:
+    found = _first_difference(ref, out, lambda r, o: o != r)
+    if found is None:
+        return None
+    k, expected, actual = found
+    return FailureClass.NUMERICAL_MISMATCH, Evidence(
+        message="integer output differs from the reference",
+        first_mismatch_index=_index(k, ref.shape),
+        expected=expected,
+        actual=actual,
+    )
 
 
 class _Close:
@@ -125,7 +134,7 @@ class _Close:
         self.ref_sq = 0.0
         self.err_sq = 0.0
         self.max_abs = 0.0
-        self.argmax_abs = 0
+        self.at_max_abs: tuple[int, float, float] = (0, 0.0, 0.0)
         self.max_rel = 0.0
 
 
@@ -156,14 +165,13 @@ def _compare_close(ref: torch.Tensor, out: torch.Tensor) -> Verdict | None:
             relative_l2_error=rel_l2,
         )
     if rel_l2 > l2_limit:
-        k = acc.argmax_abs
-        flat_r, flat_o = ref.detach().reshape(-1), out.detach().reshape(-1)
+        k, expected, actual = acc.at_max_abs
         return FailureClass.NUMERICAL_MISMATCH, Evidence(
             message=f"relative L2 error {rel_l2:.3g} exceeds {l2_limit:g} (every element is within atol, "
             "but the output does not follow the reference; near-zero outputs need the right values too)",
             first_mismatch_index=_index(k, ref.shape),
-            expected=float(flat_r[k]),
-            actual=float(flat_o[k]),
+            expected=expected,
+            actual=actual,
             max_abs_error=acc.max_abs,
             max_rel_error=acc.max_rel,
             relative_l2_error=rel_l2,
@@ -194,7 +202,8 @@ def _accumulate(acc: _Close, start: int, r: torch.Tensor, o: torch.Tensor, tol: 
     acc.err_sq += float(torch.linalg.vector_norm(of - rf)) ** 2
     chunk_max, chunk_arg = diff.max(dim=0)
     if float(chunk_max) > acc.max_abs or start == 0:
-        acc.max_abs, acc.argmax_abs = float(chunk_max), start + int(chunk_arg)
+        j = int(chunk_arg)
+        acc.max_abs, acc.at_max_abs = float(chunk_max), (start + j, float(r[j]), float(o[j]))
     rel = (diff / r.abs().clamp_min(1e-12)).masked_fill(~r_finite, 0)
     acc.max_rel = max(acc.max_rel, float(rel.max()))
 
@@ -208,15 +217,14 @@ def inputs_changed(before: list[Any], after: list[Any]) -> Evidence | None:
             continue
         if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
             return Evidence(message=f"input {i} changed its shape or dtype during forward", output_index=i)
-        for start, bc, ac in _chunks(b, a):
-            changed = ~((ac == bc) | ((ac != ac) & (bc != bc)))
-            if bool(changed.any()):
-                k = int(changed.nonzero()[0])
-                return Evidence(
-                    message=f"forward wrote into input {i}; inputs must be left unchanged",
-                    output_index=i,
-                    first_mismatch_index=_index(start + k, b.shape),
-                    expected=float(bc[k]),
-                    actual=float(ac[k]),
-                )
+        found = _first_difference(b, a, lambda bc, ac: ~((ac == bc) | ((ac != ac) & (bc != bc))))
+        if found is not None:
+            k, expected, actual = found
+            return Evidence(
+                message=f"forward wrote into input {i}; inputs must be left unchanged",
+                output_index=i,
+                first_mismatch_index=_index(k, b.shape),
+                expected=expected,
+                actual=actual,
+            )
     return None

@@ -261,7 +261,7 @@ class JobWorkers:
         if fresh:
             ledger.learn(size, self.references.idle_bytes(index))
         self.held_when_idle = size.held_when_idle(kind)
-        candidate = bool({"verify", "profile"} & set(self.spec.stages))  # baseline: the reference alone
+        candidate = not self.spec.baseline_only  # a baseline job runs the reference alone
         await ledger.admit(
             id(self),
             size.job_need(kind, candidate=candidate),

@@ -14,6 +14,7 @@ process limit (the worker checks `in_force()` for itself).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -29,8 +30,9 @@ PREFIX = "kernelcraft-"
 _serial = itertools.count()
 
 
+@functools.cache
 def _root() -> Path | None:
-    """Where this machine's pids controller lets us make cgroups, or None."""
+    """Where this machine's pids controller lets us make cgroups, or None (read once)."""
     if os.geteuid() != 0:
         return None
     with contextlib.suppress(OSError):

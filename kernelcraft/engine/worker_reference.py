@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.engine import scaled
 from kernelcraft.engine.protocol import (
     Compare,
     Compared,
@@ -139,8 +140,6 @@ class ReferenceWorker(Worker):
         torch = self.torch
         try:
             self.private_inputs = self.make_inputs(self.task, self.job, req.input_set, req.seed)
-            from kernelcraft.engine import scaled
-
             if req.scale is not None and scaled.task_allows(self.task):
                 self.private_inputs = scaled.scale_inputs(self.private_inputs, req.scale)
             with torch.no_grad():
