@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.pool import WorkerPool, WorkerProcess
+from kernelcraft.engine.pool import WorkerError, WorkerPool, WorkerProcess
 
 pytestmark = pytest.mark.slow  # every test starts worker processes
 
@@ -137,3 +137,29 @@ def test_a_one_off_commands_gpu_workers_leave_inductor_to_the_job_that_compiles_
     monkeypatch.delenv("KERNELCRAFT_WORKER_IMPORTS")
     assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo", "inductor"]
     assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "dynamo"]
+
+
+@pytest.mark.anyio
+async def test_a_worker_that_could_not_start_for_want_of_memory_is_retried_and_the_zygote_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KernelBench level 1 on the H200, eight jobs at once: a forked worker's CUDA context found the
+    # GPU full. That is the device's state, not the zygote's: the next start may fork again.
+    real = WorkerProcess.wait_ready
+    failed: list[WorkerProcess] = []
+
+    async def first_runs_out(self: WorkerProcess, timeout: float) -> None:
+        if not failed:
+            failed.append(self)
+            raise WorkerError(
+                "a worker exited while starting: torch.AcceleratorError: CUDA error: out of memory"
+            )
+        await real(self, timeout)
+
+    monkeypatch.setattr(WorkerProcess, "wait_ready", first_runs_out)
+    monkeypatch.setattr("kernelcraft.engine.pool.OUT_OF_MEMORY_RETRY_S", 0.0)
+    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True, lazy=True)) as pool:
+        w = await asyncio.wait_for(pool.acquire(), 60)
+        assert failed and w is not failed[0] and w.alive()
+        assert w.forked and pool._zygote is not None and pool._zygote.broken is None
+        await pool.release(w)

@@ -15,14 +15,16 @@ from typing import Any
 import pytest
 
 from kernelcraft.base.errors import TaskError
+from kernelcraft.base.evaluation import EvalResult, ProfileResult
 from kernelcraft.engine import shrink
 from kernelcraft.engine.channel import Frame
-from kernelcraft.engine.memory import GIB, MemoryLedger, TaskSize, refusal
+from kernelcraft.engine.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
 from kernelcraft.engine.protocol import TaskReady
 from kernelcraft.engine.references import ReferencePool, task_key
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE = ROOT / "tests" / "fixtures" / "large"
+CHEATS = ROOT / "tests" / "cheats"
 
 KERNELBENCH_STYLE = """import torch
 import torch.nn as nn
@@ -283,6 +285,48 @@ async def test_a_job_that_only_seems_too_big_while_our_jobs_run_waits_for_them_i
         await ledger.admit(3, 134 * GIB, lambda cap: TaskError(f"refused at {cap}"), lambda: 0, _no_evict)
 
 
+@pytest.mark.anyio
+async def test_a_job_run_alone_waits_for_the_running_jobs_holds_back_new_ones_and_reserves_everything() -> (
+    None
+):
+    ledger = MemoryLedger("cuda")
+    ledger.learn(_size(GIB, free=100 * GIB, total=140 * GIB), idle_bytes=0)
+
+    def admit(job: int, need: int, alone: bool = False) -> asyncio.Future[None]:
+        return asyncio.ensure_future(
+            ledger.admit(job, need, lambda cap: TaskError("refused"), lambda: 0, _no_evict, alone=alone)
+        )
+
+    await admit(1, 10 * GIB)
+    await admit(2, 10 * GIB)
+    alone = admit(3, 10 * GIB, alone=True)
+    await asyncio.sleep(0.05)
+    later = admit(4, GIB)  # would fit, but a job waits to run alone
+    await asyncio.sleep(0.05)
+    assert not alone.done() and not later.done()
+    assert ledger.release(1) is True  # it shared the device with job 2
+    await asyncio.sleep(0.05)
+    assert not alone.done()
+    ledger.release(2)
+    await asyncio.wait_for(alone, 1)
+    assert ledger.reserved == {3: 100 * GIB}  # all of it
+    await asyncio.sleep(0.05)
+    assert not later.done()
+    assert ledger.release(3) is False  # nothing else held memory while it ran
+    await asyncio.wait_for(later, 1)
+    assert ledger.reserved == {4: GIB}
+
+
+def test_running_out_is_read_from_the_verdict_the_reference_timing_or_the_task_error() -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert ran_out(TaskError(f"the reference compared the candidate's outputs: {oom}"))
+    assert not ran_out(TaskError("the task has no get_inputs()"))
+    baseline = ProfileResult(available=False, message=f"timing the reference failed: {oom}")
+    assert ran_out(EvalResult(baseline=baseline))
+    assert not ran_out(EvalResult(baseline=ProfileResult(available=False, message="timing failed: nan")))
+    assert not ran_out(EvalResult())
+
+
 def test_a_baseline_job_needs_the_references_working_set_alone() -> None:
     s = _size(8 * GIB)
     assert s.job_need("cuda", candidate=False) == s.working_set("cuda") == s.job_need("cuda") // 2
@@ -325,6 +369,39 @@ def test_a_reference_that_runs_out_of_time_is_the_tasks_error_not_the_candidates
     job.task_source = slow
     with pytest.raises(TaskError, match="reference .* did not finish within the 8 s deadline"):
         evaluator.submit(job)
+
+
+@pytest.mark.slow
+def test_a_job_that_ran_out_of_memory_beside_another_runs_again_alone_and_only_then(
+    evaluator, job_for
+) -> None:
+    task = CHEATS / "task_scale.py"
+    good = (CHEATS / "good.py").read_text()
+    slow = good.replace(
+        "        y = torch.empty_like(x)",
+        "        import time; time.sleep(0.4)\n        y = torch.empty_like(x)",
+    )
+    short = good.replace(
+        "        y = torch.empty_like(x)",
+        "        raise MemoryError('out of memory')\n        y = torch.empty_like(x)",
+    )
+
+    async def both() -> list[EvalResult]:
+        first = asyncio.ensure_future(evaluator.evaluator.submit(job_for(task, slow, timeout_s=60)))
+        await asyncio.sleep(1.0)  # the slow job holds its memory by now
+        second = await evaluator.evaluator.submit(job_for(task, short, timeout_s=60))
+        return [await first, second]
+
+    slow_result, short_result = evaluator.call(both())
+    assert slow_result.verify is not None and slow_result.verify.correct
+    v = short_result.verify
+    assert (
+        v is not None and v.failure_class is not None and v.failure_class.value == "runtime_out_of_memory"
+    ), v
+    assert any("run again with the device's memory to itself" in n for n in v.notes), v.notes
+    alone = evaluator.submit(job_for(task, short, timeout_s=60)).verify  # nothing beside it: run once
+    assert alone is not None and alone.failure_class == v.failure_class
+    assert not any("run again" in n for n in alone.notes)
 
 
 @pytest.mark.slow

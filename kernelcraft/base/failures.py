@@ -103,6 +103,9 @@ WRONG_RESULT_CLASSES = frozenset(
 )
 RUNTIME_CLASSES = frozenset(c for c in FailureClass if c.stage == "runtime")
 
+OUT_OF_MEMORY = r"out of memory|CUDA error: out of memory|MemoryError|Cannot allocate memory"
+"""What an exhausted device (or host) says, whoever ran out."""
+
 # Ordered: the first pattern that matches wins. Specific before general. Written against the texts
 # Triton 3.9 gives (tests/fixtures/errors/triton-3.9/, captured by tests/fixtures/errors/capture.py);
 # "non-power-of-two" covers every block shape (tl.arange, tl.zeros, tl.full), not only arange.
@@ -130,7 +133,7 @@ _PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = tuple(
         ),
         (
             FailureClass.RUNTIME_OUT_OF_MEMORY,
-            r"out of memory|CUDA error: out of memory|MemoryError|Cannot allocate memory",
+            OUT_OF_MEMORY,
         ),
         (
             FailureClass.COMPILE_ARANGE_NOT_POW2,
@@ -199,6 +202,11 @@ def diagnosis(error_text: str) -> str:
     and chain separators: the exceptions' own words."""
     text = _EXCERPT.sub("", exception_text(error_text or ""))
     return _CHAIN.sub("", text)
+
+
+def is_out_of_memory(text: str) -> bool:
+    """Whether an error text (any process's: the reference's too) says memory ran out."""
+    return re.search(OUT_OF_MEMORY, diagnosis(text), re.IGNORECASE) is not None
 
 
 def classify(error_text: str, stage: str | None = None) -> FailureClass:

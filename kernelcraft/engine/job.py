@@ -19,6 +19,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from kernelcraft.base.errortext import exception_text
 from kernelcraft.base.evaluation import (
     CompileResult,
     EvalJob,
@@ -121,11 +122,13 @@ class Job:
         settings: CandidateSettings,
         active: set[WorkerProcess],
         progress: ProgressCallback | None,
+        *,
+        alone: bool = False,
     ) -> None:
         self.spec = spec
         self.device = device
         self.references = references
-        self.workers = JobWorkers(spec, device, references, settings, active, progress)
+        self.workers = JobWorkers(spec, device, references, settings, active, progress, alone=alone)
         self.input_sets = 1
         self.kernels: list[str] = []
         self.compile_worker: WorkerProcess | None = None
@@ -442,7 +445,7 @@ class Job:
         )
         timed = Timed.from_header(frame.header)
         if timed.error is not None:
-            return f"timing the reference failed: {timed.error[-500:]}"
+            return f"timing the reference failed: {exception_text(timed.error).strip()[:600]}"
         for k in ref_keys:
             rounds.add(k, timed.samples(k))
         return None

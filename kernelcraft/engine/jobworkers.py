@@ -94,9 +94,15 @@ class JobWorkers:
         settings: CandidateSettings,
         active: set[WorkerProcess],
         progress: ProgressCallback | None,
+        *,
+        alone: bool = False,
     ) -> None:
         self.spec = spec
         self.device = device
+        self.alone = alone
+        """The device's memory to this job alone (`memory.py`)."""
+        self.shared = False
+        """Set on release: another job held device memory while this one did."""
         self.references = references
         self.settings = settings
         self.active = active
@@ -268,6 +274,7 @@ class JobWorkers:
             lambda capacity: refusal(self.spec.task_name, size, kind, capacity, candidate=candidate),
             lambda: self.references.idle_bytes(index),
             lambda n: self.references.evict(index, n),
+            alone=self.alone,
         )
         self.memory_limit = size.candidate_limit(kind, override)
         if sized.shrunk_source is not None:
@@ -459,7 +466,7 @@ class JobWorkers:
             self.active.discard(w)
         for _pool, w in workers:
             w.kill()
-        self.device.memory.release(id(self))
+        self.shared = self.device.memory.release(id(self))
         if keep:
             assert ref is not None and self.ref_pool is not None
             capacity = self.device.memory.capacity

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Literal
 
 from kernelcraft.base.config import env_switch
-from kernelcraft.base.errors import UsageError
+from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.evaluation import (
     EvalJob,
     EvalResult,
@@ -66,6 +66,7 @@ from kernelcraft.engine.gpulock import Device, GpuLock
 from kernelcraft.engine.job import Job
 from kernelcraft.engine.jobworkers import CandidateSettings
 from kernelcraft.engine.loading import check_candidate, check_task
+from kernelcraft.engine.memory import ran_out
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.references import ReferencePool
 from kernelcraft.engine.static import check_candidate_source
@@ -253,6 +254,30 @@ class LocalEvaluator:
         if self._tmp is not None:
             self._tmp.cleanup()
 
+    async def _run(self, spec: EvalJob, device: Device, progress: ProgressCallback | None) -> EvalResult:
+        """The job, and once more with the device's memory to itself when it ran out of memory
+        while other jobs held some (`memory.py`: their estimates can fall short)."""
+        job = Job(spec, device, self._references, self._candidates, self._active, progress)
+        try:
+            result: EvalResult | TaskError = await job.run()
+        except TaskError as e:
+            result = e
+        if not (job.workers.shared and ran_out(result)):
+            if isinstance(result, TaskError):
+                raise result
+            return result
+        log.info("%s ran out of memory beside other jobs: running it again alone", spec.task_name)
+        result = await Job(
+            spec, device, self._references, self._candidates, self._active, progress, alone=True
+        ).run()
+        note = "run again with the device's memory to itself: it ran out of memory beside other jobs"
+        if result.verify is not None:
+            result.verify.notes.append(note)
+        for timed in (result.profile, result.baseline):
+            if timed is not None:
+                timed.message = f"{timed.message}; {note}" if timed.message else note
+        return result
+
     async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
         start = time.perf_counter()
         devices = self._ensure_started()
@@ -272,9 +297,7 @@ class LocalEvaluator:
                 )
                 result = all_failed(job, FailureClass.FORBIDDEN_CONSTRUCT, ev, device)
             else:
-                result = await Job(
-                    job, device, self._references, self._candidates, self._active, progress
-                ).run()
+                result = await self._run(job, device, progress)
         finally:
             device.jobs -= 1
         result.seconds = round(time.perf_counter() - start, 3)

@@ -21,6 +21,10 @@ MemAvailable on the CPU) in its `Sized` message. From those figures:
   that needs more than that is refused up front (`TaskError`: exit 2, one line with the
   figures). A job that fits the capacity but not what is free now waits: first the least
   recently used kept reference workers are evicted, then it waits for running jobs to end.
+- **A job alone**: the estimates are estimates (cuDNN's workspaces, torch.compile's autotuning,
+  the allocator's cache), so a job that ran out of memory while other jobs of ours held the
+  device is run once more with the device to itself (`LocalEvaluator.submit`): it reserves
+  everything, waits for the running jobs to end, and no new job starts until it is done.
 
 `MemoryLedger` keeps one device's reservations; only jobs (`jobworkers.py`) use it.
 """
@@ -32,6 +36,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kernelcraft.base.errors import TaskError
+from kernelcraft.base.evaluation import EvalResult
+from kernelcraft.base.failures import FailureClass, is_out_of_memory
 from kernelcraft.engine.protocol import Sized
 
 GIB = 1024**3
@@ -106,6 +112,17 @@ def refusal(task: str, size: TaskSize, kind: str, capacity: int, *, candidate: b
     )
 
 
+def ran_out(outcome: EvalResult | TaskError) -> bool:
+    """Whether a job's outcome is memory running out: the candidate's verdict, the reference's
+    timing, or an unusable task whose reason is memory."""
+    if isinstance(outcome, TaskError):
+        return is_out_of_memory(str(outcome))
+    if outcome.failure_class is FailureClass.RUNTIME_OUT_OF_MEMORY:
+        return True
+    timed = [p for p in (outcome.profile, outcome.baseline) if p is not None and not p.available]
+    return any(is_out_of_memory(p.message) for p in timed)
+
+
 class MemoryLedger:
     """One device's memory: what running jobs reserved, and their wait for room.
 
@@ -125,6 +142,9 @@ class MemoryLedger:
         end rather than being refused (torch.compile's workspaces, the allocator's cache: our
         processes can hold more than their estimates)."""
         self._changed: asyncio.Event = asyncio.Event()
+        self._shared: set[int] = set()
+        """Jobs that held a reservation while another job did."""
+        self._alone_waiting = 0
 
     def learn(self, size: TaskSize, idle_bytes: int) -> int | None:
         """The capacity for our jobs, from a fresh measurement of the device (None: unknown)."""
@@ -143,30 +163,65 @@ class MemoryLedger:
         refuse: Callable[[int], TaskError],
         idle_bytes: Callable[[], int],
         evict: Callable[[int], Awaitable[int]],
+        *,
+        alone: bool = False,
     ) -> None:
         """Reserve `need` bytes for `job`, evicting idle references or waiting for other jobs;
-        raise `refuse(capacity)` when it can never fit."""
+        raise `refuse(capacity)` when it can never fit. `alone`: the device to itself (all of it
+        reserved once no other job holds any; new jobs wait behind it)."""
+        self._alone_waiting += alone
+        try:
+            await self._admit(job, need, refuse, idle_bytes, evict, alone)
+        finally:
+            self._alone_waiting -= alone
+            self._changed.set()
+
+    async def _admit(
+        self,
+        job: int,
+        need: int,
+        refuse: Callable[[int], TaskError],
+        idle_bytes: Callable[[], int],
+        evict: Callable[[int], Awaitable[int]],
+        alone: bool,
+    ) -> None:
         while True:
             capacity = self.capacity
-            if capacity is None:
-                self.reserved[job] = need
-                return
-            if self.usable is not None and need > self.usable:
+            if capacity is not None and self.usable is not None and need > self.usable:
                 raise refuse(min(capacity, self.usable))
-            if need > capacity and self.measured_alone:
+            if capacity is not None and need > capacity and self.measured_alone:
                 raise refuse(capacity)
-            available = capacity - sum(self.reserved.values()) - idle_bytes()
-            if need <= available:
-                self.reserved[job] = need
-                return
-            if idle_bytes() > 0 and await evict(need - available) > 0:
-                continue
-            if not self.reserved:  # nothing of ours to wait for: the estimate is all we have
-                self.reserved[job] = need
-                return
+            if alone:
+                if not self.reserved:
+                    if idle_bytes() > 0:
+                        await evict(idle_bytes())
+                    self._reserve(job, max(need, capacity or 0))
+                    return
+            elif self._alone_waiting == 0:
+                if capacity is None:
+                    self._reserve(job, need)
+                    return
+                available = capacity - sum(self.reserved.values()) - idle_bytes()
+                if need <= available:
+                    self._reserve(job, need)
+                    return
+                if idle_bytes() > 0 and await evict(need - available) > 0:
+                    continue
+                if not self.reserved:  # nothing of ours to wait for: the estimate is all we have
+                    self._reserve(job, need)
+                    return
             self._changed.clear()
             await self._changed.wait()
 
-    def release(self, job: int) -> None:
+    def _reserve(self, job: int, need: int) -> None:
+        if self.reserved:
+            self._shared.update([job, *self.reserved])
+        self.reserved[job] = need
+
+    def release(self, job: int) -> bool:
+        """Free `job`'s reservation; whether another job held one at the same time."""
         if self.reserved.pop(job, None) is not None:
             self._changed.set()
+        shared = job in self._shared
+        self._shared.discard(job)
+        return shared

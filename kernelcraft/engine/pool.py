@@ -29,6 +29,7 @@ from typing import Any
 
 from kernelcraft.base.config import env_switch
 from kernelcraft.base.errors import KernelcraftError
+from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine import box, pidlimit
 from kernelcraft.engine.channel import ChannelError, Frame, read_frame, write_frame
 from kernelcraft.engine.zygote import ForkedChild, Zygote, ZygoteUnavailable
@@ -47,6 +48,9 @@ _DROPPED = (
     "PYTHONSTARTUP",
 )
 STARTUP_TIMEOUT_S = 180.0
+OUT_OF_MEMORY_RETRY_S = 2.0
+"""A worker that could not start for want of device memory is retried after this (times the
+failures in a row): other jobs' memory frees as they end."""
 TAIL_BYTES = 4000
 
 
@@ -359,12 +363,13 @@ class WorkerPool:
         except (WorkerError, OSError) as e:
             self._all.discard(w)
             await w.close()
-            if w.forked and self._zygote is not None:
+            short_of_memory = is_out_of_memory(str(e))  # the device's state, not the start's
+            if w.forked and self._zygote is not None and not short_of_memory:
                 # Whatever broke a forked worker would break the next: spawn from now on (and do
                 # not count it towards giving up: the spawned replacement is a different start).
                 self._zygote.disable(f"a forked worker failed to start: {str(e)[:500]}")
                 await self._zygote.aclose()
-                self.fill()
+                self._refill()
                 return
             self._failures += 1
             log.warning("worker start failed (%d in a row): %s", self._failures, e)
@@ -372,7 +377,9 @@ class WorkerPool:
                 self._error = e if isinstance(e, WorkerError) else WorkerError(str(e))
                 self._wake()
             else:
-                self.fill()
+                if short_of_memory:  # other jobs' memory frees as they end
+                    await asyncio.sleep(OUT_OF_MEMORY_RETRY_S * self._failures)
+                self._refill()
             return
         self._failures = 0
         if self._closed:
@@ -380,6 +387,13 @@ class WorkerPool:
             await w.close()
             return
         await self._ready.put(w)
+
+    def _refill(self) -> None:
+        """From a failed start: start its replacement (this start no longer counts as one)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._starting.discard(task)
+        self.fill()
 
     def _wake(self) -> None:
         # Unblock acquirers after repeated start failures; they re-check `_error`.
