@@ -30,8 +30,9 @@ def get_init_inputs():
     return []
 import json
 with open(os.path.join(os.environ["HOME"], "state.json"), "w") as f:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
     json.dump({"env": dict(os.environ), "tmp": tempfile.gettempdir(), "cwd": os.getcwd(),
-               "sid": os.getsid(0), "pid": os.getpid()}, f)
+               "sid": os.getsid(0), "pid": os.getpid(), "inductor": cache_dir()}, f)
 """
     await w.send({"role": "reference", "workdir": str(w.dir), "task_source": task, "seed0": 42})
     frame = await asyncio.wait_for(w.frames.get(), 60)
@@ -46,6 +47,8 @@ async def test_workers_are_forked_from_the_zygote_with_their_own_session_home_an
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KERNELCRAFT_TEST_SECRET_TOKEN", "s3cr3t")
+    # What inductor's first use leaves in a process's environment (a zygote's, or the server's)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared-inductor-cache"))
     async with contextlib.aclosing(WorkerPool(2, "cpu", tmp_path, interpret=True)) as pool:
         a = await pool.acquire()
         b = await pool.acquire()
@@ -60,6 +63,7 @@ async def test_workers_are_forked_from_the_zygote_with_their_own_session_home_an
         assert state["env"]["HOME"] == state["env"]["TMPDIR"] == str(a.dir)
         assert state["tmp"] == str(a.dir) and state["cwd"] == str(a.dir)
         assert state["env"]["TRITON_CACHE_DIR"] == str(a.dir / "triton-cache")
+        assert state["inductor"] == str(a.dir / "inductor-cache")  # the reference's torch.compile
         assert state["env"]["TRITON_INTERPRET"] == "1"
         assert not any("SECRET" in k or "s3cr3t" in v for k, v in state["env"].items())
         await pool.release(a)

@@ -99,11 +99,14 @@ def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) 
 
 
 def own_env(workdir: Path) -> dict[str, str]:
-    """What differs per worker: its directory as HOME, TMPDIR and Triton's cache (the candidate's
-    box lets it write there and nowhere else)."""
+    """What differs per worker: its directory as HOME, TMPDIR and Triton's and inductor's caches
+    (the candidate's box lets it write there and nowhere else). Inductor's is named outright: its
+    first use sets TORCHINDUCTOR_CACHE_DIR in the environment, so a zygote that imported inductor
+    would hand every fork its own temporary directory (closed to a worker that left root: H200)."""
     return {
         box.DIR_ENV: str(workdir),
         "TRITON_CACHE_DIR": str(workdir / "triton-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor-cache"),
         "TRITON_HOME": str(workdir),
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
