@@ -30,6 +30,15 @@ def home_dir() -> Path:
     return home
 
 
+def cache_file(name: str) -> Path | None:
+    """`name` in KERNELCRAFT_HOME's cache folder, or None where the home cannot be used (a cache
+    is an optimisation: its absence never stops a command)."""
+    try:
+        return home_dir() / "cache" / name
+    except UsageError:
+        return None
+
+
 def _unusable_home(home: Path, why: str) -> UsageError:
     return UsageError(
         f"KERNELCRAFT_HOME {home} cannot be used ({why}); set KERNELCRAFT_HOME to a directory you can "

@@ -114,6 +114,8 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
     started = time.perf_counter()
 
     async def main() -> EvalResult:
+        from kernelcraft.base.config import cache_file
+        from kernelcraft.engine import timingcache
         from kernelcraft.engine.local import LocalEvaluator
 
         async with LocalEvaluator(
@@ -121,6 +123,7 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
             device=args.device,
             memory_limit_gb=args.memory_limit_gb,
             lazy=True,
+            timings_file=cache_file(timingcache.FILE_NAME),
         ) as ev:
             todo = job if ev.has_gpu or cpu_stages is None else job.model_copy(update={"stages": cpu_stages})
             submitted = time.perf_counter()

@@ -147,10 +147,14 @@ def cmd_level(args: argparse.Namespace) -> int:
     spec = level_run(args)
 
     async def main() -> LevelSummary:
+        from kernelcraft.base.config import cache_file
+        from kernelcraft.engine import timingcache
         from kernelcraft.engine.local import LocalEvaluator
 
         # Not entered: its workers start at the first job, so a run resumed to the end starts none.
-        ev = LocalEvaluator(workers=2 * spec.jobs, device=args.device)
+        ev = LocalEvaluator(
+            workers=2 * spec.jobs, device=args.device, timings_file=cache_file(timingcache.FILE_NAME)
+        )
         try:
             with LevelBar() as bar:
                 return await run_level(ev, spec, bar)

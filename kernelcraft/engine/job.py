@@ -252,10 +252,18 @@ class Job:
         # Triton's compiler runs on the CPU: no lock, so other jobs' timings go on meanwhile.
         await cand.send(Warmup(inputs=made.inputs).to_header(), blobs)
         self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.WARM)
-        if "profile" in self.spec.stages and self.references.compiled_timing(self.workers.key) is None:
+        if "profile" in self.spec.stages and self.compiled_timing() is None:
             await self.workers.progress(0.09, "compiling the reference with torch.compile")
             async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
                 await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)
+
+    def reference_device(self) -> str:
+        """The GPU as the reference worker named it (a compiled timing is reused on the same one)."""
+        ref = self.workers.ref
+        return str(ref.info.get("device", "")) if ref is not None else ""
+
+    def compiled_timing(self) -> Timing | None:
+        return self.references.compiled_timing(self.workers.key, self.reference_device())
 
     # ---- verify ----
 
@@ -385,7 +393,7 @@ class Job:
     async def time_on_gpu(self, cand: WorkerProcess, roof: Roofline | None, start: float) -> ProfileResult:
         """Interleave rounds of candidate and reference timing (each in its own process, on the
         same inputs), then summarise each side's samples."""
-        cached = self.references.compiled_timing(self.workers.key)
+        cached = self.compiled_timing()
         rounds = _Rounds(("candidate", "eager") if cached is not None else ("candidate", "eager", "compiled"))
         while not rounds.done():
             rounds.count += 1
@@ -398,7 +406,7 @@ class Job:
                 return ProfileResult(available=False, message=failed, roofline=roof)
         t = rounds.timings()
         if cached is None:
-            self.references.remember_compiled(self.workers.key, t["compiled"])
+            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
         else:
             t["compiled"] = cached
         result = profile_result(
@@ -487,7 +495,7 @@ class Job:
                     return ProfileResult(available=False, message=failed, roofline=roof)
         t = rounds.timings()
         if "compiled" in t:
-            self.references.remember_compiled(self.workers.key, t["compiled"])
+            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
         notes = [timing_note(k, v) for k, v in t.items()]
         if warm.error:
             notes.append(f"torch.compile failed: {warm.error[:300]}")

@@ -140,6 +140,8 @@ class LocalEvaluator:
     protect_environ: make this process non-dumpable (see `_protect_environ`).
     lazy: start no worker before a job asks for one, and only those it needs (a one-off command:
       the zygote alone starts early); otherwise `workers` are kept ready (a server).
+    timings_file: where the compiled reference's timings outlive this process (`timingcache.py`:
+      the next process profiling the same task skips its torch.compile); None: in memory only.
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class LocalEvaluator:
         scratch_dir: str | Path | None = None,
         protect_environ: bool = True,
         lazy: bool = False,
+        timings_file: Path | None = None,
     ) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"device must be 'auto', 'cuda' or 'cpu', not {device!r}")
@@ -182,7 +185,9 @@ class LocalEvaluator:
         )
         # A task gets a few reference workers (a job beyond them waits for one); a device keeps
         # at most as many idle ones as it has workers.
-        self._references = ReferencePool(per_task=max(2, self._workers // 2), idle_per_device=self._workers)
+        self._references = ReferencePool(
+            per_task=max(2, self._workers // 2), idle_per_device=self._workers, timings_file=timings_file
+        )
         if protect_environ:
             _protect_environ()
 

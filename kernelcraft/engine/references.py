@@ -14,7 +14,8 @@ the least recently parked (`evict`). The task's measured sizes (`Sized`) are kep
 for the jobs that take a kept worker.
 
 torch.compile of the reference costs seconds per process: its timing for a task on a GPU is
-measured once and reused for `COMPILED_REFERENCE_TTL_S`.
+measured once and reused for `COMPILED_REFERENCE_TTL_S`, across processes when the pool is given a
+file (`timingcache.py`).
 
 Both caches are keyed by `TaskKey`. Only `LocalEvaluator` and its jobs use a pool; every method
 but `freed` and `aclose` is synchronous, so a job being torn down (perhaps cancelled) can park or
@@ -30,9 +31,11 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.evaluation import Timing
+from kernelcraft.engine import timingcache
 from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.protocol import NextJob, Sized
@@ -40,7 +43,7 @@ from kernelcraft.engine.protocol import NextJob, Sized
 REFERENCE_IDLE_S = 300.0
 REBUILD_TIMEOUT_S = 120.0
 # The eager reference is still timed every evaluation, interleaved with the candidate.
-COMPILED_REFERENCE_TTL_S = 1800.0
+COMPILED_REFERENCE_TTL_S = timingcache.TTL_S
 
 TaskKey = tuple[str, int | None]
 """(sha256 of the task's source, device index): what a reference worker and a timing serve."""
@@ -91,12 +94,11 @@ class ReferencePool:
     (and reports the outcome with `started`), or waits with `freed`. At its end it `keep`s a
     worker in sync or `forget`s it."""
 
-    def __init__(self, *, per_task: int, idle_per_device: int) -> None:
+    def __init__(self, *, per_task: int, idle_per_device: int, timings_file: Path | None = None) -> None:
         self.per_task = per_task
         self.idle_per_device = idle_per_device
         self.closed = False
-        # key -> (monotonic time measured, Timing of the compiled reference)
-        self._compiled: dict[TaskKey, tuple[float, Timing]] = {}
+        self._compiled = timingcache.CompiledTimings(timings_file)
         # key -> idle reference workers, oldest first
         self._idle: dict[TaskKey, list[Parked]] = {}
         self.sizes: dict[TaskKey, Sized] = {}
@@ -220,15 +222,13 @@ class ReferencePool:
 
     # ---- the compiled reference's timings ----
 
-    def compiled_timing(self, key: TaskKey) -> Timing | None:
-        """The compiled reference's timing for the task, if measured within the TTL."""
-        hit = self._compiled.get(key)
-        if hit is None or time.monotonic() - hit[0] > COMPILED_REFERENCE_TTL_S:
-            return None
-        return hit[1]
+    def compiled_timing(self, key: TaskKey, device: str) -> Timing | None:
+        """The compiled reference's timing for the task on `device` (as its worker names it), if
+        measured within the TTL (by this process, or by another through the file)."""
+        return self._compiled.get(self._compiled.entry(key[0], key[1], device))
 
-    def remember_compiled(self, key: TaskKey, timing: Timing) -> None:
-        self._compiled[key] = (time.monotonic(), timing)
+    def remember_compiled(self, key: TaskKey, device: str, timing: Timing) -> None:
+        self._compiled.put(self._compiled.entry(key[0], key[1], device), timing)
 
     async def aclose(self) -> None:
         """Stop keeping workers (jobs still running no longer park theirs) and release the parked."""

@@ -60,9 +60,13 @@ def default_evaluator_factory(settings: Settings) -> Evaluator:
         from kernelcraft.engine.ray_evaluator import RayEvaluator
 
         return RayEvaluator(address=settings.ray_address, memory_limit_gb=settings.memory_limit_gb)
+    from kernelcraft.base.config import cache_file
+    from kernelcraft.engine import timingcache
     from kernelcraft.engine.local import LocalEvaluator
 
-    return LocalEvaluator(memory_limit_gb=settings.memory_limit_gb)
+    return LocalEvaluator(
+        memory_limit_gb=settings.memory_limit_gb, timings_file=cache_file(timingcache.FILE_NAME)
+    )
 
 
 @asynccontextmanager
