@@ -5,6 +5,8 @@ Each run starts a new process, as a user meets the CLI:
   verify            `kernelcraft verify TASK CANDIDATE`: wall seconds to the verdict, and seconds
                     until its first trial began (from the progress lines on stderr)
   verify+profile    `kernelcraft verify ...` then `kernelcraft profile ...`, one after the other
+  profile again     one more `kernelcraft profile ...`: what a user iterating on a kernel meets
+                    (the compiled reference's timing is kept in KERNELCRAFT_HOME by the first)
   kernelbench       (with --kernelbench PATH, a KernelBench checkout) KernelBench's own
                     `eval_kernel_against_ref` on the same task and candidate, fresh process each
                     (correctness trials plus timing, as its harness runs them)
@@ -28,6 +30,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -82,6 +85,8 @@ def kernelcraft(command: str, args: argparse.Namespace) -> list[str]:
 
 
 def run_once(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """One cold run: a fresh KERNELCRAFT_HOME, so nothing of an earlier run is reused."""
+    env = env | {"KERNELCRAFT_HOME": tempfile.mkdtemp(prefix="kc-cold-")}
     row: dict[str, Any] = {}
     wall, p = timed(kernelcraft("verify", args), env)
     first = FIRST_TRIAL.search(p.stderr)
@@ -93,6 +98,9 @@ def run_once(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     wall2, p2 = timed(kernelcraft("profile", args), env)
     row["verify_profile_s"] = round(wall + wall2, 2)
     row["profile_rc"] = p2.returncode
+    wall4, p4 = timed(kernelcraft("profile", args), env)
+    row["profile_again_s"] = round(wall4, 2)
+    row["profile_again_reused_compiled"] = "kept from an earlier run" in p4.stdout
     if args.kernelbench:
         device = "cpu" if args.device == "cpu" else "cuda"
         cmd = [
@@ -136,7 +144,7 @@ def main() -> None:
     for i in range(args.runs):
         rows.append(run_once(args, env))
         print(f"run {i + 1}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
-    keys = ["verify_s", "verify_first_trial_s", "verify_profile_s"] + (
+    keys = ["verify_s", "verify_first_trial_s", "verify_profile_s", "profile_again_s"] + (
         ["kernelbench_s"] if args.kernelbench else []
     )
     summary = {k: median(rows, k) for k in keys}

@@ -36,6 +36,7 @@ from kernelcraft.cli.common import (
     run,
 )
 from kernelcraft.cli.progress import JobProgress
+from kernelcraft.engine import timingcache
 from kernelcraft.engine.loading import check_candidate, check_task, read_source
 
 
@@ -115,7 +116,6 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
 
     async def main() -> EvalResult:
         from kernelcraft.base.config import cache_file
-        from kernelcraft.engine import timingcache
         from kernelcraft.engine.local import LocalEvaluator
 
         async with LocalEvaluator(
@@ -212,6 +212,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
             summary += (
                 f", torch.compile {p.reference_compiled.median_us:.1f} µs (x{p.speedup_vs_compiled or 0:.2f})"
             )
+            if timingcache.REUSED in p.message:
+                summary += "; torch.compile's timing kept from an earlier run of this task"
     else:
         summary = f"not timed: {p.message}"
     if p.roofline:

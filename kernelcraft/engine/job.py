@@ -31,7 +31,7 @@ from kernelcraft.base.evaluation import (
     VerifyResult,
 )
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine import scaled
+from kernelcraft.engine import scaled, timingcache
 from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device
@@ -419,10 +419,7 @@ class Job:
         )
         result.message += f"; {rounds.count} interleaved rounds"
         if cached is not None:
-            result.message += (
-                "; the torch.compile reference was timed by an earlier evaluation of this task "
-                f"(reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
-            )
+            result.message += f"; {timingcache.REUSED} (reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
         return result
 
     async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds) -> None:

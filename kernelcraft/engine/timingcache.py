@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 TTL_S = 1800.0
 MAX_ENTRIES = 512
 FILE_NAME = "compiled-reference-timings.json"
+REUSED = "the torch.compile reference was timed by an earlier evaluation of this task"
+"""What a profile's message says when it reused a kept timing."""
 
 
 def versions() -> str:
