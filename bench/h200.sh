@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
-#   bash bench/h200.sh STEP...     (steps: verify box boxnobody trace gputests capture eval evalbox
+#   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests capture eval evalbox
 #                                   cold tuner server ray levelrun level pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
 # RAY_ARGS, LEVEL_ARGS, COLD_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
@@ -45,6 +45,11 @@ for step in "$@"; do
       run verbose_verify python3 -m kernelcraft -v verify examples/layernorm/task.py examples/layernorm/seed.py
       grep -E "ready|PASSED|FAILED" "$OUT/verbose_verify.log" | cut -c1-300
       run bench_cold_start python3 bench/bench_cold_start.py ${COLD_ARGS:---kernelbench .kb} --json "$OUT/bench_cold_start.json" ;;
+    imports)  # why imports are slower here than on the CPU machine: bytecode caches, and each stage's time
+      env | grep -E "^PYTHON" ; python3 -c "import sys; print('dont_write_bytecode', sys.dont_write_bytecode, 'prefix', sys.prefix)"
+      python3 -c "import torch, os; d=os.path.join(os.path.dirname(torch.__file__), '__pycache__'); print('torch pycache', os.path.isdir(d), os.access(os.path.dirname(torch.__file__), os.W_OK))"
+      for i in 1 2; do python3 -c "import time; t=time.perf_counter(); import torch; a=time.perf_counter(); import triton, triton.language; b=time.perf_counter(); import torch._dynamo; c=time.perf_counter(); print(f'torch {a-t:.2f} s, triton {b-a:.2f} s, dynamo {c-b:.2f} s')"; done
+      python3 -X importtime -c "import torch._dynamo" 2>"$OUT/importtime.txt"; sort -t'|' -k1 -n "$OUT/importtime.txt" | tail -15 ;;
     boxnobody)  # the GPU box tests with the worker leaving root for nobody
       KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_box.py ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
