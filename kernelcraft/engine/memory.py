@@ -171,20 +171,25 @@ class MemoryLedger:
         reserved once no other job holds any; new jobs wait behind it)."""
         self._alone_waiting += alone
         try:
-            await self._admit(job, need, refuse, idle_bytes, evict, alone)
+            while (grant := await self._grant(need, refuse, idle_bytes, evict, alone)) is None:
+                self._changed.clear()
+                await self._changed.wait()
         finally:
             self._alone_waiting -= alone
             self._changed.set()
+        if self.reserved:
+            self._shared.update([job, *self.reserved])
+        self.reserved[job] = grant
 
-    async def _admit(
+    async def _grant(
         self,
-        job: int,
         need: int,
         refuse: Callable[[int], TaskError],
         idle_bytes: Callable[[], int],
         evict: Callable[[int], Awaitable[int]],
         alone: bool,
-    ) -> None:
+    ) -> int | None:
+        """What to reserve for a job that needs `need` now, or None: wait for another job to end."""
         while True:
             capacity = self.capacity
             if capacity is not None and self.usable is not None and need > self.usable:
@@ -192,31 +197,22 @@ class MemoryLedger:
             if capacity is not None and need > capacity and self.measured_alone:
                 raise refuse(capacity)
             if alone:
-                if not self.reserved:
-                    if idle_bytes() > 0:
-                        await evict(idle_bytes())
-                    self._reserve(job, max(need, capacity or 0))
-                    return
-            elif self._alone_waiting == 0:
-                if capacity is None:
-                    self._reserve(job, need)
-                    return
-                available = capacity - sum(self.reserved.values()) - idle_bytes()
-                if need <= available:
-                    self._reserve(job, need)
-                    return
-                if idle_bytes() > 0 and await evict(need - available) > 0:
-                    continue
-                if not self.reserved:  # nothing of ours to wait for: the estimate is all we have
-                    self._reserve(job, need)
-                    return
-            self._changed.clear()
-            await self._changed.wait()
-
-    def _reserve(self, job: int, need: int) -> None:
-        if self.reserved:
-            self._shared.update([job, *self.reserved])
-        self.reserved[job] = need
+                if self.reserved:
+                    return None
+                if idle_bytes() > 0:
+                    await evict(idle_bytes())
+                return max(need, capacity or 0)
+            if self._alone_waiting:  # a job waits to run alone: nothing new starts before it
+                return None
+            if capacity is None:
+                return need
+            available = capacity - sum(self.reserved.values()) - idle_bytes()
+            if need <= available:
+                return need
+            if idle_bytes() > 0 and await evict(need - available) > 0:
+                continue
+            # nothing of ours to wait for: the estimate is all we have
+            return None if self.reserved else need
 
     def release(self, job: int) -> bool:
         """Free `job`'s reservation; whether another job held one at the same time."""
