@@ -268,6 +268,7 @@ class JobWorkers:
             ledger.learn(size, self.references.idle_bytes(index))
         self.held_when_idle = size.held_when_idle(kind)
         candidate = not self.spec.baseline_only  # a baseline job runs the reference alone
+        waited, t = time.monotonic(), time.perf_counter()
         await ledger.admit(
             id(self),
             size.job_need(kind, candidate=candidate),
@@ -276,6 +277,8 @@ class JobWorkers:
             lambda n: self.references.evict(index, n),
             alone=self.alone,
         )
+        self.deadline += time.monotonic() - waited  # waiting for other jobs' memory is not this job's time
+        self.stage("memory_wait", t)
         self.memory_limit = size.candidate_limit(kind, override)
         if sized.shrunk_source is not None:
             self.task_source = sized.shrunk_source
