@@ -24,7 +24,7 @@ GPU, every step that uses the GPU (loading models, making inputs, the reference'
 verification trials) shares it with other jobs, and timing has it alone (`gpulock.py`): no other
 job's GPU work overlaps a timing. Only Triton's compiler (CPU) runs outside the lock. Without a GPU, verify
 runs in Triton's CPU interpreter and there is no lock. The job's `timeout_s` counts from the
-moment its workers are assigned, minus the time spent waiting for the GPU.
+moment its workers are assigned, minus the time spent waiting for the GPU or for other jobs' device memory.
 
 Reference workers are kept: one that finished a job cleanly (every request answered, no error)
 waits, idle, for the next job on the same task (`references.py`, at most the pool's size per
