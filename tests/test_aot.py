@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+# As every worker compiles (pool.base_env pins Triton 3.9's default before Triton 3.10 flips it).
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
