@@ -20,6 +20,7 @@ TASK = CHEATS / "task_scale.py"
 EXPECTED: dict[str, tuple[str, set[str]]] = {
     "pytorch_only.py": ("task_scale.py", {"pytorch_fallback"}),
     "decoy_kernel.py": ("task_scale.py", {"pytorch_fallback"}),
+    "compiled_pytorch.py": ("task_scale.py", {"pytorch_fallback"}),
     "try_except_fallback.py": ("task_scale.py", {"forbidden_construct"}),
     "off_by_one_mask.py": ("task_scale.py", {"numerical_mismatch"}),
     "writes_input.py": ("task_scale.py", {"inputs_mutated"}),
