@@ -127,3 +127,15 @@ def test_on_a_gpu_the_next_process_profiling_a_task_skips_the_references_torch_c
     assert not any("torch.compile" in m for m in said_second), said_second
     assert "timed by an earlier evaluation" in second.profile.message
     assert second.profile.reference_compiled.median_us == first.profile.reference_compiled.median_us
+
+
+def test_without_a_usable_home_the_cache_is_off_and_nothing_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelcraft.base.config import cache_file
+
+    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
+    assert cache_file("t.json") == tmp_path / "home" / "cache" / "t.json"
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "a-file" / "home"))
+    assert cache_file("t.json") is None
