@@ -16,7 +16,8 @@ from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.gpulock import Device, GpuLock
-from kernelcraft.engine.job import MIN_PROFILE_ROUNDS, Job
+from kernelcraft.engine.job import Job
+from kernelcraft.engine.jobtiming import MIN_PROFILE_ROUNDS
 from kernelcraft.engine.jobworkers import CandidateSettings
 from kernelcraft.engine.protocol import (
     Compared,

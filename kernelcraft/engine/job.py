@@ -3,8 +3,8 @@
 `LocalEvaluator.submit` builds a `Job` with everything it needs (the job's device with its pools
 and GPU lock, the reference pool, the candidate settings, the evaluator's set of held workers)
 and awaits `run()`, which always returns a result: a candidate's failure is a verdict in it. The
-processes are `JobWorkers`' business (`jobworkers.py`); the result models are built by the pure
-functions of `verdicts.py`.
+processes are `JobWorkers`' business (`jobworkers.py`), the profile and baseline stages
+`JobTiming`'s (`jobtiming.py`); the result models are built by the pure functions of `verdicts.py`.
 
 Order and the GPU: the reference and the candidate load at the same time; the compile stage (if
 asked) loads its own candidate after the reference. On a GPU, the candidate's kernels are
@@ -16,25 +16,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
-from kernelcraft.base.errortext import exception_text
 from kernelcraft.base.evaluation import (
     CompileResult,
     EvalJob,
     EvalResult,
     Evidence,
-    ProfileResult,
-    Roofline,
-    Timing,
     VerifyResult,
 )
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine import scaled, timingcache
+from kernelcraft.engine import scaled
 from kernelcraft.engine.channel import Frame
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device
+from kernelcraft.engine.jobtiming import JobTiming
 from kernelcraft.engine.jobworkers import CandidateSettings, JobWorkers, Stop
 from kernelcraft.engine.pool import WorkerProcess
 from kernelcraft.engine.protocol import (
@@ -42,27 +38,16 @@ from kernelcraft.engine.protocol import (
     Compared,
     Compile,
     Compiled,
-    ComputeRoofline,
     KnockedOut,
     Knockout,
     Msg,
     Outputs,
-    ProtocolError,
-    RooflineCounted,
     Run,
-    Samples,
     TaskReady,
-    TimeCandidate,
-    Timed,
-    TimeReference,
-    TimingMethod,
-    UseInputs,
-    Warm,
     Warmup,
     WarmupReference,
 )
-from kernelcraft.engine.references import COMPILED_REFERENCE_TTL_S, ReferencePool
-from kernelcraft.engine.samples import spread_within, summarize
+from kernelcraft.engine.references import ReferencePool
 from kernelcraft.engine.verdicts import (
     DECOY_MESSAGE,
     compile_result,
@@ -70,45 +55,8 @@ from kernelcraft.engine.verdicts import (
     evidence_from,
     fill_failed,
     not_profiled_after,
-    profile_result,
-    timing_note,
     verify_result,
 )
-
-# Timing runs interleaved rounds (candidate, then reference) until every timed callable over
-# 50 µs (samples.SPREAD_CHECK_ABOVE_US) has an interquartile range within TARGET_SPREAD of its
-# median, between the minimum and maximum number of rounds.
-MIN_PROFILE_ROUNDS = 3
-MAX_PROFILE_ROUNDS = 10
-TARGET_SPREAD = 0.02
-PROFILE_BUDGET_MS = 60.0
-NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
-
-
-@dataclass
-class _Rounds:
-    """The timing samples gathered so far, per timed callable ("candidate", "eager", "compiled")."""
-
-    keys: tuple[str, ...]
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    methods: dict[str, TimingMethod] = field(default_factory=dict)
-    sets: dict[str, int] = field(default_factory=dict)
-    count: int = 0
-
-    def add(self, key: str, s: Samples) -> None:
-        self.samples.setdefault(key, []).extend(s.times_us)
-        self.methods[key] = s.method
-        self.sets[key] = s.sets
-
-    def done(self) -> bool:
-        if self.count < MIN_PROFILE_ROUNDS:
-            return False
-        return self.count >= MAX_PROFILE_ROUNDS or all(
-            spread_within(self.samples.get(k, []), TARGET_SPREAD) for k in self.keys
-        )
-
-    def timings(self) -> dict[str, Timing]:
-        return {k: summarize(self.samples[k], self.methods[k], self.sets.get(k, 1)) for k in self.keys}
 
 
 class Job:
@@ -129,6 +77,7 @@ class Job:
         self.device = device
         self.references = references
         self.workers = JobWorkers(spec, device, references, settings, active, progress, alone=alone)
+        self.timing = JobTiming(spec, device, references, self.workers)
         self.input_sets = 1
         self.kernels: list[str] = []
         self.compile_worker: WorkerProcess | None = None
@@ -146,7 +95,7 @@ class Job:
             cand = await self.start_workers()
             if self.spec.baseline_only:
                 t = time.perf_counter()
-                result.baseline = await self.baseline_stage()
+                result.baseline = await self.timing.baseline()
                 self.workers.stage("baseline", t)
             if "compile" in self.spec.stages:
                 t = time.perf_counter()
@@ -160,7 +109,7 @@ class Job:
                 await self.candidate_stages(result, cand)
             elif "profile" in self.spec.stages:
                 t = time.perf_counter()
-                result.profile = await self.profile_stage(None)
+                result.profile = await self.timing.profile(None, self.input_sets)
                 self.workers.stage("profile", t)
         except Stop as stop:
             fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
@@ -206,7 +155,7 @@ class Job:
             else:
                 async with self.workers.gpu_lock(exclusive=True):
                     t = time.perf_counter()
-                    result.profile = await self.profile_stage(cand)
+                    result.profile = await self.timing.profile(cand, self.input_sets)
                     self.workers.stage("profile", t)
 
     # ---- compile ----
@@ -252,18 +201,10 @@ class Job:
         # Triton's compiler runs on the CPU: no lock, so other jobs' timings go on meanwhile.
         await cand.send(Warmup(inputs=made.inputs).to_header(), blobs)
         self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.WARM)
-        if "profile" in self.spec.stages and self.compiled_timing() is None:
+        if "profile" in self.spec.stages and self.timing.compiled_timing() is None:
             await self.workers.progress(0.09, "compiling the reference with torch.compile")
             async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
                 await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)
-
-    def reference_device(self) -> str:
-        """The GPU as the reference worker named it (a compiled timing is reused on the same one)."""
-        ref = self.workers.ref
-        return str(ref.info.get("device", "")) if ref is not None else ""
-
-    def compiled_timing(self) -> Timing | None:
-        return self.references.compiled_timing(self.workers.key, self.reference_device())
 
     # ---- verify ----
 
@@ -355,153 +296,4 @@ class Job:
             kernels_launched=self.kernels,
             device_label=device_label(self.device, cand.info),
             **kw,
-        )
-
-    # ---- profile ----
-
-    async def profile_stage(self, cand: WorkerProcess | None) -> ProfileResult:
-        """Time the candidate against the reference on a GPU; without one, the roofline floor
-        only (`cand` is None: no candidate runs)."""
-        start = time.perf_counter()
-        if self.input_sets > 1 or not self.workers.ref_has_inputs:
-            # Verification ended on the last extra input set: time on get_inputs(), the task's own.
-            made, blobs = await self.workers.inputs(0)
-            if cand is not None and self.device.kind != "cpu":
-                await cand.send(UseInputs(inputs=made.inputs).to_header(), blobs)
-                self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
-        roof, roof_error = await self.roofline()
-        if self.device.kind == "cpu":
-            message = NO_GPU_MESSAGE.format(target=self.spec.roofline_target)
-            if roof_error:
-                message += f" (roofline unavailable: {roof_error[:300]})"
-            return ProfileResult(
-                available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3)
-            )
-        assert cand is not None
-        return await self.time_on_gpu(cand, roof, start)
-
-    async def roofline(self) -> tuple[Roofline | None, str | None]:
-        frame = await self.workers.ask_ref(
-            ComputeRoofline(target=self.spec.roofline_target, full_size=self.workers.interpret),
-            error_is_an_answer=True,
-        )
-        counted = RooflineCounted.from_header(frame.header)
-        if counted.roofline is None:
-            return None, counted.error or "the roofline could not be computed"
-        return Roofline.model_validate(counted.roofline), None
-
-    async def time_on_gpu(self, cand: WorkerProcess, roof: Roofline | None, start: float) -> ProfileResult:
-        """Interleave rounds of candidate and reference timing (each in its own process, on the
-        same inputs), then summarise each side's samples."""
-        cached = self.compiled_timing()
-        rounds = _Rounds(("candidate", "eager") if cached is not None else ("candidate", "eager", "compiled"))
-        while not rounds.done():
-            rounds.count += 1
-            await self.workers.progress(
-                0.9 + 0.1 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
-            )
-            await self.time_candidate(cand, rounds)
-            failed = await self.time_reference(rounds, compiled=cached is None)
-            if failed is not None:
-                return ProfileResult(available=False, message=failed, roofline=roof)
-        t = rounds.timings()
-        if cached is None:
-            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
-        else:
-            t["compiled"] = cached
-        result = profile_result(
-            t["candidate"],
-            t["eager"],
-            t["compiled"],
-            roof,
-            device_label(self.device, cand.info),
-            round(time.perf_counter() - start, 3),
-        )
-        result.message += f"; {rounds.count} interleaved rounds"
-        if cached is not None:
-            result.message += f"; {timingcache.REUSED} (reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
-        return result
-
-    async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds) -> None:
-        method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
-        await cand.send(TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method).to_header())
-        timed = self.workers.read(await self.workers.recv(cand, candidate=True), Timed)
-        if timed.error is not None:
-            raise Stop(
-                FailureClass.RUNTIME_ERROR,
-                Evidence(message="timing the candidate failed", error_text=timed.error),
-            )
-        try:
-            rounds.add("candidate", timed.samples("candidate"))
-        except ProtocolError as e:
-            raise Stop(
-                FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
-            ) from e
-
-    async def time_reference(self, rounds: _Rounds, *, compiled: bool) -> str | None:
-        """One round of the reference's timings; why they failed, if they did."""
-        ref_keys = [k for k in rounds.keys if k != "candidate"]
-        frame = await self.workers.ask_ref(
-            TimeReference(
-                budget_ms=PROFILE_BUDGET_MS,
-                methods={k: rounds.methods[k] for k in ref_keys if k in rounds.methods},
-                compiled=compiled,
-            )
-        )
-        timed = Timed.from_header(frame.header)
-        if timed.error is not None:
-            return f"timing the reference failed: {exception_text(timed.error).strip()[:600]}"
-        for k in ref_keys:
-            rounds.add(k, timed.samples(k))
-        return None
-
-    # ---- baseline: the reference alone ----
-
-    async def baseline_stage(self) -> ProfileResult:
-        """Time the reference alone, eager and under torch.compile, on the task's get_inputs()
-        (as KernelBench's baseline script does, with our interleaved rounds and L2 handling);
-        without a GPU, the roofline floor of the task's real sizes, nothing run."""
-        start = time.perf_counter()
-        if self.device.kind == "cpu":
-            roof, roof_error = await self.roofline()
-            message = NO_GPU_MESSAGE.format(target=self.spec.roofline_target)
-            if roof_error:
-                message += f" (roofline unavailable: {roof_error[:300]})"
-            return ProfileResult(
-                available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3)
-            )
-        await self.workers.progress(0.1, "making the inputs")
-        async with self.workers.gpu_lock(exclusive=False):
-            await self.workers.inputs(0)
-        roof, _ = await self.roofline()
-        await self.workers.progress(0.2, "compiling the reference with torch.compile")
-        async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
-            warm = Warm.from_header(
-                (await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)).header
-            )
-        # A model torch.compile cannot handle still has its eager time.
-        rounds = _Rounds(("eager",) if warm.error else ("eager", "compiled"))
-        async with self.workers.gpu_lock(exclusive=True):
-            while not rounds.done():
-                rounds.count += 1
-                await self.workers.progress(
-                    0.3 + 0.7 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
-                )
-                failed = await self.time_reference(rounds, compiled=warm.error is None)
-                if failed is not None:
-                    return ProfileResult(available=False, message=failed, roofline=roof)
-        t = rounds.timings()
-        if "compiled" in t:
-            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
-        notes = [timing_note(k, v) for k, v in t.items()]
-        if warm.error:
-            notes.append(f"torch.compile failed: {warm.error[:300]}")
-        return ProfileResult(
-            available=True,
-            message="; ".join([*notes, f"{rounds.count} rounds, the reference alone"]),
-            device=device_label(self.device, self.workers.ref.info if self.workers.ref else None),
-            reference_eager=t["eager"],
-            reference_compiled=t.get("compiled"),
-            roofline=roof,
-            seconds=round(time.perf_counter() - start, 3),
         )

@@ -32,7 +32,7 @@ device), which saves a process start and the reference's set-up. It never import
 code, so nothing of a candidate survives in it; it rebuilds `Model` for each job. Candidate
 workers are never reused.
 
-Where the rest lives: one job's stages in `job.py`, its processes in `jobworkers.py`, the messages
+Where the rest lives: one job's stages in `job.py` (its timing in `jobtiming.py`), its processes in `jobworkers.py`, the messages
 on the pipe in `protocol.py`, the result builders in `verdicts.py`.
 
 Only the evaluator owns its worker processes; callers hold one `LocalEvaluator` and `aclose()` it.
