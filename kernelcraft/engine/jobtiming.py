@@ -33,7 +33,7 @@ from kernelcraft.engine.protocol import (
     Warm,
     WarmupReference,
 )
-from kernelcraft.engine.references import COMPILED_REFERENCE_TTL_S, ReferencePool
+from kernelcraft.engine.references import ReferencePool
 from kernelcraft.engine.samples import spread_within, summarize
 from kernelcraft.engine.verdicts import device_label, profile_result, timing_note
 
@@ -155,7 +155,7 @@ class JobTiming:
         )
         result.message += f"; {rounds.count} interleaved rounds"
         if cached is not None:
-            result.message += f"; {timingcache.REUSED} (reused for {COMPILED_REFERENCE_TTL_S / 60:.0f} min)"
+            result.message += f"; {timingcache.REUSED} (reused for {timingcache.TTL_S / 60:.0f} min)"
         return result
 
     async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds) -> None:

@@ -23,7 +23,7 @@ MemAvailable on the CPU) in its `Sized` message. From those figures:
   recently used kept reference workers are evicted, then it waits for running jobs to end.
 - **A job alone**: the estimates are estimates (cuDNN's workspaces, torch.compile's autotuning,
   the allocator's cache), so a job that ran out of memory while other jobs of ours held the
-  device is run once more with the device to itself (`LocalEvaluator.submit`): it reserves
+  device is run once more with the device to itself (`LocalEvaluator._run`): it reserves
   everything, waits for the running jobs to end, and no new job starts until it is done.
 
 `MemoryLedger` keeps one device's reservations; only jobs (`jobworkers.py`) use it.

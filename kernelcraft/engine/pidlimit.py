@@ -28,6 +28,8 @@ V2_ROOT = Path("/sys/fs/cgroup")
 V1_ROOT = Path("/sys/fs/cgroup/pids")
 PREFIX = "kernelcraft-"
 _serial = itertools.count()
+_swept = False
+"""Once a process: the first `confine` sweeps what dead processes left (`sweep`)."""
 
 
 @functools.cache
@@ -81,10 +83,6 @@ def release(group: Path | None) -> None:
                     os.kill(int(line), signal.SIGKILL)
         time.sleep(0.02)
     log.debug("could not remove %s", group)
-
-
-_swept = False
-"""Once a process: the first `confine` sweeps what dead processes left (`sweep`)."""
 
 
 def sweep(root: Path) -> None:

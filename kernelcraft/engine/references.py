@@ -14,8 +14,9 @@ the least recently parked (`evict`). The task's measured sizes (`Sized`) are kep
 for the jobs that take a kept worker.
 
 torch.compile of the reference costs seconds per process: its timing for a task on a GPU is
-measured once and reused for `COMPILED_REFERENCE_TTL_S`, across processes when the pool is given a
-file (`timingcache.py`).
+measured once and reused for `timingcache.TTL_S`, across processes when the pool is given a file
+(`timingcache.py`); the eager reference is still timed in every evaluation, interleaved with the
+candidate.
 
 Both caches are keyed by `TaskKey`. Only `LocalEvaluator` and its jobs use a pool; every method
 but `freed` and `aclose` is synchronous, so a job being torn down (perhaps cancelled) can park or
@@ -42,8 +43,6 @@ from kernelcraft.engine.protocol import NextJob, Sized
 
 REFERENCE_IDLE_S = 300.0
 REBUILD_TIMEOUT_S = 120.0
-# The eager reference is still timed every evaluation, interleaved with the candidate.
-COMPILED_REFERENCE_TTL_S = timingcache.TTL_S
 
 TaskKey = tuple[str, int | None]
 """(sha256 of the task's source, device index): what a reference worker and a timing serve."""
