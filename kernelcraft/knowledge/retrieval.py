@@ -31,18 +31,28 @@ SCOPE_MATCH, SCOPE_GENERAL, SCOPE_OTHER = 1.25, 1.0, 0.3
 OVERFETCH = 4
 
 
+def row_scope(row: Any) -> RuleScope:
+    """A rules row's scope columns as the model."""
+    return RuleScope(dsl=row["dsl"], arch_family=row["arch_family"], op_category=row["op_category"])
+
+
+def row_failure_class(row: Any) -> FailureClass | None:
+    """A rules row's failure class, or None (none recorded, or a class this version does not know)."""
+    fc = row["failure_class"]
+    return FailureClass(fc) if fc in FailureClass._value2member_map_ else None
+
+
 def rule_out(row: Any, score: float = 0.0) -> RuleOut:
     """A rules row (`RULE_COLUMNS`) as the wire model."""
-    fc = row["failure_class"]
     return RuleOut(
         id=row["id"],
         uid=row["uid"],
         text=row["text"],
         count=row["count"],
         status=row["status"],
-        scope=RuleScope(dsl=row["dsl"], arch_family=row["arch_family"], op_category=row["op_category"]),
+        scope=row_scope(row),
         reason=row["reason"],
-        failure_class=FailureClass(fc) if fc in FailureClass._value2member_map_ else None,
+        failure_class=row_failure_class(row),
         score=score,
         seed=bool(row["seed"]),
     )

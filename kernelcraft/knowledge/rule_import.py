@@ -23,8 +23,8 @@ import aiosqlite
 from pydantic import ValidationError
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.rules import MAX_RULE_CHARS, ImportResult, RuleLine, RuleScope
+from kernelcraft.base.rules import MAX_RULE_CHARS, ImportResult, RuleLine
+from kernelcraft.knowledge.retrieval import row_failure_class, row_scope
 from kernelcraft.knowledge.text import normalize_rule, rule_uid, validate_rule
 from kernelcraft.store import Store, utcnow
 
@@ -43,15 +43,14 @@ async def database_id(store: Store) -> str:
 
 
 def _line_of(row: Any, origin: str) -> RuleLine:
-    fc = row["failure_class"]
     return RuleLine(
         uid=row["uid"],
         text=row["text"],
         reason=row["reason"],
         count=row["count"],
         status=row["status"],
-        scope=RuleScope(dsl=row["dsl"], arch_family=row["arch_family"], op_category=row["op_category"]),
-        failure_class=FailureClass(fc) if fc in FailureClass._value2member_map_ else None,
+        scope=row_scope(row),
+        failure_class=row_failure_class(row),
         seed=bool(row["seed"]),
         created_by=row["created_by"],
         created_at=row["created_at"],
