@@ -110,10 +110,10 @@ def mode(device: str) -> str:
     if not env_switch("KERNELCRAFT_SANDBOX"):
         return "off"
     # KERNELCRAFT_SANDBOX_IDENTITY=root|nobody: run by root, stay root in a user namespace of its own
-    # (no capability outside it) or become nobody (1). GPU workers stay root unless told otherwise:
-    # nobody's GPU path (CUDA IPC between nobody workers, the JIT's compiler) has not been run on
-    # the H200 yet, while root in a user namespace under Landlock has been probed there.
-    identity = os.environ.get("KERNELCRAFT_SANDBOX_IDENTITY", "nobody" if device == "cpu" else "root")
+    # (no capability outside it) or become nobody (1), the default on the CPU and on a GPU (the
+    # whole GPU suite passed as nobody on the H200: CUDA IPC between nobody workers, the JIT's
+    # compiler, the reference's torch.compile in a cache of its own).
+    identity = os.environ.get("KERNELCRAFT_SANDBOX_IDENTITY", "nobody")
     keep_root = ",root" if identity.lower() == "root" else ""
     if "KERNELCRAFT_SANDBOX_PIDNS" in os.environ:
         return ("on" if env_switch("KERNELCRAFT_SANDBOX_PIDNS") else "on,nopidns") + keep_root

@@ -1,8 +1,9 @@
 """A process limit for candidates that stay root: a pids cgroup of their own.
 
 The box's process limit is RLIMIT_NPROC (`box.py`), which the kernel never applies to a real uid
-of 0. A candidate worker that stays root in a user namespace of its own (a GPU's default: see
-`box.py`) could therefore fork without bound; on the H200 one forked 200 of 200. Where this
+of 0. A candidate worker that stays root in a user namespace of its own (`KERNELCRAFT_SANDBOX_IDENTITY=root`,
+or where nobody cannot reach Python: see `box.py`) could therefore fork without bound; on the H200
+one forked 200 of 200. Where this
 process runs as root and the machine has the pids controller (cgroup v2 enabled at the root, or
 v1's `pids` hierarchy), the pool puts each candidate worker, before it imports the candidate, in a
 cgroup of its own whose `pids.max` is its present tasks plus `box.CANDIDATE_TASKS`, and removes
