@@ -52,7 +52,7 @@ for step in "$@"; do
       python3 -X importtime -c "import torch._dynamo" 2>"$OUT/importtime.txt"; sort -t'|' -k1 -n "$OUT/importtime.txt" | tail -15
       python3 -c "import torch, os, glob; d=os.path.dirname(torch.__file__); print('torch .py', len(glob.glob(d+'/**/*.py', recursive=True)), '.pyc', len(glob.glob(d+'/**/__pycache__/*.pyc', recursive=True)))"
       # the same imports with bytecode written to (then read from) a cache of our own: a normal install's case
-      for i in 1 2 3; do PYTHONPYCACHEPREFIX=/tmp/pyc python3 -c "import time; t=time.perf_counter(); import torch; a=time.perf_counter(); import triton, triton.language; b=time.perf_counter(); import torch._dynamo; c=time.perf_counter(); print(f'pycache prefix: torch {a-t:.2f} s, triton {b-a:.2f} s, dynamo {c-b:.2f} s')"; done ;;
+      for i in 1 2 3; do env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pyc python3 -c "import time; t=time.perf_counter(); import torch; a=time.perf_counter(); import triton, triton.language; b=time.perf_counter(); import torch._dynamo; c=time.perf_counter(); print(f'pycache prefix: torch {a-t:.2f} s, triton {b-a:.2f} s, dynamo {c-b:.2f} s')"; done ;;
     boxnobody)  # the GPU box tests with the worker leaving root for nobody
       KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_box.py ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.base import bytecode
 from kernelcraft.base.config import env_switch
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
@@ -95,7 +96,7 @@ def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) 
         env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
     if device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
-    return env
+    return bytecode.add_to_env(env)
 
 
 def own_env(workdir: Path) -> dict[str, str]:

@@ -1,0 +1,88 @@
+"""The bytecode cache for a Python that keeps none (kernelcraft/base/bytecode.py).
+
+Each case runs a fresh Python whose `torch` is a small package of ours with no bytecode, as torch
+is on a machine whose image sets PYTHONDONTWRITEBYTECODE and installed it without any."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE = """
+import json, os, sys
+from kernelcraft.base import bytecode
+used = bytecode.use_cache()
+import torch
+env = bytecode.add_to_env({"PYTHONDONTWRITEBYTECODE": "1"})
+print(json.dumps({"used": str(used) if used else None, "prefix": sys.pycache_prefix, "child": env}))
+"""
+
+
+@pytest.fixture
+def fake_torch(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("VALUE = 1\n")
+    return site
+
+
+def _probe(site: Path, home: Path, **env: str) -> dict:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KERNELCRAFT_"))}
+    base |= {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "KERNELCRAFT_HOME": str(home)}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], env=base | env, capture_output=True, text=True, timeout=60, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_a_python_that_writes_no_bytecode_keeps_it_in_kernelcrafts_cache(
+    fake_torch: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    got = _probe(fake_torch, home, PYTHONDONTWRITEBYTECODE="1")
+    cache = home / "cache" / "pycache"
+    assert got["used"] == str(cache) and got["prefix"] == str(cache)
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    # torch's bytecode went to the cache, none beside its source; a child is told the same
+    assert list(cache.rglob("torch/__init__.*.pyc")), sorted(cache.rglob("*"))
+    assert not (fake_torch / "torch" / "__pycache__").exists()
+    assert got["child"] == {"PYTHONPYCACHEPREFIX": str(cache)}
+
+
+def test_the_cache_is_left_out_where_python_or_the_user_needs_none(fake_torch: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    # the user's own prefix, and the switch
+    mine = str(tmp_path / "mine")
+    got = _probe(fake_torch, home, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=mine)
+    assert got["used"] is None and got["prefix"] == mine and got["child"] == {"PYTHONDONTWRITEBYTECODE": "1"}
+    got = _probe(fake_torch, home, PYTHONDONTWRITEBYTECODE="1", KERNELCRAFT_BYTECODE_CACHE="off")
+    assert got["used"] is None and got["prefix"] is None
+    # a Python that writes bytecode beside the sources writes torch's there itself; then it is there
+    got = _probe(fake_torch, home)
+    assert got["used"] is None and (fake_torch / "torch" / "__pycache__").is_dir()
+    got = _probe(fake_torch, home, PYTHONDONTWRITEBYTECODE="1")
+    assert got["used"] is None, "torch's own bytecode would be hidden by a prefix"
+    assert not (home / "cache" / "pycache").exists()
+
+
+def test_the_evaluators_workers_get_the_cache_in_their_environment(fake_torch: Path, tmp_path: Path) -> None:
+    probe = (
+        "import json; from kernelcraft.engine.pool import base_env; "
+        "e = base_env('cpu', None, True); print(json.dumps([e.get('PYTHONPYCACHEPREFIX'), "
+        "e.get('PYTHONDONTWRITEBYTECODE')]))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KERNELCRAFT_"))}
+    env |= {
+        "PYTHONPATH": os.pathsep.join([str(fake_torch), str(REPO)]),
+        "KERNELCRAFT_HOME": str(tmp_path / "home"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [str(tmp_path / "home" / "cache" / "pycache"), None]
