@@ -128,7 +128,7 @@ async def test_kernelcraft_zygote_off_spawns_every_worker(
         await pool.release(w)
 
 
-def test_a_one_off_commands_gpu_workers_leave_inductor_to_the_job_that_compiles_the_reference(
+def test_a_one_off_commands_workers_leave_dynamo_and_inductor_to_the_job_that_needs_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from kernelcraft.engine import pool, worker
@@ -136,7 +136,8 @@ def test_a_one_off_commands_gpu_workers_leave_inductor_to_the_job_that_compiles_
     lazy = pool.base_env("cuda", 0, interpret=False, lazy=True)
     kept = pool.base_env("cuda", 0, interpret=False, lazy=False)
     monkeypatch.setenv("KERNELCRAFT_WORKER_IMPORTS", lazy["KERNELCRAFT_WORKER_IMPORTS"])
-    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo"]
+    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base"]
+    assert [name for name, _ in worker.import_stages(cuda=False)] == ["base"]
     assert "KERNELCRAFT_WORKER_IMPORTS" not in kept
     monkeypatch.delenv("KERNELCRAFT_WORKER_IMPORTS")
     assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo", "inductor"]

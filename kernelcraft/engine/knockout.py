@@ -49,6 +49,10 @@ def garbage_fill(t: torch.Tensor) -> None:
 class _PoisonFresh(TorchDispatchMode):
     """Fills every tensor an `empty`-family op returns with garbage."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # no torch._disable_dynamo wrapper, whose first call imports dynamo (guard.py)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
         name = getattr(getattr(func, "overloadpacket", func), "__name__", "").split("::")[-1]

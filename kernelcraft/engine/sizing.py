@@ -4,7 +4,10 @@
 the task has it, else `get_inputs()`) and `Model(*get_init_inputs())` under `torch.device("meta")`
 (shapes and dtypes, no memory, no compute) and runs forward there for the outputs' sizes (when an
 op has no meta kernel, the outputs are left unmeasured and `memory.py` takes them as large as the
-inputs). `device_memory(device)` is what the device has free and in all. `shrink_for_interpreter`
+inputs). Forward on meta runs torch's Python decompositions, whose first call imports torch._dynamo
+(~1 s, 3.2 s without bytecode on the H200): where it is not imported yet (a one-off command's
+workers) and the task is small (`QUICK_BELOW_BYTES`), its outputs are left unmeasured instead, as
+a job alone on the device loses nothing by it. `device_memory(device)` is what the device has free and in all. `shrink_for_interpreter`
 loads the task at small sizes (`shrink.py`) when the interpreter would take too long at its own.
 
 Runs in the worker process only.
@@ -18,6 +21,11 @@ from typing import Any
 
 from kernelcraft.engine import shrink
 from kernelcraft.engine.rotation import nbytes
+
+QUICK_BELOW_BYTES = 256 << 20
+"""A task whose inputs and parameters are under this (and, in the interpreter, under
+`shrink.SHRINK_ABOVE_ELEMENTS` elements) is measured without forward where that would import
+torch._dynamo (`measure(quick=)`)."""
 
 
 def _tensors(obj: Any, torch: Any) -> list[Any]:
@@ -34,9 +42,12 @@ def shape_text(ts: list[Any]) -> str:
     return ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in ts)
 
 
-def measure(task: Any, interpret: bool) -> dict[str, Any]:
+def measure(task: Any, interpret: bool, quick: bool = False) -> dict[str, Any]:
     """The task's sizes on the meta device: bytes of inputs, params (and buffers) and outputs,
-    the element count of inputs and params (the interpreter's work), the inputs' shapes."""
+    the element count of inputs and params (the interpreter's work), the inputs' shapes.
+    `quick`: a small task's outputs are not measured where that would import torch._dynamo."""
+    import sys
+
     import torch
 
     torch.manual_seed(0)
@@ -46,19 +57,24 @@ def measure(task: Any, interpret: bool) -> dict[str, Any]:
         model = task.Model(*task.get_init_inputs())
     ins = _tensors(inputs, torch)
     params = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
-    outputs_measured = True
-    try:
-        with torch.no_grad():
-            outs = _tensors(model(*inputs), torch)
-        out_bytes = nbytes(outs)
-    except Exception:
-        outputs_measured, out_bytes = False, nbytes(ins)
+    elements = sum(t.numel() for t in ins) + sum(t.numel() for t in params)
+    # (In the interpreter a task over SHRINK_ABOVE_ELEMENTS is shrunk, which needs its outputs.)
+    small = nbytes(ins) + nbytes(params) < QUICK_BELOW_BYTES
+    small = small and not (interpret and elements > shrink.SHRINK_ABOVE_ELEMENTS)
+    outputs_measured, out_bytes = False, nbytes(ins)
+    if not (quick and small and "torch._dynamo" not in sys.modules):
+        try:
+            with torch.no_grad():
+                outs = _tensors(model(*inputs), torch)
+            outputs_measured, out_bytes = True, nbytes(outs)
+        except Exception:
+            pass
     return {
         "inputs": nbytes(ins),
         "params": nbytes(params),
         "outputs": out_bytes,
         "outputs_measured": outputs_measured,
-        "elements": sum(t.numel() for t in ins) + sum(t.numel() for t in params),
+        "elements": elements,
         "shapes": shape_text(ins)[:500],
     }
 

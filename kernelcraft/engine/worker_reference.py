@@ -102,7 +102,7 @@ class ReferenceWorker(Worker):
 
         free, total = sizing.device_memory(self.device)
         try:
-            sizes = sizing.measure(self.task, job.interpret)
+            sizes = sizing.measure(self.task, job.interpret, quick=True)
         except Exception as e:
             return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
         shrunk, source = self.task, None
