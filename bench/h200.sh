@@ -52,7 +52,12 @@ for step in "$@"; do
       python3 -X importtime -c "import torch._dynamo" 2>"$OUT/importtime.txt"; sort -t'|' -k1 -n "$OUT/importtime.txt" | tail -15
       python3 -c "import torch, os, glob; d=os.path.dirname(torch.__file__); print('torch .py', len(glob.glob(d+'/**/*.py', recursive=True)), '.pyc', len(glob.glob(d+'/**/__pycache__/*.pyc', recursive=True)))"
       # the same imports with bytecode written to (then read from) a cache of our own: a normal install's case
-      for i in 1 2 3; do env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pyc python3 -c "import time; t=time.perf_counter(); import torch; a=time.perf_counter(); import triton, triton.language; b=time.perf_counter(); import torch._dynamo; c=time.perf_counter(); print(f'pycache prefix: torch {a-t:.2f} s, triton {b-a:.2f} s, dynamo {c-b:.2f} s')"; done ;;
+      for i in 1 2 3; do env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pyc python3 -c "import time; t=time.perf_counter(); import torch; a=time.perf_counter(); import triton, triton.language; b=time.perf_counter(); import torch._dynamo; c=time.perf_counter(); print(f'pycache prefix: torch {a-t:.2f} s, triton {b-a:.2f} s, dynamo {c-b:.2f} s')"; done
+      # does importing inductor touch the GPU driver only through torch.cuda.is_available()? (NVML's check does not init CUDA)
+      for nvml in 0 1; do PYTORCH_NVML_BASED_CUDA_CHECK=$nvml python3 -c "import time, torch; t=time.perf_counter(); import torch._inductor.compile_fx; d=time.perf_counter()-t; maps=open('/proc/self/maps').read(); print('nvml check', $nvml, 'inductor import', round(d, 2), 's; libcuda mapped', 'libcuda.so' in maps, '; cuda initialised', torch.cuda.is_initialized())"; done
+      # CUDA's initialisation in a thread while the main thread imports dynamo: do they overlap?
+      python3 -c "import time, threading, torch; t=time.perf_counter(); torch.cuda.init(); a=time.perf_counter(); import torch._dynamo; b=time.perf_counter(); print(f'serial: cuda init {a-t:.2f} s, dynamo {b-a:.2f} s, both {b-t:.2f} s')"
+      python3 -c "import time, threading, torch; t=time.perf_counter(); th=threading.Thread(target=torch.cuda.init); th.start(); import torch._dynamo; a=time.perf_counter(); th.join(); b=time.perf_counter(); print(f'threaded: dynamo done {a-t:.2f} s, both {b-t:.2f} s')" ;;
     boxnobody)  # the GPU box tests with the worker leaving root for nobody
       KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_box.py ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
