@@ -1,3 +1,3 @@
-from kernelcraft.cli import main
+from kernelcraft.entry import main
 
 main()

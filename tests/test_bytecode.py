@@ -86,3 +86,20 @@ def test_the_evaluators_workers_get_the_cache_in_their_environment(fake_torch: P
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [str(tmp_path / "home" / "cache" / "pycache"), None]
+
+
+def test_the_command_keeps_its_own_modules_bytecode_there_before_importing_them(
+    fake_torch: Path, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KERNELCRAFT_"))}
+    env |= {
+        "PYTHONPATH": os.pathsep.join([str(fake_torch), str(REPO)]),
+        "KERNELCRAFT_HOME": str(tmp_path / "home"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelcraft", "--help"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    cache = tmp_path / "home" / "cache" / "pycache"
+    assert list(cache.rglob("kernelcraft/cli/__init__.*.pyc")), sorted(cache.rglob("*.pyc"))[:5]

@@ -18,7 +18,6 @@ import sys
 from collections.abc import Sequence
 
 from kernelcraft import __version__
-from kernelcraft.base import bytecode
 from kernelcraft.base.errors import KernelcraftError, StoreError, UsageError
 from kernelcraft.cli.common import (
     ERROR_KINDS,
@@ -52,7 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    bytecode.use_cache()  # where this Python keeps no bytecode for torch (base/bytecode.py)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         code = _run(args, as_json="--json" in args)
