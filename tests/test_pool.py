@@ -139,6 +139,9 @@ def test_a_one_off_commands_workers_leave_dynamo_and_inductor_to_the_job_that_ne
     assert [name for name, _ in worker.import_stages(cuda=True)] == ["base"]
     assert [name for name, _ in worker.import_stages(cuda=False)] == ["base"]
     assert "KERNELCRAFT_WORKER_IMPORTS" not in kept
+    # where workers cannot read the zygote's bytecode (base/bytecode.py), dynamo stays in the zygote
+    monkeypatch.setenv("KERNELCRAFT_WORKER_IMPORTS", "lazy-inductor")
+    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo"]
     monkeypatch.delenv("KERNELCRAFT_WORKER_IMPORTS")
     assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo", "inductor"]
     assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "dynamo"]

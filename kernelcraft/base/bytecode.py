@@ -71,12 +71,12 @@ def use_cache() -> Path | None:
     return path
 
 
-def add_to_env(env: dict[str, str]) -> dict[str, str]:
-    """`env` for a child Python (the evaluator's zygote or a worker) that keeps its bytecode in
-    `cache_dir()`; `env` unchanged where no cache is needed."""
+def add_to_env(env: dict[str, str]) -> Path | None:
+    """Point `env`, a child Python's (the evaluator's zygote or a worker), at `cache_dir()`.
+    Returns the folder, or None where no cache is needed (`env` unchanged)."""
     path = _in_use[0] if _in_use else cache_dir()
     if path is None or env.get("PYTHONPYCACHEPREFIX"):
-        return env
+        return None
     env["PYTHONPYCACHEPREFIX"] = str(path)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
+    return path

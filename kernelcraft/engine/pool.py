@@ -73,13 +73,18 @@ def _package_root() -> str:
 
 def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) -> dict[str, str]:
     """The environment every worker of a pool shares (its zygote's): scrubbed, with the package
-    importable, Triton's interpreter on or off, the GPU chosen, and (`lazy`) the imports a job may
-    not need (inductor) left to the job that needs them."""
+    importable, Triton's interpreter on or off, the GPU chosen, bytecode kept where Python keeps
+    none (`base/bytecode.py`), and (`lazy`) the imports a job may not need (dynamo, inductor) left
+    to the job that needs them."""
     env = scrubbed_env()
     env["KERNELCRAFT_WORKER_DEVICE"] = device
     env[box.BOX_ENV] = box.mode(device)
+    ours = bytecode.add_to_env(env)
     if lazy:
-        env["KERNELCRAFT_WORKER_IMPORTS"] = "lazy"
+        # A worker that leaves root cannot read kernelcraft's own bytecode cache (0700): where that
+        # cache is in use, the zygote imports dynamo from it (0.9 s on the H200) rather than leave
+        # it to the job's reference worker (3.4 s from source, to measure most tasks on meta).
+        env["KERNELCRAFT_WORKER_IMPORTS"] = "lazy-inductor" if ours else "lazy"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
     # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
     # Triton upgrade does not silently change candidates' rounding.
@@ -96,7 +101,7 @@ def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) 
         env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
     if device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
-    return bytecode.add_to_env(env)
+    return env
 
 
 def own_env(workdir: Path) -> dict[str, str]:

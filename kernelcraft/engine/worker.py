@@ -66,15 +66,17 @@ def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
     on a GPU, torch's inductor (what the reference's torch.compile imports). In order; the zygote
     runs each stage that leaves the GPU driver alone."""
     stages: list[tuple[str, Any]] = [("base", _import_base)]
-    # A one-off command's workers (`KERNELCRAFT_WORKER_IMPORTS=lazy`, the pool's `lazy`) leave
-    # dynamo and inductor to the job that needs them: `verify` of a small task needs neither (the
-    # candidate's dispatch modes skip dynamo's wrapper, `sizing.measure` leaves a small task's
-    # outputs unmeasured rather than import it), and on the H200 the workers that imported
-    # inductor took 17.6 s of a 22 s first verdict, dynamo 3.6 s of 9.6 s.
-    if os.environ.get("KERNELCRAFT_WORKER_IMPORTS") != "lazy":
+    # A one-off command's workers (the pool's `lazy`: KERNELCRAFT_WORKER_IMPORTS=lazy) leave dynamo
+    # and inductor to the job that needs them: `verify` of a small task with factory-made inputs
+    # needs neither (the candidate's dispatch modes skip dynamo's wrapper, `sizing.measure` leaves
+    # its outputs unmeasured rather than import it), and on the H200 the workers that imported
+    # inductor took 17.6 s of a 22 s first verdict. `lazy-inductor` leaves inductor only (where
+    # workers cannot read the zygote's bytecode: pool.base_env).
+    imports = os.environ.get("KERNELCRAFT_WORKER_IMPORTS", "")
+    if imports != "lazy":
         stages.append(("dynamo", _import_dynamo))
-        if cuda:
-            stages.append(("inductor", _import_inductor))
+    if cuda and not imports.startswith("lazy"):
+        stages.append(("inductor", _import_inductor))
     return stages
 
 
