@@ -105,3 +105,33 @@ def test_the_command_keeps_its_own_modules_bytecode_there_before_importing_them(
     assert out.returncode == 0, out.stderr
     cache = tmp_path / "home" / "cache" / "pycache"
     assert list(cache.rglob("kernelcraft/cli/__init__.*.pyc")), sorted(cache.rglob("*.pyc"))[:5]
+
+
+def test_workers_write_no_bytecode_for_the_tasks_and_candidates_they_import(tmp_path: Path) -> None:
+    # Box off (it would refuse the writes anyway): a worker that could write still does not.
+    prefix = tmp_path / "pycache"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KERNELCRAFT_"))}
+    env |= {
+        "PYTHONPATH": str(REPO),
+        "PYTHONPYCACHEPREFIX": str(prefix),
+        "KERNELCRAFT_HOME": str(tmp_path / "home"),
+        "KERNELCRAFT_SANDBOX": "off",
+    }
+    cheats = REPO / "tests" / "cheats"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelcraft",
+            "verify",
+            str(cheats / "task_scale.py"),
+            str(cheats / "good.py"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-1000:] + out.stderr[-2000:]
+    assert list(prefix.rglob("kernelcraft/engine/worker.*.pyc")), "the zygote writes to the prefix"
+    assert not list(prefix.rglob("kernelcraft_task*.pyc")) and not list(prefix.rglob("kernelcraft_cand*.pyc"))

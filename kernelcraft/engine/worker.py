@@ -103,6 +103,9 @@ def serve(fd: int) -> None:
     want = os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu")
     prepare(cuda=want == "cuda")
     t2 = time.perf_counter()
+    # The job's own modules (the task, the candidate, each in this worker's directory) are used
+    # once: their bytecode would only pile up, in kernelcraft's bytecode cache too where it is in use.
+    sys.dont_write_bytecode = True
 
     sock = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
