@@ -49,6 +49,13 @@ out["a fresh wrapper of the original"] = (setattr(torch, "manual_seed", wrapper)
 for name, fake in forged.items():
     torch.manual_seed = fake
     out[name] = integrity.changed()
+# the wrapper's code with globals of its own, which sys.modules then names as torch's module
+own = dict(vars(sys.modules["torch._compile"]))
+holder = type("Holder", (), {})()
+holder.__dict__ = own
+sys.modules["torch._compile"] = holder
+torch.manual_seed = types.FunctionType(genuine.__code__, own, "inner", None, genuine.__closure__)
+out["the wrapper's code with globals sys.modules was made to name"] = integrity.changed()
 torch.manual_seed = genuine
 print(json.dumps(out))
 """
@@ -93,7 +100,12 @@ def test_the_candidates_harness_and_a_small_tasks_sizing_leave_dynamo_unimported
     # dynamo's import rewrapped torch.manual_seed: that is no change; a replacement of it is
     assert got["changed_after_dynamo"] == []
     assert got["a fresh wrapper of the original"] == []
-    for name in ("a lambda", "the wrapper of another function", "the wrapper's code with other globals"):
+    for name in (
+        "a lambda",
+        "the wrapper of another function",
+        "the wrapper's code with other globals",
+        "the wrapper's code with globals sys.modules was made to name",
+    ):
         assert got[name] == ["torch.manual_seed"], (name, got[name])
 
 

@@ -165,19 +165,24 @@ def _is_constant(attr: str, value: Any) -> bool:
     return attr.isupper() and isinstance(value, _CONSTANT_TYPES)
 
 
-# The code of the wrapper `torch._disable_dynamo(fn)` returns (made here without importing dynamo).
-_DISABLE_DYNAMO_CODE = torch._disable_dynamo(lambda: None).__code__
+# The code and globals of the wrapper `torch._disable_dynamo(fn)` returns, taken when the harness
+# is imported (before any candidate), without importing dynamo.
+_DISABLE_DYNAMO = torch._disable_dynamo(lambda: None)
+_DISABLE_DYNAMO_CODE, _DISABLE_DYNAMO_GLOBALS = _DISABLE_DYNAMO.__code__, _DISABLE_DYNAMO.__globals__
 
 
 def dynamos_own_rewrap(now: Any, before: Any) -> bool:
     """True when `now` is exactly what importing torch._dynamo puts in `before`'s place
     (`torch.manual_seed = torch._disable_dynamo(torch.manual_seed)`, its only rewrap of what the
-    harness watches): `_disable_dynamo`'s own wrapper code, in its own module, closed over `before`,
-    so it runs `before` and nothing else. A candidate may import dynamo (torch.compile, a custom
-    op); one that forges the wrapper cannot change what it runs."""
+    harness watches): `_disable_dynamo`'s own wrapper code, with the globals of torch's own module
+    as the harness found them (not whatever `sys.modules` names now), closed over `before`. A
+    candidate may import dynamo (torch.compile, a custom op); a forged wrapper is a change. (What
+    the wrapper runs can still be swapped through `before.__dynamo_disable`, its cache, as it could
+    when dynamo was imported before the snapshot; nothing the candidate's process seeds decides a
+    verdict: the reference makes the inputs and compares.)"""
     if "torch._dynamo" not in sys.modules or getattr(now, "__code__", None) is not _DISABLE_DYNAMO_CODE:
         return False
-    if now.__globals__ is not vars(sys.modules["torch._compile"]) or now.__closure__ is None:
+    if now.__globals__ is not _DISABLE_DYNAMO_GLOBALS or now.__closure__ is None:
         return False
     try:
         cells = dict(zip(now.__code__.co_freevars, (c.cell_contents for c in now.__closure__), strict=True))
