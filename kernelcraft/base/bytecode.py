@@ -44,7 +44,7 @@ def _torch_keeps_no_bytecode() -> bool:
 def cache_dir() -> Path | None:
     """Where this machine's Python should keep bytecode for kernelcraft's processes, or None
     where it needs no help (or may not have it)."""
-    if os.environ.get(SWITCH) is not None and not env_switch(SWITCH):
+    if not env_switch(SWITCH):
         return None
     if os.environ.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix:
         return None

@@ -7,8 +7,9 @@ op has no meta kernel, the outputs are left unmeasured and `memory.py` takes the
 inputs). Forward on meta runs torch's Python decompositions, whose first call imports torch._dynamo
 (~1 s, 3.2 s without bytecode on the H200): where it is not imported yet (a one-off command's
 workers) and the task is small (`QUICK_BELOW_BYTES`), its outputs are left unmeasured instead, as
-a job alone on the device loses nothing by it. `device_memory(device)` is what the device has free and in all. `shrink_for_interpreter`
-loads the task at small sizes (`shrink.py`) when the interpreter would take too long at its own.
+a job alone on the device loses nothing by it. `device_memory(device)` is what the device has free
+and in all. `shrink_for_interpreter` loads the task at small sizes (`shrink.py`) when the
+interpreter would take too long at its own.
 
 Runs in the worker process only.
 """
@@ -59,8 +60,8 @@ def measure(task: Any, interpret: bool, quick: bool = False) -> dict[str, Any]:
     params = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
     elements = sum(t.numel() for t in ins) + sum(t.numel() for t in params)
     # (In the interpreter a task over SHRINK_ABOVE_ELEMENTS is shrunk, which needs its outputs.)
-    small = nbytes(ins) + nbytes(params) < QUICK_BELOW_BYTES
-    small = small and not (interpret and elements > shrink.SHRINK_ABOVE_ELEMENTS)
+    shrinks = interpret and elements > shrink.SHRINK_ABOVE_ELEMENTS
+    small = nbytes(ins) + nbytes(params) < QUICK_BELOW_BYTES and not shrinks
     outputs_measured, out_bytes = False, nbytes(ins)
     if not (quick and small and "torch._dynamo" not in sys.modules):
         try:
