@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
 #   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests capture eval evalbox
-#                                   cold tuner server ray levelrun level pack)
+#                                   cold probe tuner server ray levelrun level pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
 # RAY_ARGS, LEVEL_ARGS, COLD_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
 # see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
@@ -45,6 +45,18 @@ for step in "$@"; do
       run verbose_verify python3 -m kernelcraft -v verify examples/layernorm/task.py examples/layernorm/seed.py
       grep -E "ready|PASSED|FAILED" "$OUT/verbose_verify.log" | cut -c1-300
       run bench_cold_start python3 bench/bench_cold_start.py ${COLD_ARGS:---kernelbench .kb} --json "$OUT/bench_cold_start.json" ;;
+    probe)  # where a fresh verify's first seconds go: Triton's first JIT, CUDA's start, the CLI's imports, each stage
+      run probe python3 bench/probe_first_verdict.py
+      python3 -X importtime -m kernelcraft --help >/dev/null 2>"$OUT/cli_importtime.txt"; sort -t'|' -k2 -n "$OUT/cli_importtime.txt" | tail -6
+      for i in 1 2 3; do
+        python3 -m kernelcraft -v verify examples/layernorm/task.py examples/layernorm/seed.py --json >"$OUT/verify_$i.json" 2>"$OUT/verify_$i.err"
+        python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(d['seconds'], d['stage_seconds'])" "$OUT/verify_$i.json"
+        grep -E "ready|loading the cand|compiling|trial 1 of|verified" "$OUT/verify_$i.err" | cut -c1-200
+      done
+      if [ -x /tmp/site/bin/py-spy ]; then  # a sampled profile of every process (py-spy wheel in .whl/)
+        /tmp/site/bin/py-spy record --subprocesses --format speedscope -r 500 -o "$OUT/verify.speedscope.json" -- \
+          python3 -m kernelcraft verify examples/layernorm/task.py examples/layernorm/seed.py >"$OUT/pyspy.log" 2>&1; tail -2 "$OUT/pyspy.log"
+      fi ;;
     imports)  # why imports are slower here than on the CPU machine: bytecode caches, and each stage's time
       env | grep -E "^PYTHON" ; python3 -c "import sys; print('dont_write_bytecode', sys.dont_write_bytecode, 'prefix', sys.prefix)"
       python3 -c "import torch, os; d=os.path.join(os.path.dirname(torch.__file__), '__pycache__'); print('torch pycache', os.path.isdir(d), os.access(os.path.dirname(torch.__file__), os.W_OK))"

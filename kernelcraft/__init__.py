@@ -4,9 +4,24 @@ An MCP server (compile, verify, profile, a rulebook that learns from failures, h
 search and a search tree) and a driver agent that uses the same tools.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("kernelcraft")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+source"
+import functools
+
+
+@functools.cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernelcraft")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0+source"
+
+
+def __getattr__(name: str) -> str:
+    # `__version__` is looked up when asked for: importlib.metadata costs every process that
+    # imports the package (the CLI, the evaluator's zygote, each spawned worker) 55 ms otherwise.
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -135,15 +135,19 @@ def test_a_one_off_commands_workers_leave_dynamo_and_inductor_to_the_job_that_ne
 
     lazy = pool.base_env("cuda", 0, interpret=False, lazy=True)
     kept = pool.base_env("cuda", 0, interpret=False, lazy=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # a GPU pool's (and the compile pool's)
     monkeypatch.setenv("KERNELCRAFT_WORKER_IMPORTS", lazy["KERNELCRAFT_WORKER_IMPORTS"])
-    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base"]
-    assert [name for name, _ in worker.import_stages(cuda=False)] == ["base"]
+    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "triton"]
+    assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "triton"]
     assert "KERNELCRAFT_WORKER_IMPORTS" not in kept
     # where workers cannot read the zygote's bytecode (base/bytecode.py), dynamo stays in the zygote
     monkeypatch.setenv("KERNELCRAFT_WORKER_IMPORTS", "lazy-inductor")
-    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo"]
+    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "triton", "dynamo"]
     monkeypatch.delenv("KERNELCRAFT_WORKER_IMPORTS")
-    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo", "inductor"]
+    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "triton", "dynamo", "inductor"]
+    assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "triton", "dynamo"]
+    # the interpreter's pools compile nothing: Triton's compiler is not warmed for them
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "dynamo"]
 
 

@@ -168,7 +168,7 @@ def _leave_root(libc: Any) -> None:
     if why is None and "root" in os.environ.get(BOX_ENV, "").split(","):
         why = "KERNELCRAFT_SANDBOX_IDENTITY=root keeps root (in a user namespace of its own)"
     if why is None:
-        os.chown(os.environ[DIR_ENV], uid, gid)
+        _own(os.environ[DIR_ENV], uid, gid)
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
@@ -179,6 +179,15 @@ def _leave_root(libc: Any) -> None:
         if os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu":
             os.setresuid(uid, 0, 0)
     _user_namespace(libc)
+
+
+def _own(workdir: str, uid: int, gid: int) -> None:
+    """Give the worker its directory and what the pool put there (its log, Triton's helpers in
+    its cache: tritonhelpers.py). Nothing of the job's is there yet."""
+    os.chown(workdir, uid, gid)
+    for root, dirs, files in os.walk(workdir):
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
 
 
 def _overflow(kind: str) -> int:

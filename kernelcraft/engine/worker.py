@@ -59,6 +59,27 @@ def _import_inductor() -> None:
     import torch._inductor.compile_fx  # noqa: F401
 
 
+def _warm_triton() -> None:
+    """What Triton does once per process before its first compile, done once for every worker:
+    `triton_key()` hashes Triton's own sources and library (0.46 s on the H200), and the first
+    argument binder imports triton.experimental.gluon (0.2 s). Both were in every candidate's
+    first compile, and in the reference's torch.compile (inductor's cache keys use the former)."""
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime.cache import triton_key
+
+    from kernelcraft.engine import launches
+
+    triton_key()
+
+    @triton.jit
+    def probe(x_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        pass
+
+    launches.specialize(probe, launches.probe_backend(), (torch.empty(1), 1), {"BLOCK": 16})
+
+
 def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
     """One-off costs a worker pays before it reports ready, so they fall outside every job's
     time: torch, Triton and the harness modules; torch._dynamo (what running a task on the meta
@@ -66,6 +87,8 @@ def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
     on a GPU, torch's inductor (what the reference's torch.compile imports). In order; the zygote
     runs each stage that leaves the GPU driver alone."""
     stages: list[tuple[str, Any]] = [("base", _import_base)]
+    if os.environ.get("TRITON_INTERPRET") != "1":  # (the interpreter compiles nothing)
+        stages.append(("triton", _warm_triton))
     # A one-off command's workers (the pool's `lazy`: KERNELCRAFT_WORKER_IMPORTS=lazy) leave dynamo
     # and inductor to the job that needs them: `verify` of a small task with factory-made inputs
     # needs neither (the candidate's dispatch modes skip dynamo's wrapper, `sizing.measure` leaves

@@ -420,10 +420,10 @@ def main() -> None:
     stage_seconds: dict[str, float] = {}
     for name, stage in worker.import_stages(cuda=cuda):
         started = time.perf_counter()
-        # base and dynamo were seen to leave the driver alone on the H200 (the check after each
-        # stage still catches one that does): only inductor is worth a throwaway fork, whose
-        # import the probe pays once more.
-        if name not in ("base", "dynamo") and cuda and not _probe(stage):
+        # base, triton and dynamo were seen to leave the driver alone on the H200 (the check
+        # after each stage still catches one that does): only inductor is worth a throwaway fork,
+        # whose import the probe pays once more.
+        if name not in ("base", "triton", "dynamo") and cuda and not _probe(stage):
             deferred.append(name)
             continue
         stage()
