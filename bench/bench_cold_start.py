@@ -12,8 +12,8 @@ Each run starts a new process, as a user meets the CLI:
                     (correctness trials plus timing, as its harness runs them)
 
 Each run has a fresh KERNELCRAFT_HOME (no kept timing), but the bytecode that kernelcraft keeps
-where Python writes none (`kernelcraft/base/bytecode.py`) is shared between runs, as a user's home
-keeps it: the first run is reported apart (it compiles what it imports) and the medians are over the
+where Python writes none (`kernelcraft/base/bytecode.py`) and Triton's C helpers
+(`kernelcraft/engine/tritonhelpers.py`) are shared between runs, as a user's home keeps them: the first run is reported apart (it compiles what it imports) and the medians are over the
 later runs. KernelBench's harness is timed both as this machine runs Python and with bytecode
 kept the same way (`PYTHONPYCACHEPREFIX`), so the two compare on equal terms.
 
@@ -97,6 +97,7 @@ def run_once(args: argparse.Namespace, env: dict[str, str], kept: Path) -> dict[
     home = Path(tempfile.mkdtemp(prefix="kc-cold-"))
     (home / "cache").mkdir()
     (home / "cache" / "pycache").symlink_to(kept / "kernelcraft", target_is_directory=True)
+    (home / "cache" / "triton-helpers").symlink_to(kept / "triton-helpers", target_is_directory=True)
     env = env | {"KERNELCRAFT_HOME": str(home)}
     row: dict[str, Any] = {"bytecode_kept": any((kept / "kernelcraft").iterdir())}
     wall, p = timed(kernelcraft("verify", args), env)
@@ -156,7 +157,7 @@ def main() -> None:
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     }
     kept = Path(tempfile.mkdtemp(prefix="kc-cold-bytecode-"))
-    for name in ("kernelcraft", "kernelbench"):
+    for name in ("kernelcraft", "kernelbench", "triton-helpers"):
         (kept / name).mkdir(mode=0o700)
     rows = []
     for i in range(args.runs + 1):

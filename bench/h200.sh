@@ -46,7 +46,7 @@ for step in "$@"; do
       grep -E "ready|PASSED|FAILED" "$OUT/verbose_verify.log" | cut -c1-300
       run bench_cold_start python3 bench/bench_cold_start.py ${COLD_ARGS:---kernelbench .kb} --json "$OUT/bench_cold_start.json" ;;
     probe)  # where a fresh verify's first seconds go: Triton's first JIT, CUDA's start, the CLI's imports, each stage
-      run probe python3 bench/probe_first_verdict.py
+      [ -n "${PROBE_JIT:-}" ] && run probe python3 bench/probe_first_verdict.py
       python3 -X importtime -m kernelcraft --help >/dev/null 2>"$OUT/cli_importtime.txt"; sort -t'|' -k2 -n "$OUT/cli_importtime.txt" | tail -6
       for i in 1 2 3; do
         python3 -m kernelcraft -v verify examples/layernorm/task.py examples/layernorm/seed.py --json >"$OUT/verify_$i.json" 2>"$OUT/verify_$i.err"
@@ -56,6 +56,11 @@ for step in "$@"; do
       if [ -x /tmp/site/bin/py-spy ]; then  # a sampled profile of every process (py-spy wheel in .whl/)
         /tmp/site/bin/py-spy record --subprocesses --format speedscope -r 500 -o "$OUT/verify.speedscope.json" -- \
           python3 -m kernelcraft verify examples/layernorm/task.py examples/layernorm/seed.py >"$OUT/pyspy.log" 2>&1; tail -2 "$OUT/pyspy.log"
+        # profile in a fresh home: the reference's torch.compile is timed, not taken from an earlier run
+        mkdir -p /tmp/kc-home-profile/cache; for c in pycache triton-helpers; do ln -sfn /tmp/kc-home/cache/$c /tmp/kc-home-profile/cache/$c; done
+        KERNELCRAFT_HOME=/tmp/kc-home-profile /tmp/site/bin/py-spy record --subprocesses --format speedscope -r 500 \
+          -o "$OUT/profile.speedscope.json" -- python3 -m kernelcraft -v profile examples/layernorm/task.py \
+          examples/layernorm/seed.py --json >"$OUT/pyspy_profile.log" 2>&1; grep -E "ready|PASSED|stage_seconds" "$OUT/pyspy_profile.log" | cut -c1-300
       fi ;;
     imports)  # why imports are slower here than on the CPU machine: bytecode caches, and each stage's time
       env | grep -E "^PYTHON" ; python3 -c "import sys; print('dont_write_bytecode', sys.dont_write_bytecode, 'prefix', sys.prefix)"
