@@ -49,7 +49,7 @@ def test_a_python_that_writes_no_bytecode_keeps_it_in_kernelcrafts_cache(
     got = _probe(fake_torch, home, PYTHONDONTWRITEBYTECODE="1")
     cache = home / "cache" / "pycache"
     assert got["used"] == str(cache) and got["prefix"] == str(cache)
-    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert oct(cache.stat().st_mode & 0o777) == "0o711"  # entered by workers, listed by nobody else
     # torch's bytecode went to the cache, none beside its source; a child is told the same
     assert list(cache.rglob("torch/__init__.*.pyc")), sorted(cache.rglob("*"))
     assert not (fake_torch / "torch" / "__pycache__").exists()
@@ -86,7 +86,7 @@ def test_the_evaluators_workers_get_the_cache_in_their_environment(fake_torch: P
     }
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    # a worker that leaves root cannot read that cache: the zygote imports dynamo from it
+    # what most tasks' sizing imports, the zygote imports from that cache (workers only read it)
     assert json.loads(out.stdout) == [str(tmp_path / "home" / "cache" / "pycache"), None, "lazy-inductor"]
 
 
@@ -135,3 +135,60 @@ def test_workers_write_no_bytecode_for_the_tasks_and_candidates_they_import(tmp_
     assert out.returncode == 0, out.stdout[-1000:] + out.stderr[-2000:]
     assert list(prefix.rglob("kernelcraft/engine/worker.*.pyc")), "the zygote writes to the prefix"
     assert not list(prefix.rglob("kernelcraft_task*.pyc")) and not list(prefix.rglob("kernelcraft_cand*.pyc"))
+
+
+def test_a_worker_that_left_root_reads_the_cache_through_the_handle_it_kept(tmp_path: Path) -> None:
+    # The cache lives in the user's home, under a folder closed to others (/root on the H200):
+    # a worker opens it before it becomes nobody and reads what it imports late through that
+    # handle. The bytecode here was compiled from `X = 2`, the source says `X = 1`: the value
+    # tells which was imported.
+    if os.geteuid() != 0:
+        pytest.skip("only root leaves root")
+    import importlib._bootstrap_external as bx
+    import tempfile
+
+    closed = tmp_path / "home"  # 0700, as pytest makes it
+    closed.mkdir(mode=0o700)
+    prefix = closed / "pycache"
+    prefix.mkdir(mode=0o711)
+    src = Path(tempfile.mkdtemp(prefix="kc-src-"))
+    try:
+        src.chmod(0o755)
+        source = src / "fakemod.py"
+        source.write_text("X = 1\n")
+        source.chmod(0o644)
+        st = source.stat()
+        pyc = prefix / str(src).lstrip(os.sep) / f"fakemod.{sys.implementation.cache_tag}.pyc"
+        pyc.parent.mkdir(parents=True)
+        for p in [pyc.parent, *pyc.parent.parents]:
+            if p == prefix:
+                break
+            p.chmod(0o755)
+        code = compile("X = 2\n", str(source), "exec")
+        pyc.write_bytes(bx._code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+        pyc.chmod(0o644)
+        probe = f"""
+import os, sys
+sys.dont_write_bytecode = True
+from kernelcraft.base import bytecode
+sys.pycache_prefix = {str(prefix)!r}
+handle = bytecode.keep_handle()
+os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
+if sys.argv[1] == "through":
+    bytecode.read_through(handle)
+sys.path.insert(0, {str(src)!r})
+import fakemod
+print(fakemod.X, sys.pycache_prefix.startswith("/proc/self/fd/"))
+"""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KERNELCRAFT_"))}
+        env["PYTHONPATH"] = str(REPO)
+        results = {}
+        for mode in ("through", "by path"):
+            out = subprocess.run(
+                [sys.executable, "-c", probe, mode], env=env, capture_output=True, text=True, timeout=60
+            )
+            assert out.returncode == 0, out.stderr
+            results[mode] = out.stdout.split()
+        assert results == {"through": ["2", "True"], "by path": ["1", "False"]}
+    finally:
+        subprocess.run(["rm", "-rf", str(src)], check=False)

@@ -142,10 +142,10 @@ def test_a_one_off_commands_workers_leave_dynamo_and_inductor_to_the_job_that_ne
     assert "KERNELCRAFT_WORKER_IMPORTS" not in kept
     # where workers cannot read the zygote's bytecode (base/bytecode.py), dynamo stays in the zygote
     monkeypatch.setenv("KERNELCRAFT_WORKER_IMPORTS", "lazy-inductor")
-    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "triton", "dynamo"]
+    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo", "triton"]
     monkeypatch.delenv("KERNELCRAFT_WORKER_IMPORTS")
-    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "triton", "dynamo", "inductor"]
-    assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "triton", "dynamo"]
+    assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "dynamo", "triton", "inductor"]
+    assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "dynamo", "triton"]
     # the interpreter's pools compile nothing: Triton's compiler is not warmed for them
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert [name for name, _ in worker.import_stages(cuda=False)] == ["base", "dynamo"]

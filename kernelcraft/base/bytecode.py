@@ -10,8 +10,15 @@ compiles; nothing is written beside the sources.
 
 Left alone: a `PYTHONPYCACHEPREFIX` already set, a torch with bytecode beside its sources (a prefix
 would hide it), a Python that will write that bytecode itself, and `KERNELCRAFT_BYTECODE_CACHE=off`.
-The folder is the user's own (0700): a worker that left root for nobody cannot read it and compiles
-what it imports late, as before; no candidate can write it (the box's Landlock rules).
+
+Who writes, who reads. Only the user's own processes write the folder: the CLI, the zygote, and the
+warm-up process that imports what a profile's torch.compile imports (`engine/prebuilt.py`).
+A worker that left root for nobody reads it: the folder is 0711 (entered, not listed; what Python
+writes in it is as readable as the sources it was compiled from) and the worker opens it before it
+leaves root, then reads it through that handle (`/proc/self/fd/N`: `keep_handle`, `read_through`),
+so a home under a closed /root does not stop it. Nobody cannot write it; nor can a candidate that
+stays root in its namespace, where the box's Landlock rules hold. A worker with nothing to read
+compiles what it imports late from source, as before.
 """
 
 from __future__ import annotations
@@ -54,7 +61,10 @@ def cache_dir() -> Path | None:
     if path is None:
         return None
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o711, parents=True, exist_ok=True)
+        st = path.stat()
+        if st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:  # kept by an earlier version
+            path.chmod(0o711)
     except OSError:
         return None
     return path
@@ -80,3 +90,25 @@ def add_to_env(env: dict[str, str]) -> Path | None:
     env["PYTHONPYCACHEPREFIX"] = str(path)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return path
+
+
+def keep_handle() -> int | None:
+    """In a worker, before it leaves root: a handle on the folder this process reads bytecode from
+    (`sys.pycache_prefix`), or None where there is none."""
+    if not sys.pycache_prefix:
+        return None
+    try:
+        return os.open(sys.pycache_prefix, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def read_through(handle: int | None) -> None:
+    """After it left root: read the folder through `handle` where its path is out of reach now (a
+    home under /root), so that what the job imports late comes from bytecode."""
+    prefix = sys.pycache_prefix
+    if handle is None or not prefix or os.access(prefix, os.R_OK | os.X_OK):
+        return
+    through = f"/proc/self/fd/{handle}"
+    if os.access(through, os.X_OK):
+        sys.pycache_prefix = through

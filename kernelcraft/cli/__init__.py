@@ -31,11 +31,8 @@ from kernelcraft.cli.common import (
 )
 
 
-class _Version(argparse.Action):
-    """`--version`: looked up only when asked for (importlib.metadata is 55 ms of every start)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
-        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help="show the version and exit")
+class _Version(argparse._VersionAction):
+    """`--version`, looked up only when asked for (importlib.metadata is 55 ms of every start)."""
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
         from kernelcraft import __version__
@@ -50,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write fast, correct Triton kernels for PyTorch operators: an MCP server, "
         "an evaluation engine and a driver agent.",
     )
-    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # Each layer's commands live in their own module here. Imported inside the function so that

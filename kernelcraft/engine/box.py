@@ -183,7 +183,7 @@ def _leave_root(libc: Any) -> None:
 
 def _own(workdir: str, uid: int, gid: int) -> None:
     """Give the worker its directory and what the pool put there (its log, Triton's helpers in
-    its cache: tritonhelpers.py). Nothing of the job's is there yet."""
+    its cache: prebuilt.py). Nothing of the job's is there yet."""
     os.chown(workdir, uid, gid)
     for root, dirs, files in os.walk(workdir):
         for name in dirs + files:

@@ -31,7 +31,7 @@ from kernelcraft.base import bytecode
 from kernelcraft.base.config import env_switch
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
-from kernelcraft.engine import box, pidlimit, tritonhelpers
+from kernelcraft.engine import box, pidlimit, prebuilt
 from kernelcraft.engine.channel import ChannelError, Frame, read_frame, write_frame
 from kernelcraft.engine.zygote import ForkedChild, Zygote, ZygoteUnavailable
 
@@ -140,8 +140,8 @@ class WorkerProcess:
 
     async def start(self, zygote: Zygote | None = None) -> None:
         """Fork the worker from `zygote`, or spawn it when there is none (or it fails)."""
-        if self.device == "cuda":  # Triton's C helpers, built once (tritonhelpers.py)
-            tritonhelpers.seed(Path(own_env(self.dir)["TRITON_CACHE_DIR"]))
+        if self.device == "cuda":  # Triton's C helpers, built once (prebuilt.py)
+            prebuilt.seed(Path(own_env(self.dir)["TRITON_CACHE_DIR"]))
         parent_sock, child_sock = socket.socketpair()
         try:
             if zygote is not None:
@@ -322,7 +322,7 @@ class WorkerPool:
         self._zygote: Zygote | None = None
         self._zygote_task: asyncio.Task[Zygote | None] | None = None
         if device == "cuda":
-            tritonhelpers.build_in_background(base_env(device, gpu, interpret, lazy))
+            prebuilt.build_in_background(base_env(device, gpu, interpret, lazy))
         if env_switch("KERNELCRAFT_ZYGOTE"):
             self._zygote = Zygote(
                 base_env(device, gpu, interpret, lazy),

@@ -48,11 +48,39 @@ def _import_base() -> None:
 
 
 def _import_dynamo() -> None:
-    import torch._dynamo  # noqa: F401
+    import threading
+
+    # Triton's key (`_warm_triton`) is mostly hashing its 400 MB library, which frees the GIL:
+    # computed beside dynamo's import, it costs the zygote ~0.1 s instead of 0.4 s (H200). The
+    # thread ends before this stage does (the zygote forks with one thread only).
+    beside = threading.Thread(target=_triton_key, daemon=True) if _compiles() else None
+    if beside is not None:
+        beside.start()
+    try:
+        import torch._dynamo  # noqa: F401
+    finally:
+        if beside is not None:
+            beside.join()
 
     from kernelcraft.engine import guard
 
     guard.Integrity()  # runs the dispatch-mode machinery once
+
+
+def _compiles() -> bool:
+    """Whether this process's Triton compiles (the interpreter's does not)."""
+    return os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def _triton_key() -> None:
+    """Triton's cache key for itself, kept by Triton for the process (a failure here is only
+    paid again at the first compile)."""
+    import contextlib
+
+    from triton.runtime.cache import triton_key
+
+    with contextlib.suppress(Exception):
+        triton_key()
 
 
 def _import_inductor() -> None:
@@ -61,17 +89,17 @@ def _import_inductor() -> None:
 
 def _warm_triton() -> None:
     """What Triton does once per process before its first compile, done once for every worker:
-    `triton_key()` hashes Triton's own sources and library (0.46 s on the H200), and the first
-    argument binder imports triton.experimental.gluon (0.2 s). Both were in every candidate's
-    first compile, and in the reference's torch.compile (inductor's cache keys use the former)."""
+    `triton_key()` hashes Triton's own sources and library (0.46 s on the H200; done beside
+    dynamo's import where there is one), and the first argument binder imports
+    triton.experimental.gluon (0.2 s). Both were in every candidate's first compile, and in the
+    reference's torch.compile (inductor's cache keys use the former)."""
     import torch
     import triton
     import triton.language as tl
-    from triton.runtime.cache import triton_key
 
     from kernelcraft.engine import launches
 
-    triton_key()
+    _triton_key()
 
     @triton.jit
     def probe(x_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
@@ -84,20 +112,21 @@ def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
     """One-off costs a worker pays before it reports ready, so they fall outside every job's
     time: torch, Triton and the harness modules; torch._dynamo (what running a task on the meta
     device imports, to measure its outputs, and counting its FLOPs: ~1 s, 3.2 s without bytecode);
-    on a GPU, torch's inductor (what the reference's torch.compile imports). In order; the zygote
-    runs each stage that leaves the GPU driver alone."""
+    Triton's one-off costs before a first compile (`_warm_triton`), where Triton compiles; on a
+    GPU, torch's inductor (what the reference's torch.compile imports). In order; the zygote runs
+    each stage that leaves the GPU driver alone."""
     stages: list[tuple[str, Any]] = [("base", _import_base)]
-    if os.environ.get("TRITON_INTERPRET") != "1":  # (the interpreter compiles nothing)
-        stages.append(("triton", _warm_triton))
     # A one-off command's workers (the pool's `lazy`: KERNELCRAFT_WORKER_IMPORTS=lazy) leave dynamo
     # and inductor to the job that needs them: `verify` of a small task with factory-made inputs
     # needs neither (the candidate's dispatch modes skip dynamo's wrapper, `sizing.measure` leaves
     # its outputs unmeasured rather than import it), and on the H200 the workers that imported
     # inductor took 17.6 s of a 22 s first verdict. `lazy-inductor` leaves inductor only (where
-    # workers cannot read the zygote's bytecode: pool.base_env).
+    # kernelcraft keeps the bytecode: pool.base_env).
     imports = os.environ.get("KERNELCRAFT_WORKER_IMPORTS", "")
     if imports != "lazy":
         stages.append(("dynamo", _import_dynamo))
+    if _compiles():  # (after dynamo, whose import it overlaps; the interpreter compiles nothing)
+        stages.append(("triton", _warm_triton))
     if cuda and not imports.startswith("lazy"):
         stages.append(("inductor", _import_inductor))
     return stages
@@ -114,10 +143,13 @@ def serve(fd: int) -> None:
     """Say `ready` on the socket `fd` (after initialising CUDA on a GPU), take one job and run it.
     Called in a spawned worker, or in a worker the zygote forked (which imports here what the
     zygote could not import without touching the GPU)."""
+    from kernelcraft.base import bytecode
     from kernelcraft.engine import box
 
     t0 = time.perf_counter()
+    handle = bytecode.keep_handle()  # the bytecode cache, while this process can still reach it
     box.start()  # namespaces, while this process has one thread (in a PID namespace: a child)
+    bytecode.read_through(handle)
     t1 = time.perf_counter()
     import torch
 

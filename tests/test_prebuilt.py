@@ -1,6 +1,6 @@
 """Triton's one-off costs paid once, not by every worker (issue 13, the first verdict): the C
 helpers built by a trusted process and copied into each GPU worker's cache
-(`engine/tritonhelpers.py`), and the compiler's warm-up in the zygote (`worker._warm_triton`).
+(`engine/prebuilt.py`), and the compiler's warm-up in the zygote (`worker._warm_triton`).
 The `gpu` test runs on the H200 machine; the rest run anywhere."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine import tritonhelpers
+from kernelcraft.engine import prebuilt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,17 +30,41 @@ def test_the_built_helpers_are_copied_into_a_new_workers_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
-    built = tritonhelpers.folder()
+    built = prebuilt.folder()
     assert built is not None and built.is_relative_to(tmp_path / "home" / "cache" / "triton-helpers")
     cache = tmp_path / "worker" / "triton-cache"
-    assert not tritonhelpers.seed(cache)  # nothing built yet: the worker compiles them itself
+    assert not prebuilt.seed(cache)  # nothing built yet: the worker compiles them itself
     (built / "c0ffee").mkdir(parents=True)
     (built / "c0ffee" / "cuda_utils.so").write_bytes(b"\x7fELF")
-    assert tritonhelpers.seed(cache)
+    assert prebuilt.seed(cache)
     assert (cache / "c0ffee" / "cuda_utils.so").read_bytes() == b"\x7fELF"
-    monkeypatch.setenv("KERNELCRAFT_TRITON_HELPERS", "off")
-    assert tritonhelpers.folder() is None
-    assert not tritonhelpers.seed(tmp_path / "other")
+    monkeypatch.setenv("KERNELCRAFT_PREBUILT", "off")
+    assert prebuilt.folder() is None
+    assert not prebuilt.seed(tmp_path / "other")
+
+
+def test_the_builder_is_started_until_torch_compiles_bytecode_is_in_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    prefix = tmp_path / "pycache"
+    env = {"PYTHONPYCACHEPREFIX": str(prefix)}
+    assert prebuilt._compile_bytecode_missing(env)
+    assert not prebuilt._compile_bytecode_missing({})  # no cache of ours: nothing to write
+    # where Python itself looks for inductor's bytecode under that prefix
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None
+    source = os.path.join(os.path.dirname(spec.origin), "_inductor", "compile_fx.py")
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))
+    pyc = Path(importlib.util.cache_from_source(source))
+    monkeypatch.undo()
+    pyc.parent.mkdir(parents=True)
+    pyc.write_bytes(b"")
+    assert not prebuilt._compile_bytecode_missing(env)
+    monkeypatch.setenv("KERNELCRAFT_PREBUILT", "off")
+    pyc.unlink()
+    assert not prebuilt._compile_bytecode_missing(env)
 
 
 def test_the_builder_leaves_nothing_behind_where_it_cannot_build(tmp_path: Path) -> None:
@@ -49,7 +73,7 @@ def test_the_builder_leaves_nothing_behind_where_it_cannot_build(tmp_path: Path)
     target = tmp_path / "helpers" / "x"
     target.parent.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "kernelcraft.engine.tritonhelpers", str(target)],
+        [sys.executable, "-m", "kernelcraft.engine.prebuilt", str(target)],
         capture_output=True,
         text=True,
         env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)},
@@ -86,9 +110,10 @@ def test_the_zygote_warms_tritons_compiler_once_for_every_worker() -> None:
         """
         import threading
         from kernelcraft.engine import worker
-        assert [n for n, _ in worker.import_stages(cuda=True)][:2] == ["base", "triton"]
-        for name, stage in worker.import_stages(cuda=True)[:2]:
+        assert [n for n, _ in worker.import_stages(cuda=True)][:3] == ["base", "dynamo", "triton"]
+        for name, stage in worker.import_stages(cuda=True)[:3]:
             stage()
+            assert threading.active_count() == 1, name
         from triton.runtime.cache import triton_key
         import torch
         print(triton_key.cache_info().currsize, threading.active_count(), torch.cuda.is_initialized())
@@ -102,7 +127,7 @@ def test_the_zygote_warms_tritons_compiler_once_for_every_worker() -> None:
 def test_triton_takes_the_copied_helpers_without_compiling_them(tmp_path: Path) -> None:
     target = tmp_path / "helpers"
     subprocess.run(
-        [sys.executable, "-m", "kernelcraft.engine.tritonhelpers", str(target)],
+        [sys.executable, "-m", "kernelcraft.engine.prebuilt", str(target)],
         check=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=300,
