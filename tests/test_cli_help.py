@@ -48,3 +48,29 @@ def test_no_help_page_prints_a_default_that_says_nothing() -> None:
     assert len(pages) > 15  # every command and action, not only the top page
     for empty in ("(default: None)", "(default: False)", "(default: [])", "(default: ==SUPPRESS==)"):
         assert not [page for page in pages if empty in page], empty
+
+
+def test_a_command_imports_only_the_module_that_registers_it() -> None:
+    import importlib
+    import subprocess
+    import sys
+
+    from kernelcraft.cli import COMMAND_MODULES, common
+
+    registered = {}
+    for name in set(COMMAND_MODULES.values()):
+        parser = common.Parser(prog="kernelcraft")
+        sub = parser.add_subparsers(dest="command")
+        importlib.import_module(f"kernelcraft.cli.{name}").register(sub)
+        registered.update(dict.fromkeys(sub.choices, name))
+    assert registered == COMMAND_MODULES  # every command, by the module that registers it
+    full = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(full.choices) == set(COMMAND_MODULES)
+    # a fresh `kernelcraft verify ...` parses its arguments without importing the other commands
+    probe = (
+        "import sys; from kernelcraft.cli import build_parser; "
+        "build_parser(['-v', 'verify', 't.py', 'c.py']).parse_args(['-v', 'verify', 't.py', 'c.py']); "
+        "print(sorted(m for m in sys.modules if m.startswith('kernelcraft.cli.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "['kernelcraft.cli.common', 'kernelcraft.cli.engine', 'kernelcraft.cli.progress']"
