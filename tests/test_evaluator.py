@@ -477,15 +477,15 @@ def test_jobs_waiting_for_a_reference_never_block_a_timing(evaluator, job_for, t
 def test_gpus_are_counted_one_per_nvidia_device_file_when_none_are_masked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernelcraft.engine import local
+    from kernelcraft.engine import prestart
 
-    monkeypatch.setattr(local, "_torch_has_gpu_support", lambda: True)
-    monkeypatch.setattr(local.sys, "platform", "linux")
+    monkeypatch.setattr(prestart, "_torch_has_gpu_support", lambda: True)
+    monkeypatch.setattr(prestart.sys, "platform", "linux")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     for name in ("nvidiactl", "nvidia0", "nvidia1", "nvidia-uvm", "nvidia-caps"):
         (tmp_path / name).touch()
-    assert local._gpu_count("auto", dev=str(tmp_path)) == 2
-    assert local._gpu_count("cpu", dev=str(tmp_path)) == 0
+    assert prestart.gpu_count("auto", dev=str(tmp_path)) == 2
+    assert prestart.gpu_count("cpu", dev=str(tmp_path)) == 0
     (tmp_path / "nvidiactl").unlink()
     if not Path("/proc/driver/nvidia").exists():  # no driver at all: no GPU, still no torch
-        assert local._gpu_count("auto", dev=str(tmp_path)) == 0
+        assert prestart.gpu_count("auto", dev=str(tmp_path)) == 0

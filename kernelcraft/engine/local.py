@@ -41,12 +41,9 @@ Only the evaluator owns its worker processes; callers hold one `LocalEvaluator` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
-import importlib.util
 import logging
 import os
-import re
 import sys
 import tempfile
 import time
@@ -61,6 +58,7 @@ from kernelcraft.base.evaluation import (
     Evidence,
 )
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine import prestart
 from kernelcraft.engine.evaluator import ProgressCallback
 from kernelcraft.engine.gpulock import Device, GpuLock
 from kernelcraft.engine.job import Job
@@ -68,48 +66,12 @@ from kernelcraft.engine.jobworkers import CandidateSettings
 from kernelcraft.engine.loading import check_candidate, check_task
 from kernelcraft.engine.memory import ran_out
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
+from kernelcraft.engine.prestart import gpu_count
 from kernelcraft.engine.references import ReferencePool
 from kernelcraft.engine.static import check_candidate_source
 from kernelcraft.engine.verdicts import all_failed
 
 log = logging.getLogger(__name__)
-
-
-def _torch_has_gpu_support() -> bool:
-    """Whether the installed torch was built for CUDA or ROCm, read from its version file
-    without importing it (importing torch costs the CLI a second)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    try:
-        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
-    except OSError:
-        return True  # unknown: let torch say
-    built = re.findall(r"^(cuda|hip)\b[^=]*=\s*(.+)$", text, re.MULTILINE)
-    return not built or any(v.strip() != "None" for _k, v in built)
-
-
-def _gpu_count(device: str, dev: str = "/dev") -> int:
-    """CUDA GPUs torch will see. Without torch's import where the answer is plain: a torch built
-    without GPU support, or a Linux machine without an NVIDIA or AMD driver, has none; a Linux
-    machine with NVIDIA's device files and no CUDA_VISIBLE_DEVICES has one GPU a file
-    (`/dev/nvidia0`, …). Importing torch to ask took a fresh `kernelcraft verify` 2.8 s of its
-    first verdict on the H200; a GPU the driver cannot start then fails its worker, loudly."""
-    if device == "cpu" or not _torch_has_gpu_support():
-        return 0
-    linux = sys.platform.startswith("linux")
-    if linux and not any(
-        os.path.exists(p) for p in ("/proc/driver/nvidia", f"{dev}/kfd", f"{dev}/nvidiactl")
-    ):
-        return 0
-    if linux and "CUDA_VISIBLE_DEVICES" not in os.environ and not os.path.exists(f"{dev}/kfd"):
-        with contextlib.suppress(OSError):
-            nodes = [n for n in os.listdir(dev) if re.fullmatch(r"nvidia\d+", n)]
-            if nodes:
-                return len(nodes)
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _protect_environ() -> None:
@@ -157,7 +119,7 @@ class LocalEvaluator:
     ) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"device must be 'auto', 'cuda' or 'cpu', not {device!r}")
-        gpus = _gpu_count(device)
+        gpus = gpu_count(device)
         if device == "cuda" and gpus == 0:
             raise UsageError("device='cuda' was asked for but torch sees no CUDA GPU; use device='auto'")
         self._gpus = gpus
@@ -167,7 +129,17 @@ class LocalEvaluator:
         default = max(4, min(8, (os.cpu_count() or 8) // 2)) if gpus else 2
         self._workers = workers or default
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        if scratch_dir is None:
+        # A one-off command's zygote may have started before its command line was read.
+        self._head = (
+            prestart.take("cuda" if gpus else "cpu", 0 if gpus else None, not gpus)
+            if lazy and scratch_dir is None
+            else None
+        )
+        if self._head is not None:
+            log.debug("the zygote started as the command did (prestart.py)")
+            self._tmp = self._head.scratch
+            self._scratch = Path(self._tmp.name)
+        elif scratch_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kernelcraft-eval-")
             self._scratch = Path(self._tmp.name)
         else:
@@ -209,9 +181,17 @@ class LocalEvaluator:
             raise UsageError("this LocalEvaluator is closed; create a new one")
         if self._devices is None:
             lazy, scratch = self._lazy, self._scratch
+            head = self._head.zygote if self._head is not None else None
             if self._gpus:
                 self._devices = [
-                    Device("cuda", i, WorkerPool(self._workers, "cuda", scratch, gpu=i, lazy=lazy), GpuLock())
+                    Device(
+                        "cuda",
+                        i,
+                        WorkerPool(
+                            self._workers, "cuda", scratch, gpu=i, lazy=lazy, zygote=head if i == 0 else None
+                        ),
+                        GpuLock(),
+                    )
                     for i in range(self._gpus)
                 ]
             else:
@@ -219,7 +199,7 @@ class LocalEvaluator:
                     Device(
                         "cpu",
                         None,
-                        WorkerPool(self._workers, "cpu", scratch, interpret=True, lazy=lazy),
+                        WorkerPool(self._workers, "cpu", scratch, interpret=True, lazy=lazy, zygote=head),
                         GpuLock(),
                         compile_pool=WorkerPool(1, "cpu", scratch, interpret=False, lazy=True),
                         locked=False,
@@ -252,6 +232,8 @@ class LocalEvaluator:
         if self._closed:
             return
         self._closed = True
+        if self._devices is None and self._head is not None:  # started early, never used
+            self._head.zygote.kill()
         await self._references.aclose()
         if self._devices:
             pools = [p for d in self._devices for p in (d.pool, d.compile_pool) if p is not None]

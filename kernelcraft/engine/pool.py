@@ -287,11 +287,18 @@ class WorkerProcess:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def reachable(base_dir: Path) -> None:
+    """Let workers that leave root (box.py) reach their directories in `base_dir`."""
+    if os.geteuid() == 0:
+        base_dir.chmod(base_dir.stat().st_mode | 0o011)
+
+
 class WorkerPool:
     """Up to `size` workers starting at once for one device; each is handed out once. `interpret`:
     workers run Triton's CPU interpreter (set before they import triton). `lazy`: no worker is
     started before a job asks for one (the zygote alone starts early), and workers import only
-    what every job needs; otherwise `size` workers are kept ready (a server's throughput)."""
+    what every job needs; otherwise `size` workers are kept ready (a server's throughput).
+    `zygote`: one started already (`prestart.py`), taken if it has this pool's environment."""
 
     def __init__(
         self,
@@ -301,6 +308,7 @@ class WorkerPool:
         gpu: int | None = None,
         interpret: bool = False,
         lazy: bool = False,
+        zygote: Zygote | None = None,
     ) -> None:
         self.size = max(1, size)
         self.lazy = lazy
@@ -317,18 +325,22 @@ class WorkerPool:
         self._all: set[WorkerProcess] = set()
         self.started = 0
         """Workers started so far (a diagnostic)."""
-        if os.geteuid() == 0:  # boxed workers leave root (box.py): they must reach their directories
-            base_dir.chmod(base_dir.stat().st_mode | 0o011)
+        reachable(base_dir)
         self._zygote: Zygote | None = None
         self._zygote_task: asyncio.Task[Zygote | None] | None = None
+        env = base_env(device, gpu, interpret, lazy)
         if device == "cuda":
-            prebuilt.build_in_background(base_env(device, gpu, interpret, lazy))
-        if env_switch("KERNELCRAFT_ZYGOTE"):
-            self._zygote = Zygote(
-                base_env(device, gpu, interpret, lazy),
+            prebuilt.build_in_background(env)
+        if zygote is not None and not zygote.started_for(env):  # for another environment
+            zygote.kill()
+            zygote = None
+        if zygote is None and env_switch("KERNELCRAFT_ZYGOTE"):
+            zygote = Zygote(
+                env,
                 Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",
                 cuda=device == "cuda",
             )
+        self._zygote = zygote
 
     def start_mode(self) -> str:
         """How this pool starts workers: "fork" (from its zygote) or "spawn (why)"."""

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE = 1 << 16
 
 
+_ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 class ZygoteUnavailable(Exception):
     """The zygote could not start or stopped; the pool spawns workers instead."""
 
@@ -90,7 +93,7 @@ class Zygote:
         # Math libraries start their thread pools when they load (OpenBLAS at numpy's import, on
         # the H200 machine 16 threads): one thread each, or the zygote could not fork safely.
         # Workers compute on the GPU; their CPU math is only building weights and inputs.
-        self._env = env | {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self._env = env | _ONE_THREAD
         self._log_path = log_path
         self._cuda = cuda
         self._proc: subprocess.Popen[bytes] | None = None
@@ -106,13 +109,12 @@ class Zygote:
         self.deferred: list[str] = []
         """Import stages the zygote left to each worker (they would have touched the GPU)."""
 
-    async def start(self, timeout: float) -> None:
-        """Start the zygote and wait until it has imported everything (or raise ZygoteUnavailable)."""
-        if self._ready is not None:
-            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+    def spawn(self) -> None:
+        """Start the zygote process (no event loop needed: the CLI starts one before it has read
+        its arguments, `prestart.py`); `start` then waits until it is ready. Raises
+        ZygoteUnavailable if it could not be started."""
+        if self._proc is not None or self.broken is not None:
             return
-        loop = asyncio.get_running_loop()
-        self._ready = loop.create_future()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with open(self._log_path, "ab") as out:
@@ -134,12 +136,29 @@ class Zygote:
                 )
         except OSError as e:
             parent.close()
-            self._fail(f"could not start: {e}")
-            raise ZygoteUnavailable(self.broken) from e
+            raise ZygoteUnavailable(f"could not start: {e}") from e
         finally:
             child.close()
         parent.setblocking(False)
         self._sock = parent
+
+    def started_for(self, env: dict[str, str]) -> bool:
+        """Whether this zygote was (or will be) started for a pool whose workers get `env`."""
+        return self._env == env | _ONE_THREAD
+
+    async def start(self, timeout: float) -> None:
+        """Start the zygote (unless `spawn` did) and wait until it has imported everything (or
+        raise ZygoteUnavailable)."""
+        if self._ready is not None:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+            return
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        try:
+            self.spawn()
+        except ZygoteUnavailable as e:
+            self._fail(str(e))
+            raise
         self._reader = asyncio.create_task(self._read())
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
