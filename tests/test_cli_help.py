@@ -72,5 +72,10 @@ def test_a_command_imports_only_the_module_that_registers_it() -> None:
         "build_parser(['-v', 'verify', 't.py', 'c.py']).parse_args(['-v', 'verify', 't.py', 'c.py']); "
         "print(sorted(m for m in sys.modules if m.startswith('kernelcraft.cli.')))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.strip() == "['kernelcraft.cli.common', 'kernelcraft.cli.engine', 'kernelcraft.cli.progress']"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert (
+        out.stdout.strip()
+        == "['kernelcraft.cli.common', 'kernelcraft.cli.engine', 'kernelcraft.cli.progress']"
+    )
