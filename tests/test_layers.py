@@ -29,8 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"base"},
 }
 # The package root (`kernelcraft/__init__.py`, `__main__.py`, `entry.py`) only names the version and
-# runs the CLI (after base's bytecode cache, before the CLI's imports).
-ROOT_MODULES = {"__init__": {"base"}, "__main__": {"entry"}, "entry": {"base", "cli"}}
+# runs the CLI (after base's bytecode cache and the engine's head start, before the CLI's imports).
+ROOT_MODULES = {"__init__": {"base"}, "__main__": {"entry"}, "entry": {"base", "engine", "cli"}}
 # The agent's one door into the server: building the in-process server it then talks MCP to.
 AGENT_SERVER_IMPORTS = {"kernelcraft.server.app"}
 
