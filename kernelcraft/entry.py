@@ -18,7 +18,10 @@ def main() -> None:
     bytecode.use_cache()
     from kernelcraft.engine import prestart
 
-    prestart.start(sys.argv[1:])  # a one-off evaluation's zygote, before the command line is read
+    try:
+        prestart.start(sys.argv[1:])  # a one-off evaluation's zygote, before the command line is read
+    except Exception:  # (only a head start: the evaluator meets and reports the same trouble)
+        pass
     from kernelcraft.cli import main as run
 
     run()

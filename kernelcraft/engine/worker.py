@@ -93,6 +93,8 @@ def _warm_triton() -> None:
     dynamo's import where there is one), and the first argument binder imports
     triton.experimental.gluon (0.2 s). Both were in every candidate's first compile, and in the
     reference's torch.compile (inductor's cache keys use the former)."""
+    import contextlib
+
     import torch
     import triton
     import triton.language as tl
@@ -100,12 +102,13 @@ def _warm_triton() -> None:
     from kernelcraft.engine import launches
 
     _triton_key()
+    with contextlib.suppress(Exception):  # a warm-up: the first compile pays whatever fails here
 
-    @triton.jit
-    def probe(x_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-        pass
+        @triton.jit
+        def probe(x_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+            pass
 
-    launches.specialize(probe, launches.probe_backend(), (torch.empty(1), 1), {"BLOCK": 16})
+        launches.specialize(probe, launches.probe_backend(), (torch.empty(1), 1), {"BLOCK": 16})
 
 
 def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
