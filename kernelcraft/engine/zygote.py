@@ -283,45 +283,6 @@ class Zygote:
 # ---- the zygote process ----
 
 
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
-
-
-def _cuda_driver_loaded() -> bool:
-    """True when this process has opened the GPU's device files (cuInit or NVML did). Loading
-    the driver library alone is harmless to fork; initialising it is not."""
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return False
-    return any(_fd_target(fd).startswith(("/dev/nvidia", "/dev/kfd", "/dev/dri")) for fd in fds)
-
-
-def _fd_target(fd: str) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return ""
-
-
-def _probe(stage: Any) -> bool:
-    """Run `stage` in a throwaway fork: True when it neither touched the GPU driver nor left a
-    second thread running."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            stage()
-            code = 0 if not _cuda_driver_loaded() and _threads() == 1 else 3
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
-
-
 def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
     sock.send(json.dumps(msg).encode())
 
@@ -429,7 +390,7 @@ def main() -> None:
     # and a worker that leaves root (box.py) would find a path it cannot reach and stay root.
     here = os.path.realpath(os.getcwd())
     sys.path[:] = [p for p in sys.path if not p or os.path.realpath(p) != here]
-    from kernelcraft.engine import worker
+    from kernelcraft.engine import forksafe, worker
 
     # For a GPU pool, each import stage runs here only if a throwaway fork shows it leaves the GPU
     # driver alone and starts no thread; the others are left to each forked worker. A CPU pool
@@ -442,20 +403,20 @@ def main() -> None:
         # base, triton and dynamo were seen to leave the driver alone on the H200 (the check
         # after each stage still catches one that does): only inductor is worth a throwaway fork,
         # whose import the probe pays once more.
-        if name not in ("base", "triton", "dynamo") and cuda and not _probe(stage):
+        if name not in ("base", "triton", "dynamo") and cuda and not forksafe.probe(stage):
             deferred.append(name)
             continue
         stage()
         stage_seconds[name] = round(time.perf_counter() - started, 3)
-        if _cuda_driver_loaded() or _threads() != 1:
+        if forksafe.driver_touched() or forksafe.threads() != 1:
             break
     import torch
 
-    if torch.cuda.is_initialized() or _cuda_driver_loaded():
+    if torch.cuda.is_initialized() or forksafe.driver_touched():
         # A process that has called into the CUDA driver cannot fork children that use CUDA.
         _send(ctrl, {"type": "unavailable", "reason": "the GPU driver was initialised while importing"})
         return
-    if _threads() != 1:
+    if forksafe.threads() != 1:
         names = sorted(
             open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")
         )
