@@ -67,22 +67,31 @@ def test_the_builder_is_started_until_torch_compiles_bytecode_is_in_the_cache(
     assert not prebuilt._compile_bytecode_missing(env)
 
 
-def test_the_builder_leaves_nothing_behind_where_it_cannot_build(tmp_path: Path) -> None:
-    # No GPU driver here: Triton has no active driver, so there is nothing to build. The next
-    # pool tries again; no half-built folder is left for a worker to copy.
-    target = tmp_path / "helpers" / "x"
-    target.parent.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "kernelcraft.engine.prebuilt", str(target)],
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    if proc.returncode == 0:
+def test_a_build_that_fails_leaves_nothing_behind_and_is_not_retried_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No GPU driver here: Triton has no active driver, so the build fails. No half-built folder
+    # is left for a worker to copy, and the next pools do not start a builder again for an hour.
+    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
+    env = {k: v for k, v in env.items() if k != "PYTHONPYCACHEPREFIX"}  # the helpers alone
+    monkeypatch.setattr(prebuilt, "_builders", [])
+    prebuilt.build_in_background(env)
+    assert len(prebuilt._builders) == 1
+    first = prebuilt._builders[0]
+    if first.wait(300) == 0:
         pytest.skip("Triton has an active GPU driver here (the gpu test covers the build)")
-    assert not target.exists()
-    assert list(target.parent.iterdir()) == []
+    target = prebuilt.folder()
+    assert target is not None and not target.exists()
+    assert [p.name for p in target.parent.iterdir()] == []
+    marker = tmp_path / "home" / "cache" / prebuilt.FAILED
+    assert marker.exists()
+    prebuilt.build_in_background(env)
+    assert prebuilt._builders == [first]  # not started again
+    os.utime(marker, (0, 0))  # an hour later (and more)
+    prebuilt.build_in_background(env)
+    assert len(prebuilt._builders) == 1 and prebuilt._builders[0] is not first
+    prebuilt._builders[0].wait(300)
 
 
 def test_a_worker_that_leaves_root_owns_what_the_pool_put_in_its_directory(tmp_path: Path) -> None:
@@ -127,7 +136,7 @@ def test_the_zygote_warms_tritons_compiler_once_for_every_worker() -> None:
 def test_triton_takes_the_copied_helpers_without_compiling_them(tmp_path: Path) -> None:
     target = tmp_path / "helpers"
     subprocess.run(
-        [sys.executable, "-m", "kernelcraft.engine.prebuilt", str(target)],
+        [sys.executable, "-m", "kernelcraft.engine.prebuilt", str(target), "-"],
         check=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=300,

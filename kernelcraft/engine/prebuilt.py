@@ -19,8 +19,9 @@ on the H200). The builder runs a small torch.compile on the GPU with that cache 
 imports are written once by this user and read by the workers from then on.
 
 The builder (`python -m kernelcraft.engine.prebuilt FOLDER`) never sees a task or a candidate. A
-GPU pool starts it in the background when something is missing (`build_in_background`); workers
-started before it ends do as they did before. KERNELCRAFT_PREBUILT=off turns this off.
+GPU pool starts it in the background when something is missing (`build_in_background`), and not
+again for an hour after it failed; workers started before it ends do as they did before.
+KERNELCRAFT_PREBUILT=off turns this off.
 """
 
 from __future__ import annotations
@@ -35,13 +36,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 from pathlib import Path
+from typing import Any
 
 from kernelcraft.base.config import cache_file, env_switch
 
 log = logging.getLogger(__name__)
 
 SWITCH = "KERNELCRAFT_PREBUILT"
+FAILED = "prebuilt.failed"
+"""In KERNELCRAFT_HOME's cache: touched when a build failed."""
+RETRY_AFTER_S = 3600.0
 _builders: list[subprocess.Popen[bytes]] = []
 
 
@@ -89,18 +96,31 @@ def _compile_bytecode_missing(env: dict[str, str]) -> bool:
     )
 
 
+def _failed_lately(marker: Path | None) -> bool:
+    try:
+        return marker is not None and time.time() - marker.stat().st_mtime < RETRY_AFTER_S
+    except OSError:
+        return False
+
+
 def build_in_background(env: dict[str, str]) -> None:
     """Start the builder when something is missing and no builder of this process is still at it
-    (`env`: the workers'). Nobody waits for it; a failed build is tried again by the next pool."""
-    target = folder()
+    (`env`: the workers'). Nobody waits for it. A build that failed (no C compiler, a broken
+    torch.compile) is not tried again for `RETRY_AFTER_S`."""
+    target, marker = folder(), cache_file(FAILED)
     helpers = target is not None and not target.exists()
     if not (helpers or _compile_bytecode_missing(env)) or any(b.poll() is None for b in _builders):
         return
+    if _failed_lately(marker):
+        return
     try:
+        if marker is not None:
+            marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if target is not None:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        args = [str(target) if helpers else "-", str(marker) if marker is not None else "-"]
         builder = subprocess.Popen(
-            [sys.executable, "-m", "kernelcraft.engine.prebuilt", str(target) if helpers else "-"],
+            [sys.executable, "-m", "kernelcraft.engine.prebuilt", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -161,13 +181,28 @@ def compile_once() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _ran(step: Any) -> bool:
+    try:
+        step()
+    except Exception:
+        traceback.print_exc()
+        return False
+    return True
+
+
 def main() -> None:
-    """`python -m kernelcraft.engine.prebuilt FOLDER|-`: the helpers into FOLDER (`-`: none), then,
-    where a bytecode cache is in use, a small torch.compile."""
-    if sys.argv[1] != "-":
-        build_helpers(Path(sys.argv[1]))
-    if sys.pycache_prefix:
-        compile_once()
+    """`python -m kernelcraft.engine.prebuilt FOLDER|- MARKER|-`: the helpers into FOLDER (`-`:
+    none), then, where a bytecode cache is in use, a small torch.compile; MARKER is touched if
+    either failed (and the exit status is 1)."""
+    target, marker = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "-"
+    steps = ([lambda: build_helpers(Path(target))] if target != "-" else []) + (
+        [compile_once] if sys.pycache_prefix else []
+    )
+    failed = [step for step in steps if not _ran(step)]
+    if failed and marker != "-":
+        with contextlib.suppress(OSError):
+            Path(marker).touch()
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
