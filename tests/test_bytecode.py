@@ -56,6 +56,32 @@ def test_a_python_that_writes_no_bytecode_keeps_it_in_kernelcrafts_cache(
     assert got["child"] == {"PYTHONPYCACHEPREFIX": str(cache)}
 
 
+def test_workers_may_enter_the_cache_only_where_its_folders_are_closed_to_others_writes(
+    fake_torch: Path, tmp_path: Path
+) -> None:
+    # Under a umask of 0 the folders Python makes in the cache are anyone's to write: no worker
+    # (nor anyone else) may enter it then, or a candidate could leave bytecode for the next zygote.
+    home = tmp_path / "home"
+    cache = home / "cache" / "pycache"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KERNELCRAFT_"))}
+    base |= {
+        "PYTHONPATH": os.pathsep.join([str(fake_torch), str(REPO)]),
+        "KERNELCRAFT_HOME": str(home),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    for umask, mode in ((0, "0o700"), (0o022, "0o711"), (0o002, "0o700")):
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE],
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=lambda m=umask: os.umask(m),  # type: ignore[misc]
+        )
+        assert out.returncode == 0, out.stderr
+        assert oct(cache.stat().st_mode & 0o777) == mode, umask
+
+
 def test_the_cache_is_left_out_where_python_or_the_user_needs_none(fake_torch: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     # the user's own prefix, and the switch

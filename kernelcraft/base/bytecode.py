@@ -14,7 +14,8 @@ would hide it), a Python that will write that bytecode itself, and `KERNELCRAFT_
 Who writes, who reads. Only the user's own processes write the folder: the CLI, the zygote, and the
 warm-up process that imports what a profile's torch.compile imports (`engine/prebuilt.py`).
 A worker that left root for nobody reads it: the folder is 0711 (entered, not listed; what Python
-writes in it is as readable as the sources it was compiled from) and the worker opens it before it
+writes in it is as readable as the sources it was compiled from; 0700, and no reading, under a
+umask that leaves group or other write) and the worker opens it before it
 leaves root, then reads it through that handle (`/proc/self/fd/N`: `keep_handle`, `read_through`),
 so a home under a closed /root does not stop it. Nobody cannot write it; nor can a candidate that
 stays root in its namespace, where the box's Landlock rules hold. A worker with nothing to read
@@ -60,14 +61,32 @@ def cache_dir() -> Path | None:
     path = cache_file("pycache")
     if path is None:
         return None
+    # Workers may enter it only where what Python writes inside is closed to others' writes (a
+    # umask with 022): under a looser umask its folders would be anyone's to fill with bytecode
+    # that the next zygote runs.
+    mode = 0o711 if _umask() & 0o022 == 0o022 else 0o700
     try:
-        path.mkdir(mode=0o711, parents=True, exist_ok=True)
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
         st = path.stat()
-        if st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:  # kept by an earlier version
-            path.chmod(0o711)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o777 in (0o700, 0o711) and st.st_mode & 0o777 != mode:
+            path.chmod(mode)
     except OSError:
         return None
     return path
+
+
+def _umask() -> int:
+    """This process's umask (read, not changed, where Linux tells it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def use_cache() -> Path | None:
