@@ -80,6 +80,10 @@ def test_workers_may_enter_the_cache_only_where_its_folders_are_closed_to_others
         )
         assert out.returncode == 0, out.stderr
         assert oct(cache.stat().st_mode & 0o777) == mode, umask
+        if umask == 0:  # what Python wrote under that umask is anyone's to write...
+            assert any(p.stat().st_mode & 0o002 for p in cache.rglob("*"))
+    # ...until the folder is opened to workers (umask 022 above): then nothing in it is
+    assert not [p for p in cache.rglob("*") if p.stat().st_mode & 0o022 and not p.is_symlink()]
 
 
 def test_the_cache_is_left_out_where_python_or_the_user_needs_none(fake_torch: Path, tmp_path: Path) -> None:

@@ -69,10 +69,21 @@ def cache_dir() -> Path | None:
         path.mkdir(mode=mode, parents=True, exist_ok=True)
         st = path.stat()
         if st.st_uid == os.geteuid() and st.st_mode & 0o777 in (0o700, 0o711) and st.st_mode & 0o777 != mode:
+            if mode == 0o711:  # opening it: what a looser umask wrote there before is closed first
+                _close_to_others_writes(path)
             path.chmod(mode)
     except OSError:
         return None
     return path
+
+
+def _close_to_others_writes(path: Path) -> None:
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            st = os.lstat(p)
+            if st.st_mode & 0o022 and not os.path.islink(p):
+                os.chmod(p, st.st_mode & 0o7755)
 
 
 def _umask() -> int:
