@@ -66,7 +66,6 @@ from kernelcraft.engine.jobworkers import CandidateSettings
 from kernelcraft.engine.loading import check_candidate, check_task
 from kernelcraft.engine.memory import ran_out
 from kernelcraft.engine.pool import WorkerPool, WorkerProcess
-from kernelcraft.engine.prestart import gpu_count
 from kernelcraft.engine.references import ReferencePool
 from kernelcraft.engine.static import check_candidate_source
 from kernelcraft.engine.verdicts import all_failed
@@ -119,7 +118,7 @@ class LocalEvaluator:
     ) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"device must be 'auto', 'cuda' or 'cpu', not {device!r}")
-        gpus = gpu_count(device)
+        gpus = prestart.gpu_count(device)
         if device == "cuda" and gpus == 0:
             raise UsageError("device='cuda' was asked for but torch sees no CUDA GPU; use device='auto'")
         self._gpus = gpus

@@ -81,9 +81,9 @@ def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) 
     env[box.BOX_ENV] = box.mode(device)
     ours = bytecode.add_to_env(env)
     if lazy:
-        # A worker that leaves root cannot read kernelcraft's own bytecode cache (0700): where that
-        # cache is in use, the zygote imports dynamo from it (0.9 s on the H200) rather than leave
-        # it to the job's reference worker (3.4 s from source, to measure most tasks on meta).
+        # Measuring most tasks on meta imports dynamo: where kernelcraft keeps the bytecode, the
+        # zygote imports it once (0.9 s on the H200, beside Triton's key) rather than leave it to
+        # each job's reference worker; elsewhere a small task's verdict does without it.
         env["KERNELCRAFT_WORKER_IMPORTS"] = "lazy-inductor" if ours else "lazy"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
     # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a

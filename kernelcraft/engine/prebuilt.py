@@ -108,8 +108,8 @@ def build_in_background(env: dict[str, str]) -> None:
     (`env`: the workers'). Nobody waits for it. A build that failed (no C compiler, a broken
     torch.compile) is not tried again for `RETRY_AFTER_S`."""
     target, marker = folder(), cache_file(FAILED)
-    helpers = target is not None and not target.exists()
-    if not (helpers or _compile_bytecode_missing(env)) or any(b.poll() is None for b in _builders):
+    helpers, compiled = target is not None and not target.exists(), _compile_bytecode_missing(env)
+    if not (helpers or compiled) or any(b.poll() is None for b in _builders):
         return
     if _failed_lately(marker):
         return
@@ -119,6 +119,7 @@ def build_in_background(env: dict[str, str]) -> None:
         if target is not None:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         args = [str(target) if helpers else "-", str(marker) if marker is not None else "-"]
+        args += ["compile"] if compiled else []
         builder = subprocess.Popen(
             [sys.executable, "-m", "kernelcraft.engine.prebuilt", *args],
             stdin=subprocess.DEVNULL,
@@ -191,12 +192,12 @@ def _ran(step: Any) -> bool:
 
 
 def main() -> None:
-    """`python -m kernelcraft.engine.prebuilt FOLDER|- MARKER|-`: the helpers into FOLDER (`-`:
-    none), then, where a bytecode cache is in use, a small torch.compile; MARKER is touched if
-    either failed (and the exit status is 1)."""
+    """`python -m kernelcraft.engine.prebuilt FOLDER|- MARKER|- [compile]`: the helpers into
+    FOLDER (`-`: none), then, with `compile` and a bytecode cache in use, a small torch.compile;
+    MARKER is touched if either failed (and the exit status is 1)."""
     target, marker = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "-"
     steps = ([lambda: build_helpers(Path(target))] if target != "-" else []) + (
-        [compile_once] if sys.pycache_prefix else []
+        [compile_once] if "compile" in sys.argv[3:] and sys.pycache_prefix else []
     )
     failed = [step for step in steps if not _ran(step)]
     if failed and marker != "-":
