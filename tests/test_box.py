@@ -130,7 +130,7 @@ def test_a_project_checkout_on_sys_path_shows_its_packages_but_not_its_data(tmp_
         import json, sys
         sys.path[:0] = [{str(ROOT)!r}, {str(project)!r}]
         from kernelcraft.engine import box
-        box.confine_candidate({str(work)!r})
+        box.confine({str(work)!r})
         out = {{}}
         for path in ("pkg/__init__.py", "helper.py", ".env", "kernelcraft.db"):
             try:

@@ -33,8 +33,9 @@ same; they need nothing it takes away.
    leaves behind before it reports the worker's exit (zygote.py). `KERNELCRAFT_SANDBOX_PIDNS`
    overrides the choice.
 
-`confine_candidate()` runs in a candidate's worker after the trusted task is loaded and before
-the candidate is imported:
+`confine()` runs in every worker, candidate and reference alike, before any code a client sent
+is imported: the task (its module body, `Model`, `get_inputs`, `get_init_inputs`) is client code
+too, and a task from an MCP or HTTP client is as untrusted as a candidate:
 4. A process limit: RLIMIT_NPROC at its current threads plus CANDIDATE_TASKS, counted in its own
    user namespace (other processes of the user do not count).
 5. Landlock (sandbox.py): reads only beneath Python's prefixes, the importable packages and
@@ -358,9 +359,10 @@ def _die(signum: int) -> NoReturn:
 # ---- the candidate's side ----
 
 
-def confine_candidate(workdir: str | Path) -> str | None:
-    """Limit processes and apply Landlock (4-5 of the module docstring) for good. Returns None
-    when the whole box is in force, else one line for the verdict's notes saying what is not."""
+def confine(workdir: str | Path) -> str | None:
+    """Limit processes and apply Landlock (4-5 of the module docstring) for good, before the
+    worker imports a client's code (task or candidate). Returns None when the whole box is in
+    force, else one line for the verdict's notes saying what is not."""
     notes = []
     m = _box.missing
     if not _box.on:

@@ -108,21 +108,22 @@ class CandidateWorker(Worker):
 
             self.harness_stream = timing._current_stream()
         self.integrity = guard.Integrity()
-        try:
-            task = self.task = self.load_task(job, workdir)
-            init = self.init_inputs(task, job.seed0)
-        except Exception as e:
-            self.task_error(e)
-            return False
         self._limit_memory(job)
         sandbox_note = None
         if job.sandbox:
             from kernelcraft.engine import box
 
             # From here on: limited processes, files (reads and writes) and network (see box.py).
-            sandbox_note = box.confine_candidate(workdir)
+            # The task is a client's code as much as the candidate is: it loads inside the box.
+            sandbox_note = box.confine(workdir)
         else:
             sandbox_note = "the candidate ran without its box (KERNELCRAFT_SANDBOX=off)"
+        try:
+            task = self.task = self.load_task(job, workdir)
+            init = self.init_inputs(task, job.seed0)
+        except Exception as e:
+            self.task_error(e)
+            return False
         if job.interpret:
             from kernelcraft.engine.tf32 import emulate_tf32
 

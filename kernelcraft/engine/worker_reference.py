@@ -1,4 +1,6 @@
-"""`ReferenceWorker`: the trusted role of a worker process (see `worker.py`).
+"""`ReferenceWorker`: the trusted role of a worker process (see `worker.py`): trusted by the
+candidate's verdict, never by the server. The task is a client's code too, so it loads inside the
+same box as a candidate (box.py), closed before its first line runs.
 
 It loads only the task and builds `Model` after `torch.manual_seed(seed0)`; for each trial it
 draws inputs from the seed the job sends, computes the reference outputs, shares a copy of the
@@ -64,6 +66,12 @@ class ReferenceWorker(Worker):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         self.job = job
+        if job.sandbox:
+            from kernelcraft.engine import box
+
+            # The task is a client's code (an MCP or HTTP client may send it): it runs in the same
+            # box as a candidate, closed before its first line is imported.
+            box.confine(workdir)
         try:
             self.task = self.load_task(job, workdir)
         except Exception as e:
