@@ -26,6 +26,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from kernelcraft.base.config import private
 from kernelcraft.base.errors import StoreError
 
 logger = logging.getLogger(__name__)
@@ -276,6 +277,7 @@ class Store:
             # after a server has started: say so now.
             if file_path.exists() and not os.access(file_path, os.W_OK):
                 raise _read_only(file_path, "the file is not writable by this user")
+            _create_private(file_path)
         try:
             conn = await aiosqlite.connect(":memory:" if in_memory else str(file_path), isolation_level=None)
         except sqlite3.Error as e:
@@ -441,3 +443,16 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         statements.append(buf.strip())
     return statements
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by this user alone (SQLite gives its -wal and -shm files
+    the database's mode), or close an existing one of ours: another user of the machine must not
+    read recorded kernels or rules, nor write a rule (docs/security.md)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if p.exists():
+                private(p)
+    except OSError as e:
+        raise StoreError(f"cannot create {path}: {e.strerror}; choose another --db") from e

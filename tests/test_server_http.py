@@ -249,6 +249,7 @@ def test_serve_refuses_all_interfaces_without_tokens(monkeypatch: pytest.MonkeyP
 def test_a_tokens_file_holds_one_token_name_pair_a_line(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     path.write_text(f"# team tokens\n{ALICE}=alice\n\n{BOB} = bob\n")
+    path.chmod(0o600)
     assert load_tokens_file(path) == {ALICE: "alice", BOB: "bob"}
 
 

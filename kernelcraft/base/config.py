@@ -22,12 +22,21 @@ def home_dir() -> Path:
     written (the database, its WAL journal and run directories live there)."""
     home = Path(os.environ.get("KERNELCRAFT_HOME", str(DEFAULT_HOME))).expanduser()
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private(home)
     except OSError as e:
         raise _unusable_home(home, e.strerror or type(e).__name__) from e
     if not os.access(home, os.W_OK | os.X_OK):
         raise _unusable_home(home, "not writable by this user")
     return home
+
+
+def private(path: Path) -> None:
+    """Close `path` (the home, the database) to other users when this user owns it: the server's
+    state (rules, recorded kernels, run logs) is the server's alone (docs/security.md)."""
+    st = path.stat()
+    if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+        path.chmod(st.st_mode & 0o700)
 
 
 def cache_file(name: str) -> Path | None:

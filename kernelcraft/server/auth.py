@@ -73,11 +73,18 @@ def parse_tokens(text: str, *, source: str = TOKENS_ENV, separator: str = ",") -
 
 
 def load_tokens_file(path: Path) -> dict[str, str]:
-    """Read a tokens file: one `token=name` pair a line."""
+    """Read a tokens file: one `token=name` pair a line. Like ssh with a private key, a file other
+    users can read (or replace) is refused: its tokens are the team's credentials."""
     try:
-        text = path.expanduser().read_text(encoding="utf-8")
+        path = path.expanduser()
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot read tokens file {path}: {e.strerror}; check the path") from e
+    if mode & 0o077:
+        raise UsageError(
+            f"tokens file {path} is open to other users (mode {mode & 0o777:04o}); run `chmod 600 {path}`"
+        )
     tokens = parse_tokens(text, source=str(path), separator="\n")
     if not tokens:
         raise UsageError(f"tokens file {path} holds no token=name line; add one or drop --tokens-file")
