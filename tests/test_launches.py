@@ -119,11 +119,16 @@ INTERPRETER_SCRIPT = textwrap.dedent(
     k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
     x, y = torch.arange(100, dtype=torch.float32), torch.ones(100)
     out = torch.zeros(100)
+    from torch.utils._python_dispatch import TorchDispatchMode
     seen = []
-    k.add_kernel.add_pre_run_hook(lambda *a, **kw: seen.append(in_triton_launch()))
+    class Watch(TorchDispatchMode):  # the interpreter's own copies dispatch during the launch
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(in_triton_launch())
+            return func(*args, **(kwargs or {}))
     report = {}
     with intercept_launches(execute=True, autotune="first") as rec:
-        k.add_kernel[(4,)](x, y, out, 100, BLOCK=32)
+        with Watch():
+            k.add_kernel[(4,)](x, y, out, 100, BLOCK=32)
         report["add_correct"] = bool(torch.equal(out, x + y))
         k.scale_kernel[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, out, 100, 3.0)
         report["scale_correct"] = bool(torch.equal(out, x * 3.0))
@@ -131,7 +136,7 @@ INTERPRETER_SCRIPT = textwrap.dedent(
     report["names"] = rec.kernel_names
     report["interpreted"] = [r.interpreted for r in rec.records]
     report["signature"] = rec.launches[0].signature
-    report["inside_during_launch"] = seen
+    report["inside_during_launch"] = sorted(set(seen))
     report["inside_after"] = in_triton_launch()
     untouched = torch.full((100,), 5.0)
     with intercept_launches(execute=False) as rec2:

@@ -48,10 +48,13 @@ ALLOWED_OPS = frozenset(
 
 
 def op_name(func: Any) -> str:
-    """'add' for aten.add.Tensor."""
+    """'add' for aten.add.Tensor; 'mylib::clone' for an op of any other namespace. The allowed
+    ops are ATen's, by the operator's namespace: a custom op (torch.library) named like an
+    allowed one is PyTorch compute like any other."""
     packet = getattr(func, "overloadpacket", func)
-    name = getattr(packet, "__name__", str(packet))
-    return name.split("::")[-1]
+    name = str(getattr(packet, "__name__", packet)).split("::")[-1]
+    namespace = getattr(func, "namespace", None)
+    return name if namespace == "aten" else f"{namespace}::{name}"
 
 
 class OpRecorder(TorchDispatchMode):

@@ -31,7 +31,9 @@ Only the evaluator's worker processes use this module.
 
 from __future__ import annotations
 
+import sys
 import threading
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -107,6 +109,8 @@ class LaunchRecorder:
     """When executing: why some launches could not be typed (the launch itself still ran)."""
     on_launch: LaunchCallback | None = None
     autotune: AutotuneMode = "benchmark"
+    refused: list[ForbiddenLaunch] = field(default_factory=list)
+    """Launches refused for their hooks (kept here too: a candidate may swallow the error)."""
 
     @property
     def launches(self) -> list[KernelLaunch]:
@@ -122,8 +126,20 @@ def in_triton_launch() -> bool:
     """True while this thread is inside an intercepted Triton launch (or an autotuner's run).
 
     The verify worker's aten-op recorder uses this to ignore PyTorch ops that Triton itself runs
-    (the interpreter copies tensors to and from the CPU; the autotuner allocates and zeroes)."""
-    return getattr(_state, "depth", 0) > 0
+    (the interpreter copies tensors to and from the CPU; the autotuner allocates and zeroes).
+    The depth alone is not trusted: the candidate's process can reach this module's state (a
+    function's `__globals__`), so a launch counts only while one of this module's own launch
+    frames is on the stack, found by the identity of the code that runs (`_LAUNCH_CODES`). Python
+    of the candidate's that Triton calls during a launch (grid, heuristics, pruning) runs with
+    the depth at zero (`_outside`), so its PyTorch ops are recorded like any other."""
+    if getattr(_state, "depth", 0) <= 0:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in _LAUNCH_CODES:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def launch_depth() -> int:
@@ -137,6 +153,27 @@ def _inside() -> Iterator[None]:
         yield
     finally:
         _state.depth -= 1
+
+
+@contextmanager
+def _outside() -> Iterator[None]:
+    """Run the candidate's own Python (a grid, a heuristic, a pruning function) as outside a
+    launch: the op recorder sees the PyTorch it runs."""
+    depth = getattr(_state, "depth", 0)
+    _state.depth = 0
+    try:
+        yield
+    finally:
+        _state.depth = depth
+
+
+class ForbiddenLaunch(RuntimeError):
+    """A launch that runs Python of the candidate's around the kernel (a hook): refused, since
+    work done there is not a kernel's and a knockout could not tell it apart."""
+
+    def __init__(self, message: str, op: str) -> None:
+        super().__init__(message)
+        self.op = op
 
 
 @contextmanager
@@ -218,23 +255,35 @@ def _launch(
             return None
         return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
     recorder.count += 1
+    _refuse(recorder, refuse_hooks, fn)
     tune = getattr(_state, "autotune", None)
     if recorder.execute:
         # Typing a launch must never change what the candidate's launch does: a launch that
         # cannot be typed still runs, and Triton raises its own error if the arguments are bad.
-        try:
-            record = make_record(fn, args, kwargs, grid)
-        except Exception as e:  # noqa: BLE001 - arbitrary candidate arguments; reported, not raised
-            recorder.errors.append(f"{_kernel_name(fn)}: {type(e).__name__}: {e}")
-            record = None
+        # The grid is evaluated here, once and outside the launch (its PyTorch ops are
+        # recorded), and Triton gets the numbers: a grid callable that works on a later call
+        # has none.
+        with _outside():
+            try:
+                record = make_record(fn, args, kwargs, grid)
+            except Exception as e:  # noqa: BLE001 - arbitrary candidate arguments; reported, not raised
+                if callable(grid):
+                    raise ForbiddenLaunch(
+                        f"the grid of {_kernel_name(fn)} could not be evaluated apart from the launch "
+                        f"({type(e).__name__}: {e}); pass a tuple or a callable of the launch's arguments",
+                        op="grid",
+                    ) from e
+                recorder.errors.append(f"{_kernel_name(fn)}: {type(e).__name__}: {e}")
+                record = None
         if record is not None:
             _annotate(record, tune)
             recorder.records.append(record)
+            grid = tuple(record.launch.grid)
             if recorder.on_launch is not None:
                 recorder.on_launch(record)
         with _inside():
             return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
-    with _inside():
+    with _outside():  # what the real run evaluates outside the launch, the knockout does too
         record = make_record(fn, args, kwargs, grid)
     _annotate(record, tune)
     recorder.records.append(record)
@@ -262,6 +311,9 @@ def _autotune_mark(index: int, total: int) -> Iterator[None]:
 def _autotuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
     recorder = _active
     original = _original("Autotuner")
+    if recorder is not None:
+        _refuse(recorder, refuse_autotune_hooks, self)
+        _prune_outside(self)
     if recorder is None or (recorder.execute and recorder.autotune == "benchmark"):
         with _inside(), _autotune_mark(-1, len(self.configs)):
             return original(self, *args, **kwargs)
@@ -294,11 +346,118 @@ def _autotuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _heuristics_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-    original = _original("Heuristics")
-    if _active is None or not _active.execute:
-        return original(self, *args, **kwargs)
-    with _inside():
-        return original(self, *args, **kwargs)
+    # The heuristics are the candidate's Python: they run as outside a launch (their PyTorch ops
+    # are recorded); the launch they lead to marks itself.
+    with _outside():
+        return _original("Heuristics")(self, *args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Hooks: Python of the candidate's that Triton would run around a kernel
+
+
+def _refuse(recorder: LaunchRecorder, check: Callable[[Any], None], obj: Any) -> None:
+    try:
+        check(obj)
+    except ForbiddenLaunch as e:
+        recorder.refused.append(e)
+        raise
+
+
+def refuse_hooks(fn: Any) -> None:
+    """Raise `ForbiddenLaunch` when a launch of `fn` would run a hook: a JIT pre-run hook, or one
+    of Triton's process-wide launch, load or compile hooks."""
+    name = _kernel_name(fn)
+    for obj in (fn, getattr(fn, "fn", None)):
+        hooks = getattr(obj, "pre_run_hooks", None)
+        if hooks:
+            raise ForbiddenLaunch(
+                f"{name} has a pre-run hook (add_pre_run_hook): Python run before the kernel is not "
+                "the kernel's work; do that work in a Triton kernel",
+                op="add_pre_run_hook",
+            )
+    runtime = getattr(_triton()["knobs"], "runtime", None)
+    for attr in (
+        "launch_enter_hook",
+        "launch_exit_hook",
+        "kernel_load_start_hook",
+        "kernel_load_end_hook",
+        "jit_cache_hook",
+        "jit_post_compile_hook",
+        "add_stages_inspection_hook",
+    ):
+        hook = getattr(runtime, attr, None)
+        if hook is None or _empty_chain(hook):
+            continue
+        raise ForbiddenLaunch(
+            f"triton.knobs.runtime.{attr} is set: Python run around a launch is not the kernel's work; "
+            "remove the hook",
+            op=f"knobs.runtime.{attr}",
+        )
+
+
+def _empty_chain(hook: Any) -> bool:
+    """Triton's own empty HookChain (newer Triton holds chains, not None), by type, not by name."""
+    chain = getattr(sys.modules.get("triton.knobs"), "HookChain", None)
+    return chain is not None and type(hook) is chain and type(hook.calls) is list and not hook.calls
+
+
+def _triton_own_hook_codes() -> frozenset[Any]:
+    """The code objects of the hooks `Autotuner.__init__` installs itself (a no-op, or the
+    reset_to_zero / restore_value hooks), found among its constants."""
+    init = _triton()["Autotuner"].__init__
+    return frozenset(c for c in init.__code__.co_consts if isinstance(c, types.CodeType))
+
+
+def refuse_autotune_hooks(tuner: Any) -> None:
+    """Raise `ForbiddenLaunch` for an autotuner hook the candidate wrote: `pre_hook`/`post_hook`
+    of `@triton.autotune` or of a `Config`. Triton's own (reset_to_zero, restore_value) pass,
+    told apart by the identity of their code and of the autotuner they close over."""
+    own = _triton_own_hook_codes()
+    for attr in ("pre_hook", "post_hook"):
+        hook = getattr(tuner, attr, None)
+        if hook is None:
+            continue
+        code = getattr(hook, "__code__", None)
+        cells = getattr(hook, "__closure__", None) or ()
+        ours = (
+            type(hook) is types.FunctionType
+            and code in own
+            and all(c.cell_contents is tuner for c in cells)
+            and all(
+                type(getattr(tuner, n, [])) in (list, tuple)
+                and all(type(x) is str for x in getattr(tuner, n, []))
+                for n in ("reset_to_zero", "restore_value")
+            )
+        )
+        if not ours:
+            raise ForbiddenLaunch(
+                f"@triton.autotune {attr}: Python run around the kernel is not the kernel's work; "
+                "use reset_to_zero/restore_value, or do the work in a Triton kernel",
+                op=f"autotune.{attr}",
+            )
+    for config in getattr(tuner, "configs", None) or ():
+        if getattr(config, "pre_hook", None) is not None:
+            raise ForbiddenLaunch(
+                "a triton.Config has a pre_hook: Python run before the kernel is not the kernel's work",
+                op="Config.pre_hook",
+            )
+
+
+def _prune_outside(tuner: Any) -> None:
+    """Run the candidate's pruning functions (`prune_configs_by`) as outside a launch: their
+    PyTorch ops are recorded. Wrapped once per autotuner."""
+    for attr in ("early_config_prune", "perf_model"):
+        fn = getattr(tuner, attr, None)
+        if fn is None or getattr(fn, "_kernelcraft_outside", False):
+            continue
+
+        def outside(*a: Any, _fn: Any = fn, **k: Any) -> Any:
+            with _outside():
+                return _fn(*a, **k)
+
+        outside._kernelcraft_outside = True  # type: ignore[attr-defined]
+        setattr(tuner, attr, outside)
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,3 +568,8 @@ def make_record(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: An
     return LaunchRecord(
         launch=launch, jit_fn=jit_fn, args=tuple(args), kwargs=dict(kwargs), interpreted=interpreted
     )
+
+
+# The frames that make a PyTorch op Triton's own (in_triton_launch): the launch wrappers above,
+# by the identity of their code.
+_LAUNCH_CODES = frozenset(f.__code__ for f in (_launch, _autotuner_run))

@@ -249,6 +249,7 @@ class CandidateWorker(Worker):
         recorder = guard.OpRecorder(frozenset(self.job.allowed_ops))
         timing = sys.modules.get("kernelcraft.engine.timing") if self.device.startswith("cuda") else None
         stream = self.harness_stream
+        rec = None
         try:
             with (
                 torch.no_grad(),
@@ -260,7 +261,12 @@ class CandidateWorker(Worker):
                 out = self.model(*inputs)
             self.sync()
         except BaseException as e:
-            self.fail_exception(e, "runtime")
+            if rec is None or not rec.refused:
+                self.fail_exception(e, "runtime")
+                return None
+        if rec is not None and rec.refused:  # a hook refused (even where forward swallowed the error)
+            refused = rec.refused[0]
+            self.fail(FailureClass.FORBIDDEN_CONSTRUCT, str(refused), op=refused.op)
             return None
         if timing is not None and stream is not None and timing.stream_changed(stream):
             self.fail(
