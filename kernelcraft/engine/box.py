@@ -13,8 +13,13 @@ same; they need nothing it takes away.
    the NVIDIA driver refuses CUDA IPC between processes of different uids
    (cudaErrorMapBufferObjectFailed, probed on the H200), and workers share tensors both ways, so
    a uid of the candidate's own cannot be what hides other processes from it (Landlock does, 5).
-   Where nobody cannot work (a Python under /root), root stays root in its user namespace, which
-   has no capability outside it (no module loading, raw devices, ptrace of other users' or
+   Before that, as root, it enters a mount namespace of its own (`_private_mounts`): a
+   directory closed to other users on the way to Python or the package (a pyenv under /root) is
+   covered by an empty tmpfs into which only the needed directories are bound back, read-only,
+   nosuid, nodev (the rest of /root, the server's home and tokens among it, is not there at
+   all), so nobody can run it; a CPU worker's /dev/shm is a tmpfs of its own (nosuid, nodev,
+   SHM_BYTES), gone with it. Where nobody still cannot work (the GPU's device files closed to
+   other users), root stays root in its user namespace, which has no capability outside it (no module loading, raw devices, ptrace of other users' or
    non-dumpable processes, raised limits); a CPU worker then takes nobody as its real uid only,
    which is what RLIMIT_NPROC counts (a GPU worker cannot: programs it runs, the compilers of
    Triton's JIT, would run in glibc's secure mode and ignore TMPDIR). A worker of another user
@@ -83,7 +88,12 @@ REAPER_ENV = "KERNELCRAFT_WORKER_REAPER"
 CANDIDATE_TASKS = 128
 """Processes and threads a candidate may start (Triton's GPU compile runs a few: ptxas, cc)."""
 
-_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWNS = 0x10000000, 0x20000000, 0x40000000, 0x20000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
+    1, 2, 4, 32, 4096, 16384, 1 << 18
+)
+SHM_BYTES = 256 * 1024**2
+"""The size of a CPU worker's own /dev/shm (box.py's point 1): no kernel needs more there."""
 _PR_SET_PDEATHSIG, _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 1, 3, 4
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -165,6 +175,7 @@ def _leave_root(libc: Any) -> None:
     uid, which makes RLIMIT_NPROC hold (programs it runs would ignore TMPDIR and LD_LIBRARY_PATH,
     glibc's secure mode, which the GPU's compilers cannot live with)."""
     uid, gid = _overflow("uid"), _overflow("gid")
+    _private_mounts(libc)
     why = _why_not_nobody()
     if why is None and "root" in os.environ.get(BOX_ENV, "").split(","):
         why = "KERNELCRAFT_SANDBOX_IDENTITY=root keeps root (in a user namespace of its own)"
@@ -180,6 +191,79 @@ def _leave_root(libc: Any) -> None:
         if os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu":
             os.setresuid(uid, 0, 0)
     _user_namespace(libc)
+
+
+def _private_mounts(libc: Any) -> None:
+    """A mount namespace of the worker's own (root only), in which:
+    - a CPU worker's /dev/shm is a fresh tmpfs (nosuid, nodev, SHM_BYTES), gone with the worker:
+      nothing it leaves there outlives the evaluation or reaches another (a GPU worker keeps the
+      machine's: CUDA IPC's reference counts live there, shared with the reference worker);
+    - a directory closed to other users on the way to what the worker needs (a Python under
+      /root) is covered by an empty tmpfs into which only the needed directories are bound back,
+      read-only, nosuid, nodev; everything else in it (the server's home, its database and
+      tokens, a user's keys) is not there at all. Then nobody can run the worker (1).
+    Each step that fails is skipped; `_why_not_nobody` then says what keeps the worker root."""
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        _box.missing["mountns"] = _errno()
+        return
+    if _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE) is not None:
+        _box.missing["mountns"] = "the mounts could not be made private"
+        return
+    if os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu" and os.path.isdir("/dev/shm"):
+        workdir = os.path.realpath(os.environ.get(DIR_ENV, ""))
+        inside = [workdir] if workdir.startswith("/dev/shm/") else []  # its own directory stays
+        why = _cover(libc, "/dev/shm", inside, f"mode=1777,size={SHM_BYTES}", read_only=False)
+        if why is not None:
+            _box.missing["shm"] = why
+    for closed, needed in _closed_dirs().items():
+        why = _cover(libc, closed, needed, "mode=0755,size=1m", read_only=True)
+        if why is not None:
+            _box.missing["identity-mounts"] = why
+
+
+def _closed_dirs() -> dict[str, list[str]]:
+    """Directory closed to other users -> the paths beneath it the worker needs."""
+    out: dict[str, list[str]] = {}
+    workdir = os.environ.get(DIR_ENV, "")
+    needed = [os.path.dirname(os.path.realpath(workdir))] if workdir else []
+    needed += [*sandbox.python_dirs(), *(p for p in sys.path if p and os.path.isdir(p))]
+    for path in dict.fromkeys(os.path.realpath(p) for p in needed):
+        closed = _closed_to_others(path)
+        if closed is not None and closed != path and not closed.startswith("/proc"):
+            out.setdefault(closed, []).append(path)
+    return out
+
+
+def _cover(libc: Any, top: str, needed: list[str], options: str, *, read_only: bool) -> str | None:
+    """Cover `top` with an empty tmpfs (nosuid, nodev, `options`) and bind `needed` (paths beneath
+    it) back (read-only when asked). None when it worked, else why not."""
+    keep = sorted(p for p in needed if not any(p != q and p.startswith(q + "/") for q in needed))
+    try:
+        fds = [os.open(p, os.O_PATH) for p in keep]
+    except OSError as e:
+        return f"{top}: {e.strerror}"
+    try:
+        why = _mount(libc, "tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
+        if why is not None:
+            return why
+        for path, fd in zip(keep, fds, strict=True):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            if _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC) is not None:
+                continue
+            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if read_only else 0)
+            _mount(libc, None, path, None, _MS_BIND | _MS_REMOUNT | flags)
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _mount(libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> str | None:
+    """mount(2); None when it worked, else why not."""
+    enc = (lambda x: None if x is None else x.encode())  # noqa: E731
+    if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data) if data else None) != 0:
+        return f"mount {target}: {_errno()}"
+    return None
 
 
 def _own(workdir: str, uid: int, gid: int) -> None:
