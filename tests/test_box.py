@@ -260,16 +260,18 @@ def _daemon_source(marker: Path, name: str = "") -> str:
     )
 
 
+def _comm(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:  # the process is gone
+        return ""
+
+
 def _alive(name: str) -> bool:
     """Whether a process named `name` is alive on this machine (after a moment's grace)."""
     deadline = time.monotonic() + 2.0
     while True:
-        found = False
-        for comm in Path("/proc").glob("[0-9]*/comm"):
-            try:
-                found = found or comm.read_text().strip() == name
-            except OSError:
-                continue
+        found = any(_comm(p) == name for p in Path("/proc").glob("[0-9]*/comm"))
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
