@@ -90,7 +90,13 @@ CANDIDATE_TASKS = 128
 
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWNS = 0x10000000, 0x20000000, 0x40000000, 0x20000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
-    1, 2, 4, 32, 4096, 16384, 1 << 18
+    1,
+    2,
+    4,
+    32,
+    4096,
+    16384,
+    1 << 18,
 )
 SHM_BYTES = 256 * 1024**2
 """The size of a CPU worker's own /dev/shm (box.py's point 1): no kernel needs more there."""
@@ -258,10 +264,15 @@ def _cover(libc: Any, top: str, needed: list[str], options: str, *, read_only: b
             os.close(fd)
 
 
-def _mount(libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> str | None:
+def _mount(
+    libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str = ""
+) -> str | None:
     """mount(2); None when it worked, else why not."""
-    enc = (lambda x: None if x is None else x.encode())  # noqa: E731
-    if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data) if data else None) != 0:
+    enc = lambda x: None if x is None else x.encode()  # noqa: E731
+    if (
+        libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data) if data else None)
+        != 0
+    ):
         return f"mount {target}: {_errno()}"
     return None
 
@@ -474,6 +485,9 @@ def confine(workdir: str | Path) -> str | None:
         notes.append(f"no PID namespace ({m['pidns']}){outlive}")
     if "scopes" not in in_force:
         notes.append("it can signal its user's processes")
+    sockets = _deny_sockets()
+    if sockets:
+        notes.append(sockets)
     return ("the candidate's box is partial: " + "; ".join(notes))[:1000] if notes else None
 
 
@@ -489,4 +503,62 @@ def _limit_processes() -> str | None:
     except OSError:
         tasks = 32
     resource.setrlimit(resource.RLIMIT_NPROC, (tasks + CANDIDATE_TASKS, tasks + CANDIDATE_TASKS))
+    return None
+
+
+# ---- no sockets: a seccomp filter ----
+
+# (AUDIT_ARCH, socket, socketpair, connect, seccomp) per machine: the syscalls that make or reach
+# a socket, refused once the worker's own channel is open. A path-named Unix socket is not a file
+# Landlock guards (connect is not an access it knows), and a world-writable one (a daemon's
+# control socket) would otherwise be reachable by path.
+_SOCKET_SYSCALLS = {
+    "x86_64": (0xC000003E, 41, 53, 42, 317),
+    "aarch64": (0xC00000B7, 198, 199, 203, 277),
+}
+_EACCES = 13
+
+
+def _deny_sockets() -> str | None:
+    """Refuse new sockets and connects to every thread of this process for good (seccomp, with
+    no-new-privileges). None when in force, else one line for the notes saying why not."""
+    machine = os.uname().machine
+    numbers = _SOCKET_SYSCALLS.get(machine)
+    if numbers is None or not sys.platform.startswith("linux"):
+        return f"no socket filter on {machine}: it can open sockets its user may reach"
+    arch, sock, pair, connect, seccomp_nr = numbers
+    # BPF: wrong arch or an x32 number -> refuse; socket, socketpair, connect -> EACCES; else allow.
+    refuse = 0x00050000 | _EACCES  # SECCOMP_RET_ERRNO | EACCES
+    prog = [
+        (0x20, 0, 0, 4),  # ld arch
+        (0x15, 1, 0, arch),  # jeq arch -> +1
+        (0x06, 0, 0, refuse),
+        (0x20, 0, 0, 0),  # ld nr
+        (0x35, 4, 0, 0x40000000),  # jge x32 -> refuse
+        (0x15, 3, 0, sock),
+        (0x15, 2, 0, pair),
+        (0x15, 1, 0, connect),
+        (0x06, 0, 0, 0x7FFF0000),  # allow
+        (0x06, 0, 0, refuse),
+    ]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [
+            ("code", ctypes.c_ushort),
+            ("jt", ctypes.c_ubyte),
+            ("jf", ctypes.c_ubyte),
+            ("k", ctypes.c_uint),
+        ]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
+    program = Program(len(prog), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return f"no socket filter (no_new_privs: {_errno()}): it can open sockets its user may reach"
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program): every thread
+    if libc.syscall(seccomp_nr, 1, 1, ctypes.byref(program)) != 0:
+        return f"no socket filter (seccomp: {_errno()}): it can open sockets its user may reach"
     return None
