@@ -5,7 +5,8 @@ Runs in the trusted reference worker, never where candidate code was imported.
 Tolerances (per output dtype):
 
   dtype              atol = rtol    relative L2 limit
-  float64, float32   1e-4           1e-3
+  float64            1e-7           1e-6
+  float32            1e-4           1e-3
   float16, bfloat16  1e-2           5e-2
   float8             1e-1           2e-1
   integer, bool      exact          -
@@ -14,7 +15,10 @@ An output passes when every element satisfies |out - ref| <= atol + rtol * |ref|
 `allclose`; NaN must match NaN) AND the relative L2 error ||out - ref|| / ||ref|| is within the
 limit. The second check is what stops near-zero answers: when every reference value is tiny, an
 all-zeros output passes the first check on atol alone but has a relative L2 error of 1. It is
-skipped only when the reference is exactly zero.
+skipped only when the reference is exactly zero. Tolerance follows the output's dtype, as
+KernelBench's `get_tolerance_for_precision` and robust-kbench do (fp32 1e-4, fp16/bf16 1e-2):
+float64 is held tighter than float32, so an fp64 task computed in fp32 fails. The verdict says
+which tolerances it applied (`describe`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,22 @@ def tolerances(dtype: torch.dtype) -> tuple[float, float]:
         return 1e-2, 5e-2
     if "float8" in str(dtype):
         return 1e-1, 2e-1
+    if dtype is torch.float64:
+        return 1e-7, 1e-6
     return 1e-4, 1e-3
+
+
+def describe(ref: Any) -> str:
+    """The tolerances the reference's outputs are held to, one clause per dtype."""
+    parts = []
+    for dtype in dict.fromkeys(t.dtype for t in leaves(ref) if isinstance(t, torch.Tensor)):
+        name = str(dtype).removeprefix("torch.")
+        if dtype.is_floating_point or dtype.is_complex:
+            tol, l2 = tolerances(dtype)
+            parts.append(f"{name}: atol=rtol={tol:g}, relative L2 <= {l2:g}")
+        else:
+            parts.append(f"{name}: exact")
+    return "; ".join(parts)
 
 
 def _index(flat_index: int, shape: torch.Size) -> list[int]:

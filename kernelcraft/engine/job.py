@@ -80,6 +80,8 @@ class Job:
         self.timing = JobTiming(spec, device, references, self.workers)
         self.input_sets = 1
         self.kernels: list[str] = []
+        self.tolerance: str | None = None
+        """The tolerances the reference applied (`compare.describe`), from the last comparison."""
         self.compile_worker: WorkerProcess | None = None
 
     @property
@@ -249,6 +251,7 @@ class Job:
         out = self.workers.read(frame, Outputs)
         self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
         compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
+        self.tolerance = compared.tolerance or self.tolerance
         if not compared.failure_class:
             return None
         ev = evidence_from(compared.evidence, "outputs differ")
@@ -286,6 +289,7 @@ class Job:
         self, cand: WorkerProcess, done: int, cls: FailureClass | None, ev: Evidence | None, **kw: Any
     ) -> VerifyResult:
         kw.setdefault("notes", list(self.workers.notes))  # a shrunk task's note, on any verdict
+        kw.setdefault("tolerance", self.tolerance)
         return verify_result(
             self.spec,
             self.device,

@@ -333,6 +333,8 @@ class Compared(Reply):
     failure_class: str | None = None
     evidence: dict[str, Any] | None = None
     error: str | None = None
+    tolerance: str | None = None
+    """The tolerances applied, by output dtype (`compare.describe`)."""
 
 
 class RooflineCounted(Reply):

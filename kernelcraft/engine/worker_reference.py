@@ -207,7 +207,7 @@ class ReferenceWorker(Worker):
     def compare(self, req: Compare, blobs: list[bytes]) -> Compared:
         from kernelcraft.base.evaluation import Evidence
         from kernelcraft.base.failures import FailureClass
-        from kernelcraft.engine.compare import compare_outputs, inputs_changed
+        from kernelcraft.engine.compare import compare_outputs, describe, inputs_changed
 
         try:
             runs = [self.unpack_cloned(rec, blobs) for rec in req.outputs]
@@ -221,6 +221,7 @@ class ReferenceWorker(Worker):
                 error=error_line(e),
             )
         self.sync()
+        tolerance = describe(self.ref_out)
         for i, out in enumerate(runs):
             verdict = compare_outputs(self.ref_out, out)
             if verdict is not None:
@@ -231,11 +232,11 @@ class ReferenceWorker(Worker):
                         "a second run on the same inputs, with different garbage in memory underneath, "
                         f"gave a different answer ({ev.message}); the kernel reads memory it did not write"
                     )
-                return Compared(failure_class=cls.value, evidence=ev.model_dump())
+                return Compared(failure_class=cls.value, evidence=ev.model_dump(), tolerance=tolerance)
         changed = inputs_changed(self.private_inputs, list(after))
         if changed is not None:
             return Compared(failure_class=FailureClass.INPUTS_MUTATED.value, evidence=changed.model_dump())
-        return Compared(failure_class=None)
+        return Compared(failure_class=None, tolerance=tolerance)
 
     def roofline(self, req: ComputeRoofline) -> RooflineCounted:
         """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the
