@@ -97,7 +97,8 @@ class VerifyResult(BaseModel):
     kernels_launched: list[str] = Field(default_factory=list)
     allowed_ops: list[str] = Field(default_factory=list)
     tolerance: str | None = Field(
-        default=None, description="The tolerance the outputs were held to, by dtype (atol, rtol, relative L2)."
+        default=None,
+        description="The tolerance the outputs were held to, by dtype (atol, rtol, relative L2).",
     )
     notes: list[str] = Field(default_factory=list)
     seconds: float = Field(default=0.0, description="From submission (worker start-up too).")

@@ -12,7 +12,9 @@ PROBES = Path(__file__).parent / "probes"
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("precision", "correct"), [("float64", True), ("float32", False)])
-def test_float64_output_is_held_to_float64_tolerance(evaluator, job_for, precision: str, correct: bool) -> None:
+def test_float64_output_is_held_to_float64_tolerance(
+    evaluator, job_for, precision: str, correct: bool
+) -> None:
     source = (PROBES / "fp64_in_fp32.py").read_text().replace('"float64"  #', f"{precision!r}  #", 1)
     v = evaluator.submit(job_for(PROBES / "task_fp64.py", source, trials=1)).verify
     assert v is not None and v.correct is correct, v
