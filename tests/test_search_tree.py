@@ -156,7 +156,7 @@ async def test_on_a_gpu_candidates_are_compiled_verified_and_profiled_for_the_ta
 async def test_a_failed_candidate_is_recorded_in_the_rulebook_with_class_code_and_error(tmp_path):
     bad = candidate("compile", "uses tl.tanh")
     async with service(tmp_path / "kc.db") as svc:
-        r = await svc.start(TASK, budget=3)
+        r = await svc.start(TASK, budget=3, client="alice")
         assert r.next_step is not None
         await svc.submit(r.tree.id, r.next_step.node_id, bad, client="alice")
         rows = await svc.store.conn.execute_fetchall(
@@ -202,7 +202,11 @@ async def test_an_abandoned_step_fails_without_an_evaluation_or_a_rulebook_entry
     reason = "the tuner's edits did not apply: old text 'BLOCK = 64' not found"
     async with service(tmp_path / "kc.db") as svc:
         r = await svc.start(
-            TASK, seed_candidate=candidate("correct"), params={"p_large": 0.0, "c_exp": 0.0}, budget=5
+            TASK,
+            seed_candidate=candidate("correct"),
+            params={"p_large": 0.0, "c_exp": 0.0},
+            budget=5,
+            client="alice",
         )
         assert r.next_step is not None
         jobs_before = len(scripted(svc).jobs)
@@ -258,9 +262,9 @@ async def test_abandon_refuses_what_submit_refuses_and_an_empty_reason(tmp_path)
         c = await svc.start(TASK, budget=1, params={"lease_seconds": 10, "warm_start": False})
         assert c.next_step is not None
         clock.advance(11)
-        other, _ = await svc.next_step(c.tree.id, client="b")
+        other, _ = await svc.next_step(c.tree.id)
         assert other is not None
-        await svc.abandon(c.tree.id, other.node_id, "b gave up too", client="b")
+        await svc.abandon(c.tree.id, other.node_id, "the other step gave up too")
         with pytest.raises(BudgetError, match="budget is spent: 1 of 1"):
             await svc.abandon(c.tree.id, c.next_step.node_id, "late")
         st = await svc.status(a.tree.id)
@@ -446,33 +450,33 @@ async def test_the_same_seed_replays_the_same_sequence_of_steps(tmp_path):
 
 
 @pytest.mark.anyio
-async def test_eight_concurrent_clients_get_distinct_steps_and_no_node_is_lost(tmp_path):
+async def test_eight_concurrent_sessions_of_one_client_get_distinct_steps_and_no_node_is_lost(tmp_path):
     db = tmp_path / "kc.db"
     budget = 40
 
     async def client(tree_id: int, name: str, k: int, first: NextStep | None = None) -> list[int]:
         got: list[int] = []
         async with service(db, gpu=True) as svc:  # each client its own connection
-            step = first or (await svc.next_step(tree_id, client=name))[0]
+            step = first or (await svc.next_step(tree_id, client="team"))[0]
             while step is not None:
                 got.append(step.node_id)
                 verdict = REPLAY_SCRIPT[(k + len(got)) % len(REPLAY_SCRIPT)]
                 res = await svc.submit(
-                    tree_id, step.node_id, candidate(verdict, f"{name}-{len(got)}"), client=name
+                    tree_id, step.node_id, candidate(verdict, f"{name}-{len(got)}"), client="team"
                 )
                 step = res.next_step
         return got
 
     async with service(db, gpu=True) as svc:
-        r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=budget, client="c0")
+        r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=budget, client="team")
     got = await asyncio.gather(
         *(client(r.tree.id, f"c{k}", k, r.next_step if k == 0 else None) for k in range(8))
     )
     async with service(db, gpu=True) as svc:
         view = await svc.show(r.tree.id)
-        st = await svc.status(r.tree.id, client="observer")
+        st = await svc.status(r.tree.id, client="team")
     handed = [n for g in got for n in g]
-    assert len(handed) == len(set(handed)), "a step was handed to two clients"
+    assert len(handed) == len(set(handed)), "a step was handed to two sessions"
     evaluated = {n.id for n in view.nodes if n.status == "evaluated" and n.kind != "root" and not n.seed}
     assert set(handed) == evaluated, "a submitted node was lost"
     assert len(evaluated) == budget and not [n for n in view.nodes if n.status != "evaluated"]
@@ -491,9 +495,9 @@ async def test_a_late_submit_for_a_lapsed_lease_still_counts(tmp_path):
         r = await svc.start(TASK, budget=3, params={"lease_seconds": 60})
         assert r.next_step is not None
         clock.advance(61)
-        st = await svc.status(r.tree.id, client="bob")
-        late = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"), client="alice")
-    assert st.counts.lapsed == 1 and st.counts.pending == 1  # alice's lapsed, bob's new one
+        st = await svc.status(r.tree.id)
+        late = await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
+    assert st.counts.lapsed == 1 and st.counts.pending == 1  # the lapsed step, and a new one
     assert st.next_step is not None and st.next_step.node_id != r.next_step.node_id
     assert late.node.status == "evaluated" and late.node.outcome == "correct" and late.budget_left == 2
 
@@ -505,14 +509,14 @@ async def test_a_lapsed_lease_whose_budget_was_handed_on_is_refused(tmp_path):
         r = await svc.start(TASK, budget=2, params={"lease_seconds": 60})
         assert r.next_step is not None
         clock.advance(61)
-        b, _ = await svc.next_step(r.tree.id, client="b")
-        c, _ = await svc.next_step(r.tree.id, client="c")
-        d, note = await svc.next_step(r.tree.id, client="d")
+        b, _ = await svc.next_step(r.tree.id)
+        c, _ = await svc.next_step(r.tree.id)
+        d, note = await svc.next_step(r.tree.id)
         with pytest.raises(BudgetError, match="held by 2 other open step"):
             await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
         assert b is not None and c is not None
-        await svc.submit(r.tree.id, b.node_id, candidate("correct"), client="b")
-        await svc.submit(r.tree.id, c.node_id, candidate("wrong"), client="c")
+        await svc.submit(r.tree.id, b.node_id, candidate("correct"))
+        await svc.submit(r.tree.id, c.node_id, candidate("wrong"))
         with pytest.raises(BudgetError, match="budget is spent: 2 of 2"):
             await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
     assert d is None and "held by 2 open step" in (note or "")
@@ -524,7 +528,7 @@ async def test_status_re_offers_the_step_a_client_already_holds(tmp_path):
         r = await svc.start(TASK, budget=5, client="alice")
         again = await svc.status(r.tree.id, client="alice")
         twice = await svc.status(r.tree.id, client="alice")
-        other = await svc.status(r.tree.id, client="bob")
+        other = await svc.status(r.tree.id, client="alice", new_step=True)
     assert r.next_step is not None and again.next_step is not None and other.next_step is not None
     assert again.next_step.node_id == r.next_step.node_id == twice.next_step.node_id  # type: ignore[union-attr]
     assert other.next_step.node_id != r.next_step.node_id
@@ -610,9 +614,9 @@ async def test_a_budget_already_spent_refuses_a_late_submit(tmp_path):
         r = await svc.start(TASK, budget=1, params={"lease_seconds": 10})
         assert r.next_step is not None
         clock.advance(11)
-        other, _ = await svc.next_step(r.tree.id, client="b")
+        other, _ = await svc.next_step(r.tree.id)
         assert other is not None
-        await svc.submit(r.tree.id, other.node_id, candidate("correct"), client="b")
+        await svc.submit(r.tree.id, other.node_id, candidate("correct"))
         with pytest.raises(BudgetError, match="budget is spent: 1 of 1 candidates evaluated"):
             await svc.submit(r.tree.id, r.next_step.node_id, candidate("correct"))
 

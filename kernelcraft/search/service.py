@@ -29,7 +29,7 @@ from typing import Any
 
 import aiosqlite
 
-from kernelcraft.base.errors import BudgetError, UsageError
+from kernelcraft.base.errors import BudgetError, NotFoundError, UsageError
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.base.tree import (
@@ -277,7 +277,7 @@ class SearchService:
         self._check_code(candidate_code, "the candidate")
         now = self._now()
         async with self.store.transaction() as conn:
-            tree = await repository.load_tree(conn, tree_id)
+            tree = await self._owned(conn, tree_id, client)
             row = await pending_step(conn, tree, node_id)
             await claim_step(conn, tree, row, client, now)
             task_source = await self.store.get_code(tree.task_hash)
@@ -325,7 +325,7 @@ class SearchService:
         why = trim(reason.strip()) or ""
         now = self._now()
         async with self.store.transaction() as conn:
-            tree = await repository.load_tree(conn, tree_id)
+            tree = await self._owned(conn, tree_id, client)
             row = await pending_step(conn, tree, node_id)
             await claim_step(conn, tree, row, client, now)
             used, _ = await repository.budget_usage(conn, tree_id, iso(now))
@@ -380,7 +380,7 @@ class SearchService:
         """
         now = self._now()
         async with self.store.transaction() as conn:
-            tree = await repository.load_tree(conn, tree_id)
+            tree = await self._owned(conn, tree_id, client)
             step_node, note = await issue_step(conn, tree, client, now)
         return (await self._next_step(tree_id, step_node) if step_node is not None else None), note
 
@@ -394,7 +394,7 @@ class SearchService:
         """
         now = self._now()
         async with self.store.transaction() as conn:
-            tree = await repository.load_tree(conn, tree_id)
+            tree = await self._owned(conn, tree_id, client)
             note = None
             step_node = None if new_step else await repository.held_step(conn, tree_id, client, iso(now))
             if step_node is None:
@@ -419,17 +419,32 @@ class SearchService:
             next_step_note=None if step is not None else note,
         )
 
-    async def show(self, tree_id: int, *, with_verdicts: bool = False) -> TreeView:
-        """Every node of the tree (no code; its verdict if asked), in id order.
+    async def show(self, tree_id: int, *, with_verdicts: bool = False, client: str | None = None) -> TreeView:
+        """Every node of the tree (no code; its verdict if asked), in id order. `client`: the
+        asking client, who must own the tree (None: the operator, on the command line).
 
         Raises:
-            NotFoundError: no such tree.
+            NotFoundError: no such tree (of this client's).
         """
+        if client is not None:
+            await self._owned(self.store.conn, tree_id, client)
         return await repository.tree_view(
             self.store.conn, tree_id, iso(self._now()), with_verdicts=with_verdicts
         )
 
     # --------------------------------------------------------------------------- internals
+
+    async def _owned(self, conn: aiosqlite.Connection, tree_id: int, client: str) -> TreeRow:
+        """The tree, when `client` started it. A tree is its client's: another client can neither
+        step, submit into, abandon nor read it (its kernels are that client's work). Told apart
+        from a missing tree only by the words, never by what it shows."""
+        tree = await repository.load_tree(conn, tree_id)
+        if tree.created_by != client:
+            raise NotFoundError(
+                f"search tree {tree_id} belongs to another client; start your own with "
+                "search_tree_step(action='start')"
+            )
+        return tree
 
     def _check_code(self, source: str, what: str) -> None:
         if not isinstance(source, str) or not source.strip():

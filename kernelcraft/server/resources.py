@@ -19,6 +19,7 @@ from kernelcraft.base.rules import RuleOut
 from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.report.build import from_tree
 from kernelcraft.report.model import RunReport
+from kernelcraft.server.auth import client_name
 from kernelcraft.server.state import AppState, StateSlot
 
 JSON = "application/json"
@@ -173,7 +174,7 @@ def register_tree_resources(mcp: MCPServer[AppState]) -> None:
 async def _show(state: AppState, tree_id: str, *, with_verdicts: bool) -> TreeView:
     number = row_id(tree_id, "tree id", "search_tree_step start returns one")
     try:
-        return await state.search.show(number, with_verdicts=with_verdicts)
+        return await state.search.show(number, with_verdicts=with_verdicts, client=client_name())
     except KernelcraftError as e:
         raise ResourceError(str(e)) from e
 
