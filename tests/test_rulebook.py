@@ -92,21 +92,26 @@ def test_validate_rule_keeps_dotted_names_in_one_sentence() -> None:
 
 
 @pytest.mark.anyio
-async def test_near_duplicates_increment_and_the_rule_activates_at_the_third(rb: Rulebook) -> None:
+async def test_near_duplicates_increment_and_the_rule_activates_once_a_second_client_vouches_for_its_words(
+    rb: Rulebook,
+) -> None:
     variants = [
         FLOAT32,
         "You cannot call `tl.float32()` as a function in a Triton kernel",
         "You cannot use tl.float32 as a function to cast values inside a Triton kernel.",
+        FLOAT32,
     ]
-    clients = ["alice", "bob", "alice"]
+    clients = ["alice", "bob", "alice", "bob"]
     recs = [
         await rb.record_failure(f"code {i}", "TypeError", rule=v, client=client)
         for i, (v, client) in enumerate(zip(variants, clients, strict=True))
     ]
-    assert [r.rule_action for r in recs] == ["created", "incremented", "incremented"]
-    assert [r.activated for r in recs] == [False, False, True]
-    assert [r.rule.count for r in recs] == [1, 2, 3]
-    assert [r.rule.status for r in recs] == ["candidate", "candidate", "active"]
+    assert [r.rule_action for r in recs] == ["created", "incremented", "incremented", "incremented"]
+    # bob's near-duplicate counts, but vouches for its own wording only: the stored text is
+    # corroborated when bob proposes it in these words
+    assert [r.activated for r in recs] == [False, False, False, True]
+    assert [r.rule.count for r in recs] == [1, 2, 3, 4]
+    assert [r.rule.status for r in recs] == ["candidate", "candidate", "candidate", "active"]
     assert len({r.rule.uid for r in recs}) == 1
 
 

@@ -17,7 +17,8 @@ client, so these rules are the same whatever preset a tree runs.
 Activation, and why it needs corroboration: an active rule is served to every client, quoted in
 the prompts of every later step, so one client must not be able to make any text a rule by
 repeating it. A rule becomes active when its count reaches `activation_count` (3, as in
-AdaExplore) *and* its text is corroborated: proposed with failures of at least two distinct
+AdaExplore) *and* its text is corroborated: proposed, in these very words (normalised; a
+near-duplicate counts but vouches only for its own wording), with failures of at least two distinct
 clients (over HTTP a client is its token's name; over stdio everything is "local"), or with at
 least `activation_count` distinct failing candidates that this server's own evaluator judged (a
 search-tree node, or a candidate a tool verified here and `witness()` noted; `failures.evaluated`).
@@ -205,10 +206,16 @@ class Rulebook:
                 op_category=op_category,
                 judged=judged,
             )
+            # The failure corroborates the rule's *text* only when its reporter proposed that very
+            # text (normalised): a near-duplicate counts (AdaExplore's count) but does not vouch for
+            # wording it never wrote. Else one client could front-run a common rule with an
+            # injected tail and let other clients' honest proposals activate it.
+            stored = await _rows(conn, "SELECT norm_text FROM rules WHERE id = ?", (rule_id,))
+            same = int(bool(stored) and stored[0]["norm_text"] == normalize_rule(proposed))
             await conn.execute(
-                "INSERT INTO rule_evidence (rule_id, failure_id, proposed) VALUES (?, ?, 1)"
-                " ON CONFLICT(rule_id, failure_id) DO UPDATE SET proposed = 1",
-                (rule_id, failure_id),
+                "INSERT INTO rule_evidence (rule_id, failure_id, proposed) VALUES (?, ?, ?)"
+                " ON CONFLICT(rule_id, failure_id) DO UPDATE SET proposed = max(proposed, excluded.proposed)",
+                (rule_id, failure_id, same),
             )
             activated = await self._activate_if_corroborated(conn, rule_id)
             out = await self._get(conn, rule_id)
