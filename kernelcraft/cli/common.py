@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias, TypeVar
@@ -170,3 +171,14 @@ def emit(result: BaseModel | Sequence[BaseModel], as_json: bool, text: str | Cal
 def print_error(kind: str, message: str, exit_code: int) -> None:
     """`--json`'s answer on a failure: one JSON object on stdout, for a program to read."""
     print(json.dumps({"error": {"kind": kind, "message": message, "exit_code": exit_code}}))
+
+
+def seconds(text: str) -> float:
+    """argparse type of a deadline: a finite number of seconds in (0, 3600]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in (0, 3600] seconds, not {text}")
+    return value

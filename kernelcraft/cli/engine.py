@@ -34,6 +34,7 @@ from kernelcraft.cli.common import (
     add_memory_limit,
     emit,
     run,
+    seconds,
 )
 from kernelcraft.cli.progress import JobProgress
 from kernelcraft.engine import timingcache
@@ -46,7 +47,7 @@ def register(sub: Subcommands) -> None:
             "task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
         )
         p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
-        p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="deadline in seconds")
+        p.add_argument("--timeout", type=seconds, default=300.0, metavar="S", help="deadline in seconds")
         add_memory_limit(p)
         p.add_argument(
             "--full-size",

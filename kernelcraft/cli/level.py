@@ -32,7 +32,7 @@ from rich.table import Column
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.level import LevelSummary
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_device, add_json, emit, run
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_device, add_json, emit, run, seconds
 from kernelcraft.level.runner import LevelRun, run_level
 from kernelcraft.level.tasks import parse_problems
 
@@ -62,7 +62,7 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("--problems", metavar="IDS", help="only these problem ids, e.g. 1-10,19")
     p.add_argument("--trials", type=int, default=5, metavar="N", help="correctness trials per input set")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="deadline per task in seconds")
+    p.add_argument("--timeout", type=seconds, default=300.0, metavar="S", help="deadline per task in seconds")
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="tasks evaluated at once")
     p.add_argument(
         "--level-key",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import stat
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -100,14 +101,29 @@ def check_candidate(source: str, path: str) -> ast.Module:
 
 
 def read_source(path: str | Path) -> str:
-    """A file's text, or a `TaskError` that says why it cannot be read."""
+    """A file's text, or a `TaskError` that says why it cannot be read. Only a regular file of
+    at most MAX_SOURCE_BYTES is read: a FIFO or a device (/dev/zero) would hang or fill memory."""
     p = Path(path)
     try:
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):
+            kind = (
+                "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
+            )
+            raise TaskError(f"{kind}; give the path of a Python source file", path=str(p))
+        if st.st_size > MAX_SOURCE_BYTES:
+            raise TaskError(
+                f"{st.st_size} bytes, over the {MAX_SOURCE_BYTES // 1024**2} MiB a source file may have",
+                path=str(p),
+            )
         return p.read_text(encoding="utf-8")
     except FileNotFoundError as e:
         raise TaskError("no such file", path=str(p)) from e
     except (OSError, UnicodeDecodeError) as e:
         raise TaskError(f"cannot read: {e}", path=str(p)) from e
+
+
+MAX_SOURCE_BYTES = 16 * 1024**2
 
 
 def import_source(source: str, directory: Path, module_name: str) -> ModuleType:

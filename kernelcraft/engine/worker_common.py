@@ -29,6 +29,24 @@ def error_line(e: BaseException) -> str:
     return trim(f"{type(e).__name__}: {e}")
 
 
+# The files a client sent, as the worker names them, and as the client knows them.
+CLIENT_FILES = {"kernelcraft_task.py": "task.py", "kernelcraft_candidate.py": "candidate.py"}
+
+
+def client_traceback(e: BaseException) -> str:
+    """The traceback of `e` as its author should see it: only the frames in the files the client
+    sent (the task, the candidate), named as the client knows them, then the exception. Nothing
+    of ours (no worker directory, no frames of kernelcraft, torch or Triton) goes back to a client
+    in a task's error answer."""
+    frames = [
+        traceback.FrameSummary(CLIENT_FILES[Path(f.filename).name], f.lineno, f.name, line=f.line)
+        for f in traceback.extract_tb(e.__traceback__)
+        if Path(f.filename).name in CLIENT_FILES
+    ]
+    head = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) if frames else ""
+    return trim(head + "".join(traceback.format_exception_only(type(e), e)))
+
+
 class Worker:
     """A worker process's end of the socket, on `device` ("cpu" or "cuda"); `cuda_ipc`: send
     CUDA tensors as IPC handles."""
@@ -56,7 +74,7 @@ class Worker:
     def task_error(self, e: BaseException, doing: str | None = None) -> None:
         """Tell the parent the trusted task itself failed (called inside the `except`)."""
         said = {"doing": doing} if doing is not None else {}
-        self.send(TaskFailed(error=trim(traceback.format_exc()), summary=repr(e), **said))
+        self.send(TaskFailed(error=client_traceback(e), summary=repr(e), **said))
 
     def progress(self, message: str) -> None:
         self.send(Progress(message=message))

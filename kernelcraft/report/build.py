@@ -177,7 +177,7 @@ def read_steps(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:  # noqa: PERF203 -- one cut line must not hide the others
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -206,15 +206,27 @@ def from_run_dir(run_dir: Path) -> RunReport:
         )
     try:
         report = RunReport.model_validate_json(tree_file.read_text(encoding="utf-8"))
-    except (OSError, ValidationError) as e:
+    except (OSError, ValueError) as e:  # ValidationError and UnicodeDecodeError are ValueErrors
         raise UsageError(
-            f"{tree_file} is unreadable ({e}); rerun kernelcraft optimize with --out {run_dir}"
+            f"{tree_file} is not a run's report ({_first_line(e)}); rerun kernelcraft optimize "
+            f"with --out {run_dir}"
         ) from e
     summary_file = run_dir / SUMMARY_FILE
     summary: dict[str, Any] | None = None
     if summary_file.is_file():
         try:
             summary = dict(json.loads(summary_file.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError, TypeError, ValueError) as e:
-            raise UsageError(f"{summary_file} is unreadable ({e}); remove it to report without it") from e
+        except (OSError, TypeError, ValueError) as e:
+            raise UsageError(
+                f"{summary_file} is unreadable ({_first_line(e)}); remove it to report without it"
+            ) from e
     return with_run(report, read_steps(run_dir / STEPS_FILE), summary)
+
+
+def _first_line(e: BaseException) -> str:
+    """One line of an error: a pydantic error's first complaint, a decode error's position."""
+    if isinstance(e, ValidationError) and e.errors():
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "the top level"
+        return f"{e.error_count()} problem(s), first at {where}: {err.get('msg', '')}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
