@@ -177,6 +177,11 @@ class EvalJob(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops forward() may use.")
     roofline_target: str = "sm_90a"
+    gpu_check: str | None = Field(
+        default="sm_90a",
+        description="Without a GPU, verify also compiles the launched kernels for this target and fails "
+        "where the GPU compiler would (None: the interpreter's word alone).",
+    )
     full_size: bool = Field(
         default=False,
         description="Without a GPU, run the task's own sizes in the interpreter instead of shrinking "

@@ -62,6 +62,13 @@ def register(sub: Subcommands) -> None:
     common(p)
     p.add_argument("--trials", type=int, default=5, metavar="N", help="trials per input set")
     p.add_argument(
+        "--gpu-check",
+        default="sm_90a",
+        metavar="TARGET",
+        help="without a GPU, also compile the launched kernels for TARGET and fail where its compiler "
+        "would (default sm_90a; 'none': the interpreter's word alone)",
+    )
+    p.add_argument(
         "--allow-op",
         action="append",
         default=[],
@@ -104,8 +111,21 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
         stages=stages,  # type: ignore[arg-type]
         timeout_s=args.timeout,
         full_size=args.full_size,
+        gpu_check=_gpu_check(getattr(args, "gpu_check", "sm_90a")),
         **extra,
     )
+
+
+def _gpu_check(target: str) -> str | None:
+    from kernelcraft.base.targets import KNOWN_TARGETS
+
+    if target.lower() == "none":
+        return None
+    if target not in KNOWN_TARGETS:
+        raise UsageError(
+            f"--gpu-check {target!r} is not a target; use one of {', '.join(KNOWN_TARGETS)} or none"
+        )
+    return target
 
 
 def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = None) -> EvalResult:

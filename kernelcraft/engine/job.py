@@ -109,6 +109,7 @@ class Job:
                 if cand is None:
                     cand = await self.workers.start_candidate()
                 await self.candidate_stages(result, cand)
+                await self.gpu_check(result)
             elif "profile" in self.spec.stages:
                 t = time.perf_counter()
                 result.profile = await self.timing.profile(None, self.input_sets)
@@ -162,9 +163,49 @@ class Job:
 
     # ---- compile ----
 
-    async def compile_stage(self) -> CompileResult:
-        """Discover launches (no kernel runs) and compile them for each target. On a CPU machine
-        this worker imports the candidate without the interpreter, so real Triton compiles it."""
+    async def gpu_check(self, result: EvalResult) -> None:
+        """Without a GPU, a verdict the interpreter passed also needs the GPU compiler's word: the
+        interpreter runs what Triton's compiler refuses (Python calls and globals in a kernel
+        body, an autotune config over the shared-memory limit). Compile the launches for
+        `spec.gpu_check`; where the compiler rejects a kernel, the verdict fails with its message.
+        A check that cannot be made (the task too large to build here, a harness limit) is a note."""
+        target, verify = self.spec.gpu_check, result.verify
+        if not (self.workers.interpret and target and verify is not None and verify.correct):
+            return
+        if "compile" in self.spec.stages:
+            compiled = result.compile
+        else:
+            sized = await self.workers.sized if self.workers.sized.done() else None
+            params = sized.params_bytes if sized is not None else 0
+            if params > GPU_CHECK_MAX_PARAMS:
+                verify.notes.append(
+                    f"not compiled for {target}: the task's parameters ({params / 1024**3:.1f} GiB) are too "
+                    f"large to build on this machine; `kernelcraft compile --target {target}` checks it"
+                )
+                return
+            t = time.perf_counter()
+            compiled = await self.compile_stage([target])
+            self.workers.stage("gpu_check", t)
+        if compiled is None or compiled.ok or compiled.failure_class is None:
+            return
+        if not compiled.failure_class.value.startswith("compile_"):
+            reason = (
+                compiled.evidence.message if compiled.evidence is not None else compiled.failure_class.value
+            )
+            verify.notes.append(f"not compiled for {target} ({reason[:300]})")
+            return
+        ev = compiled.evidence or Evidence(message="the GPU compiler rejected a kernel")
+        ev.message = (f"Triton's interpreter ran it, but the compiler for {target} rejects it: {ev.message}")[
+            :2000
+        ]
+        verify.correct, verify.status = False, compiled.failure_class.value
+        verify.failure_class, verify.evidence = compiled.failure_class, ev
+
+    async def compile_stage(self, targets: list[str] | None = None) -> CompileResult:
+        """Discover launches (no kernel runs) and compile them for each target (the job's, unless
+        given). On a CPU machine this worker imports the candidate without the interpreter, so
+        real Triton compiles it."""
+        targets = list(targets or self.spec.targets)
         start = time.perf_counter()
         w = await self.workers.acquire(self.device.compile_pool)
         self.compile_worker = w
@@ -175,8 +216,8 @@ class Job:
             full = self.workers.interpret
             self.workers.loaded(await self.workers.load(w, "candidate", interpret=False, full_size=full))
             made, blobs = await self.workers.inputs(0)
-            await self.workers.progress(0.1, f"compiling for {', '.join(self.spec.targets)}")
-            request = Compile(targets=list(self.spec.targets), inputs=made.inputs, full_size=full)
+            await self.workers.progress(0.1, f"compiling for {', '.join(targets)}")
+            request = Compile(targets=targets, inputs=made.inputs, full_size=full)
             await w.send(request.to_header(), blobs)
             frame = await self.workers.recv(w, candidate=True)
             self.workers.candidate_verdict(frame, Msg.COMPILED)
@@ -301,3 +342,8 @@ class Job:
             device_label=device_label(self.device, cand.info),
             **kw,
         )
+
+
+GPU_CHECK_MAX_PARAMS = 512 * 1024**2
+"""Bytes of parameters up to which a CPU verify builds the task at full size to compile its
+kernels for the GPU (`Job.gpu_check`); above, the verdict says the check was not made."""

@@ -1,0 +1,23 @@
+"""Candidate: reads a module-level Python float inside its kernel. The interpreter runs it; the GPU
+compiler refuses it (NameError: Cannot access global variable)."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+SCALE = 2.0
+
+
+@triton.jit
+def k(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0) * SCALE + 1.0, mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        k[(triton.cdiv(x.numel(), 512),)](x, y, x.numel(), BLOCK_SIZE=512)
+        return y

@@ -1,0 +1,27 @@
+"""Threat: a CPU verdict passes a kernel the GPU compiler refuses (Python in a kernel body that only
+the interpreter runs). Without a GPU, a passing verify also compiles the launched kernels for
+`EvalJob.gpu_check` (sm_90a) and fails with the compiler's message (docs/security.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+PROBES = Path(__file__).parent / "probes"
+TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["jit_global.py", "jit_python_call.py"])
+def test_a_kernel_the_gpu_compiler_refuses_fails_a_cpu_verify(evaluator, job_for, probe: str) -> None:
+    v = evaluator.submit(job_for(TASK, PROBES / probe, trials=1, gpu_check="sm_90a")).verify
+    assert v is not None and not v.correct, v
+    assert v.status.startswith("compile_") and v.evidence is not None, v
+    assert "the compiler for sm_90a rejects it" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
+def test_without_the_check_the_interpreter_alone_passes_it(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(TASK, PROBES / "jit_global.py", trials=1, gpu_check=None)).verify
+    assert v is not None and v.correct, v
