@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
-#   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests capture eval evalbox
+#   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests hostile capture eval evalbox
 #                                   cold probe tuner server ray levelrun level pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
 # RAY_ARGS, LEVEL_ARGS, COLD_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
@@ -35,6 +35,14 @@ for step in "$@"; do
         KERNELCRAFT_SANDBOX_IDENTITY=$id run "box_$id" python3 -m kernelcraft verify examples/softmax/task.py examples/softmax/seed.py --json
       done ;;
     gputests) run gputests python3 -m pytest -m gpu -q -s -p no:cacheprovider tests ;;
+    hostile)  # tests/security's hostile candidates on the GPU, as the default identity (docs/security.md)
+      for p in tests/security/probes/*.py; do
+        n=$(basename "$p" .py); case $n in task_*|fp64_in_fp32) continue ;; esac
+        python3 -m kernelcraft verify tests/cheats/task_scale.py "$p" --json --trials 1 >"$OUT/hostile_$n.json" 2>"$OUT/hostile_$n.err"
+        python3 -c "import json, sys; v = json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], '|', (v.get('evidence') or {}).get('message', '')[:160].replace(chr(10), ' '), '|', v.get('notes'))" "$OUT/hostile_$n.json" "$n" 2>&1 | cut -c1-400
+      done
+      python3 -m kernelcraft verify tests/security/probes/task_grabs_server_state.py tests/cheats/good.py --json --trials 1 2>/dev/null \
+        | python3 -c "import json, sys; v = json.load(sys.stdin); print('task_grabs_server_state', v['status'], v.get('notes'))" ;;
     capture) run capture python3 tests/fixtures/errors/capture.py; tar czf "$OUT/errors-3.6.tgz" tests/fixtures/errors/triton-3.6 2>/dev/null ;;
     eval) run bench_eval python3 bench/bench_eval.py ${EVAL_ARGS:-} ;;
     evalbox)  # the box's cost: the same benchmark with the box on and off

@@ -215,23 +215,24 @@ def _private_mounts(libc: Any) -> None:
     if _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE) is not None:
         _box.missing["mountns"] = "the mounts could not be made private"
         return
+    workdir = os.path.realpath(os.environ[DIR_ENV]) if os.environ.get(DIR_ENV) else None
     if os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu" and os.path.isdir("/dev/shm"):
-        workdir = os.path.realpath(os.environ.get(DIR_ENV, ""))
-        inside = [workdir] if workdir.startswith("/dev/shm/") else []  # its own directory stays
+        inside = [workdir] if workdir and workdir.startswith("/dev/shm/") else []  # its own directory stays
         why = _cover(libc, "/dev/shm", inside, f"mode=1777,size={SHM_BYTES}", read_only=False)
         if why is not None:
             _box.missing["shm"] = why
     for closed, needed in _closed_dirs().items():
-        why = _cover(libc, closed, needed, "mode=0755,size=1m", read_only=True)
+        why = _cover(libc, closed, needed, "mode=0755,size=1m", read_only=True, writable=workdir)
         if why is not None:
             _box.missing["identity-mounts"] = why
 
 
 def _closed_dirs() -> dict[str, list[str]]:
-    """Directory closed to other users -> the paths beneath it the worker needs."""
+    """Directory closed to other users -> the paths beneath it the worker needs (its own
+    directory among them, which stays writable)."""
     out: dict[str, list[str]] = {}
     workdir = os.environ.get(DIR_ENV, "")
-    needed = [os.path.dirname(os.path.realpath(workdir))] if workdir else []
+    needed = [workdir] if workdir else []
     needed += [*sandbox.python_dirs(), *(p for p in sys.path if p and os.path.isdir(p))]
     for path in dict.fromkeys(os.path.realpath(p) for p in needed):
         closed = _closed_to_others(path)
@@ -240,10 +241,15 @@ def _closed_dirs() -> dict[str, list[str]]:
     return out
 
 
-def _cover(libc: Any, top: str, needed: list[str], options: str, *, read_only: bool) -> str | None:
+def _cover(
+    libc: Any, top: str, needed: list[str], options: str, *, read_only: bool, writable: str | None = None
+) -> str | None:
     """Cover `top` with an empty tmpfs (nosuid, nodev, `options`) and bind `needed` (paths beneath
-    it) back (read-only when asked). None when it worked, else why not."""
-    keep = sorted(p for p in needed if not any(p != q and p.startswith(q + "/") for q in needed))
+    it) back (read-only when asked, except `writable`, the worker's own directory). None when it
+    worked, else why not."""
+    keep = sorted(
+        p for p in needed if p == writable or not any(p != q and p.startswith(q + "/") for q in needed)
+    )
     try:
         fds = [os.open(p, os.O_PATH) for p in keep]
     except OSError as e:
@@ -256,7 +262,7 @@ def _cover(libc: Any, top: str, needed: list[str], options: str, *, read_only: b
             os.makedirs(path, mode=0o755, exist_ok=True)
             if _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC) is not None:
                 continue
-            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if read_only else 0)
+            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if read_only and path != writable else 0)
             _mount(libc, None, path, None, _MS_BIND | _MS_REMOUNT | flags)
         return None
     finally:

@@ -276,11 +276,12 @@ class CandidateWorker(Worker):
         names = list(dict.fromkeys([r.launch.name for r in rec.records]))
         if recorder.fallbacks:
             op = recorder.fallbacks[0]
+            qualified = op if "::" in op else f"aten.{op}"  # a custom op keeps its namespace
             self.fail(
                 FailureClass.PYTORCH_FALLBACK,
-                f"forward ran PyTorch compute (aten.{op}) outside Triton kernels; "
+                f"forward ran PyTorch compute ({qualified}) outside Triton kernels; "
                 f"write it as a Triton kernel (all ops seen: {', '.join(recorder.fallbacks)})",
-                op=f"aten.{op}",
+                op=qualified,
             )
             return None
         if rec.count == 0:
