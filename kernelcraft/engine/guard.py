@@ -85,7 +85,7 @@ def _watched() -> dict[str, Callable[[], Any]]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    from kernelcraft.engine import channel, launches, tensors
+    from kernelcraft.engine import channel, launches, tensors, tf32
 
     watched: dict[str, Callable[[], Any]] = {
         "torch.allclose": lambda: torch.allclose,
@@ -128,6 +128,9 @@ def _watched() -> dict[str, Callable[[], Any]]:
         "launches.in_triton_launch": lambda: launches.in_triton_launch,
         "launches.intercept_launches": lambda: launches.intercept_launches,
     }
+    if tf32.installed()[1] is not None:  # the interpreter's TF32 rounding (installed first)
+        watched["InterpreterBuilder.create_dot"] = lambda: tf32.installed()[0]
+        watched["tf32: the original create_dot"] = lambda: tf32.installed()[1]
     for name in HARNESS_MODULES:
         mod = sys.modules.get(name)
         if mod is None:

@@ -39,21 +39,31 @@ def is_tf32(input_precision: Any) -> bool:
 
 def emulate_tf32() -> None:
     """Make every later interpreted fp32 `tl.dot` with TF32 precision round like the GPU.
-    Idempotent."""
+    Idempotent. The replacement is this module's own function, not a closure (whose cells a
+    candidate could rewrite); the guard (`guard._watched`) holds `InterpreterBuilder.create_dot`
+    and the original it calls by identity, so a candidate that puts the exact dot back fails."""
     if _installed:
         return
     from triton.runtime import interpreter
 
     builder = interpreter.InterpreterBuilder
-    original = builder.create_dot
+    _installed["create_dot"] = builder.create_dot
+    _installed["TensorHandle"] = interpreter.TensorHandle
+    builder.create_dot = _create_dot
 
-    def create_dot(
-        self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any
-    ) -> Any:
-        if is_tf32(input_precision) and a.data.dtype == np.float32 and b.data.dtype == np.float32:
-            a = interpreter.TensorHandle(to_tf32(a.data), a.dtype.scalar)
-            b = interpreter.TensorHandle(to_tf32(b.data), b.dtype.scalar)
-        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
 
-    builder.create_dot = create_dot
-    _installed["create_dot"] = original
+def installed() -> tuple[Any, Any]:
+    """(the interpreter's create_dot now, the original ours calls): what the guard watches."""
+    import sys
+
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    now = getattr(getattr(interpreter, "InterpreterBuilder", None), "create_dot", None)
+    return now, _installed.get("create_dot")
+
+
+def _create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+    if is_tf32(input_precision) and a.data.dtype == np.float32 and b.data.dtype == np.float32:
+        handle = _installed["TensorHandle"]
+        a = handle(to_tf32(a.data), a.dtype.scalar)
+        b = handle(to_tf32(b.data), b.dtype.scalar)
+    return _installed["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)

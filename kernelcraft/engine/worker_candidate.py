@@ -107,7 +107,11 @@ class CandidateWorker(Worker):
             from kernelcraft.engine import timing  # (captures the timers before the candidate)
 
             self.harness_stream = timing._current_stream()
-        self.integrity = guard.Integrity()
+        if job.interpret:
+            from kernelcraft.engine.tf32 import emulate_tf32
+
+            emulate_tf32()  # fp32 tl.dot is TF32 on the GPU unless the kernel asks for IEEE
+        self.integrity = guard.Integrity()  # (after the emulation: it watches that too)
         self._limit_memory(job)
         sandbox_note = None
         if job.sandbox:
@@ -124,10 +128,6 @@ class CandidateWorker(Worker):
         except Exception as e:
             self.task_error(e)
             return False
-        if job.interpret:
-            from kernelcraft.engine.tf32 import emulate_tf32
-
-            emulate_tf32()  # fp32 tl.dot is TF32 on the GPU unless the kernel asks for IEEE
         self.threads_before = threading.active_count()
         self.progress(IMPORTING_CANDIDATE)
         try:

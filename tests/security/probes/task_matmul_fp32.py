@@ -1,0 +1,17 @@
+"""Task: a 64x64 fp32 matmul, where TF32's rounding fails fp32's tolerance."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def get_inputs():
+    return [torch.randn(64, 64), torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
