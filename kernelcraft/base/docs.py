@@ -30,3 +30,14 @@ class IndexReport(BaseModel):
     unchanged: list[str] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
     sections: int = 0
+
+
+def section_markdown(section: DocSection) -> str:
+    """A whole section as markdown: the MCP resource's body and `kernelcraft docs show`."""
+    sources = "".join(f"\n- {s}" for s in section.sources)
+    return (
+        f"# {section.heading_path}\n\n"
+        f"_File {section.file}; concerns {section.arch}._\n\n"
+        f"{section.snippet.strip()}\n\n"
+        f"Sources:{sources}\n"
+    )

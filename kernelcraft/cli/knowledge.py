@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from kernelcraft.base.config import Settings
-from kernelcraft.base.docs import DocSection
+from kernelcraft.base.docs import DocSection, section_markdown
 from kernelcraft.base.rules import RuleOut
 from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, print_json, run
 from kernelcraft.knowledge.docs import HwDocs
@@ -62,7 +62,7 @@ def register(sub: Subcommands) -> None:
     add_db(p)
     p.set_defaults(func=_rules_import)
 
-    docs = sub.add_parser("docs", help="the hardware manuals: search")
+    docs = sub.add_parser("docs", help="the hardware manuals: search, show")
     dsub = docs.add_subparsers(dest="docs_command", metavar="ACTION", required=True)
     p = dsub.add_parser("search", help="search the manuals' sections")
     p.add_argument("text")
@@ -71,6 +71,11 @@ def register(sub: Subcommands) -> None:
     add_json(p, "the sections as a JSON array")
     add_db(p)
     p.set_defaults(func=_docs_search)
+    p = dsub.add_parser("show", help="print one whole section by its id (as search prints it: [ID])")
+    p.add_argument("section_id", type=int, metavar="ID")
+    add_json(p, "the section as a JSON object")
+    add_db(p)
+    p.set_defaults(func=_docs_show)
 
 
 def _run(args: argparse.Namespace, body: Callable[[Store, Rulebook], Awaitable[T]]) -> T:
@@ -139,6 +144,17 @@ def _docs_search(args: argparse.Namespace) -> int:
 
     sections = _run(args, body)
     emit(sections, args.json, lambda: _print_sections(sections))
+    return EXIT_OK
+
+
+def _docs_show(args: argparse.Namespace) -> int:
+    async def body(store: Store, _rb: Rulebook) -> DocSection:
+        docs = HwDocs(store)
+        await docs.index()
+        return await docs.get_section(args.section_id)
+
+    section = _run(args, body)
+    emit(section, args.json, lambda: print(section_markdown(section), end=""))
     return EXIT_OK
 
 

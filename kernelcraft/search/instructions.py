@@ -67,7 +67,7 @@ def _feedback_block(fb: Feedback) -> str:
             lines.append(f"- {m.heading_path} (section {m.id}): {opening}")
         parts.append(
             "\n\nHardware-manual sections for the target most relevant to this kernel's operations and its "
-            "last failure (`manual_sections`; the whole text by section id with get_section):\n"
+            "last failure (`manual_sections`; the whole text with search_hw_docs(section_id=ID)):\n"
             + "\n".join(lines)
         )
     return "".join(parts)

@@ -13,7 +13,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.docs import DocSection
+from kernelcraft.base.docs import section_markdown
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.rules import RuleOut
 from kernelcraft.base.tree import NodeInfo, TreeView
@@ -90,16 +90,6 @@ async def _list_sections(state: AppState) -> list[SectionEntry]:
         )
         for r in await state.docs.list_sections()
     ]
-
-
-def section_markdown(section: DocSection) -> str:
-    sources = "".join(f"\n- {s}" for s in section.sources)
-    return (
-        f"# {section.heading_path}\n\n"
-        f"_File {section.file}; concerns {section.arch}._\n\n"
-        f"{section.snippet.strip()}\n\n"
-        f"Sources:{sources}\n"
-    )
 
 
 def register_doc_resources(mcp: MCPServer[AppState], slot: StateSlot) -> None:
