@@ -1,0 +1,53 @@
+"""Commit subjects of at most 72 characters, the detail in the body (issue 28).
+
+As a commit-msg hook (pre-commit, `.pre-commit-config.yaml`): `check_commit_subjects.py FILE`
+checks the message being written. In CI: `check_commit_subjects.py --since BASE` checks every
+commit after BASE (history before it is not rewritten). Exit 1 names each offending subject.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+LIMIT = 72
+BASE = "82fa9a2"
+"""The last commit before the rule was checked: older subjects are history, not rewritten."""
+
+
+def too_long(subject: str) -> bool:
+    return len(subject) > LIMIT
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("message_file", nargs="?", help="the commit message being written (commit-msg hook)")
+    parser.add_argument("--since", metavar="BASE", help=f"check the commits after BASE (CI; e.g. {BASE})")
+    args = parser.parse_args(argv)
+    if args.message_file:
+        lines = [
+            line for line in Path(args.message_file).read_text().splitlines() if not line.startswith("#")
+        ]
+        subjects = [(None, lines[0] if lines else "")]
+    else:
+        since = args.since or BASE
+        if subprocess.run(["git", "cat-file", "-e", since], capture_output=True).returncode != 0:
+            print(f"commit subjects: {since} is not in this clone's history; nothing to check")
+            return 0
+        out = subprocess.run(
+            ["git", "log", "--format=%h%x00%s", f"{since}..HEAD"], capture_output=True, text=True, check=True
+        ).stdout
+        subjects = [tuple(line.split("\0", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
+    bad = [(h, s) for h, s in subjects if too_long(s)]
+    for h, s in bad:
+        where = f"{h}: " if h else ""
+        print(
+            f"{where}subject of {len(s)} characters (at most {LIMIT}; put the detail in the body): {s[:90]}"
+        )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
