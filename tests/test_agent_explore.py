@@ -420,3 +420,24 @@ async def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_nee
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_parallel_lanes_of_one_run_evaluate_the_whole_budget_and_say_it_is_spent(home: Path) -> None:
+    # Issue 27: with --parallel, a lane that found the rest of the budget held by its sibling lanes'
+    # open steps ended early, and its "held by open steps" note became the run's stop reason.
+    out = home / "run"
+    opts = OptimizeOptions(
+        task=TASK,
+        steps=4,
+        parallel=3,
+        llm=LLMConfig(kind="none"),
+        out=out,
+        db_path=home / "kc.db",
+        progress=False,
+    )
+    summary = await optimize(opts)
+    assert summary["steps_done"] == 4, summary
+    assert "budget is spent" in summary["stopped_because"], summary["stopped_because"]
+    assert "held by" not in summary["stopped_because"]

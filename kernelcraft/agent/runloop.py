@@ -25,7 +25,7 @@ from kernelcraft.agent.tuner import find_params
 from kernelcraft.base.errors import LLMError
 from kernelcraft.base.failures import WRONG_RESULT_CLASSES
 from kernelcraft.base.presets import SearchConfig, TunerSteps
-from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult
+from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult, is_budget_held
 
 if TYPE_CHECKING:
     from kernelcraft.agent.explore import OptimizeOptions
@@ -215,7 +215,12 @@ class Explorer:
             for lane in lanes:
                 lane.cancel()
             await asyncio.gather(*lanes, return_exceptions=True)
-        return next((e for e in ends if "budget spent (" in e), ends[-1])
+        # A lane that found the rest of the budget held by its sibling lanes' steps ended early; it
+        # is not why the run stopped: the run's own limit, else what a lane that ran last said.
+        return next(
+            (e for e in ends if "budget spent (" in e),
+            next((e for e in ends if not is_budget_held(e)), ends[-1]),
+        )
 
     async def _lane(self, step: NextStep | None, note: str | None, writer: LLMProposer | None) -> str:
         while step is not None:

@@ -170,3 +170,13 @@ class TreeView(BaseModel):
     tree: TreeInfo
     best_node_id: int | None
     nodes: list[NodeInfo] = Field(description="Every node in id order (code and verdict left out).")
+
+
+BUDGET_HELD = "remaining budget is held by"
+"""The words of a search answer that hands out no step because open steps hold the rest of the
+budget (`search/messages.budget_held`): not spent, just out."""
+
+
+def is_budget_held(note: str | None) -> bool:
+    """Whether `note` says the budget is held by open steps (not spent): a parallel lane's early end."""
+    return note is not None and BUDGET_HELD in note

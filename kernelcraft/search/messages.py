@@ -4,7 +4,7 @@ and what `start` did. Pure functions over the client-facing models."""
 from __future__ import annotations
 
 from kernelcraft.base.errortext import error_line
-from kernelcraft.base.tree import NextStep, NodeInfo, WarmStart
+from kernelcraft.base.tree import BUDGET_HELD, NextStep, NodeInfo, WarmStart
 from kernelcraft.search.tree import TreeRow
 
 NO_GPU_NOTE = (
@@ -23,7 +23,7 @@ def budget_spent(tree: TreeRow, used: int) -> str:
 
 def budget_held(tree: TreeRow, used: int, open_: int) -> str:
     return (
-        f"tree {tree.id}'s remaining budget is held by {open_} open step(s) of other clients "
+        f"tree {tree.id}'s {BUDGET_HELD} {open_} open step(s) still being written or evaluated "
         f"({used} of {tree.budget} evaluated); ask again after they are submitted or their leases lapse"
     )
 
