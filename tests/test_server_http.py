@@ -278,3 +278,37 @@ def test_kernelcraft_serve_exits_2_before_listening_on_all_interfaces_without_to
     assert exited.value.code == 2
     assert "refusing to serve on 0.0.0.0 without tokens" in capsys.readouterr().err
     assert not (tmp_path / "k.db").exists()
+
+
+def test_serve_on_a_port_another_process_holds_fails_before_saying_it_serves(tmp_path: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = dict(os.environ, KERNELCRAFT_HOME=str(tmp_path))
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kernelcraft",
+                "serve",
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+                "--no-auth",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "serving MCP" not in proc.stderr, (
+        proc.stderr
+    )

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import functools
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,6 +167,9 @@ def serve_http(settings: Settings, plan: HttpPlan) -> None:
 
     from kernelcraft.server.app import create_server
 
+    # The port is taken here, before anything says "serving": a port another process holds is one
+    # line and exit 2, not a "ready" log followed by uvicorn's exit 3.
+    sock = listen(plan.host, plan.port)
     server = create_server(settings, auth=plan.auth, freeze_after_start=True)
     app = asgi_app(server, plan)
     who = f"clients {', '.join(plan.auth.clients)}" if plan.auth else "no authentication (loopback only)"
@@ -173,7 +179,23 @@ def serve_http(settings: Settings, plan: HttpPlan) -> None:
     config = uvicorn.Config(
         app, host=plan.host, port=plan.port, log_config=None, lifespan="on", http="httptools"
     )
-    run(uvicorn.Server(config).serve)
+    run(functools.partial(uvicorn.Server(config).serve, sockets=[sock]))
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port for the HTTP server, or UsageError saying why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        held = " (another process is listening there)" if e.errno == errno.EADDRINUSE else ""
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {e.strerror}{held}; stop it or choose another --port"
+        ) from e
+    return sock
 
 
 def asgi_app(server: MCPServer[AppState], plan: HttpPlan) -> Starlette:
