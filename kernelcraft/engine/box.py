@@ -13,12 +13,12 @@ same; they need nothing it takes away.
    the NVIDIA driver refuses CUDA IPC between processes of different uids
    (cudaErrorMapBufferObjectFailed, probed on the H200), and workers share tensors both ways, so
    a uid of the candidate's own cannot be what hides other processes from it (Landlock does, 5).
-   Before that, as root, it enters a mount namespace of its own (`_private_mounts`): a
+   Before that, as root, it enters a mount namespace of its own (`mounts.py`): a
    directory closed to other users on the way to Python or the package (a pyenv under /root) is
    covered by an empty tmpfs into which only the needed directories are bound back, read-only,
    nosuid, nodev (the rest of /root, the server's home and tokens among it, is not there at
    all), so nobody can run it; a CPU worker's /dev/shm is a tmpfs of its own (nosuid, nodev,
-   SHM_BYTES), gone with it. Where nobody still cannot work (the GPU's device files closed to
+   `mounts.SHM_BYTES`), gone with it. Where nobody still cannot work (the GPU's device files closed to
    other users), root stays root in its user namespace, which has no capability outside it (no module loading, raw devices, ptrace of other users' or
    non-dumpable processes, raised limits); a CPU worker then takes nobody as its real uid only,
    which is what RLIMIT_NPROC counts (a GPU worker cannot: programs it runs, the compilers of
@@ -54,6 +54,8 @@ too, and a task from an MCP or HTTP client is as untrusted as a candidate:
    from it, as Landlock does not stop root, nor a same-user process, from reading a dumpable
    process's environ. Writes only in its own directory, /dev/shm and device files. No TCP. No
    signal and no abstract Unix socket beyond its own processes.
+6. No sockets (seccomp.py): a filter on every thread refuses socket(), socketpair() and connect()
+   once the worker's own channel is open; a path-named Unix socket is not a file Landlock guards.
 
 Each part that is not available degrades with a note that the verdict carries; the evaluation goes
 on. `KERNELCRAFT_SANDBOX=off` turns the whole box off. README's "What a verdict rests on" says what
@@ -76,7 +78,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kernelcraft.base.config import env_switch
-from kernelcraft.engine import pidlimit, sandbox
+from kernelcraft.engine import mounts, pidlimit, sandbox, seccomp
 
 BOX_ENV = "KERNELCRAFT_WORKER_BOX"
 """How the pool tells its workers to box themselves: "off", "on", "on,nopidns" (switched off) or
@@ -88,18 +90,7 @@ REAPER_ENV = "KERNELCRAFT_WORKER_REAPER"
 CANDIDATE_TASKS = 128
 """Processes and threads a candidate may start (Triton's GPU compile runs a few: ptxas, cc)."""
 
-_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWNS = 0x10000000, 0x20000000, 0x40000000, 0x20000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
-    1,
-    2,
-    4,
-    32,
-    4096,
-    16384,
-    1 << 18,
-)
-SHM_BYTES = 256 * 1024**2
-"""The size of a CPU worker's own /dev/shm (box.py's point 1): no kernel needs more there."""
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _PR_SET_PDEATHSIG, _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 1, 3, 4
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -181,7 +172,9 @@ def _leave_root(libc: Any) -> None:
     uid, which makes RLIMIT_NPROC hold (programs it runs would ignore TMPDIR and LD_LIBRARY_PATH,
     glibc's secure mode, which the GPU's compilers cannot live with)."""
     uid, gid = _overflow("uid"), _overflow("gid")
-    _private_mounts(libc)
+    mounts.private_mounts(
+        libc, os.environ.get(DIR_ENV), os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu", _box.missing
+    )
     why = _why_not_nobody()
     if why is None and "root" in os.environ.get(BOX_ENV, "").split(","):
         why = "KERNELCRAFT_SANDBOX_IDENTITY=root keeps root (in a user namespace of its own)"
@@ -197,90 +190,6 @@ def _leave_root(libc: Any) -> None:
         if os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu":
             os.setresuid(uid, 0, 0)
     _user_namespace(libc)
-
-
-def _private_mounts(libc: Any) -> None:
-    """A mount namespace of the worker's own (root only), in which:
-    - a CPU worker's /dev/shm is a fresh tmpfs (nosuid, nodev, SHM_BYTES), gone with the worker:
-      nothing it leaves there outlives the evaluation or reaches another (a GPU worker keeps the
-      machine's: CUDA IPC's reference counts live there, shared with the reference worker);
-    - a directory closed to other users on the way to what the worker needs (a Python under
-      /root) is covered by an empty tmpfs into which only the needed directories are bound back,
-      read-only, nosuid, nodev; everything else in it (the server's home, its database and
-      tokens, a user's keys) is not there at all. Then nobody can run the worker (1).
-    Each step that fails is skipped; `_why_not_nobody` then says what keeps the worker root."""
-    if libc.unshare(_CLONE_NEWNS) != 0:
-        _box.missing["mountns"] = _errno()
-        return
-    if _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE) is not None:
-        _box.missing["mountns"] = "the mounts could not be made private"
-        return
-    workdir = os.path.realpath(os.environ[DIR_ENV]) if os.environ.get(DIR_ENV) else None
-    if os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu" and os.path.isdir("/dev/shm"):
-        inside = [workdir] if workdir and workdir.startswith("/dev/shm/") else []  # its own directory stays
-        why = _cover(libc, "/dev/shm", inside, f"mode=1777,size={SHM_BYTES}", read_only=False)
-        if why is not None:
-            _box.missing["shm"] = why
-    for closed, needed in _closed_dirs().items():
-        why = _cover(libc, closed, needed, "mode=0755,size=1m", read_only=True, writable=workdir)
-        if why is not None:
-            _box.missing["identity-mounts"] = why
-
-
-def _closed_dirs() -> dict[str, list[str]]:
-    """Directory closed to other users -> the paths beneath it the worker needs (its own
-    directory among them, which stays writable)."""
-    out: dict[str, list[str]] = {}
-    workdir = os.environ.get(DIR_ENV, "")
-    needed = [workdir] if workdir else []
-    needed += [*sandbox.python_dirs(), *(p for p in sys.path if p and os.path.isdir(p))]
-    for path in dict.fromkeys(os.path.realpath(p) for p in needed):
-        closed = _closed_to_others(path)
-        if closed is not None and closed != path and not closed.startswith("/proc"):
-            out.setdefault(closed, []).append(path)
-    return out
-
-
-def _cover(
-    libc: Any, top: str, needed: list[str], options: str, *, read_only: bool, writable: str | None = None
-) -> str | None:
-    """Cover `top` with an empty tmpfs (nosuid, nodev, `options`) and bind `needed` (paths beneath
-    it) back (read-only when asked, except `writable`, the worker's own directory). None when it
-    worked, else why not."""
-    keep = sorted(
-        p for p in needed if p == writable or not any(p != q and p.startswith(q + "/") for q in needed)
-    )
-    try:
-        fds = [os.open(p, os.O_PATH) for p in keep]
-    except OSError as e:
-        return f"{top}: {e.strerror}"
-    try:
-        why = _mount(libc, "tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
-        if why is not None:
-            return why
-        for path, fd in zip(keep, fds, strict=True):
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            if _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC) is not None:
-                continue
-            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if read_only and path != writable else 0)
-            _mount(libc, None, path, None, _MS_BIND | _MS_REMOUNT | flags)
-        return None
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _mount(
-    libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str = ""
-) -> str | None:
-    """mount(2); None when it worked, else why not."""
-    enc = lambda x: None if x is None else x.encode()  # noqa: E731
-    if (
-        libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data) if data else None)
-        != 0
-    ):
-        return f"mount {target}: {_errno()}"
-    return None
 
 
 def _own(workdir: str, uid: int, gid: int) -> None:
@@ -308,7 +217,7 @@ def _why_not_nobody() -> str | None:
     needed = [os.path.dirname(os.path.realpath(workdir)), *sandbox.python_dirs()]
     needed += [p for p in sys.path if p and os.path.isdir(p)]
     for path in needed:
-        closed = _closed_to_others(os.path.realpath(path))
+        closed = mounts.closed_to_others(os.path.realpath(path))
         if closed:
             return f"{closed} is closed to other users"
     for pattern in ("/dev/nvidia*", "/dev/dri/*", "/dev/kfd"):
@@ -316,19 +225,6 @@ def _why_not_nobody() -> str | None:
             mode = os.stat(device).st_mode
             if stat.S_ISCHR(mode) and mode & 0o006 != 0o006:
                 return f"{device} is closed to other users"
-    return None
-
-
-def _closed_to_others(path: str) -> str | None:
-    """The first directory on the way to `path` that other users cannot enter, or None."""
-    parts = Path(path).parts
-    for i in range(1, len(parts) + 1):
-        step = os.path.join(*parts[:i])
-        try:
-            if os.stat(step).st_mode & stat.S_IXOTH == 0:
-                return step
-        except OSError:
-            return None
     return None
 
 
@@ -491,7 +387,7 @@ def confine(workdir: str | Path) -> str | None:
         notes.append(f"no PID namespace ({m['pidns']}){outlive}")
     if "scopes" not in in_force:
         notes.append("it can signal its user's processes")
-    sockets = _deny_sockets()
+    sockets = seccomp.deny_sockets()
     if sockets:
         notes.append(sockets)
     return ("the candidate's box is partial: " + "; ".join(notes))[:1000] if notes else None
@@ -509,62 +405,4 @@ def _limit_processes() -> str | None:
     except OSError:
         tasks = 32
     resource.setrlimit(resource.RLIMIT_NPROC, (tasks + CANDIDATE_TASKS, tasks + CANDIDATE_TASKS))
-    return None
-
-
-# ---- no sockets: a seccomp filter ----
-
-# (AUDIT_ARCH, socket, socketpair, connect, seccomp) per machine: the syscalls that make or reach
-# a socket, refused once the worker's own channel is open. A path-named Unix socket is not a file
-# Landlock guards (connect is not an access it knows), and a world-writable one (a daemon's
-# control socket) would otherwise be reachable by path.
-_SOCKET_SYSCALLS = {
-    "x86_64": (0xC000003E, 41, 53, 42, 317),
-    "aarch64": (0xC00000B7, 198, 199, 203, 277),
-}
-_EACCES = 13
-
-
-def _deny_sockets() -> str | None:
-    """Refuse new sockets and connects to every thread of this process for good (seccomp, with
-    no-new-privileges). None when in force, else one line for the notes saying why not."""
-    machine = os.uname().machine
-    numbers = _SOCKET_SYSCALLS.get(machine)
-    if numbers is None or not sys.platform.startswith("linux"):
-        return f"no socket filter on {machine}: it can open sockets its user may reach"
-    arch, sock, pair, connect, seccomp_nr = numbers
-    # BPF: wrong arch or an x32 number -> refuse; socket, socketpair, connect -> EACCES; else allow.
-    refuse = 0x00050000 | _EACCES  # SECCOMP_RET_ERRNO | EACCES
-    prog = [
-        (0x20, 0, 0, 4),  # ld arch
-        (0x15, 1, 0, arch),  # jeq arch -> +1
-        (0x06, 0, 0, refuse),
-        (0x20, 0, 0, 0),  # ld nr
-        (0x35, 4, 0, 0x40000000),  # jge x32 -> refuse
-        (0x15, 3, 0, sock),
-        (0x15, 2, 0, pair),
-        (0x15, 1, 0, connect),
-        (0x06, 0, 0, 0x7FFF0000),  # allow
-        (0x06, 0, 0, refuse),
-    ]
-
-    class Filter(ctypes.Structure):
-        _fields_ = [
-            ("code", ctypes.c_ushort),
-            ("jt", ctypes.c_ubyte),
-            ("jf", ctypes.c_ubyte),
-            ("k", ctypes.c_uint),
-        ]
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-
-    filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
-    program = Program(len(prog), filters)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-        return f"no socket filter (no_new_privs: {_errno()}): it can open sockets its user may reach"
-    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program): every thread
-    if libc.syscall(seccomp_nr, 1, 1, ctypes.byref(program)) != 0:
-        return f"no socket filter (seccomp: {_errno()}): it can open sockets its user may reach"
     return None

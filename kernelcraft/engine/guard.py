@@ -153,6 +153,7 @@ HARNESS_MODULES = tuple(
         "protocol",
         "compare",
         "launches",
+        "hooks",
         "guard",
         "tensors",
         "channel",

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import sys
 import threading
-import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernelcraft.base.evaluation import KernelLaunch
+from kernelcraft.engine.hooks import ForbiddenLaunch, refuse_autotune_hooks, refuse_hooks
 
 # Lazily filled by _triton(): importing triton costs ~1 s and this module is imported by the CLI.
 _T: dict[str, Any] = {}
@@ -165,15 +165,6 @@ def _outside() -> Iterator[None]:
         yield
     finally:
         _state.depth = depth
-
-
-class ForbiddenLaunch(RuntimeError):
-    """A launch that runs Python of the candidate's around the kernel (a hook): refused, since
-    work done there is not a kernel's and a knockout could not tell it apart."""
-
-    def __init__(self, message: str, op: str) -> None:
-        super().__init__(message)
-        self.op = op
 
 
 @contextmanager
@@ -362,86 +353,6 @@ def _refuse(recorder: LaunchRecorder, check: Callable[[Any], None], obj: Any) ->
     except ForbiddenLaunch as e:
         recorder.refused.append(e)
         raise
-
-
-def refuse_hooks(fn: Any) -> None:
-    """Raise `ForbiddenLaunch` when a launch of `fn` would run a hook: a JIT pre-run hook, or one
-    of Triton's process-wide launch, load or compile hooks."""
-    name = _kernel_name(fn)
-    for obj in (fn, getattr(fn, "fn", None)):
-        hooks = getattr(obj, "pre_run_hooks", None)
-        if hooks:
-            raise ForbiddenLaunch(
-                f"{name} has a pre-run hook (add_pre_run_hook): Python run before the kernel is not "
-                "the kernel's work; do that work in a Triton kernel",
-                op="add_pre_run_hook",
-            )
-    runtime = getattr(_triton()["knobs"], "runtime", None)
-    for attr in (
-        "launch_enter_hook",
-        "launch_exit_hook",
-        "kernel_load_start_hook",
-        "kernel_load_end_hook",
-        "jit_cache_hook",
-        "jit_post_compile_hook",
-        "add_stages_inspection_hook",
-    ):
-        hook = getattr(runtime, attr, None)
-        if hook is None or _empty_chain(hook):
-            continue
-        raise ForbiddenLaunch(
-            f"triton.knobs.runtime.{attr} is set: Python run around a launch is not the kernel's work; "
-            "remove the hook",
-            op=f"knobs.runtime.{attr}",
-        )
-
-
-def _empty_chain(hook: Any) -> bool:
-    """Triton's own empty HookChain (newer Triton holds chains, not None), by type, not by name."""
-    chain = getattr(sys.modules.get("triton.knobs"), "HookChain", None)
-    return chain is not None and type(hook) is chain and type(hook.calls) is list and not hook.calls
-
-
-def _triton_own_hook_codes() -> frozenset[Any]:
-    """The code objects of the hooks `Autotuner.__init__` installs itself (a no-op, or the
-    reset_to_zero / restore_value hooks), found among its constants."""
-    init = _triton()["Autotuner"].__init__
-    return frozenset(c for c in init.__code__.co_consts if isinstance(c, types.CodeType))
-
-
-def refuse_autotune_hooks(tuner: Any) -> None:
-    """Raise `ForbiddenLaunch` for an autotuner hook the candidate wrote: `pre_hook`/`post_hook`
-    of `@triton.autotune` or of a `Config`. Triton's own (reset_to_zero, restore_value) pass,
-    told apart by the identity of their code and of the autotuner they close over."""
-    own = _triton_own_hook_codes()
-    for attr in ("pre_hook", "post_hook"):
-        hook = getattr(tuner, attr, None)
-        if hook is None:
-            continue
-        code = getattr(hook, "__code__", None)
-        cells = getattr(hook, "__closure__", None) or ()
-        ours = (
-            type(hook) is types.FunctionType
-            and code in own
-            and all(c.cell_contents is tuner for c in cells)
-            and all(
-                type(getattr(tuner, n, [])) in (list, tuple)
-                and all(type(x) is str for x in getattr(tuner, n, []))
-                for n in ("reset_to_zero", "restore_value")
-            )
-        )
-        if not ours:
-            raise ForbiddenLaunch(
-                f"@triton.autotune {attr}: Python run around the kernel is not the kernel's work; "
-                "use reset_to_zero/restore_value, or do the work in a Triton kernel",
-                op=f"autotune.{attr}",
-            )
-    for config in getattr(tuner, "configs", None) or ():
-        if getattr(config, "pre_hook", None) is not None:
-            raise ForbiddenLaunch(
-                "a triton.Config has a pre_hook: Python run before the kernel is not the kernel's work",
-                op="Config.pre_hook",
-            )
 
 
 def _prune_outside(tuner: Any) -> None:
