@@ -81,6 +81,8 @@ class Job:
         self.input_sets = 1
         self.kernels: list[str] = []
         self.tolerance: str | None = None
+        self.tf32_dots = 0
+        """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
         """The tolerances the reference applied (`compare.describe`), from the last comparison."""
         self.compile_worker: WorkerProcess | None = None
 
@@ -275,9 +277,13 @@ class Job:
             return self.verified(cand, done, stop.cls, stop.evidence)
         notes = list(self.workers.notes)
         if self.workers.interpret:
+            tf32 = (
+                f" (its {self.tf32_dots} fp32 tl.dot call(s) were rounded to TF32, as on a GPU)"
+                if self.tf32_dots
+                else ""
+            )
             notes.append(
-                "ran in Triton's CPU interpreter: races, out-of-bounds reads and speed are not checked "
-                "(fp32 tl.dot is rounded to TF32, as on a GPU, unless the kernel asks for IEEE)"
+                f"ran in Triton's CPU interpreter: races, out-of-bounds reads and speed are not checked{tf32}"
             )
         await self.workers.progress(0.9, "verified")
         return self.verified(cand, done, None, None, notes=notes)
@@ -293,9 +299,12 @@ class Job:
         self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
         compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
         self.tolerance = compared.tolerance or self.tolerance
+        self.tf32_dots += out.tf32_dots
         if not compared.failure_class:
             return None
         ev = evidence_from(compared.evidence, "outputs differ")
+        if out.tf32_dots and compared.failure_class == FailureClass.NUMERICAL_MISMATCH.value:
+            ev.message = f"{ev.message}. {TF32_HINT.format(n=out.tf32_dots)}"
         if small:
             ev.message = f"{ev.message} ({scaled.NOTE})"
         ev.trial, ev.input_set = t, s
@@ -347,3 +356,11 @@ class Job:
 GPU_CHECK_MAX_PARAMS = 512 * 1024**2
 """Bytes of parameters up to which a CPU verify builds the task at full size to compile its
 kernels for the GPU (`Job.gpu_check`); above, the verdict says the check was not made."""
+
+
+TF32_HINT = (
+    "Its {n} fp32 tl.dot call(s) ran as TF32, as a GPU's tensor cores run them by default (10 of fp32's "
+    '23 mantissa bits): pass input_precision="ieee" (exact) or "tf32x3" (near-fp32 on tensor cores) '
+    "to tl.dot"
+)
+"""The words a TF32 mismatch adds to its verdict (issue 26): the cause and the fix."""

@@ -407,6 +407,8 @@ class Outputs(Reply):
     outputs: list[Any]
     inputs_after: Any
     kernels: list[str] = Field(default_factory=list)
+    tf32_dots: int = 0
+    """In the interpreter: fp32 tl.dots rounded to TF32 in these runs (a hint for the verdict's words)."""
 
 
 class Compiled(Reply):

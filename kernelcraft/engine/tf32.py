@@ -22,6 +22,12 @@ import numpy as np
 
 _LOW_MANTISSA = np.uint32(0x1FFF)  # the 13 of fp32's 23 mantissa bits that TF32 drops
 _installed: dict[str, Any] = {}
+_rounded = [0]  # fp32 dots rounded to TF32 so far (a verdict's hint, never its decision)
+
+
+def rounded() -> int:
+    """How many interpreted fp32 dots were rounded to TF32 in this process so far."""
+    return _rounded[0]
 
 
 def to_tf32(values: np.ndarray) -> np.ndarray:
@@ -63,6 +69,7 @@ def installed() -> tuple[Any, Any]:
 
 def _create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
     if is_tf32(input_precision) and a.data.dtype == np.float32 and b.data.dtype == np.float32:
+        _rounded[0] += 1
         handle = _installed["TensorHandle"]
         a = handle(to_tf32(a.data), a.dtype.scalar)
         b = handle(to_tf32(b.data), b.dtype.scalar)

@@ -161,6 +161,8 @@ class CandidateWorker(Worker):
         outputs = []
         after: Any = None
         names: list[str] = []
+        tf32 = sys.modules.get("kernelcraft.engine.tf32")
+        dots_before = tf32.rounded() if tf32 is not None else 0
         for run, value in enumerate([float("nan"), 1.0e4][: 2 if req.determinism else 1]):
             call_inputs = self._map(self.inputs, lambda t: t.clone())
             result = self.call(call_inputs, value)
@@ -185,7 +187,8 @@ class CandidateWorker(Worker):
             return False
         after_rec = self.tensors.pack(after, out_blobs, cuda_ipc=self.cuda_ipc)
         self.sent = (outputs, after)
-        self.send(Outputs(outputs=recs, inputs_after=after_rec, kernels=names), out_blobs)
+        dots = (tf32.rounded() - dots_before) if tf32 is not None else 0
+        self.send(Outputs(outputs=recs, inputs_after=after_rec, kernels=names, tf32_dots=dots), out_blobs)
         return True
 
     def knockout(self) -> tuple[KnockedOut, list[bytes]]:
