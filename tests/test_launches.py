@@ -122,6 +122,9 @@ INTERPRETER_SCRIPT = textwrap.dedent(
     from torch.utils._python_dispatch import TorchDispatchMode
     seen = []
     class Watch(TorchDispatchMode):  # the interpreter's own copies dispatch during the launch
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return False  # the handler called directly, as the op recorder's is
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             seen.append(in_triton_launch())
             return func(*args, **(kwargs or {}))

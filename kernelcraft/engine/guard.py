@@ -4,8 +4,9 @@
   worker wraps forward in it); zero launches means `no_triton_launch`.
 - `OpRecorder` is a `TorchDispatchMode` that records every aten op forward runs outside a Triton
   launch; anything but allocation, views, layout copies and fills is `pytorch_fallback` unless the
-  caller allowed it. Recording is suspended inside launches: the interpreter copies tensors
-  to and from the CPU with aten ops that are not the candidate's.
+  caller allowed it. Ops that Triton's own code issues inside a launch are let through (the
+  interpreter copies tensors to and from the CPU), by the identity of the code that issued them
+  (`launches.in_triton_launch`), never by a flag the candidate can set.
 - `Integrity` captures the functions and constants (`ALLOWED_OPS`, ...) the harness relies on before
   the candidate is imported and reports any that were replaced afterwards (`forbidden_construct`).
 
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernelcraft.engine import launches
 from kernelcraft.engine.launches import in_triton_launch
 
 # aten overload packets (without the "aten::" prefix) a candidate's forward may use freely.
@@ -207,6 +209,7 @@ class Integrity:
     def __init__(self) -> None:
         with OpRecorder(frozenset()):  # the dispatch-mode machinery, once, before the snapshot
             torch.ones(1).add(1)
+        launches.trust_triton()  # Triton's own code, known before the candidate can add to it
         self._getters = _watched()
         self._snapshot = {name: get() for name, get in self._getters.items()}
 

@@ -31,8 +31,10 @@ Only the evaluator's worker processes use this module.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -123,23 +125,91 @@ class LaunchRecorder:
 
 
 def in_triton_launch() -> bool:
-    """True while this thread is inside an intercepted Triton launch (or an autotuner's run).
+    """True when the PyTorch op being dispatched is Triton's own, issued during a launch.
 
-    The verify worker's aten-op recorder uses this to ignore PyTorch ops that Triton itself runs
-    (the interpreter copies tensors to and from the CPU; the autotuner allocates and zeroes).
-    The depth alone is not trusted: the candidate's process can reach this module's state (a
-    function's `__globals__`), so a launch counts only while one of this module's own launch
-    frames is on the stack, found by the identity of the code that runs (`_LAUNCH_CODES`). Python
-    of the candidate's that Triton calls during a launch (grid, heuristics, pruning) runs with
-    the depth at zero (`_outside`), so its PyTorch ops are recorded like any other."""
+    Call it from a dispatch mode's `__torch_dispatch__` that is called directly (its class's
+    `_should_skip_dynamo` returns False, as `guard.OpRecorder`'s does): the frame above the
+    handler is the code that issued the op. The verify worker's op recorder uses it to ignore what Triton itself runs
+    inside a launch (the interpreter copies tensors to and from the CPU; the autotuner allocates,
+    zeroes and summarises its timings). Decided by what runs, never by state a candidate can set:
+    every Python frame from the one that issued the op out to one of this module's own launch
+    frames must be Triton's own code, found by the identity of its code object and of its
+    module's globals, as Triton's modules held them before the candidate was imported
+    (`trust_triton`). Python of the candidate's that Triton calls during a launch (a Tensor
+    subclass's `__torch_function__`, a method shadowed on the kernel object, a grid, a heuristic,
+    a replaced entry of this module's tables) puts its own frame on that path: its ops are
+    recorded like any other. A frame running this module's launch code with other globals
+    (`types.FunctionType(_launch.__code__, forged)`) is not a launch."""
     if getattr(_state, "depth", 0) <= 0:
         return False
-    frame = sys._getframe(1)
+    trusted = _trusted()
+    frame = sys._getframe(2)  # 0: here, 1: the dispatch mode's handler, 2: who issued the op
     while frame is not None:
-        if frame.f_code in _LAUNCH_CODES:
-            return True
+        code, scope = frame.f_code, frame.f_globals
+        if code in _LAUNCH_CODES:
+            return scope is _OWN_GLOBALS
+        if trusted.get(code) is not scope:
+            return False
         frame = frame.f_back  # type: ignore[assignment]
     return False
+
+
+_trusted_code: dict[Any, dict[str, Any]] = {}
+
+
+def trust_triton() -> None:
+    """Take the code objects of Triton's loaded modules (functions, methods, properties and the
+    code nested in them), each with its module's globals: what `in_triton_launch` accepts as
+    Triton's own. Call it before any candidate code is imported (guard.Integrity does); later
+    calls do nothing, so what a candidate adds to Triton's modules is never trusted."""
+    if _trusted_code:
+        return
+    import triton.runtime.interpreter  # noqa: F401 - the interpreter's copies run inside a launch
+    import triton.testing  # noqa: F401 - the autotuner's benchmarking runs it inside a launch
+
+    found: dict[Any, dict[str, Any]] = {}
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == "triton" or name.startswith("triton.")):
+            continue
+        scope = vars(mod)
+        for value in list(scope.values()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                for member in list(vars(value).values()):
+                    _collect(member, scope, found)
+            else:
+                _collect(value, scope, found)
+    _trusted_code.update(found)
+
+
+def _collect(obj: Any, scope: dict[str, Any], found: dict[Any, dict[str, Any]]) -> None:
+    """Record the code of a function of `scope`'s module (through decorators and descriptors)."""
+    for _ in range(8):  # unwrap staticmethod, classmethod, property, functools.wraps chains
+        if isinstance(obj, staticmethod | classmethod):
+            obj = obj.__func__
+        elif isinstance(obj, functools.cached_property):
+            obj = obj.func
+        elif isinstance(obj, property):
+            for part in (obj.fget, obj.fset, obj.fdel):
+                if part is not None:
+                    _collect(part, scope, found)
+            return
+        elif isinstance(obj, types.FunctionType) and obj.__globals__ is not scope:
+            obj = getattr(obj, "__wrapped__", None)  # a wrapper from elsewhere (functools, contextlib)
+        else:
+            break
+    if not isinstance(obj, types.FunctionType) or obj.__globals__ is not scope:
+        return
+    stack = [obj.__code__]
+    while stack:
+        code = stack.pop()
+        if code in found:
+            continue
+        found[code] = scope
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _trusted() -> dict[Any, dict[str, Any]]:
+    return _trusted_code  # filled before the first interception (intercept_launches)
 
 
 def launch_depth() -> int:
@@ -186,6 +256,7 @@ def intercept_launches(
     """
     global _active
     t = _triton()
+    trust_triton()  # (before the run methods are replaced by ours)
     with _lock:
         if _active is not None:
             raise RuntimeError("intercept_launches is already active in this process; it is not re-entrant")
@@ -484,3 +555,4 @@ def make_record(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: An
 # The frames that make a PyTorch op Triton's own (in_triton_launch): the launch wrappers above,
 # by the identity of their code.
 _LAUNCH_CODES = frozenset(f.__code__ for f in (_launch, _autotuner_run))
+_OWN_GLOBALS = globals()
