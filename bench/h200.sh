@@ -37,7 +37,7 @@ for step in "$@"; do
     gputests) run gputests python3 -m pytest -m gpu -q -s -p no:cacheprovider tests ;;
     hostile)  # tests/security's hostile candidates on the GPU, as the default identity (docs/security.md)
       for p in tests/security/probes/*.py; do
-        n=$(basename "$p" .py); case $n in task_*|fp64_in_fp32|tf32_undone) continue ;; esac  # own tasks; TF32 emulation is CPU-only
+        n=$(basename "$p" .py); case $n in task_*|fp64_in_fp32|tf32_*) continue ;; esac  # own tasks; TF32 emulation is CPU-only
         python3 -m kernelcraft verify tests/cheats/task_scale.py "$p" --json --trials 1 >"$OUT/hostile_$n.json" 2>"$OUT/hostile_$n.err"
         python3 -c "import json, sys; v = json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], '|', (v.get('evidence') or {}).get('message', '')[:160].replace(chr(10), ' '), '|', v.get('notes'))" "$OUT/hostile_$n.json" "$n" 2>&1 | cut -c1-400
       done
