@@ -51,6 +51,7 @@ def test_the_inspector_lists_the_tools(tmp_path: Path) -> None:
         "record_failure",
         "search_tree_step",
         "search_hw_docs",
+        "search_examples",
     }
 
 

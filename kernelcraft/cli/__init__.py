@@ -48,6 +48,7 @@ COMMAND_MODULES = {
     "level": "level",
     "rules": "knowledge",
     "docs": "knowledge",
+    "cookbook": "cookbook",
     "serve": "server",
     "tree": "search",
     "optimize": "agent",
@@ -55,7 +56,7 @@ COMMAND_MODULES = {
     "report": "report",
 }
 """Which module of this package registers each command (a test holds it to what they register)."""
-_MODULES = ("engine", "level", "knowledge", "server", "search", "agent", "report")
+_MODULES = ("engine", "level", "knowledge", "cookbook", "server", "search", "agent", "report")
 
 
 def _command(argv: Sequence[str]) -> str | None:

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from kernelcraft import __version__
 from kernelcraft.base.config import Settings
 from kernelcraft.server.auth import HttpAuth
+from kernelcraft.server.cookbook_tool import register_cookbook_tool
 from kernelcraft.server.level_tool import register_level_tool
 from kernelcraft.server.prompts import register_prompts
 from kernelcraft.server.resources import (
@@ -59,8 +60,9 @@ INSTRUCTIONS = """\
 kernelcraft helps you write fast, correct Triton kernels for PyTorch operators.
 A task is a KernelBench-format module (class Model, get_inputs, get_init_inputs); a candidate is a
 module with class ModelNew whose forward launches @triton.jit kernels. Pass both as source text.
-Before writing a kernel, call query_rules with the task (rules learnt from earlier failures) and
-search_hw_docs for the target's hardware facts. Check a candidate with verify_against_reference;
+Before writing a kernel, call query_rules with the task (rules learnt from earlier failures),
+search_hw_docs for the target's hardware facts and search_examples for a verified kernel of the
+same op family to start from. Check a candidate with verify_against_reference;
 when it fails, call record_failure with the error so the rulebook learns. For a full optimisation,
 use search_tree_step (start, then submit one candidate per step, following each next_step).
 """
@@ -190,6 +192,7 @@ def create_server(
     register_level_tool(mcp)
     register_search_tool(mcp)
     register_docs_tool(mcp)
+    register_cookbook_tool(mcp)
     register_rule_resources(mcp, slot)
     register_doc_resources(mcp, slot)
     register_tree_resources(mcp)

@@ -1,0 +1,92 @@
+"""GEMM, fp32 in and out: C = A @ B on tensor cores with 3xTF32 (near-fp32 accuracy).
+
+One program per BLOCK_M x BLOCK_N tile of C, launched in GROUP_M-row groups so that the tiles
+running at once share rows of A and columns of B in L2 (Triton tutorial 03). Any strides: a
+transposed A or B (KernelBench 16-18) is read in place, never copied.
+
+Precision: `input_precision="tf32x3"` splits each fp32 operand into a TF32 high part and a TF32
+remainder and sums three tensor-core products: about fp32 accuracy at ~1/3 of TF32's rate, which
+on an H100/H200 is still ~2-3x what fp32 FMA (cuBLAS with TF32 off, as the reference runs) reaches.
+Plain TF32 misses kernelcraft's fp32 tolerance (1e-4) once K is in the thousands.
+
+FLOPs 2*M*N*K; bytes 4*(M*K + K*N + M*N) at best (L2 reuse within a group).
+Conditions: 2-D fp32 inputs of any strides; M, N, K any size (edges masked); offsets in int64.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+# Hopper: 128x128 or 128x256 tiles with 8 warps; a smaller tile for shapes with few tiles.
+CONFIGS = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=4),
+]
+
+
+@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
+@triton.jit
+def matmul_kernel(
+    a_ptr, b_ptr, c_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    # Rows and columns past the edge wrap around (`% M`): their loads stay in bounds without a
+    # mask, and their results are never stored.
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None].to(tl.int64) * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)  # BLOCK_M*BLOCK_K*4 bytes
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)  # BLOCK_K*BLOCK_N*4 bytes
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + offs_cm[:, None].to(tl.int64) * stride_cm + offs_cn[None, :] * stride_cn
+    mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, acc, mask=mask)  # BLOCK_M*BLOCK_N*4 bytes
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (M, K) @ b (K, N) -> (M, N), fp32, any strides."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul needs (M, K) @ (K, N), got {tuple(a.shape)} @ {tuple(b.shape)}")
+    if a.dtype != torch.float32 or b.dtype != torch.float32:
+        raise TypeError(f"this kernel is fp32 only, got {a.dtype} and {b.dtype}")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    matmul_kernel[grid](
+        a, b, c, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+    )
+    return c
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        return matmul(A, B)

@@ -1,0 +1,42 @@
+"""The `search_examples` MCP tool: find verified kernels in the cookbook
+(`kernelcraft/knowledge/cookbook/`) by words, an op, a KernelBench problem or a task's source.
+
+Read-only and static (the cookbook ships with the package), so it needs no server state. Its
+examples are advice for the writer; no verdict reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel, Field
+
+from kernelcraft.base.cookbook import CookbookExample
+from kernelcraft.knowledge.cookbook import load_cookbook
+from kernelcraft.server.state import AppState
+from kernelcraft.server.tools import READ_ONLY, cleaned, tool_errors
+
+
+class Examples(BaseModel):
+    """Cookbook kernels, best match first."""
+
+    examples: list[CookbookExample]
+
+
+def register_cookbook_tool(mcp: MCPServer[AppState]) -> None:
+    @mcp.tool(title="Search the cookbook", annotations=READ_ONLY)
+    @cleaned
+    async def search_examples(
+        query: Annotated[str, Field(max_length=200_000, description="An op, words, or your task's source.")],
+        family: Annotated[
+            str | None, Field(description="Only this family: gemm, norm, attention, ...")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=10, description="How many.")] = 2,
+        include_code: Annotated[bool, Field(description="With the kernel's and task's code.")] = True,
+    ) -> Examples:
+        """Verified Triton kernels for KernelBench's op families (GEMM, norms, softmax, attention,
+        conv, scan, loss, pooling ...), with conditions and H200 timings: start from one."""
+        with tool_errors():
+            found = load_cookbook().search(query, family=family, limit=limit, with_code=include_code)
+        return Examples(examples=found)
