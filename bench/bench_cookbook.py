@@ -5,6 +5,7 @@ run against eager and torch.compile through kernelcraft's own level path (issue 
     python bench/bench_cookbook.py .kb/KernelBench --out runs/bench-cookbook --write-figures
     python bench/bench_cookbook.py .kb/KernelBench --out /tmp/cb-cpu --device cpu       # anywhere
     python bench/bench_cookbook.py .kb/KernelBench --list                               # the pairs
+    python bench/bench_cookbook.py --figures-from OUT/bench_cookbook.json                # figures of a run
 
 KERNELBENCH is a KernelBench checkout (its root, or the `KernelBench/` folder inside it holding
 `level1/` and `level2/`); nothing is downloaded. Each task in `BENCH` names its cookbook entry and,
@@ -21,7 +22,8 @@ shrunk). Rerunning with the same --out resumes: finished tasks are read back, so
 time limit continues where it stopped. It writes OUT/bench_cookbook.json (every outcome and the
 summary) and OUT/bench_cookbook.md (a table per task, geomeans per family and overall); with
 --write-figures (GPU runs only) each entry's H200 figures in kernelcraft/knowledge/cookbook/index.json
-are replaced by this run's.
+are replaced by this run's; --figures-from does the same later, from a run's JSON (made on the GPU
+machine, written into the index of this checkout).
 """
 
 from __future__ import annotations
@@ -369,7 +371,10 @@ def main() -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "kernelbench", type=Path, help="a KernelBench checkout (its root or its KernelBench/ folder)"
+        "kernelbench",
+        type=Path,
+        nargs="?",
+        help="a KernelBench checkout (its root or its KernelBench/ folder)",
     )
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "bench-cookbook")
     p.add_argument("--jobs", type=int, default=4, help="tasks evaluated at once")
@@ -383,13 +388,27 @@ def main() -> None:
     p.add_argument(
         "--write-figures", action="store_true", help="write the H200 figures into the cookbook's index"
     )
+    p.add_argument(
+        "--figures-from",
+        type=Path,
+        metavar="JSON",
+        help="no run: write the figures of an earlier run's bench_cookbook.json into the cookbook's index",
+    )
     p.add_argument("--list", action="store_true", help="print the task/entry pairs and exit")
     args = p.parse_args()
+    if args.figures_from is not None:
+        done = json.loads(args.figures_from.read_text(encoding="utf-8"))
+        head = done["summary"]
+        changed = with_figures(INDEX, figures(done["tasks"], f"{head['date']} {head['commit']}"))
+        print(f"wrote the figures of {changed} entries into {INDEX}")
+        return
     tasks = select(args.only)
     if args.list:
         for t in tasks:
             print(f"{t.key:<62} {t.entry}{' (adapted)' if t.adapter else ''}")
         return
+    if args.kernelbench is None:
+        p.error("give KERNELBENCH, a KernelBench checkout (or --figures-from, or --list)")
     kb = kernelbench_root(args.kernelbench)
     numbered = stage(tasks, kb, args.out)
     summary = asyncio.run(evaluate(args.out, args))

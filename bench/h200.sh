@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
 #   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests hostile capture eval evalbox
-#                                   cold probe tuner server ray levelrun level pack)
+#                                   cold probe tuner server ray levelrun level cookbook pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
-# RAY_ARGS, LEVEL_ARGS, COLD_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
+# RAY_ARGS, LEVEL_ARGS, COLD_ARGS, COOKBOOK_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
 # see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
 # $OUT into one out.tgz (the device tool brings back at most 8 files).
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
@@ -45,6 +45,9 @@ for step in "$@"; do
         | python3 -c "import json, sys; v = json.load(sys.stdin); print('task_grabs_server_state', v['status'], v.get('notes'))" ;;
     capture) run capture python3 tests/fixtures/errors/capture.py; tar czf "$OUT/errors-3.6.tgz" tests/fixtures/errors/triton-3.6 2>/dev/null ;;
     eval) run bench_eval python3 bench/bench_eval.py ${EVAL_ARGS:-} ;;
+    cookbook)  # bench_cookbook.py: 32 KernelBench tasks against the cookbook (needs .kb/); resumable: repeat until done
+      run bench_cookbook python3 bench/bench_cookbook.py .kb/KernelBench --out runs/bench-cookbook ${COOKBOOK_ARGS:-}
+      cp runs/bench-cookbook/bench_cookbook.json runs/bench-cookbook/bench_cookbook.md "$OUT/" 2>/dev/null ;;
     evalbox)  # the box's cost: the same benchmark with the box on and off
       for m in on off; do
         mkdir -p "$OUT/box_$m"; OUT="$OUT/box_$m" KERNELCRAFT_SANDBOX=$m run "bench_eval_box_$m" python3 bench/bench_eval.py ${EVAL_ARGS:-}

@@ -65,6 +65,13 @@ def test_an_entrys_own_task_source_finds_that_entry_first(entry_id: str) -> None
     assert "class ModelNew" in best.kernel_code and "class Model" in best.task_code
 
 
+def test_every_kernelbench_problem_the_index_names_finds_its_entry_first() -> None:
+    named = {k.split("/", 1)[1]: e.id for e in BOOK.entries for k in e.kernelbench}
+    assert len(named) >= 60
+    missed = {name: [x.id for x in BOOK.search(name, with_code=False)] for name in named}
+    assert {n: ids for n, ids in missed.items() if not ids or ids[0] != named[n]} == {}
+
+
 @pytest.mark.parametrize(
     ("query", "family", "expected"),
     [
