@@ -101,7 +101,10 @@ def test_search_refuses_an_unknown_family_and_finds_nothing_for_nothing() -> Non
 
 def test_measured_figures_are_written_into_the_index_and_shown_as_lines(tmp_path: Path) -> None:
     index = tmp_path / "index.json"
-    index.write_text((ENTRIES.parent / "index.json").read_text())
+    data = json.loads((ENTRIES.parent / "index.json").read_text())
+    for e in data["entries"]:  # as before any run: no figures
+        e["figures"] = []
+    index.write_text(json.dumps(data))
     fig = CookbookFigure(
         kernelbench="level1/1_Square_matrix_multiplication_", device="NVIDIA H200", ms=1.5, eager_ms=3.0,
         compiled_ms=2.7, x_eager=2.0, x_compiled=1.8, measured="2026-12-05 abc1234",
