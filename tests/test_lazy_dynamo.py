@@ -129,7 +129,9 @@ def test_a_candidate_that_imports_dynamo_passes_and_one_that_swaps_the_seed_func
     # a custom op), which rewraps torch.manual_seed as dynamo does.
     ok = _verify(tmp_path, "imports_dynamo.py", "import torch._dynamo\n")
     assert ok.returncode == EXIT_OK, ok.stdout[-2000:] + ok.stderr[-2000:]
-    swap = "import torch\nvars(torch)['manual' + '_seed'] = lambda seed: None\n"  # past the static check
+    swap = (
+        "import torch\nput = setattr\nput(torch, 'manual_seed', lambda seed: None)\n"  # past the static check
+    )
     swapped = _verify(tmp_path, "swaps_seed.py", swap)
     assert swapped.returncode == EXIT_NEGATIVE, swapped.stdout[-2000:]
     verdict = json.loads(swapped.stdout)

@@ -22,6 +22,9 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("import multiprocessing.pool as mp\n", "import multiprocessing.pool"),
         ("from concurrent.futures import ThreadPoolExecutor\n", "from concurrent.futures import"),
         ("from kernelcraft.engine import guard\n", "from kernelcraft.engine import"),
+        ("import inspect\n", "import inspect"),
+        ("import ctypes\n", "import ctypes"),
+        ("from types import FunctionType\n", "from types import"),
     ],
     "reference-model": [
         ("from task import get_inputs\n", "from task import get_inputs"),
@@ -46,6 +49,7 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("eval('1 + 1')\n", "eval"),
         ("__import__('os')\n", "__import__"),
         ("g = globals()\n", "globals"),
+        ("d = vars(torch)\n", "vars"),
     ],
     "side-stream": [
         ("import torch\ns = torch.cuda.Stream()\n", "torch.cuda.Stream"),
@@ -67,10 +71,29 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
     ],
     "interpreter-introspection": [
         ("import sys\nsys.modules['task']\n", "sys.modules"),
-        ("import inspect\nf = inspect.currentframe()\n", "inspect.currentframe"),
         ("from sys import modules\n", "from sys import modules"),
         ("from sys import _getframe\n", "from sys import _getframe"),
-        ("from inspect import currentframe as cf\n", "from inspect import currentframe"),
+        ("import sys\nf = sys._getframe(1)\n", "sys._getframe"),
+    ],
+    "internal-module": [
+        ("import torch\nwith torch._C._DisableTorchDispatch():\n    pass\n", "torch._C"),
+        ("from torch._C import _DisableTorchDispatch\n", "from torch._C import _DisableTorchDispatch"),
+        ("import torch.utils._python_dispatch as pd\n", "import torch.utils._python_dispatch"),
+        ("from torch.utils import _python_dispatch\n", "from torch.utils import _python_dispatch"),
+        ("from triton.runtime import interpreter\n", "from triton.runtime import interpreter"),
+        ("import torch\nc = getattr(torch, '_' + 'C')\n", "getattr(..., '_C')"),
+        ("import torch\nm = torch.overrides.TorchFunctionMode\n", "torch.overrides"),
+    ],
+    "introspection-attribute": [
+        ("g = f.__globals__\n", ".__globals__"),
+        ("c = f.__closure__\n", ".__closure__"),
+        ("x = getattr(f, '__glob' + 'als__')\n", "getattr(..., '__globals__')"),
+        ("subs = object.__subclasses__()\n", ".__subclasses__"),
+        ("d = torch_module.__dict__\n", ".__dict__"),
+    ],
+    "computed-getattr": [
+        ("x = getattr(obj, name)\n", "getattr(..., <computed>)"),
+        ("ok = hasattr(obj, prefix + 'x')\n", "hasattr(..., <computed>)"),
     ],
     "module-patch": [
         ("import torch\ntorch.allclose = lambda *a, **k: True\n", "torch.allclose"),
@@ -107,10 +130,14 @@ NEAR: dict[str, list[str]] = {
     ],
     "process-exit": ["import os\nos.path.exists('x')\n", "from os import path\n"],
     "environment": ["import os\nn = os.cpu_count()\n"],
-    "interpreter-introspection": [
-        "import sys\nv = sys.version_info\n",
-        "import inspect\ninspect.signature(f)\n",
+    "interpreter-introspection": ["import sys\nv = sys.version_info\n"],
+    "internal-module": [
+        "import torch\nx = torch.cuda.current_device()\n",
+        "from triton.runtime import driver\n",
+        "import torch\nt = torch.ops.aten.add\n",
     ],
+    "introspection-attribute": ["d = self.__dict__\n", "n = f.__name__\n"],
+    "computed-getattr": ["w = getattr(self, name)\n", "w = getattr(obj, 'weight')\n"],
     "module-patch": ["self.weight = None\n", "import torch\nx = torch.zeros(1)\nx.data = None\n"],
     "setattr-delattr": ["setattr(self, 'weight', None)\n"],
 }

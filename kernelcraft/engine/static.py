@@ -35,12 +35,84 @@ BANNED_MODULES = (
     "builtins",
     "importlib",
     "kernelcraft",
+    # introspection: frames, code objects, raw memory, forged functions
+    "inspect",
+    "types",
+    "marshal",
+    "ctypes",
+    "_ctypes",
+    "cffi",
+    "dis",
+    "code",
+    "codeop",
+    "runpy",
+    "pkgutil",
+)
+# Modules (and everything under them) that reach past PyTorch's and Triton's public behaviour:
+# the dispatcher's switches (`torch._C._DisableTorchDispatch`), the mode stacks the harness's
+# recorder sits on, and Triton's interpreter and native bindings.
+INTERNAL_MODULES = (
+    "torch._C",
+    "torch.utils._python_dispatch",
+    "torch.overrides",
+    "torch._dispatch",
+    "torch._ops",
+    "triton._C",
+    "triton.runtime.interpreter",
+)
+# Attributes that reach a function's globals and closure, frames, class internals or raw
+# namespaces: the way from a candidate's code to the harness's state.
+INTROSPECTION_ATTRS = frozenset(
+    {
+        "__globals__",
+        "__closure__",
+        "cell_contents",
+        "__code__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__wrapped__",
+        "__func__",
+        "__dict__",
+        "__subclasses__",
+        "__getattribute__",
+        "__mro__",
+        "__bases__",
+        "__base__",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "gi_frame",
+        "cr_frame",
+        "ag_frame",
+        "tb_frame",
+        "attrgetter",
+        "methodcaller",
+        "settrace",
+        "setprofile",
+        "addaudithook",
+        "meta_path",
+        "path_hooks",
+    }
 )
 STREAM_ATTRS = ("Stream", "stream", "set_stream", "ExternalStream", "StreamContext")
 FRAME_ATTRS = ("_getframe", "currentframe", "stack", "getouterframes", "modules")
 EXIT_ATTRS = {("os", "_exit"), ("sys", "exit"), ("os", "kill"), ("os", "abort")}
 ENV_ATTRS = {("os", "environ"), ("os", "environb"), ("os", "getenv"), ("os", "getenvb"), ("os", "putenv")}
-DYNAMIC_BUILTINS = ("__import__", "__builtins__", "exit", "quit", "exec", "eval", "compile", "globals")
+DYNAMIC_BUILTINS = (
+    "__import__",
+    "__builtins__",
+    "exit",
+    "quit",
+    "exec",
+    "eval",
+    "compile",
+    "globals",
+    "vars",
+    "locals",
+    "breakpoint",
+)
 REFERENCE_MODULES = ("task", "reference", "__main__")
 # `try` and, from Python 3.11, `try: ... except* ...`: both can hide a fallback.
 TRY_NODES: tuple[type[ast.AST], ...] = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))
@@ -225,6 +297,92 @@ def _why_banned(module: str) -> str:
     if module.split(".")[0] == "kernelcraft":
         return "the harness is off limits to a candidate"
     return "threads, processes and introspection are not allowed"
+
+
+def _internal(dotted: str) -> str | None:
+    """The internal module `dotted` is (or is inside), if any."""
+    return next((m for m in INTERNAL_MODULES if dotted == m or dotted.startswith(m + ".")), None)
+
+
+@rule("internal-module")
+def internal_module(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """torch._C, the dispatch-mode stacks and Triton's interpreter switch off or reach around the harness's recorders."""
+    why = "reaches PyTorch's or Triton's internals ({}); use their public API"
+    if isinstance(node, ast.Import):
+        for i, a in enumerate(node.names):
+            found = _internal(a.name)
+            if found:
+                yield Hit(node, f"import {a.name}", why.format(found), i + 1)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+        mod = node.module or ""
+        for i, a in enumerate(node.names):
+            found = _internal(mod) or _internal(f"{mod}.{a.name}")
+            if found:
+                yield Hit(node, f"from {mod} import {a.name}", why.format(found), i + 1)
+    elif isinstance(node, ast.Attribute) and not isinstance(getattr(node, "ctx", None), ast.Del):
+        dotted = _dotted(node)
+        root = cand.root_of(dotted)
+        if root:
+            full = ".".join([root, *dotted[1:]])
+            found = _internal(full)
+            # report the shortest chain only (torch._C, not also torch._C._DisableTorchDispatch)
+            if found and not _internal(".".join([root, *dotted[1:-1]])):
+                yield Hit(node, ".".join(dotted), why.format(found))
+    got = _getattr_call(node)
+    if got is not None:
+        target, name = got
+        root = cand.root_of(_dotted(target))
+        if root and name is not None:
+            found = _internal(".".join([root, *_dotted(target)[1:], name]))
+            if found:
+                yield Hit(node, f"getattr(..., {name!r})", why.format(found))
+
+
+def _getattr_call(node: ast.AST) -> tuple[ast.AST, str | None] | None:
+    """For `getattr|hasattr|setattr|delattr(obj, name, ...)`: obj and the name if it folds."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+        and len(node.args) >= 2
+    ):
+        return node.args[0], _const_str(node.args[1])
+    return None
+
+
+@rule("introspection-attribute")
+def introspection_attribute(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """__globals__, closures, frames and class internals lead from a candidate's code to the harness's state."""
+    if isinstance(node, ast.Attribute) and node.attr in INTROSPECTION_ATTRS:
+        if node.attr == "__dict__" and isinstance(node.value, ast.Name) and node.value.id == "self":
+            return
+        yield Hit(
+            node, f".{node.attr}", f"reads .{node.attr}: introspection reaches past the candidate's own code"
+        )
+    got = _getattr_call(node)
+    if got is not None and got[1] in INTROSPECTION_ATTRS:
+        yield Hit(
+            node,
+            f"getattr(..., {got[1]!r})",
+            f"reads .{got[1]}: introspection reaches past the candidate's own code",
+        )
+
+
+@rule("computed-getattr")
+def computed_getattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """getattr with a name computed at run time, on anything but self, hides what it reaches."""
+    got = _getattr_call(node)
+    if got is None or got[1] is not None:
+        return
+    target = got[0]
+    if isinstance(target, ast.Name) and target.id == "self":
+        return
+    if cand.root_of(_dotted(target)).startswith("torch"):
+        return  # computed-torch-getattr says it
+    fn = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else "getattr"
+    yield Hit(
+        node, f"{fn}(..., <computed>)", f"{fn} with a computed name hides what it reaches; name the attribute"
+    )
 
 
 @rule("reference-model")
