@@ -47,6 +47,13 @@ class EvalRunner:
         self.thread.join(10)
 
 
+@pytest.fixture
+def static_checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip the static rules (static.py) in this test's jobs, so that a probe they would refuse
+    reaches the dynamic check the test is about: every layer must hold on its own."""
+    monkeypatch.setattr("kernelcraft.engine.local.check_candidate_source", lambda *a, **k: [])
+
+
 @pytest.fixture(scope="session")
 def evaluator() -> Iterator[EvalRunner]:
     saved = {k: os.environ.get(k) for k in PLANTED_SECRETS}

@@ -241,7 +241,9 @@ def test_a_candidate_cannot_reach_a_listener_on_localhost(evaluator, job_for, bo
 
 
 @pytest.mark.slow
-def test_a_daemon_the_candidate_leaves_is_gone_after_the_verdict(evaluator, job_for, box_notes: str) -> None:
+def test_a_daemon_the_candidate_leaves_is_gone_after_the_verdict(
+    evaluator, job_for, box_notes: str, static_checks_off
+) -> None:
     _skip_unless_in_force(box_notes, "no PID namespace")
     # The daemon's heartbeat goes to the worker's own directory (a CPU worker's /dev/shm is its
     # own too); the forward returns only once it beats, and the test looks for it by name.
@@ -279,7 +281,7 @@ def _alive(name: str) -> bool:
 
 @pytest.mark.slow
 def test_without_a_pid_namespace_the_zygote_kills_the_daemon(
-    job_for, monkeypatch: pytest.MonkeyPatch
+    job_for, monkeypatch: pytest.MonkeyPatch, static_checks_off
 ) -> None:
     # How a GPU pool runs (CUDA IPC does not cross PID namespaces): the zygote, child subreaper of
     # its workers, kills what a worker leaves behind before it reports the worker's exit.
@@ -355,7 +357,9 @@ def test_on_a_gpu_an_honest_candidate_passes_and_is_timed_in_the_whole_box(gpu_e
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_hostile_candidates_get_nothing(gpu_eval, job_for, tmp_path: Path) -> None:
+def test_on_a_gpu_hostile_candidates_get_nothing(
+    gpu_eval, job_for, tmp_path: Path, static_checks_off
+) -> None:
     secret = f"kcbox-{secrets.token_hex(8)}"
     (tmp_path / "id_ed25519").write_text(secret)
     marker = Path(f"/dev/shm/kernelcraft-test-daemon-{secrets.token_hex(6)}")

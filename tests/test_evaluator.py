@@ -277,7 +277,9 @@ def _side_stream(seed: str, how: str) -> str:
 @pytest.mark.slow
 @gpu
 @pytest.mark.parametrize("how", ["getattr", "attrgetter"])
-def test_gpu_side_stream_work_is_not_hidden_from_the_timer(gpu_eval, job_for, how: str) -> None:
+def test_gpu_side_stream_work_is_not_hidden_from_the_timer(
+    gpu_eval, job_for, static_checks_off, how: str
+) -> None:
     # Seen on the H200 before the fix: median_us=0.0 (events recorded on the candidate's stream).
     task = EXAMPLES / "softmax" / "task.py"
     hidden = _side_stream((EXAMPLES / "softmax" / "seed.py").read_text(), how)
@@ -290,7 +292,9 @@ def test_gpu_side_stream_work_is_not_hidden_from_the_timer(gpu_eval, job_for, ho
 
 @pytest.mark.slow
 @gpu
-def test_gpu_side_stream_set_only_while_timing_is_rejected_by_the_timer(gpu_eval, job_for) -> None:
+def test_gpu_side_stream_set_only_while_timing_is_rejected_by_the_timer(
+    gpu_eval, job_for, static_checks_off
+) -> None:
     # forward switches streams only from its 5th call on (after the verify trials): the timer's
     # own stream guard must catch it, and no timing may be reported.
     task = EXAMPLES / "softmax" / "task.py"

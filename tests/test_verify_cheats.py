@@ -196,11 +196,13 @@ def test_a_layernorm_that_applies_its_weight_and_bias_passes_with_fresh_paramete
 
 
 @pytest.mark.slow
-def test_a_decoy_is_named_by_the_knockout(evaluator, job_for) -> None:
+def test_a_decoy_is_named_by_the_replay(evaluator, job_for, static_checks_off) -> None:
+    """A decoy kernel beside numpy compute: the replay (before the knockout) cannot reproduce the
+    output from the recorded launches and names the tensor numpy made."""
     v = evaluator.submit(job_for(TASK, CHEATS / "numpy_compute.py", trials=1)).verify
     assert v is not None and v.status == "forbidden_construct"
-    assert v.evidence is not None and "every Triton launch skipped" in v.evidence.message
-    assert v.evidence.op is not None and v.evidence.op.startswith("knockout")
+    assert v.evidence is not None and "replaying forward" in v.evidence.message
+    assert "no recorded op made" in v.evidence.message and v.evidence.op == "replay"
 
 
 @pytest.mark.slow

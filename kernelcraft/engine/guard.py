@@ -68,17 +68,23 @@ class OpRecorder(TorchDispatchMode):
         # call imports torch._dynamo: 1-3 s of a one-off command's first verdict.
         return False
 
-    def __init__(self, allowed: frozenset[str]) -> None:
+    def __init__(self, allowed: frozenset[str], tape: Any = None) -> None:
         super().__init__()
         self.allowed = ALLOWED_OPS | allowed
         self.fallbacks: list[str] = []
+        self.tape = tape
+        """A `replay.Tape` to write each op outside a launch to, or None."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        if not in_triton_launch():
-            name = op_name(func)
-            if name not in self.allowed and name not in self.fallbacks:
-                self.fallbacks.append(name)
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if in_triton_launch():
+            return func(*args, **kwargs)
+        name = op_name(func)
+        if name not in self.allowed and name not in self.fallbacks:
+            self.fallbacks.append(name)
+        if self.tape is None:
+            return func(*args, **kwargs)
+        return self.tape.op(func, name, args, kwargs, lambda: func(*args, **kwargs))
 
 
 def _watched() -> dict[str, Callable[[], Any]]:
@@ -164,6 +170,7 @@ HARNESS_MODULES = tuple(
         "tf32",
         "rotation",
         "samples",
+        "replay",
     )
 )
 _CONSTANT_TYPES = (str, bytes, int, float, bool, frozenset, tuple, type(None))

@@ -301,7 +301,11 @@ class Job:
         self.tolerance = compared.tolerance or self.tolerance
         self.tf32_dots += out.tf32_dots
         if not compared.failure_class:
-            return None
+            if out.replay is None:
+                return None
+            return FailureClass.FORBIDDEN_CONSTRUCT, Evidence(
+                message=out.replay, op="replay", trial=t, input_set=s
+            )
         ev = evidence_from(compared.evidence, "outputs differ")
         if out.tf32_dots and compared.failure_class == FailureClass.NUMERICAL_MISMATCH.value:
             ev.message = f"{ev.message}. {TF32_HINT.format(n=out.tf32_dots)}"

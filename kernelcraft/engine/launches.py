@@ -113,6 +113,8 @@ class LaunchRecorder:
     autotune: AutotuneMode = "benchmark"
     refused: list[ForbiddenLaunch] = field(default_factory=list)
     """Launches refused for their hooks (kept here too: a candidate may swallow the error)."""
+    tape: Any = None
+    """When executing: a `replay.Tape` each launch that runs is written to, or None."""
 
     @property
     def launches(self) -> list[KernelLaunch]:
@@ -239,7 +241,11 @@ def _outside() -> Iterator[None]:
 
 @contextmanager
 def intercept_launches(
-    *, execute: bool = False, on_launch: LaunchCallback | None = None, autotune: AutotuneMode = "benchmark"
+    *,
+    execute: bool = False,
+    on_launch: LaunchCallback | None = None,
+    autotune: AutotuneMode = "benchmark",
+    tape: Any = None,
 ) -> Iterator[LaunchRecorder]:
     """Record every Triton launch made inside the block.
 
@@ -260,7 +266,7 @@ def intercept_launches(
     with _lock:
         if _active is not None:
             raise RuntimeError("intercept_launches is already active in this process; it is not re-entrant")
-        recorder = LaunchRecorder(execute=execute, on_launch=on_launch, autotune=autotune)
+        recorder = LaunchRecorder(execute=execute, on_launch=on_launch, autotune=autotune, tape=tape)
         _active = recorder
         _patch(t)
     try:
@@ -318,6 +324,8 @@ def _launch(
         return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
     recorder.count += 1
     _refuse(recorder, refuse_hooks, fn)
+    if cls_key == "InterpretedFunction":
+        _refuse(recorder, _refuse_exact_dots, fn)
     tune = getattr(_state, "autotune", None)
     if recorder.execute:
         # Typing a launch must never change what the candidate's launch does: a launch that
@@ -343,6 +351,14 @@ def _launch(
             grid = tuple(record.launch.grid)
             if recorder.on_launch is not None:
                 recorder.on_launch(record)
+        if recorder.tape is not None:
+            if callable(grid):
+                raise ForbiddenLaunch(
+                    f"the grid of {_kernel_name(fn)} could not be evaluated apart from the launch; "
+                    "pass a tuple or a callable of the launch's arguments",
+                    op="grid",
+                )
+            recorder.tape.launch(original, fn, args, kwargs, tuple(grid))
         with _inside():
             return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
     with _outside():  # what the real run evaluates outside the launch, the knockout does too
@@ -377,8 +393,12 @@ def _autotuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         _refuse(recorder, refuse_autotune_hooks, self)
         _prune_outside(self)
     if recorder is None or (recorder.execute and recorder.autotune == "benchmark"):
+        since = recorder.tape.mark() if recorder is not None and recorder.tape is not None else None
         with _inside(), _autotune_mark(-1, len(self.configs)):
-            return original(self, *args, **kwargs)
+            out = original(self, *args, **kwargs)
+        if since is not None and recorder is not None:
+            recorder.tape.keep_last_launch(since)  # the benchmarking runs are not forward's
+        return out
     if recorder.execute:  # autotune="first": run the first pruned config, no benchmarking
         self.nargs = dict(zip(self.arg_names, args, strict=False))
         try:
@@ -424,6 +444,18 @@ def _refuse(recorder: LaunchRecorder, check: Callable[[Any], None], obj: Any) ->
     except ForbiddenLaunch as e:
         recorder.refused.append(e)
         raise
+
+
+def _refuse_exact_dots(fn: Any) -> None:
+    """In the interpreter: the TF32 emulation (tf32.py) must be what this launch's dots call."""
+    tf32 = sys.modules.get("kernelcraft.engine.tf32")
+    why = tf32.undone() if tf32 is not None else None
+    if why is not None:
+        raise ForbiddenLaunch(
+            f"{_kernel_name(fn)} launched with the interpreter's TF32 emulation undone ({why}); "
+            "leave Triton's interpreter alone",
+            op="tf32 emulation",
+        )
 
 
 def _prune_outside(tuner: Any) -> None:

@@ -409,6 +409,9 @@ class Outputs(Reply):
     kernels: list[str] = Field(default_factory=list)
     tf32_dots: int = 0
     """In the interpreter: fp32 tl.dots rounded to TF32 in these runs (a hint for the verdict's words)."""
+    replay: str | None = None
+    """Why replaying the first run from its record did not give its outputs (replay.py), or None.
+    It fails a trial whose outputs the reference finds right: a wrong output fails as itself."""
 
 
 class Compiled(Reply):

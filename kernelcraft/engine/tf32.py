@@ -55,7 +55,33 @@ def emulate_tf32() -> None:
     builder = interpreter.InterpreterBuilder
     _installed["create_dot"] = builder.create_dot
     _installed["TensorHandle"] = interpreter.TensorHandle
+    _installed["builder_class"] = builder
+    _installed["builder"] = interpreter.interpreter_builder
+    _installed["ours"] = _create_dot
     builder.create_dot = _create_dot
+
+
+def undone() -> str | None:
+    """How the emulation was taken out of the interpreter's way (None: it is in place). Checked
+    at every interpreted launch, so undoing it only around a launch is seen too."""
+    if not _installed:
+        return None
+    import sys
+
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    builder_class, builder = _installed["builder_class"], _installed["builder"]
+    if builder_class.__dict__.get("create_dot") is not _installed["ours"]:
+        return "InterpreterBuilder.create_dot was replaced"
+    if "create_dot" in vars(builder):
+        return "the interpreter's builder has a create_dot of its own"
+    if interpreter is None or getattr(interpreter, "interpreter_builder", None) is not builder:
+        return "the interpreter's builder was replaced"
+    if type(builder) is not builder_class:
+        return "the interpreter's builder changed class"
+    semantic = getattr(interpreter, "interpreter_semantic", None)
+    if semantic is not None and getattr(semantic, "builder", builder) is not builder:
+        return "the interpreter's semantic uses another builder"
+    return None
 
 
 def installed() -> tuple[Any, Any]:

@@ -57,6 +57,8 @@ class CandidateWorker(Worker):
         self.model: Any = None
         self.inputs: Any = None
         self.poison_sizes: list[int] = []
+        self.replayed: str | None = None
+        """Why the last replayed run did not replay to its outputs (replay.py), or None."""
         self.sent: Any = None
         """The last outputs sent: kept alive until the next run (the reference reads them through
         CUDA IPC handles on a GPU)."""
@@ -159,13 +161,16 @@ class CandidateWorker(Worker):
                 x.numel() * x.element_size() for x in self.inputs if isinstance(x, torch.Tensor)
             ]
         outputs = []
+        self.replayed = None
         after: Any = None
         names: list[str] = []
         tf32 = sys.modules.get("kernelcraft.engine.tf32")
         dots_before = tf32.rounded() if tf32 is not None else 0
         for run, value in enumerate([float("nan"), 1.0e4][: 2 if req.determinism else 1]):
             call_inputs = self._map(self.inputs, lambda t: t.clone())
-            result = self.call(call_inputs, value)
+            # The first run is replayed from its record (replay.py); the determinism re-run must
+            # then match it.
+            result = self.call(call_inputs, value, replay=run == 0)
             if result is None:
                 return False
             out, names = result
@@ -188,7 +193,12 @@ class CandidateWorker(Worker):
         after_rec = self.tensors.pack(after, out_blobs, cuda_ipc=self.cuda_ipc)
         self.sent = (outputs, after)
         dots = (tf32.rounded() - dots_before) if tf32 is not None else 0
-        self.send(Outputs(outputs=recs, inputs_after=after_rec, kernels=names, tf32_dots=dots), out_blobs)
+        self.send(
+            Outputs(
+                outputs=recs, inputs_after=after_rec, kernels=names, tf32_dots=dots, replay=self.replayed
+            ),
+            out_blobs,
+        )
         return True
 
     def knockout(self) -> tuple[KnockedOut, list[bytes]]:
@@ -240,16 +250,24 @@ class CandidateWorker(Worker):
         self.sync()
         del bufs
 
-    def call(self, inputs: list[Any], value: float) -> tuple[Any, list[str]] | None:
-        """forward(*inputs) over memory poisoned with `value`, ops recorded and launches counted:
-        the outputs and the kernels launched, or None when it failed (reported)."""
+    def call(self, inputs: list[Any], value: float, replay: bool = False) -> tuple[Any, list[str]] | None:
+        """forward(*inputs) over memory poisoned with `value`, ops recorded and launches counted
+        (and, with `replay`, forward replayed from that record: `replay.py`): the outputs and the
+        kernels launched, or None when it failed (reported)."""
         from kernelcraft.engine import guard
+        from kernelcraft.engine import replay as replays
         from kernelcraft.engine.launches import intercept_launches
 
         assert self.job is not None
         torch = self.torch
+        tape = None
+        if replay:
+            tape = replays.Tape()
+            leaves = [x for x in self.tensors.leaves(inputs) if isinstance(x, torch.Tensor)]
+            pristine = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, torch.Tensor)]
+            tape.keep(leaves, pristine, self.model, replays.candidate_scopes())
         self.poison(self.poison_sizes, value)
-        recorder = guard.OpRecorder(frozenset(self.job.allowed_ops))
+        recorder = guard.OpRecorder(frozenset(self.job.allowed_ops), tape)
         timing = sys.modules.get("kernelcraft.engine.timing") if self.device.startswith("cuda") else None
         stream = self.harness_stream
         rec = None
@@ -257,7 +275,7 @@ class CandidateWorker(Worker):
             with (
                 torch.no_grad(),
                 intercept_launches(
-                    execute=True, autotune="first" if self.job.interpret else "benchmark"
+                    execute=True, autotune="first" if self.job.interpret else "benchmark", tape=tape
                 ) as rec,
                 recorder,
             ):
@@ -290,6 +308,9 @@ class CandidateWorker(Worker):
         if rec.count == 0:
             self.fail(FailureClass.NO_TRITON_LAUNCH, "forward launched no Triton kernel")
             return None
+        if tape is not None:
+            outputs = [x for x in self.tensors.leaves(out) if isinstance(x, torch.Tensor)]
+            self.replayed = tape.replay(outputs, self.sync)
         return out, names
 
     def check_harness(self, when: str) -> bool:

@@ -28,7 +28,9 @@ EXPECTED = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("probe", sorted(EXPECTED))
-def test_work_done_around_a_launch_is_not_the_kernels(evaluator, job_for, probe: str) -> None:
+def test_work_done_around_a_launch_is_not_the_kernels(
+    evaluator, job_for, static_checks_off, probe: str
+) -> None:
     result = evaluator.submit(job_for(TASK, PROBES / probe, trials=1))
     v = result.verify
     assert v is not None and not v.correct, result

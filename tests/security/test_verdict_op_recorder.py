@@ -19,7 +19,9 @@ TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
 @pytest.mark.parametrize(
     "probe", ["subclass_arg.py", "kernel_attr_shadow.py", "originals_swap.py", "borrowed_launch_code.py"]
 )
-def test_pytorch_run_from_candidate_code_inside_a_launch_is_recorded(evaluator, job_for, probe: str) -> None:
+def test_pytorch_run_from_candidate_code_inside_a_launch_is_recorded(
+    evaluator, job_for, static_checks_off, probe: str
+) -> None:
     v = evaluator.submit(job_for(TASK, PROBES / probe, trials=1, gpu_check=None)).verify
     assert v is not None and not v.correct, v
     assert v.failure_class is not None and v.failure_class.value == "pytorch_fallback", v

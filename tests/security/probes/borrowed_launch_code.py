@@ -33,6 +33,7 @@ class _Rec:
     records = []
     errors = []
     count = 0
+    tape = None
 
 
 class ModelNew(nn.Module):

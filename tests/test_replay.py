@@ -1,0 +1,136 @@
+"""The replay (replay.py): forward's recorded launches and ops, run again from the inputs with no
+candidate code, must give forward's outputs. Each case runs the tape in a fresh interpreter
+process (TRITON_INTERPRET must be set before Triton is imported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["TRITON_INTERPRET"] = "1"
+    import numpy as np
+    import torch, triton, triton.language as tl
+    from kernelcraft.engine import guard, replay
+    from kernelcraft.engine.launches import intercept_launches
+
+    @triton.jit
+    def scale_kernel(x_ptr, y_ptr, n, s, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * s, mask=mask)
+
+    def scale(x, s):
+        y = torch.empty_like(x)
+        scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), s, BLOCK=64)
+        return y
+
+    class Honest(torch.nn.Module):
+        def forward(self, x):
+            y = scale(x.contiguous().view(-1), 2.0).view(x.shape)
+            z = torch.zeros_like(y)
+            z.copy_(y)
+            return scale(z.t().contiguous(), 0.5).t()
+
+    class BufferConstant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", torch.tensor([3.0]))
+        def forward(self, x):
+            return scale(x, float(self.k.item()))
+
+    class HostScalar(torch.nn.Module):
+        def forward(self, x):
+            return scale(torch.tensor([[float(x.sum())]]), 1.0)
+
+    class Workspace(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ws = torch.empty(0)
+        def forward(self, x):
+            if self.ws.numel() != x.numel():
+                self.ws = torch.empty_like(x)
+            scale_kernel[(triton.cdiv(x.numel(), 64),)](x, self.ws, x.numel(), 2.0, BLOCK=64)
+            return scale(self.ws, 1.0)
+
+    class NoDispatch(torch.nn.Module):
+        def forward(self, x):
+            y = scale(x, 1.0)
+            with torch._C._DisableTorchDispatch():
+                y.mul_(2.0)
+            return y
+
+    class FromNumpy(torch.nn.Module):
+        def forward(self, x):
+            host = torch.from_numpy(x.numpy() * 2.0)
+            return scale(host, 1.0)
+
+    class LargeHostTensor(torch.nn.Module):
+        def forward(self, x):
+            return scale(torch.tensor((x.numpy() * 2.0).tolist()), 1.0)
+
+    class WritesParameter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(4096))
+        def forward(self, x):
+            with torch._C._DisableTorchDispatch():
+                self.w.data[: x.numel()].copy_(x.view(-1) * 2.0)
+            return scale(self.w[: x.numel()].view(x.shape), 1.0)
+
+    def run(model, x):
+        tape = replay.Tape()
+        tape.keep([x], [x.clone()], model, [])
+        with torch.no_grad(), intercept_launches(execute=True, autotune="first", tape=tape), guard.OpRecorder(frozenset(), tape) as rec:
+            out = model(x)
+        expected = out.clone()
+        why = tape.replay([out], lambda: None)
+        assert torch.equal(out, expected), "the replay touched forward's output"
+        return why
+
+    x = torch.randn(8, 16)
+    case = sys.argv[1]
+    model = globals()[case]()
+    why = run(model, x.clone())
+    print(json.dumps({"why": why}))
+    """
+)
+
+
+def _replay(case: str) -> str | None:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, case], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["why"]
+
+
+@pytest.mark.parametrize("case", ["Honest", "BufferConstant", "Workspace"])
+def test_honest_forwards_replay_to_their_outputs(case: str) -> None:
+    assert _replay(case) is None
+
+
+def test_pytorch_with_dispatch_disabled_is_not_replayed() -> None:
+    why = _replay("NoDispatch")
+    assert why is not None and "out of the harness's sight" in why
+
+
+@pytest.mark.parametrize(
+    ("case", "shape"), [("FromNumpy", [8, 16]), ("LargeHostTensor", [8, 16]), ("HostScalar", [1, 1])]
+)
+def test_a_tensor_made_from_host_values_is_named_however_small(case: str, shape: list[int]) -> None:
+    why = _replay(case)
+    assert why is not None and "no recorded op made" in why and f"shape {shape}" in why
+
+
+def test_a_forward_that_writes_a_parameter_is_refused() -> None:
+    why = _replay("WritesParameter")
+    assert why is not None and "changed the parameter 'w'" in why
