@@ -245,6 +245,12 @@ MIGRATIONS: list[Migration] = [
     # when the failure's reporter proposed the rule's text, 0 when it was linked by class (and for
     # evidence recorded before this migration, whose kind is unknown).
     Migration("m006_evaluated_failures", M006_EVALUATED_FAILURES),
+    # A tree's owner lets other clients read it (SearchService.share); '*' is every client.
+    Migration(
+        "m007_tree_shares",
+        "CREATE TABLE tree_shares (tree_id INTEGER NOT NULL REFERENCES trees(id) ON DELETE CASCADE, "
+        "client TEXT NOT NULL, shared_at TEXT NOT NULL, PRIMARY KEY (tree_id, client));",
+    ),
 ]
 
 

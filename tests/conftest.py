@@ -105,3 +105,22 @@ async def client(tmp_path: Path) -> AsyncIterator[Any]:
 
     async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def gpu_submit():  # type: ignore[no-untyped-def]
+    """submit(job) -> VerifyResult on a CUDA LocalEvaluator (skips without a GPU)."""
+    import asyncio
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from kernelcraft.engine.local import LocalEvaluator
+
+    loop = asyncio.new_event_loop()
+    ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
+    loop.run_until_complete(ev.start())
+    yield lambda job: loop.run_until_complete(ev.submit(job)).verify
+    loop.run_until_complete(ev.aclose())
+    loop.close()

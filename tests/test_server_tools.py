@@ -217,7 +217,7 @@ async def test_an_unknown_section_id_is_a_tool_error_saying_to_search_first(clie
 # evaluator (two pre-started workers) serves the whole module, so its pool starts once.
 
 SEGFAULT = """
-import ctypes
+import faulthandler
 import torch.nn as nn
 
 
@@ -226,7 +226,7 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x, y):
-        return ctypes.string_at(0)
+        faulthandler._sigsegv()
 """
 
 
@@ -490,7 +490,7 @@ async def test_a_submit_without_its_node_is_a_tool_error_naming_what_is_missing(
 @pytest.mark.anyio
 async def test_an_unknown_action_is_a_tool_error_listing_the_actions(client: Client) -> None:
     text = error_text(await client.call_tool("search_tree_step", {"action": "undo"}))
-    assert "'start', 'submit', 'status', 'abandon' or 'next'" in text
+    assert "'start', 'submit', 'status', 'abandon', 'next' or 'share'" in text
 
 
 @pytest.mark.anyio

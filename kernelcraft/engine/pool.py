@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from kernelcraft.base import bytecode
 from kernelcraft.base.config import env_switch
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
-from kernelcraft.engine import box, pidlimit, prebuilt
+from kernelcraft.engine import box, pidlimit, prebuilt, shmsweep
 from kernelcraft.engine.channel import ChannelError, Frame, read_frame, write_frame
 from kernelcraft.engine.zygote import ForkedChild, Zygote, ZygoteUnavailable
 
@@ -135,6 +136,8 @@ class WorkerProcess:
         self.killed_for: str | None = None
         self.cgroup: Path | None = None
         """Its pids cgroup, once it runs a candidate (`limit_processes`)."""
+        self.born = time.time()
+        """When it was made: what it leaves in the machine's /dev/shm after this goes (shmsweep.py)."""
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
 
@@ -285,6 +288,8 @@ class WorkerProcess:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader_task
         shutil.rmtree(self.dir, ignore_errors=True)
+        # A CPU worker's /dev/shm was its own (mounts.py) unless the box could not cover it.
+        await asyncio.to_thread(shmsweep.sweep, self.born)
 
 
 def reachable(base_dir: Path) -> None:

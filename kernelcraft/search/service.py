@@ -424,20 +424,60 @@ class SearchService:
         asking client, who must own the tree (None: the operator, on the command line).
 
         Raises:
-            NotFoundError: no such tree (of this client's).
+            NotFoundError: no such tree (of this client's, or shared with it).
         """
         if client is not None:
-            await self._owned(self.store.conn, tree_id, client)
+            await self._readable(self.store.conn, tree_id, client)
         return await repository.tree_view(
             self.store.conn, tree_id, iso(self._now()), with_verdicts=with_verdicts
         )
 
     # --------------------------------------------------------------------------- internals
 
+    async def share(self, tree_id: int, with_client: str, *, client: str = "local") -> list[str]:
+        """Let `with_client` ('*': every client) read the tree `client` owns: its nodes, verdicts
+        and best kernel (`show`, the trees:// resources). Reading only: stepping, submitting and
+        abandoning stay the owner's. Returns every client the tree is now shared with.
+
+        Raises:
+            NotFoundError: no such tree of this client's.
+            UsageError: an empty or over-long client name.
+        """
+        name = with_client.strip() if isinstance(with_client, str) else ""
+        if not name or len(name) > 200 or any(c.isspace() for c in name):
+            raise UsageError("share_with must be a client's name (one word, at most 200 characters) or '*'")
+        async with self.store.transaction() as conn:
+            await self._owned(conn, tree_id, client)
+            if name != client:
+                await conn.execute(
+                    "INSERT OR IGNORE INTO tree_shares (tree_id, client, shared_at) VALUES (?, ?, ?)",
+                    (tree_id, name, iso(self._now())),
+                )
+            cur = await conn.execute(
+                "SELECT client FROM tree_shares WHERE tree_id = ? ORDER BY client", (tree_id,)
+            )
+            return [row[0] for row in await cur.fetchall()]
+
+    async def _readable(self, conn: aiosqlite.Connection, tree_id: int, client: str) -> TreeRow:
+        """The tree, when `client` started it or its owner shared it with `client` (or with '*')."""
+        tree = await repository.load_tree(conn, tree_id)
+        if tree.created_by == client:
+            return tree
+        cur = await conn.execute(
+            "SELECT 1 FROM tree_shares WHERE tree_id = ? AND client IN (?, '*')", (tree_id, client)
+        )
+        if await cur.fetchone() is None:
+            raise NotFoundError(
+                f"search tree {tree_id} belongs to another client, who has not shared it with you; "
+                "start your own with search_tree_step(action='start')"
+            )
+        return tree
+
     async def _owned(self, conn: aiosqlite.Connection, tree_id: int, client: str) -> TreeRow:
         """The tree, when `client` started it. A tree is its client's: another client can neither
-        step, submit into, abandon nor read it (its kernels are that client's work). Told apart
-        from a missing tree only by the words, never by what it shows."""
+        step, submit into nor abandon it, and reads it only where the owner shared it (`share`;
+        its kernels are that client's work). Told apart from a missing tree only by the words,
+        never by what it shows."""
         tree = await repository.load_tree(conn, tree_id)
         if tree.created_by != client:
             raise NotFoundError(

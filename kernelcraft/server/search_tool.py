@@ -18,7 +18,7 @@ from kernelcraft.server.inputs import MAX_INT64
 from kernelcraft.server.state import AppState
 from kernelcraft.server.tools import APPENDS, app_state, check_size, cleaned, progress_to, tool_errors
 
-SearchAction = Literal["start", "submit", "status", "abandon", "next"]
+SearchAction = Literal["start", "submit", "status", "abandon", "next", "share"]
 
 
 class SearchStep(BaseModel):
@@ -28,6 +28,7 @@ class SearchStep(BaseModel):
     start: StartResult | None = None
     submit: SubmitResult | None = None
     status: TreeStatus | None = Field(default=None, description="For 'status' and 'next'.")
+    shared_with: list[str] | None = Field(default=None, description="For 'share': who may read the tree.")
     abandon: SubmitResult | None = None
 
 
@@ -50,7 +51,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
                 description="'start' (reference_code): a tree, your first step; 'submit' (tree_id, node_id, "
                 "candidate_code): the verdict, your next step; 'status' (tree_id): the best kernel; "
                 "'abandon' (tree_id, node_id, reason): the step fails, unevaluated; 'next' (tree_id): a new "
-                "step beside those you hold, to write several at once.",
+                "step beside those you hold, to write several at once; 'share' (tree_id, share_with).",
             ),
         ],
         reference_code: Annotated[
@@ -67,7 +68,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         ] = None,
         tree_id: Annotated[
             int | None,
-            Field(ge=1, le=MAX_INT64, description="submit, status, abandon: the tree's id (from start)."),
+            Field(ge=1, le=MAX_INT64, description="All but start: the tree's id (from start)."),
         ] = None,
         node_id: Annotated[
             int | None,
@@ -75,7 +76,11 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         ] = None,
         reason: Annotated[
             str | None,
-            Field(description="abandon: why you wrote no candidate (kept on the node)."),
+            Field(description="abandon: why you wrote no candidate."),
+        ] = None,
+        share_with: Annotated[
+            str | None,
+            Field(description="share: a client to let read the tree, or '*' for all."),
         ] = None,
         target: Annotated[
             Target, Field(description="start: the GPU the kernels are for (sm_90a = H100/H200).")
@@ -87,8 +92,8 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         preset: Annotated[
             PresetName | None,
             Field(
-                description="start: 'kernelcraft' (default: AdaExplore plus manual sections, profiles, warm "
-                "start) or 'adaexplore'."
+                description="start: 'kernelcraft' (default: AdaExplore plus manuals and profiles) or "
+                "'adaexplore'."
             ),
         ] = None,
         budget: Annotated[
@@ -99,7 +104,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             Field(
                 ge=-MAX_INT64 - 1,
                 le=MAX_INT64,
-                description="start: seed of the tree's random choices (replayable).",
+                description="start: the seed of its random choices.",
             ),
         ] = 0,
         policy_params: Annotated[
@@ -131,6 +136,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             budget=budget,
             seed=seed,
             task_name=task_name,
+            share_with=share_with,
         )
 
 
@@ -150,6 +156,7 @@ async def _search_action(
     budget: int,
     seed: int,
     task_name: str | None,
+    share_with: str | None = None,
 ) -> SearchStep:
     """What search_tree_step does for one action, its arguments checked by the tool's schema."""
     state = app_state(ctx)
@@ -192,5 +199,10 @@ async def _search_action(
             return SearchStep(action=action, abandon=abandoned)
         _require(action, tree_id=tree_id)
         assert tree_id is not None
+        if action == "share":
+            _require(action, share_with=share_with)
+            assert share_with is not None
+            shared = await state.search.share(tree_id, share_with, client=client)
+            return SearchStep(action=action, shared_with=shared)
         status = await state.search.status(tree_id, client=client, new_step=action == "next")
         return SearchStep(action=action, status=status)

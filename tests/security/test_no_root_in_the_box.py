@@ -27,3 +27,38 @@ def test_worker_never_runs_as_root_and_leaves_nothing_in_dev_shm(evaluator, job_
     assert v is not None and v.correct, result
     assert not any("runs as root" in n for n in v.notes), v.notes
     assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(token)]
+
+
+def test_the_sweep_removes_what_a_worker_left_in_shared_memory_and_keeps_what_is_held(tmp_path: Path) -> None:
+    """A GPU worker shares the machine's /dev/shm (CUDA IPC): after it, the parent removes what it
+    made there that no process holds (engine/shmsweep.py)."""
+    import time
+
+    from kernelcraft.engine import shmsweep
+
+    old = tmp_path / "before-the-worker"
+    old.write_bytes(b"x")
+    time.sleep(0.6)
+    since = time.time()
+    junk = tmp_path / "kcjunk"
+    junk.write_bytes(b"\0" * 4096)
+    folder = tmp_path / "kcdir"
+    (folder / "inner").mkdir(parents=True)
+    (folder / "inner" / "f").write_bytes(b"y")
+    in_use = tmp_path / "torch_ipc_refcount"
+    in_use.write_bytes(b"z")
+    with open(in_use, "rb"):
+        removed = shmsweep.sweep(since, os.geteuid(), root=tmp_path)
+    assert sorted(removed) == ["kcdir", "kcjunk"], removed
+    assert old.exists() and in_use.exists() and not junk.exists() and not folder.exists()
+    assert shmsweep.sweep(since, os.geteuid() + 1, root=tmp_path) == []  # another owner's: never
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_gpu_a_worker_leaves_nothing_in_the_machines_dev_shm(gpu_submit, job_for) -> None:
+    token = f"kcprobe-{secrets.token_hex(6)}"
+    source = (PROBES / "setuid_root.py").read_text().replace('\nTOKEN = ""', f"\nTOKEN = {token!r}", 1)
+    v = gpu_submit(job_for(TASK, source, trials=1))
+    assert v is not None and v.correct, v
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(token)]

@@ -37,3 +37,27 @@ async def test_another_client_cannot_step_submit_abandon_or_read_a_tree(tmp_path
         view = await svc.show(r.tree.id, client="alice")
     assert st.next_step is not None and st.next_step.node_id == node
     assert [n.id for n in view.nodes if n.status == "evaluated" and not n.seed and n.kind != "root"] == []
+
+
+@pytest.mark.anyio
+async def test_an_owner_shares_a_tree_for_reading_only(tmp_path: Path) -> None:
+    async with service(tmp_path / "kc.db") as svc:
+        r = await svc.start(TASK, seed_candidate=candidate("correct 1.0"), budget=4, client="alice")
+        assert r.next_step is not None
+        tree, node = r.tree.id, r.next_step.node_id
+        with pytest.raises(NotFoundError, match="belongs to another client"):
+            await svc.share(tree, "mallory", client="mallory")  # only the owner shares
+        assert await svc.share(tree, "bob", client="alice") == ["bob"]
+        assert (await svc.show(tree, client="bob")).tree.id == tree  # bob reads
+        for attempt in (
+            svc.submit(tree, node, candidate("correct 9.0"), client="bob"),
+            svc.abandon(tree, node, "bob gave up", client="bob"),
+            svc.status(tree, client="bob"),
+            svc.share(tree, "carol", client="bob"),
+        ):
+            with pytest.raises(NotFoundError, match="belongs to another client"):
+                await attempt  # reading only: the steps stay alice's
+        with pytest.raises(NotFoundError, match="has not shared it with you"):
+            await svc.show(tree, client="carol")
+        assert await svc.share(tree, "*", client="alice") == ["*", "bob"]
+        assert (await svc.show(tree, client="carol")).tree.id == tree

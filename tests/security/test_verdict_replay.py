@@ -101,24 +101,6 @@ class ModelNew(nn.Module):
 """
 
 
-@pytest.fixture(scope="module")
-def gpu_submit():  # type: ignore[no-untyped-def]
-    import asyncio
-
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    from kernelcraft.engine.local import LocalEvaluator
-
-    loop = asyncio.new_event_loop()
-    ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
-    loop.run_until_complete(ev.start())
-    yield lambda job: loop.run_until_complete(ev.submit(job)).verify
-    loop.run_until_complete(ev.aclose())
-    loop.close()
-
-
 @pytest.mark.slow
 @pytest.mark.gpu
 def test_gpu_an_autotuned_kernel_replays_to_its_output(gpu_submit, job_for) -> None:
