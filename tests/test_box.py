@@ -376,9 +376,10 @@ def test_on_a_gpu_hostile_candidates_get_nothing(
             if r.verify is None or not r.verify.correct:
                 got[name] = r.verify.evidence.message if r.verify and r.verify.evidence else r
         assert not got, got
-        size = marker.stat().st_size
+        # The daemon was killed, and its heartbeat file swept out of /dev/shm (shmsweep.py): nothing
+        # writes it any more, and nothing of it is left.
         time.sleep(0.5)
-        assert marker.stat().st_size == size
+        assert not marker.exists()
     finally:
         marker.unlink(missing_ok=True)
 
