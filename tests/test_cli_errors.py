@@ -160,12 +160,12 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path: 
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
-def test_the_readme_has_one_exit_code_table_for_every_command_and_code() -> None:
+def test_the_cli_page_has_one_exit_code_table_for_every_command_and_code() -> None:
     import argparse
 
     from kernelcraft.cli import build_parser, common
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "cli.md").read_text()
     header = next(line for line in text.splitlines() if line.startswith("| exit |"))
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert [c for c in sub.choices if f"`{c}" not in header] == []

@@ -1,4 +1,4 @@
-"""The package's layering, as the README draws it, checked on every import in `kernelcraft/`.
+"""The package's layering, as docs/development.md draws it, checked on every import in `kernelcraft/`.
 
     cli ─→ agent ─→ server ─→ search ─→ engine, knowledge ─→ store ─→ base
 
@@ -66,7 +66,9 @@ def violations() -> list[str]:
     for path in sorted(PACKAGE.rglob("*.py")):
         layer = own_layer(path)
         allowed = ALLOWED.get(layer, ROOT_MODULES.get(layer))
-        assert allowed is not None, f"{path}: not in any layer; add it to the README's graph and ALLOWED"
+        assert allowed is not None, (
+            f"{path}: not in any layer; add it to docs/development.md's graph and ALLOWED"
+        )
         for line, module in imports_of(path):
             target = layer_of(module)
             where = f"{path.relative_to(PACKAGE.parent)}:{line}"
@@ -89,9 +91,11 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
     assert violations() == ["kernelcraft/engine/x.py:2: engine imports kernelcraft.search (search)"]
 
 
-def test_the_readme_draws_the_same_graph():
-    readme = (PACKAGE.parent / "README.md").read_text()
-    assert "cli ─→ agent ─→ server ─→ search ─→ engine, knowledge ─→ store ─→ base" in readme
-    assert "`report` is a leaf beside this chain: it imports only `base`" in readme
+def test_the_development_page_draws_the_same_graph():
+    page = (PACKAGE.parent / "docs" / "development.md").read_text()
+    assert "cli ─→ agent ─→ server ─→ search ─→ engine, knowledge ─→ store ─→ base" in page
+    assert "`report` is a leaf beside this chain: it imports only `base`" in page
     for layer in ALLOWED:
-        assert f"`kernelcraft/{layer}" in readme, f"the README's table of packages has no row for {layer}"
+        assert f"`kernelcraft/{layer}" in page, (
+            f"docs/development.md's table of packages has no row for {layer}"
+        )

@@ -1,5 +1,7 @@
-"""What the README promises a user of the MCP server: the table of tool arguments, the Python
-client example, and the committed `.mcp.json` working from any directory of the repository."""
+"""What the README and docs/clients.md promise a user of the MCP server: the table of tool
+arguments, the Python client example, and the committed `.mcp.json` working from any directory of
+the repository; and that the README stays short and every relative link of the documentation
+resolves."""
 
 from __future__ import annotations
 
@@ -18,20 +20,23 @@ from server_support import REPO
 from kernelcraft.server.reference import arguments_table, published_tools, rewrite
 
 README = REPO / "README.md"
+CLIENTS = REPO / "docs" / "clients.md"
 CLIENT_EXAMPLE = REPO / "examples" / "mcp_client.py"
 
 
 @pytest.mark.anyio
-async def test_the_readmes_tool_table_is_the_one_the_published_schemas_give() -> None:
-    readme = README.read_text(encoding="utf-8")
+async def test_the_tool_table_is_the_one_the_published_schemas_give() -> None:
+    clients = CLIENTS.read_text(encoding="utf-8")
     table = arguments_table(await published_tools())
     assert "| `search_tree_step` | `action` |" in table and "| `query_rules` | `context` |" in table
-    assert rewrite(readme, table) == readme, "regenerate it: python -m kernelcraft.server.reference README.md"
+    assert rewrite(clients, table) == clients, (
+        "regenerate it: python -m kernelcraft.server.reference docs/clients.md"
+    )
 
 
 def test_the_table_is_rewritten_between_its_markers_and_only_there() -> None:
     begin, end = (
-        "<!-- tool-arguments: written by `python -m kernelcraft.server.reference README.md` -->",
+        "<!-- tool-arguments: written by `python -m kernelcraft.server.reference docs/clients.md` -->",
         "<!-- /tool-arguments -->",
     )
     text = f"before\n{begin}\nold table\n{end}\nafter\n"
@@ -40,13 +45,29 @@ def test_the_table_is_rewritten_between_its_markers_and_only_there() -> None:
         rewrite("no markers here", "| new |")
 
 
-def test_the_readme_quotes_the_python_client_example_whole() -> None:
-    assert CLIENT_EXAMPLE.read_text(encoding="utf-8").rstrip("\n") in README.read_text(encoding="utf-8")
+def test_the_clients_page_quotes_the_python_client_example_whole() -> None:
+    assert CLIENT_EXAMPLE.read_text(encoding="utf-8").rstrip("\n") in CLIENTS.read_text(encoding="utf-8")
 
 
-def test_the_readme_gives_the_inspector_its_state_and_says_which_node_it_needs() -> None:
-    readme = README.read_text(encoding="utf-8")
-    assert "-e KERNELCRAFT_HOME=" in readme and "Node ≥ 22.19" in readme
+def test_the_clients_page_gives_the_inspector_its_state_and_says_which_node_it_needs() -> None:
+    clients = CLIENTS.read_text(encoding="utf-8")
+    assert "-e KERNELCRAFT_HOME=" in clients and "Node ≥ 22.19" in clients
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_the_readme_is_short_and_every_relative_link_of_the_docs_resolves() -> None:
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 150, "move the detail into docs/"
+    broken = []
+    for page in [README, *sorted((REPO / "docs").glob("*.md"))]:
+        for target in _LINK.findall(page.read_text(encoding="utf-8")):
+            path = target.split("#", 1)[0]
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or not path:  # a URL, or an anchor on the page
+                continue
+            if not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert broken == []
 
 
 @pytest.mark.slow

@@ -1,9 +1,9 @@
-"""The README's table of every tool's arguments, written from the schemas the server publishes.
+"""docs/clients.md's table of every tool's arguments, written from the published schemas.
 
-    python -m kernelcraft.server.reference README.md    # rewrites the table between its markers
+    python -m kernelcraft.server.reference docs/clients.md    # rewrites the table between its markers
 
-`tests/test_readme.py` checks that the README holds exactly what `arguments_table` writes, so the
-table cannot drift from the tools. Listing tools starts nothing: no database, no evaluator.
+`tests/test_readme.py` checks that docs/clients.md holds exactly what `arguments_table` writes, so
+the table cannot drift from the tools. Listing tools starts nothing: no database, no evaluator.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from mcp.types import Tool
 from kernelcraft.base.config import Settings
 from kernelcraft.server.app import create_server
 
-BEGIN = "<!-- tool-arguments: written by `python -m kernelcraft.server.reference README.md` -->"
+BEGIN = "<!-- tool-arguments: written by `python -m kernelcraft.server.reference docs/clients.md` -->"
 END = "<!-- /tool-arguments -->"
 MAX_ENUM_SHOWN = 6  # a longer enum (the failure classes) shows its count, first and last names
 
@@ -78,13 +78,15 @@ def rewrite(readme: str, table: str) -> str:
     """`readme` with the text between the markers replaced by `table`; ValueError without markers."""
     pattern = re.compile(re.escape(BEGIN) + r"\n(?:.*?\n)?" + re.escape(END), re.DOTALL)
     if not pattern.search(readme):
-        raise ValueError(f"no table markers in the README: add the lines {BEGIN!r} and {END!r}")
+        raise ValueError(f"no table markers in the file: add the lines {BEGIN!r} and {END!r}")
     return pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", readme)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("readme", type=Path, help="the README to rewrite (the table between its markers)")
+    parser.add_argument(
+        "readme", type=Path, help="the file to rewrite, docs/clients.md (the table between its markers)"
+    )
     args = parser.parse_args(argv)
     table = arguments_table(anyio.run(published_tools))
     try:
