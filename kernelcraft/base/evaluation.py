@@ -187,6 +187,11 @@ class EvalJob(BaseModel):
         description="Without a GPU, run the task's own sizes in the interpreter instead of shrinking "
         "a large KernelBench task's size constants.",
     )
+    model_mode: Literal["train", "eval"] = Field(
+        default="train",
+        description="'train': Model and ModelNew run as constructed (training mode: BatchNorm uses batch "
+        "statistics, dropout is active), as KernelBench's harness runs them; 'eval': both get .eval().",
+    )
 
     @model_validator(mode="after")
     def _baseline_alone(self) -> EvalJob:

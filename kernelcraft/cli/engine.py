@@ -3,7 +3,7 @@
     kernelcraft verify TASK CANDIDATE [--trials N] [--timeout S] [--allow-op OP ...] [--json]
     kernelcraft compile TASK CANDIDATE --target T [--target T ...] [--json]
     kernelcraft profile TASK CANDIDATE [--target T] [--json]
-    (each also takes --memory-limit-gb GB and --full-size)
+    (each also takes --memory-limit-gb GB, --full-size and --eval-mode)
 
 `--json` prints the pydantic result model (`VerifyResult`, `CompileResult`, `ProfileResult`) as
 one JSON object on stdout; otherwise a short human summary. Exit codes: 0 correct / compiled /
@@ -54,6 +54,12 @@ def register(sub: Subcommands) -> None:
             action="store_true",
             help="without a GPU, run the task's own sizes in Triton's interpreter instead of shrinking "
             "a large KernelBench task's size constants (slow)",
+        )
+        p.add_argument(
+            "--eval-mode",
+            action="store_true",
+            help="run Model and ModelNew in eval mode (.eval()); by default they run as constructed, in "
+            "training mode, as KernelBench's harness runs them (BatchNorm on batch statistics)",
         )
         add_json(p)
         add_device(p)
@@ -111,6 +117,7 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
         stages=stages,  # type: ignore[arg-type]
         timeout_s=args.timeout,
         full_size=args.full_size,
+        model_mode="eval" if getattr(args, "eval_mode", False) else "train",
         gpu_check=_gpu_check(getattr(args, "gpu_check", "sm_90a")),
         **extra,
     )

@@ -142,6 +142,8 @@ class Job:
         ready = outcome[0]
         assert isinstance(ready, TaskReady)
         self.input_sets = int(ready.input_sets)
+        if ready.mode_sensitive:
+            self.workers.notes.append(mode_note(self.spec.model_mode, ready.mode_sensitive))
         return cast("WorkerProcess | None", outcome[1] if len(outcome) > 1 else None)
 
     async def candidate_stages(self, result: EvalResult, cand: WorkerProcess) -> None:
@@ -368,3 +370,17 @@ TF32_HINT = (
     "to tl.dot"
 )
 """The words a TF32 mismatch adds to its verdict (issue 26): the cause and the fix."""
+
+
+def mode_note(mode: str, kinds: list[str]) -> str:
+    """What a verdict says of the mode Model and ModelNew ran in, when it matters to the task."""
+    which = ", ".join(kinds[:4])
+    if mode == "eval":
+        return (
+            f"ran Model and ModelNew in eval mode (model_mode='eval'): {which} used running statistics "
+            "and no dropout; KernelBench's harness runs them in training mode"
+        )
+    return (
+        f"ran Model and ModelNew in training mode, as KernelBench's harness does: {which} used batch "
+        "statistics (and dropout, if any, was active); model_mode='eval' (--eval-mode) judges eval mode"
+    )

@@ -111,7 +111,8 @@ class JobWorkers:
         self.held: list[tuple[WorkerPool, WorkerProcess]] = []
         self.full_size = spec.full_size or not settings.shrink
         """In the interpreter, run the task's own sizes (`shrink.py`)."""
-        self.key = task_key(spec.task_source, device.index, "full" if self.full_size else "")
+        variant = ("full" if self.full_size else "") + ("" if spec.model_mode == "train" else spec.model_mode)
+        self.key = task_key(spec.task_source, device.index, variant)
         self.sized: asyncio.Future[Sized | None] = asyncio.get_running_loop().create_future()
         """The reference's measurement of the task, once the job may run (the candidate waits)."""
         self.task_source = spec.task_source
@@ -326,6 +327,8 @@ class JobWorkers:
         else:
             given = {"full_size": True} if self.full_size and interpret else {}
         source = self.task_source if role == "candidate" and not full_size else spec.task_source
+        if spec.model_mode != "train":
+            given["model_mode"] = spec.model_mode
         load = Load(
             role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
         )

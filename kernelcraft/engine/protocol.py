@@ -123,6 +123,8 @@ class Load(BaseModel):
     interpret: bool = False
     # the reference only: run the task's own sizes in the interpreter (no shrink, `shrink.py`)
     full_size: bool = False
+    # both: "train" (as constructed, KernelBench's way) or "eval" (`.eval()` on the model)
+    model_mode: str = "train"
     # the candidate only
     candidate_source: str = ""
     sandbox: bool = True
@@ -299,6 +301,8 @@ class TaskReady(Reply):
 
     TAG = Msg.TASK_READY
     input_sets: int = 1
+    mode_sensitive: list[str] = Field(default_factory=list)
+    """The kinds of Model's modules that compute differently in training and eval mode."""
 
 
 class TaskFailed(Reply):

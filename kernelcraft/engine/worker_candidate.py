@@ -134,7 +134,7 @@ class CandidateWorker(Worker):
         self.progress(IMPORTING_CANDIDATE)
         try:
             module = import_source(job.candidate_source, workdir, CANDIDATE_MODULE)
-            self.model = self.build(module.ModelNew, init, job.seed0, task)
+            self.model = self.build(module.ModelNew, init, job.seed0, task, job.model_mode)
         except BaseException as e:
             self.fail_exception(e, "load")
             return False

@@ -112,15 +112,18 @@ class Worker:
         self.torch.manual_seed(seed0)
         return list(task.get_init_inputs())
 
-    def build(self, cls: Any, init: list[Any], seed0: int, task: Any = None) -> Any:
+    def build(self, cls: Any, init: list[Any], seed0: int, task: Any = None, mode: str = "train") -> Any:
         """`cls(*init)` after seeding the RNG with `seed0` (KernelBench's convention), on the
-        device; then, unless the task opts out, its parameters and buffers get fresh values drawn
-        from `seed0`, the same in Model and ModelNew (`perturb.py`)."""
+        device, left in the mode it was constructed in (training, as KernelBench's harness runs
+        it) unless `mode` is "eval"; then, unless the task opts out, its parameters and buffers
+        get fresh values drawn from `seed0`, the same in Model and ModelNew (`perturb.py`)."""
         from kernelcraft.engine import perturb
 
         self.torch.manual_seed(seed0)
         model = cls(*init)
-        model = model.to(self.device).eval() if hasattr(model, "to") else model
+        model = model.to(self.device) if hasattr(model, "to") else model
+        if mode == "eval" and hasattr(model, "eval"):
+            model = model.eval()
         if task is not None and isinstance(model, self.torch.nn.Module) and perturb.task_allows(task):
             perturb.perturb(model, seed0 ^ perturb.SALT)
         return model

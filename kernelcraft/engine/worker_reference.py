@@ -195,13 +195,15 @@ class ReferenceWorker(Worker):
             if self.device.startswith("cuda"):
                 self.torch.cuda.empty_cache()
             init = self.init_inputs(self.task, self.job.seed0)
-            self.model = self.build(self.task.Model, init, self.job.seed0, self.task)
+            self.model = self.build(self.task.Model, init, self.job.seed0, self.task, self.job.model_mode)
             if self.input_sets == 0:
                 self.input_sets = self.count_input_sets(self.task, self.job.interpret)
         except Exception as e:
             self.task_error(e)
             return False
-        self.send(TaskReady(input_sets=self.input_sets))
+        self.send(
+            TaskReady(input_sets=self.input_sets, mode_sensitive=mode_sensitive(self.torch, self.model))
+        )
         return True
 
     def compare(self, req: Compare, blobs: list[bytes]) -> Compared:
@@ -306,3 +308,24 @@ class ReferenceWorker(Worker):
             return Timed(**samples)
         except Exception as e:
             return Timed(error=trim(traceback.format_exc()), summary=repr(e))
+
+
+def mode_sensitive(torch: Any, model: Any) -> list[str]:
+    """The kinds of `model`'s modules that compute differently in training and eval mode:
+    batch norms, instance norms that track running statistics, dropout, recurrent and attention
+    layers with dropout."""
+    nn = torch.nn
+    if not isinstance(model, nn.Module):
+        return []
+    found = []
+    for m in model.modules():
+        kind = type(m).__name__
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            found.append(kind)
+        elif isinstance(m, nn.modules.instancenorm._InstanceNorm) and m.track_running_stats:
+            found.append(kind)
+        elif isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+            found.append(kind)
+        elif isinstance(m, (nn.RNNBase, nn.MultiheadAttention)) and float(getattr(m, "dropout", 0) or 0) > 0:
+            found.append(kind)
+    return list(dict.fromkeys(found))

@@ -48,9 +48,13 @@ Timeout = Annotated[
 AllowedOps = Annotated[
     list[str] | None,
     Field(
-        description="Aten ops forward() may run ('mm', 'aten::mm', 'aten.mm.default'; no wildcards); any "
-        "other is a 'pytorch_fallback'.",
+        description="Aten ops forward() may run ('mm', 'aten::mm'; no wildcards); others are "
+        "'pytorch_fallback'.",
     ),
+]
+EvalMode = Annotated[
+    bool,
+    Field(description="Both models in eval mode (default: training, as in KernelBench)."),
 ]
 # SQLite stores 64-bit signed integers: a larger id or seed could never name a row and would fail
 # deep in the driver, so the schema bounds them and the client hears which field and what range.

@@ -48,10 +48,10 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         action: Annotated[
             SearchAction,
             Field(
-                description="'start' (reference_code): a tree, your first step; 'submit' (tree_id, node_id, "
-                "candidate_code): the verdict, your next step; 'status' (tree_id): the best kernel; "
-                "'abandon' (tree_id, node_id, reason): the step fails, unevaluated; 'next' (tree_id): a new "
-                "step beside those you hold, to write several at once; 'share' (tree_id, share_with).",
+                description="'start' (reference_code): a tree, your first step; 'submit' (node_id, "
+                "candidate_code): the verdict, your next step; 'status': the best kernel; 'abandon' "
+                "(node_id, reason): the step fails, unevaluated; 'next': one more step; "
+                "'share' (share_with). All but start take tree_id.",
             ),
         ],
         reference_code: Annotated[

@@ -36,6 +36,7 @@ from kernelcraft.server.inputs import (
     AllowedOps,
     Arch,
     CandidateCode,
+    EvalMode,
     ReferenceCode,
     Timeout,
     allowed_op_names,
@@ -156,8 +157,7 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
         ] = None,
     ) -> FailureRecorded:
         """Record a failed candidate for the shared rulebook. A proposed rule becomes active (served
-        by query_rules) once seen 3 times, from two clients or on 3 failures this server evaluated
-        (a node's failure_id, a candidate verified here)."""
+        by query_rules) once seen from two clients, or on 3 failures this server evaluated."""
         state = app_state(ctx)
         for name, code in (
             ("candidate_code", candidate_code),
@@ -248,10 +248,11 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         ] = 5,
         timeout_s: Timeout = DEFAULT_TIMEOUT_S,
         allowed_ops: AllowedOps = None,
+        eval_mode: EvalMode = False,
     ) -> VerifyResult:
         """Check in an isolated process that ModelNew computes what Model does: fresh secret inputs,
-        dtype-aware tolerances, inputs unchanged, Triton kernels launched, no PyTorch compute unless
-        allowed. A failure is a verdict, not an error. No GPU: Triton's interpreter."""
+        dtype-aware tolerances, Triton kernels doing the work, no PyTorch compute unless allowed.
+        A failure is a verdict, not an error."""
         job = EvalJob(
             task_source=reference_code,
             candidate_source=candidate_code,
@@ -259,6 +260,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
             trials=trials,
             timeout_s=timeout_s,
             allowed_ops=allowed_op_names(allowed_ops),
+            model_mode="eval" if eval_mode else "train",
         )
         result = await evaluate(ctx, job)
         return _stage(result.verify, "verify")
@@ -274,6 +276,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         ] = "sm_90a",
         timeout_s: Timeout = DEFAULT_TIMEOUT_S,
         allowed_ops: AllowedOps = None,
+        eval_mode: EvalMode = False,
     ) -> ProfileResult:
         """Time the candidate against the reference, eager and under torch.compile: speedups,
         bandwidth, FLOP rate, roofline fraction. Verify first. Without a GPU: the roofline floor only."""
@@ -284,6 +287,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
             timeout_s=timeout_s,
             allowed_ops=allowed_op_names(allowed_ops),
             roofline_target=roofline_target,
+            model_mode="eval" if eval_mode else "train",
         )
         result = await evaluate(ctx, job)
         return _stage(result.profile, "profile")
@@ -322,7 +326,7 @@ def register_docs_tool(mcp: MCPServer[AppState]) -> None:
     ) -> DocResults:
         """Search the hardware manuals (A100, L40S, H100/H200, B200, MI300X, Triton, performance)
         for memory sizes, bandwidths, tensor-core instructions, occupancy limits and failing Triton
-        constructs, each figure with its source."""
+        constructs, with sources."""
         state = app_state(ctx)
         if (query is None or not query.strip()) == (section_id is None):
             raise ToolError("pass either query (words to search for) or section_id (from an earlier result)")

@@ -1,0 +1,40 @@
+"""KernelBench's semantics by default: Model and ModelNew run as constructed (training mode), as
+KernelBench's harness runs them, so a BatchNorm kernel on batch statistics is right; `--eval-mode`
+(`model_mode='eval'`) judges eval mode, where only running statistics are. The verdict says which,
+and only where the task has a module whose mode matters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+MODES = Path(__file__).parent / "fixtures" / "modes"
+CHEATS = Path(__file__).parent / "cheats"
+
+
+@pytest.mark.slow
+def test_batchnorm_is_judged_in_training_mode_by_default_and_says_so(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(MODES / "task_bn.py", MODES / "bn_batch_stats.py", trials=2)).verify
+    assert v is not None and v.correct, v
+    assert any("training mode, as KernelBench's harness does: BatchNorm2d" in n for n in v.notes), v.notes
+    wrong = evaluator.submit(job_for(MODES / "task_bn.py", MODES / "bn_running_stats.py", trials=1)).verify
+    assert wrong is not None and wrong.status == "numerical_mismatch", wrong
+
+
+@pytest.mark.slow
+def test_eval_mode_judges_running_statistics(evaluator, job_for) -> None:
+    job = job_for(MODES / "task_bn.py", MODES / "bn_running_stats.py", trials=2, model_mode="eval")
+    v = evaluator.submit(job).verify
+    assert v is not None and v.correct, v
+    assert any("eval mode (model_mode='eval')" in n for n in v.notes), v.notes
+    wrong = evaluator.submit(
+        job_for(MODES / "task_bn.py", MODES / "bn_batch_stats.py", trials=1, model_mode="eval")
+    ).verify
+    assert wrong is not None and wrong.status == "numerical_mismatch", wrong
+
+
+@pytest.mark.slow
+def test_a_task_without_mode_sensitive_modules_gets_no_note_of_it(evaluator, job_for) -> None:
+    v = evaluator.submit(job_for(CHEATS / "task_scale.py", CHEATS / "good.py", trials=1)).verify
+    assert v is not None and v.correct and not any("mode" in n for n in v.notes), v.notes
