@@ -130,7 +130,7 @@ async def _client(tmp_path: Path) -> Any:
 async def test_search_examples_returns_the_kernel_for_a_pasted_kernelbench_task(tmp_path: Path) -> None:
     task = (ENTRIES / "softmax" / "task.py").read_text()
     async with await _client(tmp_path) as client:
-        result = await client.call_tool("search_examples", {"query": task, "limit": 1})
+        result = await client.call_tool("search_examples", {"query": task, "limit": 1, "include_code": True})
         assert not result.is_error
         (top,) = result.structured_content["examples"]
         assert top["id"] == "softmax" and "class ModelNew" in top["kernel_code"] and top["conditions"]

@@ -302,7 +302,9 @@ async def test_a_small_step_carries_the_chain_with_verdicts_errors_and_timings(t
     assert step.start_code == candidate("compile")
     assert "Fix that failure first" in step.instructions and "SMALL STEP" in step.instructions
     assert step.rules and all(rule.status == "active" for rule in step.rules)
-    assert step.rules[0].text in step.instructions
+    # The rules' text is in `rules` alone (said once); the instructions point at it.
+    assert step.rules[0].text not in step.instructions
+    assert f"Follow the {len(step.rules)} rule(s) learnt from earlier failed kernels" in step.instructions
 
 
 @pytest.mark.anyio

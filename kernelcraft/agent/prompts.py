@@ -84,6 +84,8 @@ def large_step(step: NextStep) -> str:
     """The proposer: one call writing a whole ModelNew that must beat the pool."""
     parts = [step.instructions, _kernel_block("The task (PyTorch reference)", step.task_source)]
     parts.extend(_kernel_block(f"Pool kernel — {describe_kernel(k)}", k.code) for k in step.pool)
+    if feedback := _feedback_text(step):
+        parts.append(feedback)
     parts.append("Call submit_kernel with the complete new module." + _rules_text(step))
     return "\n\n".join(parts)
 

@@ -19,11 +19,12 @@ from typing import Any, Literal, TypeVar
 from mcp import Client
 from pydantic import BaseModel
 
+from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import BudgetError, KernelcraftError, UsageError
 from kernelcraft.base.evaluation import CompileResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.rules import FailureRecorded
-from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
+from kernelcraft.base.rules import FailureRecorded, RuleOut
+from kernelcraft.base.tree import NextStep, StartResult, SubmitResult, TreeStatus
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -33,11 +34,19 @@ class ServerToolError(KernelcraftError):
 
 
 class ToolSession:
-    """Typed calls to the kernelcraft tools over one open MCP client."""
+    """Typed calls to the kernelcraft tools over one open MCP client.
+
+    The server sends a tree's rules and manual sections in full once per client (an answer must fit
+    a context window); each LLM call of the driver starts afresh, so the session keeps what it
+    was sent, per tree, and gives every step back whole: the rules it has had in the tree (every
+    active rule for the target, read once from rules://active/TARGET, when the tree's preset puts
+    them all in the prompt, as AdaExplore's does) and each manual section's text."""
 
     def __init__(self, client: Client, where: str) -> None:
         self.client = client
         self.where = where
+        self.tree_rules: dict[int, dict[int, RuleOut]] = {}
+        self.tree_sections: dict[int, dict[int, DocSection]] = {}
 
     async def _call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         result = await self.client.call_tool(name, {k: v for k, v in args.items() if v is not None})
@@ -53,7 +62,32 @@ class ToolSession:
 
     async def _model(self, name: str, args: dict[str, Any], key: str | None, model: type[M]) -> M:
         data = await self._call(name, args)
-        return model.model_validate(data[key] if key else data)
+        result = model.model_validate(data[key] if key else data)
+        step = getattr(result, "next_step", None)
+        if isinstance(step, NextStep):
+            setattr(result, "next_step", self._whole(step))  # noqa: B010 - any of three result models
+        return result
+
+    def _whole(self, step: NextStep) -> NextStep:
+        """The step with every rule this session has had in its tree and each section's text."""
+        rules = self.tree_rules.setdefault(step.tree_id, {})
+        for r in step.rules:
+            rules.setdefault(r.id, r)
+        sections = self.tree_sections.setdefault(step.tree_id, {})
+        for m in step.manual_sections:
+            if m.snippet:
+                sections[m.id] = m
+        whole = [sections.get(m.id, m) for m in step.manual_sections]
+        return step.model_copy(update={"rules": list(rules.values()), "manual_sections": whole})
+
+    async def _all_rules(self, tree_id: int, target: str) -> None:
+        """Every active rule for `target`, for a tree whose preset puts them all in the prompt."""
+        result = await self.client.read_resource(f"rules://active/{target}")
+        text = "".join(getattr(c, "text", "") for c in result.contents)
+        rules = self.tree_rules.setdefault(tree_id, {})
+        for r in json.loads(text).get("rules", []):
+            rule = RuleOut.model_validate(r)
+            rules.setdefault(rule.id, rule)
 
     async def start(
         self,
@@ -68,7 +102,7 @@ class ToolSession:
         preset: str | None = None,
         params: dict[str, int | float | str | bool] | None = None,
     ) -> StartResult:
-        return await self._model(
+        started = await self._model(
             "search_tree_step",
             {
                 "action": "start",
@@ -85,6 +119,11 @@ class ToolSession:
             "start",
             StartResult,
         )
+        if started.tree.params.get("rules_in_prompt") == 0:  # all active rules, as AdaExplore
+            await self._all_rules(started.tree.id, started.tree.target)
+            if started.next_step is not None:
+                started.next_step = self._whole(started.next_step)
+        return started
 
     async def submit(self, tree_id: int, node_id: int, code: str) -> SubmitResult:
         return await self._model(

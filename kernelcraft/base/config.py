@@ -92,10 +92,20 @@ class Settings:
     ray_address: str | None = None
     memory_limit_gb: float | None = None
     """A cap on each candidate process (`serve --memory-limit-gb`); None: sized to each task."""
+    text_content: Literal["summary", "json"] = "summary"
+    """What a tool answer's text content holds (`server/answers.py`): a summary for people, or
+    the compact JSON for hosts that show their model only the text (KERNELCRAFT_TEXT_CONTENT)."""
 
     @classmethod
     def from_env(cls, db_path: str | Path | None = None) -> Settings:
         return cls(
             db_path=Path(db_path).expanduser() if db_path else default_db_path(),
             rule_activation_count=env_int("KERNELCRAFT_RULE_ACTIVATION", 3),
+            text_content=_text_content(os.environ.get("KERNELCRAFT_TEXT_CONTENT", "summary")),
         )
+
+
+def _text_content(value: str) -> Literal["summary", "json"]:
+    if value.strip().lower() not in ("summary", "json"):
+        raise ValueError(f"KERNELCRAFT_TEXT_CONTENT must be 'summary' or 'json', not {value!r}")
+    return "json" if value.strip().lower() == "json" else "summary"

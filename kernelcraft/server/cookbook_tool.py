@@ -32,11 +32,11 @@ def register_cookbook_tool(mcp: MCPServer[AppState]) -> None:
         family: Annotated[
             str | None, Field(description="Only this family: gemm, norm, attention, ...")
         ] = None,
-        limit: Annotated[int, Field(ge=1, le=10, description="How many.")] = 2,
-        include_code: Annotated[bool, Field(description="With the kernel's and task's code.")] = True,
+        limit: Annotated[int, Field(ge=1, le=10, description="How many.")] = 3,
+        include_code: Annotated[bool, Field(description="With the kernel's and task's code.")] = False,
     ) -> Examples:
-        """Verified Triton kernels for KernelBench's op families (GEMM, norms, softmax, attention,
-        conv, scan, loss, pooling ...), with H200 timings: start from one."""
+        """Verified Triton kernels for KernelBench's ops (GEMM, norms, softmax, attention, conv,
+        scan, loss, pooling), with H200 timings; then one by id, include_code."""
         with tool_errors():
             found = load_cookbook().search(query, family=family, limit=limit, with_code=include_code)
         return Examples(examples=found)

@@ -4,7 +4,7 @@ status, abandon, next), a thin layer over `SearchService` (`search/service.py`).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -13,9 +13,10 @@ from pydantic import BaseModel, Field
 from kernelcraft.base.presets import PresetName
 from kernelcraft.base.targets import Target
 from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
+from kernelcraft.server.answers import opening
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.inputs import MAX_INT64
-from kernelcraft.server.state import AppState
+from kernelcraft.server.state import AppState, Sent
 from kernelcraft.server.tools import APPENDS, app_state, check_size, cleaned, progress_to, tool_errors
 
 SearchAction = Literal["start", "submit", "status", "abandon", "next", "share"]
@@ -168,41 +169,115 @@ async def _search_action(
     ):
         check_size(state, name, code)
     with tool_errors():
-        if action == "start":
-            _require(action, reference_code=reference_code)
-            assert reference_code is not None
-            started = await state.search.start(
-                reference_code,
-                task_name=task_name,
-                seed_candidate=candidate_code,
-                target=target,
-                policy=policy,
-                preset=preset,
-                params=dict(policy_params) if policy_params else None,
-                budget=budget,
-                seed=seed,
-                client=client,
-                progress=progress_to(ctx),
-            )
-            return SearchStep(action=action, start=started)
-        if action == "submit":
-            _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
-            assert tree_id is not None and node_id is not None and candidate_code is not None
-            submitted = await state.search.submit(
-                tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
-            )
-            return SearchStep(action=action, submit=submitted)
-        if action == "abandon":
-            _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
-            assert tree_id is not None and node_id is not None and reason is not None
-            abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
-            return SearchStep(action=action, abandon=abandoned)
-        _require(action, tree_id=tree_id)
-        assert tree_id is not None
-        if action == "share":
-            _require(action, share_with=share_with)
-            assert share_with is not None
-            shared = await state.search.share(tree_id, share_with, client=client)
-            return SearchStep(action=action, shared_with=shared)
-        status = await state.search.status(tree_id, client=client, new_step=action == "next")
-        return SearchStep(action=action, status=status)
+        step = await _act(
+            state,
+            client,
+            action,
+            reference_code=reference_code,
+            candidate_code=candidate_code,
+            tree_id=tree_id,
+            node_id=node_id,
+            reason=reason,
+            target=target,
+            policy=policy,
+            preset=preset,
+            policy_params=policy_params,
+            budget=budget,
+            seed=seed,
+            task_name=task_name,
+            share_with=share_with,
+            progress=progress_to(ctx),
+        )
+    return economise(step, state, client)
+
+
+async def _act(
+    state: AppState,
+    client: str,
+    action: SearchAction,
+    *,
+    reference_code: str | None,
+    candidate_code: str | None,
+    tree_id: int | None,
+    node_id: int | None,
+    reason: str | None,
+    target: Target,
+    policy: str,
+    preset: PresetName | None,
+    policy_params: dict[str, int | float | str | bool] | None,
+    budget: int,
+    seed: int,
+    task_name: str | None,
+    share_with: str | None,
+    progress: Any,
+) -> SearchStep:
+    if action == "start":
+        _require(action, reference_code=reference_code)
+        assert reference_code is not None
+        started = await state.search.start(
+            reference_code,
+            task_name=task_name,
+            seed_candidate=candidate_code,
+            target=target,
+            policy=policy,
+            preset=preset,
+            params=dict(policy_params) if policy_params else None,
+            budget=budget,
+            seed=seed,
+            client=client,
+            progress=progress,
+        )
+        return SearchStep(action=action, start=started)
+    if action == "submit":
+        _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
+        assert tree_id is not None and node_id is not None and candidate_code is not None
+        submitted = await state.search.submit(
+            tree_id, node_id, candidate_code, client=client, progress=progress
+        )
+        return SearchStep(action=action, submit=submitted)
+    if action == "abandon":
+        _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
+        assert tree_id is not None and node_id is not None and reason is not None
+        abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
+        return SearchStep(action=action, abandon=abandoned)
+    _require(action, tree_id=tree_id)
+    assert tree_id is not None
+    if action == "share":
+        _require(action, share_with=share_with)
+        assert share_with is not None
+        shared = await state.search.share(tree_id, share_with, client=client)
+        return SearchStep(action=action, shared_with=shared)
+    status = await state.search.status(tree_id, client=client, new_step=action == "next")
+    return SearchStep(action=action, status=status)
+
+
+MAX_NEW_RULES = 6
+"""Rules an answer carries in full that the client has not had in this tree (most relevant first)."""
+
+
+def economise(step: SearchStep, state: AppState, client: str) -> SearchStep:
+    """The answer as sent: a step's rules and manual sections in full only the first time this
+    client gets them in this tree (issue 26: an answer fits a context window). A rule sent before is
+    left out (the instructions say the earlier answers' rules still apply; all of them are the
+    resource rules://active/{target}), and at most `MAX_NEW_RULES` new ones go in one answer; a
+    manual section's text is cut to its opening (`answers.OPENING_CHARS`) and, sent before, left out, its
+    entry kept (search_hw_docs(section_id=ID) gives the whole section)."""
+    holders: list[StartResult | SubmitResult | TreeStatus] = [
+        h for h in (step.start, step.submit, step.abandon, step.status) if h is not None
+    ]
+    for holder in holders:
+        nxt = holder.next_step
+        if nxt is None:
+            continue
+        sent = state.sent.setdefault((nxt.tree_id, client), Sent())
+        rules = [r for r in nxt.rules if r.id not in sent.rules][:MAX_NEW_RULES]
+        sent.rules.update(r.id for r in rules)
+        sections = [
+            m.model_copy(update={"snippet": opening(m.snippet), "sources": []})
+            if m.id not in sent.sections
+            else m.model_copy(update={"snippet": "", "sources": []})
+            for m in nxt.manual_sections
+        ]
+        sent.sections.update(m.id for m in nxt.manual_sections)
+        holder.next_step = nxt.model_copy(update={"rules": rules, "manual_sections": sections})
+    return step

@@ -37,6 +37,17 @@ class AppState:
     rulebook: Rulebook
     docs: HwDocs
     search: SearchService
+    sent: dict[tuple[int, str], Sent] = field(default_factory=dict)
+    """What each (tree, client) has been sent of rules and manual sections (search_tool.py)."""
+
+
+@dataclass
+class Sent:
+    """Rule and manual-section ids one client has had in full in one tree's answers (this server
+    process; a restarted server sends them again)."""
+
+    rules: set[int] = field(default_factory=set)
+    sections: set[int] = field(default_factory=set)
 
 
 @dataclass
