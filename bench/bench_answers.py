@@ -29,12 +29,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from search_scripted import ScriptedEvaluator  # noqa: E402
+
 from bench.support import task_source  # noqa: E402
 from kernelcraft.base.config import Settings  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402
-from search_scripted import ScriptedEvaluator  # noqa: E402
 
-TARGETS = {"search_tree_step start": 16_000, "search_tree_step submit": 12_000, "search_tree_step status": 12_000}
+TARGETS = {
+    "search_tree_step start": 16_000,
+    "search_tree_step submit": 12_000,
+    "search_tree_step status": 12_000,
+}
 OTHER_TARGET = 4_000
 VERDICTS = ["correct 1.4", "wrong", "compile", "correct 1.9", "crash", "correct 2.2"]
 
@@ -105,7 +110,12 @@ async def session(gpu: bool) -> list[dict[str, Any]]:
             await call("search_hw_docs", "search_hw_docs", query="shared memory per SM on H100")
             await call("search_examples", "search_examples", query="softmax over the last dimension")
             good = _candidate(kernel, "correct 1.3")
-            await call("verify_against_reference", "verify_against_reference", reference_code=task, candidate_code=good)
+            await call(
+                "verify_against_reference",
+                "verify_against_reference",
+                reference_code=task,
+                candidate_code=good,
+            )
             if gpu:  # the scripted evaluator compiles and times only as a GPU would
                 await call("profile_kernel", "profile_kernel", reference_code=task, candidate_code=good)
             await call(

@@ -77,7 +77,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kernelcraft.base.config import env_switch
 from kernelcraft.engine import mounts, pidlimit, sandbox, seccomp
 
 BOX_ENV = "KERNELCRAFT_WORKER_BOX"
@@ -115,16 +114,18 @@ _box = _Box()
 def mode(device: str) -> str:
     """The box setting a pool gives its workers (KERNELCRAFT_SANDBOX, KERNELCRAFT_SANDBOX_PIDNS).
     The PID namespace is on by default for CPU workers only: on a GPU it breaks CUDA IPC (see 3)."""
-    if not env_switch("KERNELCRAFT_SANDBOX"):
+    from kernelcraft.base.engine_settings import EngineSettings  # (the parent's: pydantic is there)
+
+    settings = EngineSettings()
+    if not settings.sandbox:
         return "off"
     # KERNELCRAFT_SANDBOX_IDENTITY=root|nobody: run by root, stay root in a user namespace of its own
     # (no capability outside it) or become nobody (1), the default on the CPU and on a GPU (the
     # whole GPU suite passed as nobody on the H200: CUDA IPC between nobody workers, the JIT's
     # compiler, the reference's torch.compile in a cache of its own).
-    identity = os.environ.get("KERNELCRAFT_SANDBOX_IDENTITY", "nobody")
-    keep_root = ",root" if identity.lower() == "root" else ""
-    if "KERNELCRAFT_SANDBOX_PIDNS" in os.environ:
-        return ("on" if env_switch("KERNELCRAFT_SANDBOX_PIDNS") else "on,nopidns") + keep_root
+    keep_root = ",root" if settings.sandbox_identity == "root" else ""
+    if settings.sandbox_pidns is not None:
+        return ("on" if settings.sandbox_pidns else "on,nopidns") + keep_root
     return ("on" if device == "cpu" else "on,nopidns-gpu") + keep_root
 
 

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from kernelcraft.base.config import env_switch
+from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.evaluation import (
     EvalJob,
@@ -147,12 +147,13 @@ class LocalEvaluator:
         self._devices: list[Device] | None = None
         self._closed = False
         self._active: set[WorkerProcess] = set()
+        engine = EngineSettings()
         self._candidates = CandidateSettings(
             memory_limit_bytes=int(memory_limit_gb * 1024**3) if memory_limit_gb else None,
             # KERNELCRAFT_SANDBOX=off turns the candidates' box off (see box.py).
-            sandbox=env_switch("KERNELCRAFT_SANDBOX"),
+            sandbox=engine.sandbox,
             # KERNELCRAFT_SHRINK=off runs KernelBench sizes in the interpreter (see shrink.py).
-            shrink=env_switch("KERNELCRAFT_SHRINK"),
+            shrink=engine.shrink,
         )
         # A task gets a few reference workers (a job beyond them waits for one); a device keeps
         # at most as many idle ones as it has workers.

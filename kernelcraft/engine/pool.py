@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.base import bytecode
-from kernelcraft.base.config import env_switch
+from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine import box, pidlimit, prebuilt, shmsweep
@@ -339,7 +339,7 @@ class WorkerPool:
         if zygote is not None and not zygote.started_for(env):  # for another environment
             zygote.kill()
             zygote = None
-        if zygote is None and env_switch("KERNELCRAFT_ZYGOTE"):
+        if zygote is None and EngineSettings().zygote:
             zygote = Zygote(
                 env,
                 Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import InfrastructureError, KernelcraftError, TaskError, UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.engine.evaluator import ProgressCallback
@@ -55,8 +56,16 @@ log = logging.getLogger(__name__)
 # What a serving process holds (kernelcraft.server.hardening.SERVE_SECRETS): an actor refuses to
 # run with any of them in its environment.
 SERVER_SECRETS = ("KERNELCRAFT_TOKENS", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
-# The engine's settings, passed to the actors explicitly (the scrub drops every KERNELCRAFT_*).
-ENGINE_SETTINGS = ("KERNELCRAFT_SANDBOX", "KERNELCRAFT_ZYGOTE", "KERNELCRAFT_PERTURB_PARAMETERS")
+# The engine's settings, passed to the actors explicitly (the scrub drops every KERNELCRAFT_*): every
+# field of EngineSettings, so that none is left behind (an actor ran with the defaults of five).
+ENGINE_SETTINGS = tuple(EngineSettings.env_names())
+
+
+def actor_env() -> dict[str, str]:
+    """The environment an actor gets on top of its node's: the engine's settings, every one."""
+    return EngineSettings().to_env()
+
+
 PROGRESS_POLL_S = 0.5
 REVIVE_WAIT_S = 300.0
 CLOSE_WAIT_S = 60.0
@@ -228,7 +237,7 @@ class RayEvaluator:
         await asyncio.shield(self._started)
 
     async def _start_all(self) -> None:
-        env = {k: os.environ[k] for k in ENGINE_SETTINGS if k in os.environ}
+        env = actor_env()
         remote = self._ray.remote(EvalActor).options(
             max_restarts=1,
             max_task_retries=0,
