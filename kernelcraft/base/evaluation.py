@@ -187,6 +187,12 @@ class EvalJob(BaseModel):
         description="Without a GPU, run the task's own sizes in the interpreter instead of shrinking "
         "a large KernelBench task's size constants.",
     )
+    correctness: Literal["kernelcraft", "adaexplore"] = Field(
+        default="kernelcraft",
+        description="'kernelcraft': no PyTorch compute in forward, tolerances by dtype with a relative-L2 "
+        "check; 'adaexplore': AdaExplore's rule (PyTorch allowed beside at least one Triton launch, "
+        "atol=rtol=5e-2, no knockout); docs/evaluation.md has both.",
+    )
     model_mode: Literal["train", "eval"] = Field(
         default="train",
         description="'train': Model and ModelNew run as constructed (training mode: BatchNorm uses batch "

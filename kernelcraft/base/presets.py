@@ -113,6 +113,12 @@ class SearchConfig(BaseModel):
     # the service
     lease_seconds: float = Field(default=1800.0, gt=0, le=7 * 86400, description="How long a step is held.")
     baseline: Literal["eager", "compiled"] = Field(default="eager", description="Speedup measured against.")
+    correctness: Literal["kernelcraft", "adaexplore"] = Field(
+        default="kernelcraft",
+        description="The rule a candidate is judged by: 'kernelcraft' (no PyTorch compute in forward, "
+        "tolerances by dtype) or 'adaexplore' (AdaExplore's harness: PyTorch allowed beside a Triton "
+        "launch, atol=rtol=5e-2).",
+    )
 
 
 # Each preset's values, every field but `preset` and `level` (c_exp per level below).
@@ -136,6 +142,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "edit_retries": 0,
         "lease_seconds": 1800.0,
         "baseline": "eager",
+        "correctness": "adaexplore",
     },
     "kernelcraft": {
         "c": 0.3,
@@ -156,6 +163,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "edit_retries": 0,
         "lease_seconds": 1800.0,
         "baseline": "eager",
+        "correctness": "kernelcraft",
     },
 }
 # AdaExplore's KB-l3 config halves the expand action's weight (expand_exploration_ratio 0.5).

@@ -56,6 +56,14 @@ def register(sub: Subcommands) -> None:
             "a large KernelBench task's size constants (slow)",
         )
         p.add_argument(
+            "--correctness",
+            choices=("kernelcraft", "adaexplore"),
+            default="kernelcraft",
+            help="the rule a candidate is judged by: kernelcraft's (no PyTorch compute in forward, "
+            "tolerances by dtype) or AdaExplore's (PyTorch allowed beside a Triton kernel, "
+            "atol=rtol=5e-2); docs/evaluation.md compares them",
+        )
+        p.add_argument(
             "--eval-mode",
             action="store_true",
             help="run Model and ModelNew in eval mode (.eval()); by default they run as constructed, in "
@@ -118,6 +126,7 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
         timeout_s=args.timeout,
         full_size=args.full_size,
         model_mode="eval" if getattr(args, "eval_mode", False) else "train",
+        correctness=getattr(args, "correctness", "kernelcraft"),
         gpu_check=_gpu_check(getattr(args, "gpu_check", "sm_90a")),
         **extra,
     )

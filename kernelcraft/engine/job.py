@@ -82,6 +82,8 @@ class Job:
         self.kernels: list[str] = []
         self.tolerance: str | None = None
         self.tf32_dots = 0
+        self.torch_ops: list[str] = []
+        """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
         """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
         """The tolerances the reference applied (`compare.describe`), from the last comparison."""
         self.compile_worker: WorkerProcess | None = None
@@ -269,10 +271,11 @@ class Job:
                     if failed is not None:
                         return self.verified(cand, done, *failed)
                     done += 1
-            await self.workers.progress(0.88, "knockout: forward without its kernels")
-            decoy = await self.knockout(cand)
-            if decoy is not None:
-                return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, decoy)
+            if self.spec.correctness == "kernelcraft":  # AdaExplore's rule has no knockout
+                await self.workers.progress(0.88, "knockout: forward without its kernels")
+                decoy = await self.knockout(cand)
+                if decoy is not None:
+                    return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, decoy)
         except Stop as stop:
             if stop.evidence.trial is None:
                 stop.evidence.trial = done % self.spec.trials
@@ -286,6 +289,12 @@ class Job:
             )
             notes.append(
                 f"ran in Triton's CPU interpreter: races, out-of-bounds reads and speed are not checked{tf32}"
+            )
+        if self.spec.correctness == "adaexplore":
+            ops = ", ".join(op if "::" in op else f"aten.{op}" for op in self.torch_ops[:12]) or "none"
+            notes.append(
+                f"judged by AdaExplore's rule (PyTorch allowed beside the Triton kernels, atol=rtol=5e-2, "
+                f"no knockout); PyTorch compute left in forward: {ops}"
             )
         await self.workers.progress(0.9, "verified")
         return self.verified(cand, done, None, None, notes=notes)
@@ -302,6 +311,7 @@ class Job:
         compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
         self.tolerance = compared.tolerance or self.tolerance
         self.tf32_dots += out.tf32_dots
+        self.torch_ops = list(dict.fromkeys([*self.torch_ops, *out.torch_ops]))
         if not compared.failure_class:
             if out.replay is None:
                 return None

@@ -112,6 +112,7 @@ class JobWorkers:
         self.full_size = spec.full_size or not settings.shrink
         """In the interpreter, run the task's own sizes (`shrink.py`)."""
         variant = ("full" if self.full_size else "") + ("" if spec.model_mode == "train" else spec.model_mode)
+        variant += "" if spec.correctness == "kernelcraft" else spec.correctness
         self.key = task_key(spec.task_source, device.index, variant)
         self.sized: asyncio.Future[Sized | None] = asyncio.get_running_loop().create_future()
         """The reference's measurement of the task, once the job may run (the candidate waits)."""
@@ -329,6 +330,8 @@ class JobWorkers:
         source = self.task_source if role == "candidate" and not full_size else spec.task_source
         if spec.model_mode != "train":
             given["model_mode"] = spec.model_mode
+        if spec.correctness != "kernelcraft":
+            given["correctness"] = spec.correctness
         load = Load(
             role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
         )

@@ -125,6 +125,8 @@ class Load(BaseModel):
     full_size: bool = False
     # both: "train" (as constructed, KernelBench's way) or "eval" (`.eval()` on the model)
     model_mode: str = "train"
+    # both: "kernelcraft" or "adaexplore" (PyTorch allowed in forward, AdaExplore's tolerance)
+    correctness: str = "kernelcraft"
     # the candidate only
     candidate_source: str = ""
     sandbox: bool = True
@@ -413,6 +415,8 @@ class Outputs(Reply):
     kernels: list[str] = Field(default_factory=list)
     tf32_dots: int = 0
     """In the interpreter: fp32 tl.dots rounded to TF32 in these runs (a hint for the verdict's words)."""
+    torch_ops: list[str] = Field(default_factory=list)
+    """PyTorch compute ops forward ran outside its kernels, where the correctness rule allows them."""
     replay: str | None = None
     """Why replaying the first run from its record did not give its outputs (replay.py), or None.
     It fails a trial whose outputs the reference finds right: a wrong output fails as itself."""

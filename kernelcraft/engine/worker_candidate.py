@@ -57,6 +57,8 @@ class CandidateWorker(Worker):
         self.model: Any = None
         self.inputs: Any = None
         self.poison_sizes: list[int] = []
+        self.torch_ops: list[str] = []
+        """PyTorch compute forward ran outside its kernels (recorded where the rule allows it)."""
         self.replayed: str | None = None
         """Why the last replayed run did not replay to its outputs (replay.py), or None."""
         self.sent: Any = None
@@ -195,7 +197,12 @@ class CandidateWorker(Worker):
         dots = (tf32.rounded() - dots_before) if tf32 is not None else 0
         self.send(
             Outputs(
-                outputs=recs, inputs_after=after_rec, kernels=names, tf32_dots=dots, replay=self.replayed
+                outputs=recs,
+                inputs_after=after_rec,
+                kernels=names,
+                tf32_dots=dots,
+                replay=self.replayed,
+                torch_ops=self.torch_ops,
             ),
             out_blobs,
         )
@@ -295,7 +302,9 @@ class CandidateWorker(Worker):
             )
             return None
         names = list(dict.fromkeys([r.launch.name for r in rec.records]))
-        if recorder.fallbacks:
+        if recorder.fallbacks and self.job.correctness == "adaexplore":
+            self.torch_ops = list(dict.fromkeys([*self.torch_ops, *recorder.fallbacks]))
+        elif recorder.fallbacks:
             op = recorder.fallbacks[0]
             qualified = op if "::" in op else f"aten.{op}"  # a custom op keeps its namespace
             self.fail(

@@ -223,9 +223,11 @@ class ReferenceWorker(Worker):
                 error=error_line(e),
             )
         self.sync()
-        tolerance = describe(self.ref_out)
+        assert self.job is not None
+        rule = self.job.correctness
+        tolerance = describe(self.ref_out, rule)
         for i, out in enumerate(runs):
-            verdict = compare_outputs(self.ref_out, out)
+            verdict = compare_outputs(self.ref_out, out, rule)
             if verdict is not None:
                 cls, ev = verdict
                 if i > 0:

@@ -130,7 +130,9 @@ class SearchService:
         )
         seed_result = None
         if plan.seed_candidate is not None:
-            seed_result = await self._evaluate(task_source, task_name, plan.seed_candidate, target, progress)
+            seed_result = await self._evaluate(
+                task_source, task_name, plan.seed_candidate, target, progress, plan.params
+            )
         created = await self._create_tree(plan, seed_result)
         if created.seed_id is not None and seed_result is not None:
             await self._learn(
@@ -283,7 +285,9 @@ class SearchService:
             task_source = await self.store.get_code(tree.task_hash)
         assert task_source is not None
 
-        result = await self._evaluate(task_source, tree.task_name, candidate_code, tree.target, progress)
+        result = await self._evaluate(
+            task_source, tree.task_name, candidate_code, tree.target, progress, tree.params
+        )
 
         now = self._now()
         async with self.store.transaction() as conn:
@@ -498,10 +502,22 @@ class SearchService:
             return await self.store.put_code(source)
 
     async def _evaluate(
-        self, task_source: str, task_name: str, candidate: str, target: str, progress: ProgressCallback | None
+        self,
+        task_source: str,
+        task_name: str,
+        candidate: str,
+        target: str,
+        progress: ProgressCallback | None,
+        params: dict[str, Any],
     ) -> EvalResult:
         job = eval_job(
-            task_source, task_name, candidate, target, trials=self.trials, has_gpu=self.evaluator.has_gpu
+            task_source,
+            task_name,
+            candidate,
+            target,
+            trials=self.trials,
+            has_gpu=self.evaluator.has_gpu,
+            correctness=str(params.get("correctness", "kernelcraft")),
         )
         return await self.evaluator.submit(job, progress)
 

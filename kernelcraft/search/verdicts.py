@@ -25,10 +25,19 @@ logger = logging.getLogger(__name__)
 
 
 def eval_job(
-    task_source: str, task_name: str, candidate: str, target: str, *, trials: int, has_gpu: bool
+    task_source: str,
+    task_name: str,
+    candidate: str,
+    target: str,
+    *,
+    trials: int,
+    has_gpu: bool,
+    correctness: str = "kernelcraft",
 ) -> EvalJob:
-    """Verify on the CPU (Triton's interpreter); compile, verify and profile for `target` on a GPU."""
+    """Verify on the CPU (Triton's interpreter); compile, verify and profile for `target` on a GPU;
+    by the tree's correctness rule (its preset's: AdaExplore's for `adaexplore`)."""
     return EvalJob(
+        correctness="adaexplore" if correctness == "adaexplore" else "kernelcraft",
         task_source=task_source,
         candidate_source=candidate,
         task_name=task_name,
