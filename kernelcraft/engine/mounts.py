@@ -68,9 +68,36 @@ def _closed_dirs(workdir: str | None) -> dict[str, list[str]]:
     needed += [*sandbox.python_dirs(), *(p for p in sys.path if p and os.path.isdir(p))]
     for path in dict.fromkeys(os.path.realpath(p) for p in needed):
         closed = closed_to_others(path)
-        if closed is not None and closed != path and not closed.startswith("/proc"):
+        if closed is None or closed.startswith("/proc"):
+            continue
+        if closed == path:
+            # The needed directory is itself closed (a checkout cloned into a 0700 directory, on
+            # sys.path): what in it others may read (its packages) is bound back into its cover.
+            out.setdefault(closed, []).extend(_public_children(path))
+        else:
             out.setdefault(closed, []).append(path)
     return out
+
+
+def _public_children(path: str) -> list[str]:
+    """The entries of `path` other users may read (directories they may enter, files they may
+    read), hidden ones left out."""
+    found: list[str] = []
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return found
+    for name in names:
+        if name.startswith("."):
+            continue
+        full = os.path.join(path, name)
+        try:
+            mode = os.stat(full).st_mode
+        except OSError:
+            continue
+        if (stat.S_ISDIR(mode) and mode & 0o005 == 0o005) or (stat.S_ISREG(mode) and mode & 0o004):
+            found.append(full)
+    return found
 
 
 def _cover(
@@ -91,7 +118,12 @@ def _cover(
         if why is not None:
             return why
         for path, fd in zip(keep, fds, strict=True):
-            os.makedirs(path, mode=0o755, exist_ok=True)
+            if stat.S_ISREG(os.fstat(fd).st_mode):  # a file is bound onto a file
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                with open(path, "a"):
+                    pass
+            else:
+                os.makedirs(path, mode=0o755, exist_ok=True)
             if _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC) is not None:
                 continue
             flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if read_only and path != writable else 0)

@@ -62,3 +62,27 @@ def test_gpu_a_worker_leaves_nothing_in_the_machines_dev_shm(gpu_submit, job_for
     v = gpu_submit(job_for(TASK, source, trials=1))
     assert v is not None and v.correct, v
     assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(token)]
+
+
+def test_a_checkout_in_a_closed_directory_has_its_packages_bound_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout cloned into a 0700 directory (mktemp -d) and on sys.path: the cover over it must
+    bring back its packages, or a worker that became nobody cannot import the rest of kernelcraft."""
+    from kernelcraft.engine import mounts
+
+    checkout = tmp_path / "ci"
+    (checkout / "kernelcraft").mkdir(parents=True)
+    (checkout / ".git").mkdir()
+    (checkout / "setup.py").write_text("")
+    (checkout / "secret.key").write_text("k")
+    (checkout / "secret.key").chmod(0o600)
+    checkout.chmod(0o700)
+    tmp_path.chmod(0o755)
+    monkeypatch.setattr(mounts.sandbox, "python_dirs", lambda: [])
+    monkeypatch.setattr("sys.path", [str(checkout)])
+    closed = mounts._closed_dirs(None)
+    assert closed.get(str(checkout.resolve())) == [
+        str(checkout.resolve() / "kernelcraft"),
+        str(checkout.resolve() / "setup.py"),
+    ], closed
