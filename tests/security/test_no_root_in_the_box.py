@@ -65,12 +65,16 @@ def test_gpu_a_worker_leaves_nothing_in_the_machines_dev_shm(gpu_submit, job_for
 
 
 def test_a_checkout_in_a_closed_directory_has_its_packages_bound_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A checkout cloned into a 0700 directory (mktemp -d) and on sys.path: the cover over it must
     bring back its packages, or a worker that became nobody cannot import the rest of kernelcraft."""
+    import shutil
+    import tempfile
+
     from kernelcraft.engine import mounts
 
+    tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own base may be closed itself
     checkout = tmp_path / "ci"
     (checkout / "kernelcraft").mkdir(parents=True)
     (checkout / ".git").mkdir()
@@ -81,7 +85,10 @@ def test_a_checkout_in_a_closed_directory_has_its_packages_bound_back(
     tmp_path.chmod(0o755)
     monkeypatch.setattr(mounts.sandbox, "python_dirs", lambda: [])
     monkeypatch.setattr("sys.path", [str(checkout)])
-    closed = mounts._closed_dirs(None)
+    try:
+        closed = mounts._closed_dirs(None)
+    finally:
+        shutil.rmtree(tmp_path)
     assert closed.get(str(checkout.resolve())) == [
         str(checkout.resolve() / "kernelcraft"),
         str(checkout.resolve() / "setup.py"),
