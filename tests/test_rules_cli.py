@@ -91,3 +91,44 @@ def test_a_corrupt_database_is_reported_not_a_traceback(
     code, _, err = cli(capsys, "rules", "list", "--db", str(db))
     assert "not a SQLite database or is corrupt" in err and "Traceback" not in err
     assert code == EXIT_USAGE  # an unusable file, as `serve` reports the same database
+
+
+def test_adaexplores_memory_file_imports_with_its_counts_and_exports_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AdaExplore keeps its rules as 'rule text||count' lines and uses a rule once its count
+    reaches 3 (issue 27, D4): an operator's import keeps the counts, activates at 3, is safe to
+    repeat, and an export writes the same format back."""
+    memory = tmp_path / "memory.txt"
+    memory.write_text(
+        "You cannot use tl.arange with a non-constexpr size in Triton.||5\n"
+        "You cannot index a Triton block with a Python list of offsets.||2\n\n"
+    )
+    db = str(tmp_path / "k.db")
+    code, out, _ = cli(capsys, "rules", "import", str(memory), "--format", "adaexplore", "--json", "--db", db)
+    assert code == 0 and json.loads(out) == {"created": 2, "merged": 0, "unchanged": 0, "lines": 2}
+    code, out, _ = cli(capsys, "rules", "list", "--json", "--db", db)
+    by_text = {r["text"]: r for r in json.loads(out)}
+    arange = by_text["You cannot use tl.arange with a non-constexpr size in Triton."]
+    index = by_text["You cannot index a Triton block with a Python list of offsets."]
+    assert (arange["count"], arange["status"]) == (5, "active")
+    assert (index["count"], index["status"]) == (2, "candidate")
+    code, out, _ = cli(capsys, "rules", "import", str(memory), "--format", "adaexplore", "--json", "--db", db)
+    assert json.loads(out)["unchanged"] == 2  # the same file again adds nothing
+    back = tmp_path / "back.txt"
+    code, _, _ = cli(capsys, "rules", "export", str(back), "--format", "adaexplore", "--db", db)
+    lines = back.read_text().splitlines()
+    assert code == 0 and "You cannot use tl.arange with a non-constexpr size in Triton.||5" in lines
+    assert all(line.rpartition("||")[2].isdigit() for line in lines) and len(lines) >= 50
+
+
+def test_a_malformed_memory_file_changes_nothing_and_names_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = tmp_path / "memory.txt"
+    memory.write_text("You cannot use tl.arange with a non-constexpr size.||4\nuse bigger blocks||3\n")
+    db = str(tmp_path / "k.db")
+    code, _, err = cli(capsys, "rules", "import", str(memory), "--format", "adaexplore", "--db", db)
+    assert code == EXIT_USAGE and "memory.txt:2" in err and "You cannot" in err
+    code, out, _ = cli(capsys, "rules", "list", "--json", "--db", db)
+    assert not any("tl.arange with a non-constexpr size." in r["text"] for r in json.loads(out))

@@ -49,14 +49,28 @@ def register(sub: Subcommands) -> None:
     add_db(p)
     p.set_defaults(func=_rules_list)
 
+    formats = ("jsonl", "adaexplore")
     p = rsub.add_parser("export", help="write every rule to a JSON Lines file (stable ids)")
     p.add_argument("file", type=Path)
+    p.add_argument(
+        "--format",
+        choices=formats,
+        default="jsonl",
+        help="jsonl (every field) or adaexplore (AdaExplore's memory file: 'rule text||count' lines)",
+    )
     add_json(p, "the count as a JSON object")
     add_db(p)
     p.set_defaults(func=_rules_export)
 
     p = rsub.add_parser("import", help="merge rules from a JSON Lines file (counts add; re-import is safe)")
     p.add_argument("file", type=Path)
+    p.add_argument(
+        "--format",
+        choices=formats,
+        default="jsonl",
+        help="jsonl, or adaexplore: AdaExplore's memory file ('rule text||count' lines; a count of 3 or "
+        "more makes the rule active, as there)",
+    )
     p.add_argument("--client", default="import", help="recorded as created_by for new rules without one")
     add_json(p, "the counts as a JSON object")
     add_db(p)
@@ -118,7 +132,10 @@ def _rules_list(args: argparse.Namespace) -> int:
 
 
 def _rules_export(args: argparse.Namespace) -> int:
-    n = _run(args, lambda _s, rb: rb.export_jsonl(args.file))
+    if args.format == "adaexplore":
+        n = _run(args, lambda _s, rb: rb.export_adaexplore(args.file))
+    else:
+        n = _run(args, lambda _s, rb: rb.export_jsonl(args.file))
     if args.json:
         print_json({"file": str(args.file), "rules": n})
     else:
@@ -127,7 +144,10 @@ def _rules_export(args: argparse.Namespace) -> int:
 
 
 def _rules_import(args: argparse.Namespace) -> int:
-    res = _run(args, lambda _s, rb: rb.import_jsonl(args.file, client=args.client))
+    if args.format == "adaexplore":
+        res = _run(args, lambda _s, rb: rb.import_adaexplore(args.file, client=args.client))
+    else:
+        res = _run(args, lambda _s, rb: rb.import_jsonl(args.file, client=args.client))
     emit(
         res,
         args.json,

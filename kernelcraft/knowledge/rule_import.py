@@ -78,6 +78,74 @@ async def export_jsonl(store: Store, path: str | Path) -> int:
     return len(rows)
 
 
+ADAEXPLORE_SEPARATOR = "||"
+
+
+async def export_adaexplore(store: Store, path: str | Path) -> int:
+    """Write AdaExplore's memory file: `rule text||count`, a line per rule not retired, most
+    counted first (AdaExplore uses a rule once its count reaches 3). Returns the count."""
+    rows = list(
+        await store.conn.execute_fetchall(
+            "SELECT text, count FROM rules WHERE status != 'retired' ORDER BY count DESC, uid"
+        )
+    )
+    target = Path(path)
+    try:
+        with target.open("w", encoding="utf-8") as f:
+            for text, count in rows:
+                f.write(f"{' '.join(str(text).split())}{ADAEXPLORE_SEPARATOR}{int(count)}\n")
+    except OSError as e:
+        raise UsageError(f"cannot write {target}: {e.strerror}; choose another file") from e
+    return len(rows)
+
+
+def parse_adaexplore(text: str, name: str) -> list[RuleLine]:
+    """Every `rule text||count` line of an AdaExplore memory file, each checked first: a bad file
+    changes nothing."""
+    lines = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        body, sep, count = raw.rpartition(ADAEXPLORE_SEPARATOR)
+        if not sep or not count.strip().isdigit():
+            raise UsageError(
+                f"{name}:{n}: not an AdaExplore memory line; each line is 'rule text||count' "
+                f"(a count of 0 or more), got {raw[:80]!r}"
+            )
+        try:
+            validate_rule(body)
+        except UsageError as e:
+            raise UsageError(f"{name}:{n}: {e}") from e
+        lines.append(RuleLine(text=" ".join(body.split()), count=int(count), status="candidate"))
+    return lines
+
+
+async def import_adaexplore(
+    store: Store, path: str | Path, *, activation_count: int, client: str = "import"
+) -> ImportResult:
+    """Merge an AdaExplore memory file (`rule text||count` lines) by normalised text, as
+    `import_jsonl` merges its lines: counts add once per file (re-importing is safe), and a rule
+    whose count reaches `activation_count` (3, as AdaExplore) is active. An operator's import is
+    trusted: no corroboration by clients."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise UsageError(f"{file} does not exist; give the path of an AdaExplore memory file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {file}: {e}; give a UTF-8 text file of 'rule||count' lines") from e
+    lines = parse_adaexplore(text, str(file))
+    origin = "adaexplore:" + str(file.resolve())
+    result = ImportResult(lines=len(lines))
+    async with store.transaction() as conn:
+        for line in lines:
+            action = await _merge_line(
+                conn, line, origin=origin, client=client, activation_count=activation_count
+            )
+            setattr(result, action, getattr(result, action) + 1)
+    return result
+
+
 async def import_jsonl(
     store: Store, path: str | Path, *, activation_count: int, client: str = "import"
 ) -> ImportResult:

@@ -434,6 +434,16 @@ class Rulebook:
             self.store, path, activation_count=self.activation_count, client=client
         )
 
+    async def export_adaexplore(self, path: str | Path) -> int:
+        """Write AdaExplore's memory file (`rule text||count` lines); returns the count."""
+        return await rule_import.export_adaexplore(self.store, path)
+
+    async def import_adaexplore(self, path: str | Path, *, client: str = "import") -> ImportResult:
+        """Merge an AdaExplore memory file (`rule text||count` lines; see `rule_import`)."""
+        return await rule_import.import_adaexplore(
+            self.store, path, activation_count=self.activation_count, client=client
+        )
+
     async def import_seed(self) -> int:
         """Import the shipped seed rules not yet present; returns how many were added."""
         return await rule_import.import_seed(self.store)
