@@ -211,3 +211,32 @@ async def test_optimize_with_the_adaexplore_preset_lets_the_llm_write_every_step
         params["preset"] == "adaexplore" and params["tuner_steps"] == "off" and params["learn_rules"] is False
     )
     assert json.loads((out / "run.json").read_text())["preset"] == "adaexplore"
+
+
+def test_level_reaches_the_tree_and_picks_adaexplores_exploration_constant(tmp_path: Path) -> None:
+    """`optimize --level 3` / `adapt --level 3` (issue 27, D9): the tree records the level, and the
+    preset's c_exp for it (AdaExplore's 0.15 on level 3)."""
+    from kernelcraft.agent.explore import OptimizeOptions
+    from kernelcraft.base.presets import config_of, preset_values
+
+    opts = OptimizeOptions(task=tmp_path / "t.py", preset="adaexplore", level=3)
+    params = opts.tree_params()
+    assert params["level"] == 3
+    config = config_of({**preset_values("adaexplore", 3), **params})
+    assert config.c_exp == 0.15 and config.level == 3
+    assert "level" not in OptimizeOptions(task=tmp_path / "t.py").tree_params()
+
+
+def test_no_seed_starts_without_the_seed_beside_the_task(tmp_path: Path) -> None:
+    """`optimize --no-seed` (D8): the seed step is explicit; a seed file beside the task is ignored,
+    and --llm none, which can only tune a seed, is refused with the reason."""
+    from kernelcraft.agent.explore import OptimizeOptions, read_inputs
+    from kernelcraft.agent.llm import LLMConfig
+    from kernelcraft.base.errors import UsageError
+
+    task = tmp_path / "t.py"
+    task.write_text((Path(__file__).parent / "cheats" / "task_scale.py").read_text())
+    (tmp_path / "t_seed.py").write_text((Path(__file__).parent / "cheats" / "good.py").read_text())
+    with pytest.raises(UsageError, match="--no-seed has nothing to start from"):
+        read_inputs(OptimizeOptions(task=task, no_seed=True, llm=LLMConfig(kind="none")))
+    assert read_inputs(OptimizeOptions(task=task, llm=LLMConfig(kind="none"))).seed_code is not None

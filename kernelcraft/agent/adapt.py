@@ -34,6 +34,7 @@ class AdaptOptions:
     tasks_dir: Path
     steps: int | None = None  # None: the preset's adapt_steps
     preset: PresetName = DEFAULT_PRESET
+    level: int = 0  # the tasks' KernelBench level (picks the preset's c_exp); 0: none
     llm: LLMConfig = field(default_factory=LLMConfig)
     out: Path | None = None
     target: str = "sm_90a"
@@ -99,6 +100,7 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
             seed=seed,
             steps=steps,
             preset=opts.preset,
+            level=opts.level,
             # Adapt is where rules are learnt (AdaExplore's memory_update), in every preset.
             params={"learn_rules": True},
             llm=opts.llm,

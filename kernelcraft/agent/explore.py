@@ -74,12 +74,14 @@ def find_seed(task: Path) -> Path | None:
 class OptimizeOptions:
     task: Path
     seed: Path | None = None
+    no_seed: bool = False  # start without a seed even where one lies beside the task
     steps: int = 10
     llm: LLMConfig = field(default_factory=LLMConfig)
     out: Path | None = None
     target: str = "sm_90a"
     policy: str = "adaexplore"
     preset: PresetName = DEFAULT_PRESET
+    level: int = 0  # the task's KernelBench level (picks the preset's c_exp); 0: none
     # Values over the preset's (the tree records them): adapt's trees set learn_rules.
     params: dict[str, int | float | str | bool] = field(default_factory=dict)
     server_url: str | None = None
@@ -98,6 +100,8 @@ class OptimizeOptions:
     def tree_params(self) -> dict[str, int | float | str | bool]:
         """The values this run puts over its preset's."""
         given = dict(self.params)
+        if self.level:
+            given["level"] = self.level
         if self.tuner_steps is not None:
             given["tuner_steps"] = self.tuner_steps
         return given
@@ -171,8 +175,12 @@ def read_inputs(opts: OptimizeOptions) -> RunInputs:
     """Read the task and the seed kernel; refuse what cannot run (`--llm none` without a seed the
     tuner can tune, fewer than one step)."""
     task_source = _read(opts.task, "the task")
-    seed_path = opts.seed or find_seed(opts.task)
+    seed_path = None if opts.no_seed else opts.seed or find_seed(opts.task)
     seed_code = _read(seed_path, "the seed kernel") if seed_path else None
+    if opts.llm.kind == "none" and seed_code is None and opts.no_seed:
+        raise UsageError(
+            "--llm none with --no-seed has nothing to start from: the offline tuner tunes a seed"
+        )
     if opts.llm.kind == "none" and seed_code is None:
         raise UsageError(
             f"--llm none needs a seed kernel to tune: pass --seed FILE, or put {opts.task.stem}_seed.py "

@@ -49,6 +49,14 @@ def _llm_args(p: argparse.ArgumentParser) -> None:
 
 def _preset_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
+        "--level",
+        type=int,
+        choices=(0, 1, 2, 3),
+        default=0,
+        help="the tasks' KernelBench level: picks the preset's exploration constant (AdaExplore's 0.15 "
+        "on level 3, 0.3 otherwise); 0: not a KernelBench task",
+    )
+    p.add_argument(
         "--preset",
         choices=PRESET_NAMES,
         default=DEFAULT_PRESET,
@@ -86,6 +94,7 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
         "ray_address": args.ray_address,
         "steps": args.steps,
         "preset": args.preset,
+        "level": args.level,
         "llm": llm_config(args),
         "out": args.out,
         "target": args.target,
@@ -121,7 +130,9 @@ def preflight_optimize(args: argparse.Namespace) -> None:
 
     _check_steps(args.steps)
     check_task(read_source(args.task), str(args.task))
-    seed = args.seed or find_seed(args.task)
+    if args.no_seed and args.seed is not None:
+        raise UsageError("--no-seed and --seed contradict each other; give one")
+    seed = None if args.no_seed else args.seed or find_seed(args.task)
     if seed is not None:
         check_candidate(read_source(seed), str(seed))
     _check_llm(args)
@@ -134,6 +145,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     opts = OptimizeOptions(
         task=args.task,
         seed=args.seed,
+        no_seed=args.no_seed,
         search_seed=args.search_seed,
         compile_check=not args.no_compile_check,
         tuner_steps=args.tuner_steps,
@@ -172,6 +184,11 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument(
         "--seed", type=Path, help="seed kernel (ModelNew); default <task>_seed.py or seed.py beside task.py"
+    )
+    p.add_argument(
+        "--no-seed",
+        action="store_true",
+        help="start without a seed kernel (the first step writes one), even where <task>_seed.py exists",
     )
     p.add_argument("--steps", type=int, default=10, help="candidates to evaluate: the tree's budget")
     p.add_argument("--out", type=Path, help="run directory (default ./kernelcraft-runs/<task>)")
