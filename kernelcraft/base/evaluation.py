@@ -133,6 +133,15 @@ class Roofline(BaseModel):
     bound: Literal["memory", "compute"]
 
 
+class KernelTime(BaseModel):
+    """One kernel of a forward, as the GPU profiler saw it."""
+
+    name: str
+    calls: float = Field(description="Per forward.")
+    us: float = Field(description="GPU µs per forward.")
+    share: float = Field(description="Of the forward's GPU time.")
+
+
 class ProfileResult(BaseModel):
     """Timings of the candidate and the reference."""
 
@@ -159,6 +168,11 @@ class ProfileResult(BaseModel):
         description="Timing rejected (stream changed, or under ¼ of the physical floor): no speedup.",
     )
     evidence: Evidence | None = None
+    kernels: dict[str, list[KernelTime]] = Field(
+        default_factory=dict,
+        description="Where the GPU time goes ('candidate', 'eager', 'compiled'): each side's kernels, "
+        "largest first.",
+    )
     seconds: float = 0.0
 
 

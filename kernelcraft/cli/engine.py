@@ -256,6 +256,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if p.roofline:
         r = p.roofline
         summary += f"\nroofline on {r.target}: {r.flops:.3g} FLOP, {r.bytes:.3g} B, floor {r.floor_us:.2f} µs ({r.bound}-bound)"
+    for side, kernels in p.kernels.items():  # where each side's GPU time goes
+        summary += f"\n{side} kernels: " + "; ".join(
+            f"{k.name} {k.share:.0%} ({k.us:.1f} µs, {k.calls:g} call(s))" for k in kernels[:4]
+        )
     emit(p, args.json, _with_evidence(p, summary))
     ok = p.available or (p.failure_class is None and "needs a CUDA GPU" in p.message)
     return EXIT_OK if ok else EXIT_NEGATIVE

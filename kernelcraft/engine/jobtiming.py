@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from kernelcraft.base.errortext import exception_text
-from kernelcraft.base.evaluation import EvalJob, Evidence, ProfileResult, Roofline, Timing
+from kernelcraft.base.evaluation import EvalJob, Evidence, KernelTime, ProfileResult, Roofline, Timing
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import timingcache
 from kernelcraft.engine.gpulock import Device
@@ -81,6 +81,9 @@ class JobTiming:
         self.device = device
         self.references = references
         self.workers = workers
+        self.kernels: dict[str, list[dict[str, Any]]] = {}
+        """Each side's kernels and their GPU time per forward, from the first round (kernelprof.py)."""
+        self.kernels_error: str | None = None
 
     def reference_device(self) -> str:
         """The GPU as the reference worker named it (a compiled timing is reused on the same one)."""
@@ -136,8 +139,9 @@ class JobTiming:
             await self.workers.progress(
                 0.9 + 0.1 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
             )
-            await self.time_candidate(cand, rounds)
-            failed = await self.time_reference(rounds, compiled=cached is None)
+            first = rounds.count == 1  # the first round also says where each side's time goes
+            await self.time_candidate(cand, rounds, breakdown=first)
+            failed = await self.time_reference(rounds, compiled=cached is None, breakdown=first)
             if failed is not None:
                 return ProfileResult(available=False, message=failed, roofline=roof)
         t = rounds.timings()
@@ -154,14 +158,19 @@ class JobTiming:
             round(time.perf_counter() - start, 3),
         )
         result.message += f"; {rounds.count} interleaved rounds"
+        result.kernels = {k: [KernelTime.model_validate(x) for x in v] for k, v in self.kernels.items()}
+        if self.kernels_error:
+            result.message += f"; per-kernel times unavailable ({self.kernels_error})"
         if cached is not None:
             result.message += f"; {timingcache.REUSED} (reused for {timingcache.TTL_S / 60:.0f} min)"
         return result
 
-    async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds) -> None:
+    async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds, *, breakdown: bool = False) -> None:
         method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
-        await cand.send(TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method).to_header())
+        request = TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method, breakdown=breakdown)
+        await cand.send(request.to_header())
         timed = self.workers.read(await self.workers.recv(cand, candidate=True), Timed)
+        self._keep_kernels(timed, ["candidate"])
         if timed.error is not None:
             raise Stop(
                 FailureClass.RUNTIME_ERROR,
@@ -174,7 +183,7 @@ class JobTiming:
                 FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
             ) from e
 
-    async def time_reference(self, rounds: _Rounds, *, compiled: bool) -> str | None:
+    async def time_reference(self, rounds: _Rounds, *, compiled: bool, breakdown: bool = False) -> str | None:
         """One round of the reference's timings; why they failed, if they did."""
         ref_keys = [k for k in rounds.keys if k != "candidate"]
         frame = await self.workers.ask_ref(
@@ -182,14 +191,24 @@ class JobTiming:
                 budget_ms=PROFILE_BUDGET_MS,
                 methods={k: rounds.methods[k] for k in ref_keys if k in rounds.methods},
                 compiled=compiled,
+                breakdown=breakdown,
             )
         )
         timed = Timed.from_header(frame.header)
+        self._keep_kernels(timed, ["eager", "compiled"])
         if timed.error is not None:
             return f"timing the reference failed: {exception_text(timed.error).strip()[:600]}"
         for k in ref_keys:
             rounds.add(k, timed.samples(k))
         return None
+
+    def _keep_kernels(self, timed: Timed, keys: list[str]) -> None:
+        """Each side's kernel breakdown, as the worker's profiler gave it (kernelprof.py)."""
+        for key in keys:
+            if key in timed.kernels:
+                self.kernels[key] = list(timed.kernels[key])[:9]
+        if timed.kernels_error and not self.kernels_error:
+            self.kernels_error = timed.kernels_error[:300]
 
     # ---- baseline: the reference alone ----
 

@@ -187,6 +187,8 @@ class TimeReference(Request):
     budget_ms: float = 100.0
     methods: dict[str, TimingMethod | Literal["auto"]] = Field(default_factory=dict)
     compiled: bool = True
+    breakdown: bool = False
+    """Also profile which kernels each side launched, and for how long (kernelprof.py)."""
 
 
 class Run(Request):
@@ -221,6 +223,8 @@ class TimeCandidate(Request):
     TAG = Op.TIME_CANDIDATE
     budget_ms: float = 100.0
     method: TimingMethod | Literal["auto"] = "auto"
+    breakdown: bool = False
+    """Also profile which kernels forward launched, and for how long (kernelprof.py)."""
 
 
 class UseInputs(Request):
@@ -379,6 +383,10 @@ class Timed(Reply):
     compiled: Samples | None = None
     error: str | None = None
     summary: str | None = None
+    kernels: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    """With `breakdown`: each side's kernels (name, calls, us, share), per forward."""
+    kernels_error: str | None = None
+    """With `breakdown`: why the profiler could not say."""
 
     def samples(self, key: str) -> Samples:
         """The samples of `key` ("candidate", "eager" or "compiled"); `ProtocolError` if absent."""

@@ -441,7 +441,10 @@ class CandidateWorker(Worker):
                     method=req.method,
                     input_sets=lambda: self._map(inputs, lambda t: t.clone()),
                 )
-            return Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
+            timed = Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
+            if req.breakdown:
+                self._breakdown(timed, {"candidate": self.model}, inputs)
+            return timed
         except Exception as e:
             name = type(e).__name__
             if name in ("StreamChanged", "WorkEscaped") and type(e).__module__ == "kernelcraft.engine.timing":
@@ -451,6 +454,17 @@ class CandidateWorker(Worker):
                     evidence={"message": str(e), "op": op},
                 )
             return Timed(error=trim(traceback.format_exc()), summary=repr(e))
+
+    def _breakdown(self, timed: Timed, fns: dict[str, Any], inputs: Any) -> None:
+        """Which kernels each of `fns` launches (kernelprof.py); the reason in `timed` if not."""
+        from kernelcraft.engine import kernelprof
+
+        try:
+            for key, fn in fns.items():
+                timed.kernels[key] = kernelprof.breakdown(fn, lambda: self._map(inputs, lambda t: t.clone()))
+        except Exception as e:  # noqa: BLE001 - informational: the timing stands without it
+            timed.kernels_error = f"{type(e).__name__}: {e}"[:300]
+        self.restore_stream()
 
     def warmup(self) -> Warm:
         """Compile the kernels forward will launch without running any (launch discovery, then

@@ -307,7 +307,18 @@ class ReferenceWorker(Worker):
                         input_sets=lambda: self._map(inputs, lambda t: t.clone()),
                     )
                     samples[key] = Samples(times_us=r.times_us, method=r.method, sets=r.sets)
-            return Timed(**samples)
+            timed_reply = Timed(**samples)
+            if req.breakdown:
+                from kernelcraft.engine import kernelprof
+
+                try:
+                    for key, fn in timed:
+                        timed_reply.kernels[key] = kernelprof.breakdown(
+                            fn, lambda: self._map(inputs, lambda t: t.clone())
+                        )
+                except Exception as e:  # noqa: BLE001 - informational: the timing stands without it
+                    timed_reply.kernels_error = f"{type(e).__name__}: {e}"[:300]
+            return timed_reply
         except Exception as e:
             return Timed(error=trim(traceback.format_exc()), summary=repr(e))
 

@@ -157,6 +157,16 @@ def profile_words(result: EvalResult | None, target: str) -> str | None:
                 use = _resources(k.registers, k.spills, k.shared_bytes, k.num_warps)
                 if use:
                     parts.append(f"kernel {k.name}: {use}")
+    if prof is not None and prof.kernels:
+        for side, label in (
+            ("candidate", "its GPU time"),
+            ("eager", "PyTorch eager's"),
+            ("compiled", "torch.compile's"),
+        ):
+            kernels = prof.kernels.get(side)
+            if kernels:
+                top = ", ".join(f"{k.name} {k.share:.0%} ({k.us:.1f} µs)" for k in kernels[:3])
+                parts.append(f"{label}: {top}")
     return "; ".join(parts) or None
 
 

@@ -83,7 +83,11 @@ def _profile(r: Any) -> str:
     parts = [f"{r.speedup_vs_eager:.2f}x eager" if r.speedup_vs_eager else None]
     parts.append(f"{r.speedup_vs_compiled:.2f}x torch.compile" if r.speedup_vs_compiled else None)
     parts.append(f"{r.roofline_fraction:.0%} of the roofline floor" if r.roofline_fraction else None)
-    return "timed: " + ", ".join(p for p in parts if p) + _evidence(r)
+    where = "".join(
+        f"; {side}: " + ", ".join(f"{k.name} {k.share:.0%}" for k in kernels[:2])
+        for side, kernels in r.kernels.items()
+    )
+    return "timed: " + ", ".join(p for p in parts if p) + _evidence(r) + where
 
 
 def _compile(r: Any) -> str:
