@@ -5,8 +5,8 @@
 An in-process MCP client (the SDK's `Client` on the real server, seed rulebook and hardware
 manuals loaded) plays an assistant's session: a search tree on a KernelBench-sized softmax started
 with a seed kernel, six steps submitted with mixed verdicts, its status, then every other tool once.
-The evaluator is the test suite's scripted one (`tests/search_scripted.py`: each candidate carries
-its verdict), so the session runs in seconds without a GPU; `--gpu` makes it say it measured
+The evaluator is a scripted one (`bench/scripted.py`: each candidate carries its verdict), so the
+session runs in seconds without a GPU; `--gpu` makes it say it measured
 speedups and profiles, as on a GPU (larger feedback). For each answer it prints the compact JSON of
 its structured content, the bytes of its text content, and the whole result as sent; the targets
 (issue 26) are start <= 16 KB and submit <= 12 KB of structured content, other tools <= 4 KB, and a
@@ -27,10 +27,9 @@ from mcp import Client
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from search_scripted import ScriptedEvaluator  # noqa: E402
 
+from bench.scripted import ScriptedEvaluator  # noqa: E402
 from bench.support import task_source  # noqa: E402
 from kernelcraft.base.config import Settings  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402

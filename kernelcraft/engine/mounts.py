@@ -54,7 +54,7 @@ def private_mounts(libc: Any, workdir: str | None, cpu: bool, missing: dict[str,
         why = _cover(libc, "/dev/shm", inside, f"mode=1777,size={SHM_BYTES}", read_only=False)
         if why is not None:
             missing["shm"] = why
-    for closed, needed in _closed_dirs(workdir).items():
+    for closed, needed in sorted(_closed_dirs(workdir).items(), key=lambda kv: kv[0].count("/")):
         why = _cover(libc, closed, needed, "mode=0755,size=1m", read_only=True, writable=workdir)
         if why is not None:
             missing["identity-mounts"] = why
@@ -67,15 +67,19 @@ def _closed_dirs(workdir: str | None) -> dict[str, list[str]]:
     needed = [workdir] if workdir else []
     needed += [*sandbox.python_dirs(), *(p for p in sys.path if p and os.path.isdir(p))]
     for path in dict.fromkeys(os.path.realpath(p) for p in needed):
-        closed = closed_to_others(path)
-        if closed is None or closed.startswith("/proc"):
-            continue
-        if closed == path:
-            # The needed directory is itself closed (a checkout cloned into a 0700 directory, on
-            # sys.path): what in it others may read (its packages) is bound back into its cover.
-            out.setdefault(closed, []).extend(_public_children(path))
-        else:
-            out.setdefault(closed, []).append(path)
+        # Every closed directory on the way gets a cover, outermost first (`private_mounts` sorts
+        # them): into each, the next step towards the needed path is bound back, and a needed
+        # directory that is itself closed (a checkout cloned into a 0700 directory, on sys.path)
+        # gets back what in it others may read (its packages).
+        for closed in closed_chain(path):
+            if closed.startswith("/proc"):
+                continue
+            if closed == path == workdir:
+                continue  # its own directory: the worker becomes its owner (box.py)
+            if closed == path:
+                out.setdefault(closed, []).extend(_public_children(path))
+            else:
+                out.setdefault(closed, []).append(path)
     return out
 
 
@@ -149,12 +153,20 @@ def _mount(
 
 def closed_to_others(path: str) -> str | None:
     """The first directory on the way to `path` that other users cannot enter, or None."""
+    chain = closed_chain(path)
+    return chain[0] if chain else None
+
+
+def closed_chain(path: str) -> list[str]:
+    """Every directory on the way to `path` (itself included) that other users cannot enter,
+    outermost first; the walk stops where a step cannot be read."""
     parts = Path(path).parts
+    out = []
     for i in range(1, len(parts) + 1):
         step = os.path.join(*parts[:i])
         try:
             if os.stat(step).st_mode & stat.S_IXOTH == 0:
-                return step
+                out.append(step)
         except OSError:
-            return None
-    return None
+            break
+    return out
