@@ -460,8 +460,11 @@ class CandidateWorker(Worker):
         from kernelcraft.engine import kernelprof
 
         try:
-            for key, fn in fns.items():
-                timed.kernels[key] = kernelprof.breakdown(fn, lambda: self._map(inputs, lambda t: t.clone()))
+            # assigned whole: a field changed in place is not "set", and only set fields go on the wire
+            timed.kernels = {
+                key: kernelprof.breakdown(fn, lambda: self._map(inputs, lambda t: t.clone()))
+                for key, fn in fns.items()
+            }
         except Exception as e:  # noqa: BLE001 - informational: the timing stands without it
             timed.kernels_error = f"{type(e).__name__}: {e}"[:300]
         self.restore_stream()

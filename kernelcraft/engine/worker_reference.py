@@ -312,10 +312,12 @@ class ReferenceWorker(Worker):
                 from kernelcraft.engine import kernelprof
 
                 try:
-                    for key, fn in timed:
-                        timed_reply.kernels[key] = kernelprof.breakdown(
-                            fn, lambda: self._map(inputs, lambda t: t.clone())
-                        )
+                    # assigned whole: a field changed in place is not "set", and only set fields
+                    # go on the wire
+                    timed_reply.kernels = {
+                        key: kernelprof.breakdown(fn, lambda: self._map(inputs, lambda t: t.clone()))
+                        for key, fn in timed
+                    }
                 except Exception as e:  # noqa: BLE001 - informational: the timing stands without it
                     timed_reply.kernels_error = f"{type(e).__name__}: {e}"[:300]
             return timed_reply
