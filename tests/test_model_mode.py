@@ -38,3 +38,34 @@ def test_eval_mode_judges_running_statistics(evaluator, job_for) -> None:
 def test_a_task_without_mode_sensitive_modules_gets_no_note_of_it(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(CHEATS / "task_scale.py", CHEATS / "good.py", trials=1)).verify
     assert v is not None and v.correct and not any("mode" in n for n in v.notes), v.notes
+
+
+@pytest.mark.slow
+def test_plain_verify_output_shows_the_tolerance_and_the_notes(tmp_path: Path) -> None:
+    """Issue 26: the notes (the mode, the sizes used, the interpreter's limits) and the tolerance
+    show in the plain output too, not only with --json."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERNELCRAFT_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelcraft",
+            "verify",
+            str(MODES / "task_bn.py"),
+            str(MODES / "bn_batch_stats.py"),
+            "--trials",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("PASSED") and lines[1].startswith("tolerance: float32: atol=rtol=0.0001")
+    assert any(line.startswith("note: ran Model and ModelNew in training mode") for line in lines)

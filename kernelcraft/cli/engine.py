@@ -206,6 +206,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if v.correct
         else f"FAILED: {v.status} {where} (after {v.trials_passed} of {v.trials_total} trials passed)"
     )
+    if v.tolerance:
+        summary += f"\ntolerance: {v.tolerance}"
+    summary += "".join(f"\nnote: {n}" for n in v.notes)  # the sizes used, the mode, the interpreter's limits
     emit(v, args.json, _with_evidence(v, summary))
     return EXIT_OK if v.correct else EXIT_NEGATIVE
 
