@@ -140,6 +140,13 @@ async def test_optimize_with_claude_retries_overload_evaluates_the_unchanged_ker
     replies = sum(1 for _, s in script.served if s == "reply")
     assert summary["usage"]["calls"] == replies and summary["usage"]["cost_usd"] > 0
 
+    # every call is in the run's transcript: the system prompt once, each prompt and its answer
+    calls = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
+    assert len(calls) == replies and sum("system" in c for c in calls) == 1
+    assert {c["force_tool"] for c in calls} >= {"submit_kernel", "submit_edits"}
+    assert all(c["messages"][0]["role"] == "user" and c["usage"]["output_tokens"] >= 0 for c in calls)
+    assert any(c["answer"] == {"code": BROKEN} for c in calls if c["force_tool"] == "submit_kernel")
+
 
 @pytest.mark.slow
 @pytest.mark.anyio

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelcraft.agent.llm import LLMConfig, Usage, UsageMeter, load_dotenv, make_llm
+from kernelcraft.agent.llm import LLMConfig, LoggedLLM, Usage, UsageMeter, load_dotenv, make_llm
 from kernelcraft.agent.rundir import RunDir
 from kernelcraft.agent.runloop import Explorer, StartedRun, save_best, sha256_of
 from kernelcraft.agent.session import ToolSession, open_session
@@ -140,6 +140,8 @@ async def optimize(opts: OptimizeOptions) -> dict[str, Any]:
     llm = make_llm(opts.llm)  # a missing key fails here, before anything starts
     run = RunDir(opts.run_dir())
     run.create()
+    if llm is not None:  # every prompt and answer, in the run directory
+        llm = LoggedLLM(llm, run.path / "prompts.jsonl")
     meta = load_run_meta(run, inputs)
     place = tree_place(opts, meta)
     try:

@@ -5,6 +5,8 @@ Layout of `--out DIR` (only the explore loop writes it):
     run.json         the tree id, where the tree lives (database path or server URL), the task
                      (path and sha256), the target: what a rerun with the same --out resumes
     steps.jsonl      one JSON object per step, appended and fsynced as each step ends
+    prompts.jsonl    every call to the language model: its messages (each distinct system prompt
+                     once), the tool it had to call, the answer and its usage (`llm.LoggedLLM`)
     best_kernel.py   the best correct kernel so far, a ready-to-import module (ModelNew)
     summary.json     the run's outcome, rewritten at the end (and on every resume)
     tree.json        the tree's report data as the server gave it at the end (`runreport.py`)
