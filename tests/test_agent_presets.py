@@ -240,3 +240,46 @@ def test_no_seed_starts_without_the_seed_beside_the_task(tmp_path: Path) -> None
     with pytest.raises(UsageError, match="--no-seed has nothing to start from"):
         read_inputs(OptimizeOptions(task=task, no_seed=True, llm=LLMConfig(kind="none")))
     assert read_inputs(OptimizeOptions(task=task, llm=LLMConfig(kind="none"))).seed_code is not None
+
+
+def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example() -> None:
+    """Issue 27, D7: the GPU's name and a worked example (the cookbook kernel nearest the task), as
+    AdaExplore's prompts give one; the rules once."""
+    from kernelcraft.agent.proposers import LLMProposer
+    from kernelcraft.base.rules import RULES_CLOSE, RuleOut, RuleScope
+    from kernelcraft.base.tree import NextStep
+
+    task = (
+        Path(__file__).resolve().parents[1] / "kernelcraft/knowledge/cookbook/entries/softmax/task.py"
+    ).read_text()
+    proposer = LLMProposer.__new__(LLMProposer)
+    proposer.task_source, proposer._example = task, False
+    example = proposer.example()
+    assert example is not None and "class ModelNew" in example
+    rule = RuleOut(
+        id=1,
+        uid="r-1",
+        text="You cannot call tl.float32 as a function.",
+        count=3,
+        status="active",
+        scope=RuleScope(),
+    )
+    step = NextStep(
+        tree_id=1,
+        node_id=2,
+        parent_id=1,
+        kind="large",
+        step_index=1,
+        client="c",
+        lease_expires_at="2026-12-04T00:00:00Z",
+        reason="r",
+        task_name="t.py",
+        task_source=task,
+        target="sm_90a",
+        rules=[rule],
+        speedup_measured=False,
+        instructions="LARGE STEP",
+    )
+    prompt = prompts.large_step(step, example)
+    assert "NVIDIA H100/H200 (Hopper, sm_90a)" in prompt and "A worked example" in prompt
+    assert prompt.count(RULES_CLOSE) == 1 and prompt.count(rule.text) == 1

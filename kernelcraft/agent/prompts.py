@@ -9,6 +9,7 @@ context; these prompts add the answer contract of each call (which tool, what sh
 from __future__ import annotations
 
 from kernelcraft.base.rules import quote_rules
+from kernelcraft.base.targets import GPU_NAMES
 from kernelcraft.base.tree import ContextKernel, NextStep
 
 SYSTEM = """\
@@ -80,9 +81,23 @@ def _feedback_text(step: NextStep) -> str:
     return "\n\n".join(parts)
 
 
-def large_step(step: NextStep) -> str:
-    """The proposer: one call writing a whole ModelNew that must beat the pool."""
-    parts = [step.instructions, _kernel_block("The task (PyTorch reference)", step.task_source)]
+def large_step(step: NextStep, example: str | None = None) -> str:
+    """The proposer: one call writing a whole ModelNew that must beat the pool; with a worked
+    example (a verified cookbook kernel for a similar op), as AdaExplore's prompts give one."""
+    gpu = GPU_NAMES.get(step.target, step.target)
+    parts = [
+        step.instructions,
+        f"The kernel runs on {gpu}; match the task's dtypes (the reference's inputs and parameters).",
+        _kernel_block("The task (PyTorch reference)", step.task_source),
+    ]
+    if example:
+        parts.append(
+            _kernel_block(
+                "A worked example: a verified Triton kernel for a similar op, from kernelcraft's cookbook "
+                "(its task is not yours: take the technique, not the code)",
+                example,
+            )
+        )
     parts.extend(_kernel_block(f"Pool kernel — {describe_kernel(k)}", k.code) for k in step.pool)
     if feedback := _feedback_text(step):
         parts.append(feedback)

@@ -100,6 +100,7 @@ class LLMProposer:
         self.target = target
         self.edit_retries = edit_retries
         self.usage = Usage()
+        self._example: str | None | bool = False  # False: not looked up yet
 
     def begin_step(self) -> None:
         self.usage = Usage()
@@ -113,8 +114,21 @@ class LLMProposer:
             return None
         return reply.tool_call.input
 
+    def example(self) -> str | None:
+        """The cookbook kernel nearest the task (looked up once per run), or None."""
+        if self._example is False:
+            self._example = None
+            try:
+                from kernelcraft.knowledge.cookbook import load_cookbook
+
+                found = load_cookbook().search(self.task_source, limit=1, with_code=True)
+                self._example = found[0].kernel_code if found and found[0].kernel_code else None
+            except Exception as e:  # noqa: BLE001 - an example helps; its absence is no failure
+                logger.info("no cookbook example for the prompts: %s", e)
+        return self._example if isinstance(self._example, str) else None
+
     async def large(self, step: NextStep) -> StepOutcome:
-        answer = await self.ask(prompts.large_step(step), "submit_kernel")
+        answer = await self.ask(prompts.large_step(step, self.example()), "submit_kernel")
         code = answer.get("code") if answer else None
         if not isinstance(code, str) or "ModelNew" not in code:
             return StepOutcome.failed(NO_KERNEL, {"mode": "llm"})

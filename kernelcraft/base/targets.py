@@ -15,6 +15,14 @@ Target = Literal["sm_80", "sm_89", "sm_90a", "sm_100", "gfx942"]
 # Targets the ahead-of-time compiler knows. "host" means the machine's own GPU, if any.
 KNOWN_TARGETS: tuple[Target, ...] = get_args(Target)
 DEFAULT_TARGETS: tuple[Target, ...] = ("sm_80", "sm_90a", "sm_100", "gfx942")
+# The GPUs each target is for, as a prompt names them.
+GPU_NAMES: dict[str, str] = {
+    "sm_80": "NVIDIA A100 (Ampere, sm_80)",
+    "sm_89": "NVIDIA L40S (Ada, sm_89)",
+    "sm_90a": "NVIDIA H100/H200 (Hopper, sm_90a)",
+    "sm_100": "NVIDIA B200 (Blackwell, sm_100)",
+    "gfx942": "AMD MI300X (CDNA3, gfx942)",
+}
 # What a hardware-manual section may be about: a target, or every one.
 KNOWN_ARCHES: tuple[str, ...] = (*KNOWN_TARGETS, "any")
 
