@@ -130,9 +130,10 @@ def preflight_optimize(args: argparse.Namespace) -> None:
 
     _check_steps(args.steps)
     check_task(read_source(args.task), str(args.task))
-    if args.no_seed and args.seed is not None:
+    no_seed = getattr(args, "no_seed", False)
+    if no_seed and args.seed is not None:
         raise UsageError("--no-seed and --seed contradict each other; give one")
-    seed = None if args.no_seed else args.seed or find_seed(args.task)
+    seed = None if no_seed else args.seed or find_seed(args.task)
     if seed is not None:
         check_candidate(read_source(seed), str(seed))
     _check_llm(args)
