@@ -283,3 +283,18 @@ def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example() -> Non
     prompt = prompts.large_step(step, example)
     assert "NVIDIA H100/H200 (Hopper, sm_90a)" in prompt and "A worked example" in prompt
     assert prompt.count(RULES_CLOSE) == 1 and prompt.count(rule.text) == 1
+
+
+def test_optimize_explores_50_candidates_under_adaexplores_preset_unless_told() -> None:
+    """AdaExplore explores 50 candidates a task (issue 27, D16); kernelcraft's preset keeps 10."""
+    from kernelcraft.cli import build_parser
+    from kernelcraft.cli.agent import optimize_steps
+
+    parser = build_parser()
+    for argv, want in (
+        (["optimize", "t.py", "--preset", "adaexplore"], 50),
+        (["optimize", "t.py", "--preset", "kernelcraft"], 10),
+        (["optimize", "t.py", "--preset", "adaexplore", "--steps", "7"], 7),
+    ):
+        args = parser.parse_args(argv)
+        assert optimize_steps(args.steps, args.preset) == want, argv

@@ -121,6 +121,9 @@ class SearchConfig(BaseModel):
     )
 
 
+# `optimize`'s budget when --steps is not given: AdaExplore explores 50 candidates a task.
+OPTIMIZE_STEPS: dict[PresetName, int] = {"adaexplore": 50, "kernelcraft": 10}
+
 # Each preset's values, every field but `preset` and `level` (c_exp per level below).
 PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
     "adaexplore": {

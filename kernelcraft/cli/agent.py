@@ -8,7 +8,7 @@ from typing import Any
 
 from kernelcraft.agent.llm import LLMConfig
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES
+from kernelcraft.base.presets import DEFAULT_PRESET, OPTIMIZE_STEPS, PRESET_NAMES
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.cli.common import (
     EXIT_NEGATIVE,
@@ -139,9 +139,15 @@ def preflight_optimize(args: argparse.Namespace) -> None:
     _check_llm(args)
 
 
+def optimize_steps(steps: int | None, preset: str) -> int:
+    """`--steps`, else the preset's budget (AdaExplore's 50 for adaexplore; issue 27, D16)."""
+    return steps if steps is not None else OPTIMIZE_STEPS.get(preset, 10)  # type: ignore[call-overload]
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelcraft.agent.explore import OptimizeOptions, optimize
 
+    args.steps = optimize_steps(args.steps, args.preset)
     preflight_optimize(args)
     opts = OptimizeOptions(
         task=args.task,
@@ -191,7 +197,13 @@ def register(sub: Subcommands) -> None:
         action="store_true",
         help="start without a seed kernel (the first step writes one), even where <task>_seed.py exists",
     )
-    p.add_argument("--steps", type=int, default=10, help="candidates to evaluate: the tree's budget")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="candidates to evaluate: the tree's budget (default: the preset's, adaexplore 50 as "
+        "AdaExplore, kernelcraft 10)",
+    )
     p.add_argument("--out", type=Path, help="run directory (default ./kernelcraft-runs/<task>)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the tree's and the tuner's choices")
     p.add_argument(
