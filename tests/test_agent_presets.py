@@ -242,7 +242,8 @@ def test_no_seed_starts_without_the_seed_beside_the_task(tmp_path: Path) -> None
     assert read_inputs(OptimizeOptions(task=task, llm=LLMConfig(kind="none"))).seed_code is not None
 
 
-def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example() -> None:
+@pytest.mark.anyio
+async def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example(tmp_path: Path) -> None:
     """Issue 27, D7: the GPU's name and a worked example (the cookbook kernel nearest the task), as
     AdaExplore's prompts give one; the rules once."""
     from kernelcraft.agent.proposers import LLMProposer
@@ -252,9 +253,17 @@ def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example() -> Non
     task = (
         Path(__file__).resolve().parents[1] / "kernelcraft/knowledge/cookbook/entries/softmax/task.py"
     ).read_text()
-    proposer = LLMProposer.__new__(LLMProposer)
-    proposer.task_source, proposer._example = task, False
-    example = proposer.example()
+    from mcp import Client
+
+    from kernelcraft.agent.session import ToolSession
+    from kernelcraft.base.config import Settings
+    from kernelcraft.server.app import create_server
+
+    async with Client(create_server(Settings(db_path=tmp_path / "k.db"))) as client:
+        proposer = LLMProposer.__new__(LLMProposer)
+        proposer.task_source, proposer._example = task, False
+        proposer.session = ToolSession(client, "a test server")
+        example = await proposer.example()
     assert example is not None and "class ModelNew" in example
     rule = RuleOut(
         id=1,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelcraft.agent import prompts
+from kernelcraft.agent.cookbook_seed import cookbook_seed
 from kernelcraft.agent.edits import Edit, EditError, apply_edits, apply_what_applies, parse_edits
 from kernelcraft.agent.llm import ANSWER_TOOLS, LLM, Message, Usage, UsageMeter
 from kernelcraft.agent.session import ToolSession
@@ -114,21 +115,20 @@ class LLMProposer:
             return None
         return reply.tool_call.input
 
-    def example(self) -> str | None:
-        """The cookbook kernel nearest the task (looked up once per run), or None."""
+    async def example(self) -> str | None:
+        """The cookbook kernel nearest the task, from the server's `search_examples` (looked up
+        once per run; the agent reaches the knowledge layer only over MCP), or None."""
         if self._example is False:
             self._example = None
             try:
-                from kernelcraft.knowledge.cookbook import load_cookbook
-
-                found = load_cookbook().search(self.task_source, limit=1, with_code=True)
-                self._example = found[0].kernel_code if found and found[0].kernel_code else None
+                found = await cookbook_seed(self.session, self.task_source)
+                self._example = found.kernel_code if found is not None and found.kernel_code else None
             except Exception as e:  # noqa: BLE001 - an example helps; its absence is no failure
                 logger.info("no cookbook example for the prompts: %s", e)
         return self._example if isinstance(self._example, str) else None
 
     async def large(self, step: NextStep) -> StepOutcome:
-        answer = await self.ask(prompts.large_step(step, self.example()), "submit_kernel")
+        answer = await self.ask(prompts.large_step(step, await self.example()), "submit_kernel")
         code = answer.get("code") if answer else None
         if not isinstance(code, str) or "ModelNew" not in code:
             return StepOutcome.failed(NO_KERNEL, {"mode": "llm"})
