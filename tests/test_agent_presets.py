@@ -307,3 +307,31 @@ def test_optimize_explores_50_candidates_under_adaexplores_preset_unless_told() 
     ):
         args = parser.parse_args(argv)
         assert optimize_steps(args.steps, args.preset) == want, argv
+
+
+@pytest.mark.slow
+def test_a_dry_run_prints_the_first_prompt_calls_no_model_and_leaves_nothing(tmp_path: Path) -> None:
+    """`optimize --dry-run` (issue 27, item 3): no key, no model call; the tree in a throwaway
+    database; the prompt on stdout."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"} | {
+        "KERNELCRAFT_HOME": str(tmp_path / "home")
+    }
+    task = Path(__file__).resolve().parents[1] / "examples" / "layernorm" / "task.py"
+    done = subprocess.run(
+        [sys.executable, "-m", "kernelcraft", "optimize", str(task), "--dry-run", "-q"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("# system prompt") and "# user message (the model must call" in done.stdout
+    assert "no model was called" in done.stderr
+    assert (
+        not (tmp_path / "kernelcraft-runs").exists() and not (tmp_path / "home" / "kernelcraft.db").exists()
+    )

@@ -45,12 +45,15 @@ whole `Explorer` (`runloop.py`) its first step; the LLM and the tuner write the 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelcraft.agent.llm import LLMConfig, LoggedLLM, Usage, UsageMeter, load_dotenv, make_llm
+from kernelcraft.agent.llm import DryRunLLM, LLMConfig, LoggedLLM, Usage, UsageMeter, load_dotenv, make_llm
 from kernelcraft.agent.rundir import RunDir
 from kernelcraft.agent.runloop import Explorer, StartedRun, save_best, sha256_of
 from kernelcraft.agent.session import ToolSession, open_session
@@ -96,6 +99,8 @@ class OptimizeOptions:
     parallel: int = 1  # steps in flight at once
     evaluator: Literal["local", "ray"] = "local"  # the in-process server's evaluator
     ray_address: str | None = None
+    dry_run: bool = False  # print the first step's prompt instead of calling a model
+    dry_run_scratch: bool = False  # (a dry run's own: its throwaway run directory and database)
 
     def tree_params(self) -> dict[str, int | float | str | bool]:
         """The values this run puts over its preset's."""
@@ -136,8 +141,25 @@ async def optimize(opts: OptimizeOptions) -> dict[str, Any]:
     """Run (or resume) one optimisation; returns the summary (also written to summary.json)."""
     started_at = time.monotonic()
     load_dotenv()
+    if opts.dry_run and not opts.dry_run_scratch:
+        if opts.llm.kind == "none":
+            raise UsageError("--dry-run shows what a language model would be asked; --llm none asks none")
+        with tempfile.TemporaryDirectory(prefix="kernelcraft-dry-run-") as scratch:
+            # a throwaway run and database: a dry run leaves nothing behind
+            where = Path(scratch)
+            return await optimize(
+                dataclasses.replace(
+                    opts,
+                    dry_run_scratch=True,
+                    out=where / "run",
+                    db_path=opts.db_path if opts.server_url else where / "kernelcraft.db",
+                    progress=False,
+                )
+            )
     inputs = read_inputs(opts)
-    llm = make_llm(opts.llm)  # a missing key fails here, before anything starts
+    llm: Any = (
+        DryRunLLM(opts.llm.model or "the model", sys.stdout) if opts.dry_run else make_llm(opts.llm)
+    )  # a missing key fails here, before anything starts
     run = RunDir(opts.run_dir())
     run.create()
     if llm is not None:  # every prompt and answer, in the run directory

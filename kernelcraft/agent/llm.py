@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from kernelcraft.base.errors import LLMSetupError
+from kernelcraft.base.errors import LLMError, LLMSetupError
 
 logger = logging.getLogger(__name__)
 
@@ -481,3 +481,31 @@ class LoggedLLM:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class DryRunStop(LLMError):
+    """A dry run printed the prompt it would have sent; no model was called."""
+
+
+class DryRunLLM:
+    """An `LLM` that prints the first request it gets (system prompt and user message) to `out`
+    and stops the run (`optimize --dry-run`): what a model would be asked, at no cost."""
+
+    def __init__(self, model: str, out: Any) -> None:
+        self._model = model
+        self.out = out
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def call(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], force_tool: str
+    ) -> LLMReply:
+        print(f"# system prompt\n{system}", file=self.out)
+        for m in messages:
+            print(f"\n# {m.role} message (the model must call {force_tool})\n{m.content}", file=self.out)
+        raise DryRunStop("dry run: printed the first step's prompt; no model was called")
+
+    async def aclose(self) -> None:
+        return None

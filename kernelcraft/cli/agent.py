@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +137,24 @@ def preflight_optimize(args: argparse.Namespace) -> None:
     seed = None if no_seed else args.seed or find_seed(args.task)
     if seed is not None:
         check_candidate(read_source(seed), str(seed))
-    _check_llm(args)
+    if not getattr(args, "dry_run", False):  # a dry run calls no model: no key needed
+        _check_llm(args)
 
 
 def optimize_steps(steps: int | None, preset: str) -> int:
     """`--steps`, else the preset's budget (AdaExplore's 50 for adaexplore; issue 27, D16)."""
     return steps if steps is not None else OPTIMIZE_STEPS.get(preset, 10)  # type: ignore[call-overload]
+
+
+def _find(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`error`, or the first exception of `kind` inside an exception group, or None."""
+    if isinstance(error, kind):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = _find(inner, kind)
+        if found is not None:
+            return found
+    return None
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -153,12 +166,24 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         task=args.task,
         seed=args.seed,
         no_seed=args.no_seed,
+        dry_run=args.dry_run,
         search_seed=args.search_seed,
         compile_check=not args.no_compile_check,
         tuner_steps=args.tuner_steps,
         parallel=args.parallel,
         **_run_options(args),
     )
+    if args.dry_run:
+        from kernelcraft.agent.llm import DryRunStop
+
+        try:
+            run(lambda: optimize(opts))
+        except BaseException as e:  # the stop may come wrapped in the session's task group
+            stop = _find(e, DryRunStop)
+            if stop is None:
+                raise
+            print(f"\n({stop})", file=sys.stderr)
+        return EXIT_OK
     summary = run(lambda: optimize(opts))
     if args.json:
         print_json(summary)
@@ -191,6 +216,12 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument(
         "--seed", type=Path, help="seed kernel (ModelNew); default <task>_seed.py or seed.py beside task.py"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the prompt the first LLM step would send (the tree started in a throwaway database, "
+        "the seed evaluated) and stop: no model is called, no key is needed",
     )
     p.add_argument(
         "--no-seed",
