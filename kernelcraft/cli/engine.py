@@ -23,6 +23,7 @@ from typing import Any
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
+from kernelcraft.base.occupancy import describe, occupancy
 from kernelcraft.base.ops import aten_op_names
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.cli.common import (
@@ -230,6 +231,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         lines.extend(
             f"    {k.name}: registers={k.registers} spills={k.spills} shared={k.shared_bytes} B "
             f"warps={k.num_warps} stages={k.num_stages}"
+            + (
+                f", {occ}"
+                if (occ := describe(occupancy(t.target, k.registers, k.shared_bytes, k.num_warps)))
+                else ""
+            )
             for k in t.kernels
         )
         if t.error:

@@ -13,6 +13,8 @@ import re
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass, diagnosis
+from kernelcraft.base.occupancy import describe as describe_occupancy
+from kernelcraft.base.occupancy import occupancy
 from kernelcraft.knowledge.docs import HwDocs
 
 # Triton calls every kernel makes: they say nothing about which manual section helps.
@@ -155,6 +157,8 @@ def profile_words(result: EvalResult | None, target: str) -> str | None:
                 continue
             for k in t.kernels:
                 use = _resources(k.registers, k.spills, k.shared_bytes, k.num_warps)
+                occ = describe_occupancy(occupancy(target, k.registers, k.shared_bytes, k.num_warps))
+                use = ", ".join(x for x in (use, occ) if x)
                 if use:
                     parts.append(f"kernel {k.name}: {use}")
     if prof is not None and prof.kernels:
