@@ -11,25 +11,46 @@ import pytest
 
 MODES = Path(__file__).parent / "fixtures" / "modes"
 CHEATS = Path(__file__).parent / "cheats"
+COOKBOOK_BN = (
+    Path(__file__).parents[1]
+    / "kernelcraft"
+    / "knowledge"
+    / "cookbook"
+    / "entries"
+    / "batchnorm"
+    / "kernel.py"
+)
+BATCH_STATS = "batch_norm(x, self.bn.weight, self.bn.bias, self.bn.eps, training=True)"
+RUNNING_STATS = (
+    "batch_norm(x, self.bn.weight, self.bn.bias, self.bn.eps, training=False, "
+    "running_mean=self.bn.running_mean, running_var=self.bn.running_var)"
+)
+
+
+def bn_candidate(statistics: str) -> str:
+    """The cookbook's BatchNorm kernel with its forward on batch or on running statistics."""
+    source = COOKBOOK_BN.read_text()
+    assert BATCH_STATS in source
+    return source.replace(BATCH_STATS, statistics)
 
 
 @pytest.mark.slow
 def test_batchnorm_is_judged_in_training_mode_by_default_and_says_so(evaluator, job_for) -> None:
-    v = evaluator.submit(job_for(MODES / "task_bn.py", MODES / "bn_batch_stats.py", trials=2)).verify
+    v = evaluator.submit(job_for(MODES / "task_bn.py", bn_candidate(BATCH_STATS), trials=2)).verify
     assert v is not None and v.correct, v
     assert any("training mode, as KernelBench's harness does: BatchNorm2d" in n for n in v.notes), v.notes
-    wrong = evaluator.submit(job_for(MODES / "task_bn.py", MODES / "bn_running_stats.py", trials=1)).verify
+    wrong = evaluator.submit(job_for(MODES / "task_bn.py", bn_candidate(RUNNING_STATS), trials=1)).verify
     assert wrong is not None and wrong.status == "numerical_mismatch", wrong
 
 
 @pytest.mark.slow
 def test_eval_mode_judges_running_statistics(evaluator, job_for) -> None:
-    job = job_for(MODES / "task_bn.py", MODES / "bn_running_stats.py", trials=2, model_mode="eval")
+    job = job_for(MODES / "task_bn.py", bn_candidate(RUNNING_STATS), trials=2, model_mode="eval")
     v = evaluator.submit(job).verify
     assert v is not None and v.correct, v
     assert any("eval mode (model_mode='eval')" in n for n in v.notes), v.notes
     wrong = evaluator.submit(
-        job_for(MODES / "task_bn.py", MODES / "bn_batch_stats.py", trials=1, model_mode="eval")
+        job_for(MODES / "task_bn.py", bn_candidate(BATCH_STATS), trials=1, model_mode="eval")
     ).verify
     assert wrong is not None and wrong.status == "numerical_mismatch", wrong
 
@@ -49,6 +70,8 @@ def test_plain_verify_output_shows_the_tolerance_and_the_notes(tmp_path: Path) -
     import sys
 
     env = {**os.environ, "KERNELCRAFT_HOME": str(tmp_path)}
+    candidate = tmp_path / "bn_batch_stats.py"
+    candidate.write_text(bn_candidate(BATCH_STATS))
     done = subprocess.run(
         [
             sys.executable,
@@ -56,7 +79,7 @@ def test_plain_verify_output_shows_the_tolerance_and_the_notes(tmp_path: Path) -
             "kernelcraft",
             "verify",
             str(MODES / "task_bn.py"),
-            str(MODES / "bn_batch_stats.py"),
+            str(candidate),
             "--trials",
             "1",
         ],

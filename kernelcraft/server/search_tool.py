@@ -4,7 +4,7 @@ status, abandon, next), a thin layer over `SearchService` (`search/service.py`).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -122,7 +122,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         """A tree search over kernels (AdaExplore): the server picks what to try, you write it.
         'start', then 'submit' what each next_step asks for (follow its instructions) until the
         budget is spent; 'abandon' a step you cannot write, never submit a placeholder."""
-        return await _search_action(
+        step = await _search_action(
             ctx,
             action,
             reference_code=reference_code,
@@ -139,6 +139,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             task_name=task_name,
             share_with=share_with,
         )
+        return economise(step, app_state(ctx), client_name())
 
 
 async def _search_action(
@@ -169,86 +170,44 @@ async def _search_action(
     ):
         check_size(state, name, code)
     with tool_errors():
-        step = await _act(
-            state,
-            client,
-            action,
-            reference_code=reference_code,
-            candidate_code=candidate_code,
-            tree_id=tree_id,
-            node_id=node_id,
-            reason=reason,
-            target=target,
-            policy=policy,
-            preset=preset,
-            policy_params=policy_params,
-            budget=budget,
-            seed=seed,
-            task_name=task_name,
-            share_with=share_with,
-            progress=progress_to(ctx),
-        )
-    return economise(step, state, client)
-
-
-async def _act(
-    state: AppState,
-    client: str,
-    action: SearchAction,
-    *,
-    reference_code: str | None,
-    candidate_code: str | None,
-    tree_id: int | None,
-    node_id: int | None,
-    reason: str | None,
-    target: Target,
-    policy: str,
-    preset: PresetName | None,
-    policy_params: dict[str, int | float | str | bool] | None,
-    budget: int,
-    seed: int,
-    task_name: str | None,
-    share_with: str | None,
-    progress: Any,
-) -> SearchStep:
-    if action == "start":
-        _require(action, reference_code=reference_code)
-        assert reference_code is not None
-        started = await state.search.start(
-            reference_code,
-            task_name=task_name,
-            seed_candidate=candidate_code,
-            target=target,
-            policy=policy,
-            preset=preset,
-            params=dict(policy_params) if policy_params else None,
-            budget=budget,
-            seed=seed,
-            client=client,
-            progress=progress,
-        )
-        return SearchStep(action=action, start=started)
-    if action == "submit":
-        _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
-        assert tree_id is not None and node_id is not None and candidate_code is not None
-        submitted = await state.search.submit(
-            tree_id, node_id, candidate_code, client=client, progress=progress
-        )
-        return SearchStep(action=action, submit=submitted)
-    if action == "abandon":
-        _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
-        assert tree_id is not None and node_id is not None and reason is not None
-        abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
-        return SearchStep(action=action, abandon=abandoned)
-    _require(action, tree_id=tree_id)
-    assert tree_id is not None
-    if action == "share":
-        _require(action, share_with=share_with)
-        assert share_with is not None
-        shared = await state.search.share(tree_id, share_with, client=client)
-        return SearchStep(action=action, shared_with=shared)
-    status = await state.search.status(tree_id, client=client, new_step=action == "next")
-    return SearchStep(action=action, status=status)
+        if action == "start":
+            _require(action, reference_code=reference_code)
+            assert reference_code is not None
+            started = await state.search.start(
+                reference_code,
+                task_name=task_name,
+                seed_candidate=candidate_code,
+                target=target,
+                policy=policy,
+                preset=preset,
+                params=dict(policy_params) if policy_params else None,
+                budget=budget,
+                seed=seed,
+                client=client,
+                progress=progress_to(ctx),
+            )
+            return SearchStep(action=action, start=started)
+        if action == "submit":
+            _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
+            assert tree_id is not None and node_id is not None and candidate_code is not None
+            submitted = await state.search.submit(
+                tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
+            )
+            return SearchStep(action=action, submit=submitted)
+        if action == "abandon":
+            _require(action, tree_id=tree_id, node_id=node_id, reason=reason)
+            assert tree_id is not None and node_id is not None and reason is not None
+            abandoned = await state.search.abandon(tree_id, node_id, reason, client=client)
+            return SearchStep(action=action, abandon=abandoned)
+        _require(action, tree_id=tree_id)
+        assert tree_id is not None
+        if action == "share":
+            _require(action, share_with=share_with)
+            assert share_with is not None
+            shared = await state.search.share(tree_id, share_with, client=client)
+            return SearchStep(action=action, shared_with=shared)
+        status = await state.search.status(tree_id, client=client, new_step=action == "next")
+        return SearchStep(action=action, status=status)
 
 
 MAX_NEW_RULES = 6
