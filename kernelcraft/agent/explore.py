@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelcraft.agent.llm import DryRunLLM, LLMConfig, LoggedLLM, Usage, UsageMeter, load_dotenv, make_llm
+from kernelcraft.agent.llm import LLMConfig, Usage, UsageMeter, load_dotenv, make_llm
+from kernelcraft.agent.llm_wrappers import DryRunLLM, LoggedLLM
 from kernelcraft.agent.rundir import RunDir
 from kernelcraft.agent.runloop import Explorer, StartedRun, save_best, sha256_of
 from kernelcraft.agent.session import ToolSession, open_session

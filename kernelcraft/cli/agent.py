@@ -174,7 +174,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         **_run_options(args),
     )
     if args.dry_run:
-        from kernelcraft.agent.llm import DryRunStop
+        from kernelcraft.agent.llm_wrappers import DryRunStop
 
         try:
             run(lambda: optimize(opts))
