@@ -15,7 +15,7 @@ Each run starts a new process, as a user meets the CLI:
 
 Each run has a fresh KERNELCRAFT_HOME (no kept timing), but the bytecode that kernelcraft keeps
 where Python writes none (`kernelcraft/base/bytecode.py`) and Triton's C helpers
-(`kernelcraft/engine/prebuilt.py`) are shared between runs, as a user's home keeps them: the first run is reported apart (it compiles what it imports) and the medians are over the
+(`kernelcraft/engine/startup/prebuilt.py`) are shared between runs, as a user's home keeps them: the first run is reported apart (it compiles what it imports) and the medians are over the
 later runs. KernelBench's harness is timed both as this machine runs Python and with bytecode
 kept the same way (`PYTHONPYCACHEPREFIX`), so the two compare on equal terms.
 

@@ -205,8 +205,8 @@ def stage(tasks: list[BenchTask], kb: Path, out: Path) -> dict[int, BenchTask]:
 
 async def evaluate(out: Path, args: argparse.Namespace) -> LevelSummary:
     from kernelcraft.base.config import cache_file
-    from kernelcraft.engine import timingcache
-    from kernelcraft.engine.local import LocalEvaluator
+    from kernelcraft.engine.host.local import LocalEvaluator
+    from kernelcraft.engine.measure import timingcache
     from kernelcraft.level.runner import LevelRun, run_level
 
     run = LevelRun(

@@ -62,7 +62,7 @@ from kernelcraft.base.evaluation import (  # noqa: E402
 )
 from kernelcraft.base.failures import FailureClass  # noqa: E402
 from kernelcraft.base.tree import NextStep  # noqa: E402
-from kernelcraft.engine.evaluator import ProgressCallback  # noqa: E402
+from kernelcraft.engine.host.evaluator import ProgressCallback  # noqa: E402
 from kernelcraft.knowledge.rulebook import Rulebook  # noqa: E402
 from kernelcraft.search.service import SearchService  # noqa: E402
 from kernelcraft.store import Store  # noqa: E402

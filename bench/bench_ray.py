@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench_eval import TASKS, batch, job_for  # noqa: E402
 
-from kernelcraft.engine.local import LocalEvaluator  # noqa: E402
+from kernelcraft.engine.host.local import LocalEvaluator  # noqa: E402
 
 
 async def measure(evaluator: Any, smoke: bool, size: int, runs: int) -> dict[str, Any]:
@@ -53,7 +53,7 @@ async def measure(evaluator: Any, smoke: bool, size: int, runs: int) -> dict[str
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    from kernelcraft.engine.ray_evaluator import RayEvaluator
+    from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
 
     device = "cpu" if args.cpu_smoke else "auto"
     size = args.batch or (4 if args.cpu_smoke else 42)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from kernelcraft.base.config import Settings  # noqa: E402
 from kernelcraft.base.evaluation import EvalJob, EvalResult  # noqa: E402
-from kernelcraft.engine.evaluator import ProgressCallback  # noqa: E402
+from kernelcraft.engine.host.evaluator import ProgressCallback  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402
 
 

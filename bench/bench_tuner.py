@@ -18,7 +18,7 @@ than --max-grid, it is narrowed the same way for both (meta-parameters within a 
 num_warps held at the seed's).
 
 Part 2, the examples' best kernels (the grid's best configuration) against PyTorch eager and
-torch.compile, with the roofline fraction (`kernelcraft.engine.roofline.roofline_for`).
+torch.compile, with the roofline fraction (`kernelcraft.engine.measure.roofline.roofline_for`).
 
 Harness: in-process `triton.testing.do_bench(..., return_mode="median")` (L2 flushed by do_bench),
 not the engine's `LocalEvaluator`. Why: a grid is hundreds of configurations per kernel, and each
@@ -332,7 +332,7 @@ def compare_with_pytorch(
     if out.get("compiled_us") and best.time_us:
         out["speedup_vs_compiled"] = out["compiled_us"] / best.time_us
     try:
-        from kernelcraft.engine.roofline import roofline_for
+        from kernelcraft.engine.measure.roofline import roofline_for
 
         roof = roofline_for(reference, inputs, ARGS.target)
         out["roofline_floor_us"] = roof.floor_us

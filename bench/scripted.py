@@ -32,7 +32,7 @@ from kernelcraft.base.evaluation import (
     VerifyResult,
 )
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.host.evaluator import ProgressCallback
 
 _MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile|crash)(?:\s+([0-9.]+))?")
 _PROFILE = re.compile(r"#\s*profile:\s*(memory|compute)\s+([0-9.]+)(?:\s+spills\s+(\d+))?")

@@ -27,7 +27,7 @@ class EvalRunner:
     """Submits jobs to one LocalEvaluator running on a private event loop thread."""
 
     def __init__(self) -> None:
-        from kernelcraft.engine.local import LocalEvaluator
+        from kernelcraft.engine.host.local import LocalEvaluator
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -51,7 +51,7 @@ class EvalRunner:
 def static_checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """Skip the static rules (static.py) in this test's jobs, so that a probe they would refuse
     reaches the dynamic check the test is about: every layer must hold on its own."""
-    monkeypatch.setattr("kernelcraft.engine.local.check_candidate_source", lambda *a, **k: [])
+    monkeypatch.setattr("kernelcraft.engine.host.local.check_candidate_source", lambda *a, **k: [])
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +116,7 @@ def gpu_submit():  # type: ignore[no-untyped-def]
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from kernelcraft.engine.local import LocalEvaluator
+    from kernelcraft.engine.host.local import LocalEvaluator
 
     loop = asyncio.new_event_loop()
     ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.support import free_port, wait_healthy  # noqa: F401  (one copy: bench's)
 from kernelcraft.base.config import Settings
 from kernelcraft.base.evaluation import EvalJob, EvalResult
-from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.host.evaluator import ProgressCallback
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The box a candidate runs in (kernelcraft/engine/box.py): hostile candidates in tests/cheats/
+"""The box a candidate runs in (kernelcraft/engine/box/__init__.py): hostile candidates in tests/cheats/
 try to read other processes' secrets and files outside their directory, reach the network, leave
 a daemon behind and fork without limit; each gets nothing, and an honest candidate still passes.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.sandbox import landlock_abi
+from kernelcraft.engine.box.sandbox import landlock_abi
 
 CHEATS = Path(__file__).parent / "cheats"
 TASK = CHEATS / "task_scale.py"
@@ -326,7 +326,7 @@ def gpu_eval():  # type: ignore[no-untyped-def]
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from kernelcraft.engine.local import LocalEvaluator
+    from kernelcraft.engine.host.local import LocalEvaluator
 
     loop = asyncio.new_event_loop()
     ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)

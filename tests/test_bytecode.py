@@ -104,7 +104,7 @@ def test_the_cache_is_left_out_where_python_or_the_user_needs_none(fake_torch: P
 
 def test_the_evaluators_workers_get_the_cache_in_their_environment(fake_torch: Path, tmp_path: Path) -> None:
     probe = (
-        "import json; from kernelcraft.engine.pool import base_env; "
+        "import json; from kernelcraft.engine.host.pool import base_env; "
         "e = base_env('cpu', None, True, lazy=True); print(json.dumps([e.get('PYTHONPYCACHEPREFIX'), "
         "e.get('PYTHONDONTWRITEBYTECODE'), e.get('KERNELCRAFT_WORKER_IMPORTS')]))"
     )
@@ -163,7 +163,7 @@ def test_workers_write_no_bytecode_for_the_tasks_and_candidates_they_import(tmp_
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-1000:] + out.stderr[-2000:]
-    assert list(prefix.rglob("kernelcraft/engine/worker.*.pyc")), "the zygote writes to the prefix"
+    assert list(prefix.rglob("kernelcraft/engine/worker/main.*.pyc")), "the zygote writes to the prefix"
     assert not list(prefix.rglob("kernelcraft_task*.pyc")) and not list(prefix.rglob("kernelcraft_cand*.pyc"))
 
 

@@ -1,4 +1,4 @@
-"""The output comparison (engine/compare.py), in chunks: the same verdict and evidence whatever the
+"""The output comparison (engine/checks/compare.py), in chunks: the same verdict and evidence whatever the
 chunk size, so an output of 1.6 G elements is judged in bounded memory exactly as a small one."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine import compare
+from kernelcraft.engine.checks import compare
 
 
 def _cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:

@@ -54,7 +54,7 @@ def test_every_variable_the_engine_reads_is_a_field_of_the_settings() -> None:
 def test_each_setting_changed_reaches_a_ray_actors_environment(
     monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    from kernelcraft.engine.ray_evaluator import ENGINE_SETTINGS, actor_env
+    from kernelcraft.engine.cluster.ray_evaluator import ENGINE_SETTINGS, actor_env
 
     for other in FLIPPED:
         monkeypatch.delenv(other, raising=False)

@@ -39,7 +39,7 @@ TANH = traceback_text("interp_tl_tanh")
 
 def test_the_captured_tracebacks_are_whole_tracebacks_full_of_framework_frames() -> None:
     # What made the rulebook credit a tl.tanh failure to the torch.exp rule.
-    assert "torch/nn/modules/module.py" in TANH and "kernelcraft/engine/worker.py" in TANH
+    assert "torch/nn/modules/module.py" in TANH and "kernelcraft/engine/worker/main.py" in TANH
     assert len(traceback_cases()) >= 8
 
 
@@ -72,7 +72,7 @@ def test_error_line_of_a_text_without_a_traceback_is_its_first_line() -> None:
 
 def test_candidate_part_keeps_the_candidates_frames_and_every_exception_only() -> None:
     part = candidate_part(TANH)
-    assert "torch/nn/modules" not in part and "worker.py" not in part and "interpreter.py" not in part
+    assert "torch/nn/modules" not in part and "worker/main.py" not in part and "interpreter.py" not in part
     assert f'File "{CANDIDATE_FILE}", line 14, in scaled_add_kernel' in part
     assert f'File "{CANDIDATE_FILE}", line 26, in forward' in part
     assert "AttributeError: module 'triton.language' has no attribute 'tanh'" in part
@@ -111,7 +111,7 @@ def test_diagnosis_of_a_traceback_ignores_words_in_the_frameworks_frames() -> No
 
 
 def test_a_trimmed_traceback_keeps_its_frames_apart_from_its_exception() -> None:
-    # search/tree.py cuts the middle out of a long text; engine/worker.py keeps the tail after "…".
+    # search/tree.py cuts the middle out of a long text; engine/worker/main.py keeps the tail after "…".
     middle = len(TANH) // 2
     cut = f"{TANH[:middle]}\n… [123 characters cut] …\n{TANH[middle + 40 :]}"
     tail = "…" + TANH[300:]

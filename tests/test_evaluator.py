@@ -161,7 +161,7 @@ def test_a_cancelled_submit_kills_its_workers_even_when_cancelled_repeatedly(eva
 def test_obfuscated_side_streams_are_found_statically() -> None:
     import ast
 
-    from kernelcraft.engine.static import check_candidate_source
+    from kernelcraft.engine.checks.static import check_candidate_source
 
     def constructs(src: str) -> list[str]:
         return [f.construct for f in check_candidate_source(ast.parse(src))]
@@ -187,8 +187,8 @@ def _timing(median: float, method: str = "cuda_graph", sets: int = 8, clipped: i
 
 
 def test_a_timing_below_the_physical_floor_is_rejected_not_reported() -> None:
-    from kernelcraft.engine import roofline
-    from kernelcraft.engine.verdicts import physical_floor_us, profile_result
+    from kernelcraft.engine.host.verdicts import physical_floor_us, profile_result
+    from kernelcraft.engine.measure import roofline
 
     # 8192 x 4000 fp32 softmax: 131 MB read, 131 MB written.
     nbytes = 2 * 8192 * 4000 * 4
@@ -225,7 +225,7 @@ def _cuda() -> bool:
 def gpu_eval():  # type: ignore[no-untyped-def]
     if not _cuda():
         pytest.skip("needs a CUDA GPU")
-    from kernelcraft.engine.local import LocalEvaluator
+    from kernelcraft.engine.host.local import LocalEvaluator
 
     async def make():  # type: ignore[no-untyped-def]
         ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
@@ -397,7 +397,7 @@ def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> No
 
 @pytest.mark.anyio
 async def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
-    from kernelcraft.engine.gpulock import GpuLock
+    from kernelcraft.engine.host.gpulock import GpuLock
 
     lock = GpuLock()
     log: list[str] = []
@@ -481,7 +481,7 @@ def test_jobs_waiting_for_a_reference_never_block_a_timing(evaluator, job_for, t
 def test_gpus_are_counted_one_per_nvidia_device_file_when_none_are_masked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernelcraft.engine import prestart
+    from kernelcraft.engine.host import prestart
 
     monkeypatch.setattr(prestart, "_torch_has_gpu_support", lambda: True)
     monkeypatch.setattr(prestart.sys, "platform", "linux")

@@ -21,7 +21,7 @@ from search_scripted import TASK
 
 from kernelcraft.base.evaluation import EvalJob, EvalResult, Evidence, VerifyResult
 from kernelcraft.base.failures import FailureClass, classify
-from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search.service import SearchService
 from kernelcraft.store import Store

@@ -35,7 +35,7 @@ from kernelcraft.base.evaluation import EvalJob, EvalResult, VerifyResult
 from kernelcraft.base.rules import RULES_CLOSE, RuleOut, RuleScope
 from kernelcraft.base.tree import NextStep
 from kernelcraft.cli import server as commands
-from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.knowledge.rulebook import Rulebook, validate_rule
 from kernelcraft.search import instructions
 from kernelcraft.server import prompts as server_prompts

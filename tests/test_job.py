@@ -14,12 +14,13 @@ import pytest
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.channel import Frame
-from kernelcraft.engine.gpulock import Device, GpuLock
-from kernelcraft.engine.job import Job
-from kernelcraft.engine.jobtiming import MIN_PROFILE_ROUNDS
-from kernelcraft.engine.jobworkers import CandidateSettings
-from kernelcraft.engine.protocol import (
+from kernelcraft.engine.host.gpulock import Device, GpuLock
+from kernelcraft.engine.host.job import Job
+from kernelcraft.engine.host.jobtiming import MIN_PROFILE_ROUNDS
+from kernelcraft.engine.host.jobworkers import CandidateSettings
+from kernelcraft.engine.host.references import ReferencePool
+from kernelcraft.engine.wire.channel import Frame
+from kernelcraft.engine.wire.protocol import (
     Compared,
     InputsMade,
     KnockedOut,
@@ -34,7 +35,6 @@ from kernelcraft.engine.protocol import (
     Verdict,
     Warm,
 )
-from kernelcraft.engine.references import ReferencePool
 
 REC = {"tensor": {"dtype": "float32", "shape": [4]}}
 CANDIDATE_US, EAGER_US, COMPILED_US = 10.0, 20.0, 15.0

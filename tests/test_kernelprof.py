@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelcraft.base.evaluation import KernelTime, ProfileResult
-from kernelcraft.engine import kernelprof
+from kernelcraft.engine.measure import kernelprof
 from kernelcraft.search.feedback import profile_words
 
 
@@ -44,7 +44,7 @@ def test_gpu_a_profile_names_the_kernels_of_both_sides(gpu_submit, job_for) -> N
     import asyncio
     from pathlib import Path
 
-    from kernelcraft.engine.local import LocalEvaluator
+    from kernelcraft.engine.host.local import LocalEvaluator
 
     examples = Path(__file__).resolve().parents[1] / "examples" / "softmax"
 

@@ -15,7 +15,7 @@ _SCRIPT = textwrap.dedent(
     os.environ["TRITON_INTERPRET"] = "1"
     import numpy as np
     import torch, triton, triton.language as tl
-    from kernelcraft.engine.knockout import run_knocked_out
+    from kernelcraft.engine.watch.knockout import run_knocked_out
 
     @triton.jit
     def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):

@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from kernelcraft.engine.launches import in_triton_launch, intercept_launches  # noqa: E402
+from kernelcraft.engine.watch.launches import in_triton_launch, intercept_launches  # noqa: E402
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels" / "launch_kernels.py"
 REPO = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ INTERPRETER_SCRIPT = textwrap.dedent(
     """
     import importlib.util, json, sys
     import torch, triton
-    from kernelcraft.engine.launches import intercept_launches, in_triton_launch
+    from kernelcraft.engine.watch.launches import intercept_launches, in_triton_launch
     spec = importlib.util.spec_from_file_location("kc_interp_kernels", sys.argv[1])
     k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
     x, y = torch.arange(100, dtype=torch.float32), torch.ones(100)

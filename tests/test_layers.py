@@ -1,9 +1,11 @@
 """The package's layering: import-linter's contracts in pyproject.toml, run by `lint-imports` in
-CI, are the rule; docs/development.md draws the layers contract, and this module checks that the
-drawing is the contract and that the contracts catch an upward import."""
+CI, are the rule; docs/development.md draws each layers contract, and this module checks that the
+drawings are the contracts and that the contracts catch an upward import."""
 
 from __future__ import annotations
 
+import ast
+import os
 import re
 import subprocess
 import sys
@@ -21,25 +23,34 @@ def contracts() -> list[dict]:  # type: ignore[type-arg]
     return list(config["tool"]["importlinter"]["contracts"])
 
 
-def drawn_layers() -> list[str]:
+def layers_contracts() -> dict[str, list[str]]:
+    """Each layers contract's rows, named without the prefix its modules share."""
+    out = {}
+    for contract in contracts():
+        if contract["type"] != "layers":
+            continue
+        names = [p.strip() for row in contract["layers"] for p in row.split("|")]
+        prefix = os.path.commonprefix(names)
+        prefix = prefix[: prefix.rfind(".") + 1]
+        out[contract["name"]] = [
+            " | ".join(part.strip().removeprefix(prefix) for part in row.split("|"))
+            for row in contract["layers"]
+        ]
+    return out
+
+
+def drawings() -> dict[str, list[str]]:
     page = (REPO / "docs" / "development.md").read_text()
-    block = re.search(r"<!-- layers: .*? -->\n```\n(.*?)```\n<!-- /layers -->", page, re.S)
-    assert block is not None, "docs/development.md has no layers drawing between its markers"
-    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+    blocks = re.findall(r"<!-- layers: (.*?) -->\n```\n(.*?)```\n<!-- /layers -->", page, re.S)
+    return {name: [line.strip() for line in body.splitlines() if line.strip()] for name, body in blocks}
 
 
-def test_the_development_page_draws_the_layers_contract() -> None:
-    (layers,) = [c for c in contracts() if c["type"] == "layers"]
-    want = [
-        " | ".join(part.strip().removeprefix("kernelcraft.") for part in row.split("|"))
-        for row in layers["layers"]
-    ]
-    assert drawn_layers() == want
+def test_the_development_page_draws_each_layers_contract() -> None:
+    assert drawings() == layers_contracts()
 
 
 def test_every_package_is_in_a_layer_and_has_a_row_on_the_page() -> None:
-    (layers,) = [c for c in contracts() if c["type"] == "layers"]
-    named = {p.strip().removeprefix("kernelcraft.") for row in layers["layers"] for p in row.split("|")}
+    (named,) = [set(" | ".join(rows).split(" | ")) for rows in layers_contracts().values() if "cli" in rows]
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     packages |= {"store", "entry"}
     assert packages <= named, f"not in any layer: {sorted(packages - named)}"
@@ -48,6 +59,20 @@ def test_every_package_is_in_a_layer_and_has_a_row_on_the_page() -> None:
         assert f"`kernelcraft/{name}" in page, (
             f"docs/development.md's table of packages has no row for {name}"
         )
+
+
+def test_every_engine_room_is_in_the_rooms_contract_small_and_says_what_it_may_import() -> None:
+    (rooms,) = [rows for rows in layers_contracts().values() if "host" in rows]
+    named = set(" | ".join(rooms).split(" | "))
+    engine = PACKAGE / "engine"
+    found = {p.name for p in engine.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert found == named, f"rooms on disk {sorted(found)}, in the contract {sorted(named)}"
+    assert not [p.name for p in engine.glob("*.py") if p.name != "__init__.py"], "a module outside a room"
+    for room in sorted(found):
+        modules = [p for p in (engine / room).glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= 12, f"engine/{room}/ holds {len(modules)} modules"
+        doc = (ast.get_docstring(ast.parse((engine / room / "__init__.py").read_text())) or "").lower()
+        assert "import" in doc and "called by" in doc, f"engine/{room}/__init__.py: say what it may import"
 
 
 def test_the_contracts_catch_an_upward_import_inside_a_function(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ EXAMPLE = REPO / "examples" / "softmax"
 PROBE = r"""
 import json, sys, types, importlib.util
 import torch, triton, triton.language
-from kernelcraft.engine import guard, knockout, sizing
+from kernelcraft.engine.watch import guard, knockout
+from kernelcraft.engine.worker import sizing
 
 spec = importlib.util.spec_from_file_location("task", sys.argv[1])
 task = importlib.util.module_from_spec(spec); spec.loader.exec_module(task)

@@ -23,7 +23,7 @@ from server_support import settings_for
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import EvalJob, Timing
 from kernelcraft.base.level import TaskOutcome
-from kernelcraft.engine.local import LocalEvaluator
+from kernelcraft.engine.host.local import LocalEvaluator
 from kernelcraft.level import kernelbench
 from kernelcraft.level.runner import LevelRun, read_results, run_level, summarize, write_files
 from kernelcraft.level.score import fast_p, geomean

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.engine.loading import check_candidate, check_task
-from kernelcraft.engine.static import check_candidate_source
+from kernelcraft.engine.checks.static import check_candidate_source
+from kernelcraft.engine.worker.loading import check_candidate, check_task
 
 KERNELBENCH_RELU = '''import torch
 import torch.nn as nn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelcraft.engine.perturb import perturb, signature, task_allows
+from kernelcraft.engine.checks.perturb import perturb, signature, task_allows
 
 
 class Ref(torch.nn.Module):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine import pidlimit
+from kernelcraft.engine.box import pidlimit
 
 pytestmark = pytest.mark.skipif(
     pidlimit._root() is None, reason="needs root and a pids cgroup controller (cgroup v2 or v1)"
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 CHILD = r"""
 import os, sys
 sys.stdin.readline()  # until the test has confined this process
-from kernelcraft.engine import pidlimit
+from kernelcraft.engine.box import pidlimit
 forked, error = 0, None
 r, w = os.pipe()
 for _ in range(60):

@@ -1,6 +1,6 @@
 """Triton's one-off costs paid once, not by every worker (issue 13, the first verdict): the C
 helpers built by a trusted process and copied into each GPU worker's cache
-(`engine/prebuilt.py`), and the compiler's warm-up in the zygote (`worker._warm_triton`).
+(`engine/startup/prebuilt.py`), and the compiler's warm-up in the zygote (`worker._warm_triton`).
 The `gpu` test runs on the H200 machine; the rest run anywhere."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine import prebuilt
+from kernelcraft.engine.startup import prebuilt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +118,7 @@ def test_the_zygote_warms_tritons_compiler_once_for_every_worker() -> None:
     proc = _run(
         """
         import threading
-        from kernelcraft.engine import worker
+        from kernelcraft.engine.worker import main as worker
         assert [n for n, _ in worker.import_stages(cuda=True)][:3] == ["base", "dynamo", "triton"]
         for name, stage in worker.import_stages(cuda=True)[:3]:
             stage()
@@ -136,7 +136,7 @@ def test_the_zygote_warms_tritons_compiler_once_for_every_worker() -> None:
 def test_triton_takes_the_copied_helpers_without_compiling_them(tmp_path: Path) -> None:
     target = tmp_path / "helpers"
     subprocess.run(
-        [sys.executable, "-m", "kernelcraft.engine.prebuilt", str(target), "-"],
+        [sys.executable, "-m", "kernelcraft.engine.startup.prebuilt", str(target), "-"],
         check=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=300,

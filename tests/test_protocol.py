@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kernelcraft.engine import protocol as p
+from kernelcraft.engine.wire import protocol as p
 
 REC = {"tensor": {"dtype": "float32", "shape": [4], "blob": 0}}
 SAMPLES = {"times_us": [1.5, 2.0], "method": "cuda_graph", "sets": 8}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from kernelcraft.base.errors import InfrastructureError
-from kernelcraft.engine.routing import Router, Slot
+from kernelcraft.engine.cluster.routing import Router, Slot
 
 ROOT = Path(__file__).resolve().parents[1]
 CHEATS = ROOT / "tests" / "cheats"
@@ -117,7 +117,7 @@ async def test_next_hands_one_client_a_second_step_while_status_re_offers_its_ol
 def test_a_local_ray_cluster_starts_without_the_servers_secrets_but_with_the_engines_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kernelcraft.engine.ray_evaluator import _environment_for_ray
+    from kernelcraft.engine.cluster.ray_evaluator import _environment_for_ray
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-planted")
     monkeypatch.setenv("KERNELCRAFT_TOKENS", "t=alice")
@@ -133,7 +133,7 @@ def test_an_actor_refuses_to_start_where_the_environment_holds_a_servers_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from kernelcraft.base.errors import UsageError
-    from kernelcraft.engine.ray_evaluator import EvalActor
+    from kernelcraft.engine.cluster.ray_evaluator import EvalActor
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted")
     with pytest.raises(UsageError, match="holds OPENAI_API_KEY.*ray start"):
@@ -141,7 +141,7 @@ def test_an_actor_refuses_to_start_where_the_environment_holds_a_servers_secret(
 
 
 def test_a_worker_under_a_ray_actor_gets_the_actors_physical_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelcraft.engine.pool import base_env
+    from kernelcraft.engine.host.pool import base_env
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
     assert base_env("cuda", 1, interpret=False)["CUDA_VISIBLE_DEVICES"] == "3"
@@ -173,7 +173,7 @@ def cluster() -> Iterator[str]:
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    from kernelcraft.engine.ray_evaluator import _environment_for_ray
+    from kernelcraft.engine.cluster.ray_evaluator import _environment_for_ray
 
     small = {"num_cpus": 2, "object_store_memory": 80 * 1024**2}
     with _environment_for_ray():
@@ -243,7 +243,7 @@ class Loop:
 
 @pytest.fixture(scope="module")
 def ray_eval(cluster: str) -> Iterator[tuple[Any, Loop]]:
-    from kernelcraft.engine.ray_evaluator import RayEvaluator
+    from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
 
     loop = Loop()
     ev = RayEvaluator(workers=2, memory_limit_gb=2.0)

@@ -18,8 +18,8 @@ _SCRIPT = textwrap.dedent(
     os.environ["TRITON_INTERPRET"] = "1"
     import numpy as np
     import torch, triton, triton.language as tl
-    from kernelcraft.engine import guard, replay
-    from kernelcraft.engine.launches import intercept_launches
+    from kernelcraft.engine.watch import guard, replay
+    from kernelcraft.engine.watch.launches import intercept_launches
 
     @triton.jit
     def scale_kernel(x_ptr, y_ptr, n, s, BLOCK: tl.constexpr):

@@ -30,7 +30,7 @@ from kernelcraft.base.evaluation import EvalJob, EvalResult, ProfileResult, Timi
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.tree import NodeInfo, TreeInfo, TreeView
 from kernelcraft.cli import main
-from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.report.build import from_run_dir, from_tree, telling_line, with_run
 from kernelcraft.report.figures import evaluated_in_order, running_best, tree_layout
 from kernelcraft.report.html import render_html

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from kernelcraft.base.errors import UsageError  # noqa: E402
-from kernelcraft.engine.roofline import PEAKS, count_work, peak, roofline, roofline_for  # noqa: E402
+from kernelcraft.engine.measure.roofline import PEAKS, count_work, peak, roofline, roofline_for  # noqa: E402
 
 
 class Add(nn.Module):

@@ -16,11 +16,11 @@ import pytest
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalResult, ProfileResult
-from kernelcraft.engine import shrink
-from kernelcraft.engine.channel import Frame
-from kernelcraft.engine.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
-from kernelcraft.engine.protocol import TaskReady
-from kernelcraft.engine.references import ReferencePool, task_key
+from kernelcraft.engine.host.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
+from kernelcraft.engine.host.references import ReferencePool, task_key
+from kernelcraft.engine.wire.channel import Frame
+from kernelcraft.engine.wire.protocol import TaskReady
+from kernelcraft.engine.worker import shrink
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE = ROOT / "tests" / "fixtures" / "large"
@@ -108,7 +108,7 @@ def test_the_shrink_keeps_the_smallest_sizes_the_task_itself_accepts() -> None:
     # the search stops there and keeps what it had, instead of refusing the task.
     import types
 
-    from kernelcraft.engine import sizing
+    from kernelcraft.engine.worker import sizing
 
     src = (
         "import torch\nimport torch.nn as nn\n\n"

@@ -25,7 +25,7 @@ from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.cli import server as commands
 from kernelcraft.cli.common import run
-from kernelcraft.engine.evaluator import ProgressCallback
+from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.server.app import EvaluatorFactory, create_server
 from kernelcraft.server.auth import HttpPlan, load_tokens_file, parse_tokens, plan_http
 

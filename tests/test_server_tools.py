@@ -18,8 +18,8 @@ from server_support import CANDIDATE, REPO, TASK, NoEvaluations, failure_clients
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.evaluation import EvalJob, EvalResult
-from kernelcraft.engine.evaluator import ProgressCallback
-from kernelcraft.engine.local import LocalEvaluator
+from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.engine.host.local import LocalEvaluator
 from kernelcraft.server.app import create_server
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "list_tools.json"

@@ -1,4 +1,4 @@
-"""Each anti-cheat rule of `engine/static.py` on its own: a tiny source that trips exactly that
+"""Each anti-cheat rule of `engine/checks/static.py` on its own: a tiny source that trips exactly that
 rule, one near it that the rule leaves alone, and the registry's promise that every rule has a
 rationale and samples here."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.static import RULES, Finding, check_candidate_source
+from kernelcraft.engine.checks.static import RULES, Finding, check_candidate_source
 
 CHEATS = Path(__file__).parent / "cheats"
 
@@ -21,7 +21,7 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("import threading\n", "import threading"),
         ("import multiprocessing.pool as mp\n", "import multiprocessing.pool"),
         ("from concurrent.futures import ThreadPoolExecutor\n", "from concurrent.futures import"),
-        ("from kernelcraft.engine import guard\n", "from kernelcraft.engine import"),
+        ("from kernelcraft.engine.watch import guard\n", "from kernelcraft.engine.watch import"),
         ("import inspect\n", "import inspect"),
         ("import ctypes\n", "import ctypes"),
         ("from types import FunctionType\n", "from types import"),
@@ -219,7 +219,7 @@ def test_a_try_star_in_forward_is_a_try_too() -> None:
 
 def test_the_check_follows_the_candidates_own_imports(tmp_path: Path) -> None:
     (tmp_path / "helper.py").write_text("import os\n\nimport inner  # noqa\n")
-    (tmp_path / "inner.py").write_text("x = 1\nfrom kernelcraft.engine import guard\n")
+    (tmp_path / "inner.py").write_text("x = 1\nfrom kernelcraft.engine.watch import guard\n")
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "clean.py").write_text("import torch\n")

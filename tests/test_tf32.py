@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from kernelcraft.engine.tf32 import is_tf32, to_tf32
+from kernelcraft.engine.watch.tf32 import is_tf32, to_tf32
 
 
 def test_to_tf32_keeps_ten_mantissa_bits_and_leaves_inf_and_nan():
@@ -35,7 +35,7 @@ _KERNEL = textwrap.dedent(
     import os
     os.environ["TRITON_INTERPRET"] = "1"
     import torch, triton, triton.language as tl
-    from kernelcraft.engine.tf32 import emulate_tf32
+    from kernelcraft.engine.watch.tf32 import emulate_tf32
     emulate_tf32()
 
     @triton.jit

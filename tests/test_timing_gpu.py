@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelcraft.engine import rotation, samples, timing  # noqa: E402
+from kernelcraft.engine.measure import rotation, samples, timing  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kernelcraft.base.evaluation import EvalResult, Timing
-from kernelcraft.engine.references import ReferencePool, task_key
-from kernelcraft.engine.timingcache import CompiledTimings
+from kernelcraft.engine.host.references import ReferencePool, task_key
+from kernelcraft.engine.measure.timingcache import CompiledTimings
 
 H200 = "cuda:0 (NVIDIA H200)"
 
@@ -108,7 +108,7 @@ def test_on_a_gpu_the_next_process_profiling_a_task_skips_the_references_torch_c
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from kernelcraft.engine.local import LocalEvaluator
+    from kernelcraft.engine.host.local import LocalEvaluator
 
     path = tmp_path / "timings.json"
     job = job_for(

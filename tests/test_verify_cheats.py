@@ -136,7 +136,7 @@ def test_fake_verdict_on_stdout_is_not_believed(evaluator, job_for) -> None:
 
 
 def test_the_worker_environment_drops_secrets_and_kernelcrafts_own_settings() -> None:
-    from kernelcraft.engine.pool import scrubbed_env
+    from kernelcraft.engine.host.pool import scrubbed_env
 
     env = scrubbed_env(
         {
@@ -160,7 +160,7 @@ def test_a_candidate_cannot_write_outside_its_directory(evaluator, job_for, tmp_
     # otherwise correct: the verdict passes and the files must be untouched.
     import sqlite3
 
-    from kernelcraft.engine.sandbox import landlock_abi
+    from kernelcraft.engine.box.sandbox import landlock_abi
 
     if landlock_abi() < 1:
         pytest.skip("Landlock is not available on this kernel")

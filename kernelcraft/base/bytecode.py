@@ -12,7 +12,7 @@ Left alone: a `PYTHONPYCACHEPREFIX` already set, a torch with bytecode beside it
 would hide it), a Python that will write that bytecode itself, and `KERNELCRAFT_BYTECODE_CACHE=off`.
 
 Who writes, who reads. Only the user's own processes write the folder: the CLI, the zygote, and the
-warm-up process that imports what a profile's torch.compile imports (`engine/prebuilt.py`).
+warm-up process that imports what a profile's torch.compile imports (`engine/startup/prebuilt.py`).
 A worker that left root for nobody reads it: the folder is 0711 (entered, not listed; what Python
 writes in it is as readable as the sources it was compiled from; 0700, and no reading, under a
 umask that leaves group or other write) and the worker opens it before it

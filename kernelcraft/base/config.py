@@ -87,7 +87,7 @@ class Settings:
     rule_activation_count: int = 3
     max_code_bytes: int = 1_000_000
     # Where candidates are evaluated: "local" (this machine's GPUs) or "ray" (a Ray cluster's,
-    # at `ray_address`; None starts a one-machine cluster). See kernelcraft/engine/ray_evaluator.py.
+    # at `ray_address`; None starts a one-machine cluster). See kernelcraft/engine/cluster/ray_evaluator.py.
     evaluator: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     memory_limit_gb: float | None = None

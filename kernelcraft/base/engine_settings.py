@@ -21,23 +21,23 @@ class EngineSettings(BaseSettings):
 
     The process that starts the engine reads them (`EngineSettings()`); what it starts elsewhere
     gets the same values explicitly: a Ray actor through `to_env()` in its runtime environment
-    (`engine/ray_evaluator.py`, which takes the names from `env_names()` so that none is left
+    (`engine/cluster/ray_evaluator.py`, which takes the names from `env_names()` so that none is left
     behind), a worker through the pool's settings and the environment it inherits."""
 
     model_config = SettingsConfigDict(env_prefix="KERNELCRAFT_", extra="ignore", frozen=True)
 
     sandbox: bool = True
-    """The candidates' box (engine/box.py); off only for debugging."""
+    """The candidates' box (engine/box/__init__.py); off only for debugging."""
     sandbox_pidns: bool | None = None
     """A PID namespace per worker; None: on for CPU workers, off on a GPU (CUDA IPC)."""
     sandbox_identity: Literal["nobody", "root"] = "nobody"
     """Run by root, workers become nobody, or stay root in a user namespace of their own."""
     zygote: bool = True
-    """Fork workers from a zygote that has imported torch and Triton (engine/zygote.py)."""
+    """Fork workers from a zygote that has imported torch and Triton (engine/startup/zygote.py)."""
     shrink: bool = True
-    """Shrink a large KernelBench task's sizes in the interpreter (engine/shrink.py)."""
+    """Shrink a large KernelBench task's sizes in the interpreter (engine/worker/shrink.py)."""
     prebuilt: bool = True
-    """Build Triton's C helpers once per machine (engine/prebuilt.py)."""
+    """Build Triton's C helpers once per machine (engine/startup/prebuilt.py)."""
     bytecode_cache: bool = True
     """Keep kernelcraft's bytecode where Python keeps none (base/bytecode.py)."""
 

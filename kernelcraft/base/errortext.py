@@ -1,7 +1,7 @@
 """The candidate's part of an error text, and the one line that says where a candidate failed.
 
 A verdict's error text is Python's whole traceback (the worker reports `format_exception`): frames
-of the harness (`kernelcraft/engine/worker.py`), of torch's module machinery and of Triton's
+of the harness (`kernelcraft/engine/worker/main.py`), of torch's module machinery and of Triton's
 runtime, and somewhere among them the candidate's own. Only the candidate's frames and the
 exception lines say what went wrong; the other frames are the same for every failure and, read as
 words, point at the wrong rule (a `tl.tanh` failure, wrapped in `torch/nn/modules/module.py`

@@ -1,7 +1,7 @@
 """Names of the PyTorch ops a caller allows a candidate's forward to run (`--allow-op`, the tools'
 `allowed_ops`): every accepted spelling mapped onto the name the fallback guard compares.
 
-The guard (`engine/guard.py`) compares aten overload-packet names without the namespace: 'mm'
+The guard (`engine/watch/guard.py`) compares aten overload-packet names without the namespace: 'mm'
 for aten.mm.default. A caller may name an op in any of `ACCEPTED_OP_FORMS`; anything else (a
 wildcard, 'torch.mm') is refused rather than silently dropped.
 """

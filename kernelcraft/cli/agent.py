@@ -127,7 +127,7 @@ def preflight_optimize(args: argparse.Namespace) -> None:
     steps, the task parses and defines Model, the seed parses and defines ModelNew, the LLM's key
     is there. Each failure is one line and exit 2."""
     from kernelcraft.agent.explore import find_seed
-    from kernelcraft.engine.loading import check_candidate, check_task, read_source
+    from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
 
     _check_steps(args.steps)
     check_task(read_source(args.task), str(args.task))

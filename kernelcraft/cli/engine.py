@@ -38,8 +38,8 @@ from kernelcraft.cli.common import (
     seconds,
 )
 from kernelcraft.cli.progress import JobProgress
-from kernelcraft.engine import timingcache
-from kernelcraft.engine.loading import check_candidate, check_task, read_source
+from kernelcraft.engine.measure import timingcache
+from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
 
 
 def register(sub: Subcommands) -> None:
@@ -154,7 +154,7 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
 
     async def main() -> EvalResult:
         from kernelcraft.base.config import cache_file
-        from kernelcraft.engine.local import LocalEvaluator
+        from kernelcraft.engine.host.local import LocalEvaluator
 
         async with LocalEvaluator(
             workers=3 if "compile" in job.stages else 2,

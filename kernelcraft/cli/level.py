@@ -148,8 +148,8 @@ def cmd_level(args: argparse.Namespace) -> int:
 
     async def main() -> LevelSummary:
         from kernelcraft.base.config import cache_file
-        from kernelcraft.engine import timingcache
-        from kernelcraft.engine.local import LocalEvaluator
+        from kernelcraft.engine.host.local import LocalEvaluator
+        from kernelcraft.engine.measure import timingcache
 
         # Not entered: its workers start at the first job, so a run resumed to the end starts none.
         ev = LocalEvaluator(

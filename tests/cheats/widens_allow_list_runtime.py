@@ -10,7 +10,7 @@ import triton.language as tl
 
 with open("kc_allow_helper.py", "w") as _f:
     _f.write(
-        "from kernelcraft.engine import guard\n"
+        "from kernelcraft.engine.watch import guard\n"
         "guard.ALLOWED_OPS = guard.ALLOWED_OPS | {'mul', 'add', 'relu', 'clamp_min'}\n"
     )
 sys.path.insert(0, ".")

@@ -31,10 +31,10 @@ def test_worker_never_runs_as_root_and_leaves_nothing_in_dev_shm(evaluator, job_
 
 def test_the_sweep_removes_what_a_worker_left_in_shared_memory_and_keeps_what_is_held(tmp_path: Path) -> None:
     """A GPU worker shares the machine's /dev/shm (CUDA IPC): after it, the parent removes what it
-    made there that no process holds (engine/shmsweep.py)."""
+    made there that no process holds (engine/box/shmsweep.py)."""
     import time
 
-    from kernelcraft.engine import shmsweep
+    from kernelcraft.engine.box import shmsweep
 
     old = tmp_path / "before-the-worker"
     old.write_bytes(b"x")
@@ -72,7 +72,7 @@ def test_a_checkout_in_a_closed_directory_has_its_packages_bound_back(
     import shutil
     import tempfile
 
-    from kernelcraft.engine import mounts
+    from kernelcraft.engine.box import mounts
 
     tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own base may be closed itself
     checkout = tmp_path / "ci"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.sandbox import landlock_abi
+from kernelcraft.engine.box.sandbox import landlock_abi
 
 PROBES = Path(__file__).parent / "probes"
 GOOD = Path(__file__).parents[1] / "cheats" / "good.py"

@@ -1,0 +1,375 @@
+"""Ahead-of-time compilation of intercepted launches for GPUs that are not here.
+
+`compile_launch(record, "sm_90a")` compiles exactly the specialisation a candidate launched (its
+argument types, alignment, constexprs, num_warps, num_stages) with `triton.compile` for the named
+target, with no GPU or driver present, and reports the kernel's resource use:
+
+- NVIDIA: registers and local memory from the cubin (`cuobjdump --dump-resource-usage`, shipped
+  in Triton's wheel under `triton/backends/nvidia/bin`); `spills` is local memory per thread / 4,
+  the same figure Triton's `CompiledKernel.n_spills` reports on a GPU (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+  / 4); shared memory is Triton's `metadata.shared` (dynamic shared memory of the launch).
+- AMD: VGPRs, SGPRs, spills and LDS from the AMDGCN assembly's kernel descriptor
+  (`.vgpr_count`, `.sgpr_count`, `.vgpr_spill_count` + `.sgpr_spill_count`,
+  `.group_segment_fixed_size`).
+
+Shared memory beyond the target's per-block limit is a compile failure here, as it is when Triton
+loads the kernel on a real GPU (`OutOfResources`), so the verdict does not depend on a GPU being
+present. A failure raises `AotCompileError` with the compiler's own text (MLIR diagnostics that
+Triton prints on file descriptor 2 are captured) and a `FailureClass`.
+
+Compile in a process where Triton was imported WITHOUT `TRITON_INTERPRET=1`. Under the
+interpreter, `@triton.jit` (in the candidate and in `triton.language`'s own helpers) makes
+interpreter objects, and Triton's frontend fails on ordinary kernels (measured on 3.6 and 3.9:
+`rm[:, None]` → "'value' object has no attribute 'data'", and every later compile in the process
+fails too). `compile_launch` refuses such records with `InterpretedKernelError`. Discovery with
+`intercept_launches(execute=False)` needs no GPU, so the compile worker never needs the flag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kernelcraft.base.errors import KernelcraftError, UsageError
+from kernelcraft.base.evaluation import KernelCompileInfo, TargetCompileResult
+from kernelcraft.base.failures import FailureClass, classify
+from kernelcraft.engine.watch.launches import LaunchRecord, specialize
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    backend: str  # "cuda" or "hip"
+    arch: int | str
+    warp_size: int
+    max_shared_bytes: int
+    """Largest shared memory (LDS) one block may use.
+
+    NVIDIA: CUDA C++ Programming Guide, "Technical Specifications per Compute Capability",
+    maximum shared memory per thread block (opt-in): 8.0 163 KB, 8.9 99 KB, 9.0 227 KB, 10.0 227 KB.
+    AMD: AMD Instinct MI300 ISA / CDNA3 white paper, 64 KB LDS per compute unit (one workgroup)."""
+
+
+TARGETS: dict[str, TargetSpec] = {
+    "sm_80": TargetSpec("sm_80", "cuda", 80, 32, 163 * 1024),
+    "sm_89": TargetSpec("sm_89", "cuda", 89, 32, 99 * 1024),
+    "sm_90a": TargetSpec("sm_90a", "cuda", 90, 32, 227 * 1024),
+    "sm_100": TargetSpec("sm_100", "cuda", 100, 32, 227 * 1024),
+    "gfx942": TargetSpec("gfx942", "hip", "gfx942", 64, 64 * 1024),
+}
+# Triton emits sm_90a / sm_100a whenever the capability is 90 / 100: accept those spellings too.
+_ALIASES = {
+    "sm_90": "sm_90a",
+    "sm_100a": "sm_100",
+    "h100": "sm_90a",
+    "h200": "sm_90a",
+    "a100": "sm_80",
+    "l40s": "sm_89",
+    "b200": "sm_100",
+    "mi300x": "gfx942",
+}
+
+
+def target_spec(target: str) -> TargetSpec:
+    """The spec of a target name ('sm_80', 'sm_89', 'sm_90a', 'sm_100', 'gfx942', or an alias)."""
+    key = _ALIASES.get(target.lower(), target.lower())
+    spec = TARGETS.get(key)
+    if spec is None:
+        known = ", ".join(TARGETS)
+        raise UsageError(f"unknown compile target {target!r}; use one of {known}")
+    return spec
+
+
+class InterpretedKernelError(KernelcraftError):
+    """The launch was recorded in a process running Triton's interpreter: a fault of the caller."""
+
+
+class AotCompileError(KernelcraftError):
+    """A kernel did not compile for a target. A verdict about the candidate, not a fault of ours:
+    callers put `error_text` and `failure_class` into the result."""
+
+    def __init__(self, kernel: str, target: str, error_text: str) -> None:
+        self.kernel = kernel
+        self.target = target
+        self.error_text = error_text.strip()
+        self.failure_class: FailureClass = classify(self.error_text, "compile")
+        summary = " | ".join(line.strip() for line in self.error_text.splitlines() if line.strip())
+        super().__init__(f"{kernel} does not compile for {target}: {summary[:400]}")
+
+
+_MAX_ERROR_CHARS = 4000
+
+
+@contextlib.contextmanager
+def _capture_fds() -> Iterator[list[str]]:
+    """Capture what the compiler writes on fds 1 and 2 (MLIR diagnostics, ptxas dumps)."""
+    out: list[str] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield out
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            tmp.seek(0)
+            out.append(tmp.read().decode("utf-8", "replace"))
+
+
+def _error_text(exc: BaseException, captured: str) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    # ptxas failures echo the whole PTX source after the error; keep the diagnostic lines only.
+    captured = re.sub(r"\n={20,}.*?={20,}\n", "\n", captured, flags=re.DOTALL)
+    useful = [
+        line for line in captured.splitlines() if line.strip() and "please share the reproducer" not in line
+    ]
+    if useful:
+        text = "\n".join(useful[-60:]) + "\n" + text
+    return text[-_MAX_ERROR_CHARS:]
+
+
+def _triton_compile(record: LaunchRecord, spec: TargetSpec) -> Any:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+
+    gpu_target = GPUTarget(spec.backend, spec.arch, spec.warp_size)
+    backend = make_backend(gpu_target)
+    # Argument errors surface at launch on a GPU too; they are the candidate's, like compile errors.
+    _bound, options, signature, constexprs, attrs = specialize(
+        record.jit_fn, backend, record.args, record.kwargs
+    )
+    source = ASTSource(record.jit_fn, signature, constexprs, attrs)
+    return triton.compile(source, target=gpu_target, options=options.__dict__)
+
+
+def compile_launch(record: LaunchRecord, target: str) -> KernelCompileInfo:
+    """Compile one recorded launch for `target` and report its resource use.
+
+    Raises `AotCompileError` (with the compiler's text and a failure class) when the kernel does
+    not compile or needs more shared memory than the target has, `UsageError` for an unknown target.
+    """
+    spec = target_spec(target)
+    name = record.launch.name
+    if record.interpreted:
+        raise InterpretedKernelError(
+            f"{name} was decorated under TRITON_INTERPRET=1 and cannot be compiled ahead of time; "
+            "import the candidate in a process without the interpreter flag for the compile stage"
+        )
+    with _capture_fds() as captured:
+        try:
+            compiled = _triton_compile(record, spec)
+        except Exception as e:  # noqa: BLE001 - any compiler exception is the candidate's verdict
+            failure: BaseException | None = e
+        else:
+            failure = None
+    if failure is not None:
+        raise AotCompileError(name, spec.name, _error_text(failure, "".join(captured))) from failure
+    info = _resource_usage(compiled, spec)
+    info.name = name
+    info.constexprs = dict(record.launch.constexprs)
+    if info.shared_bytes is not None and info.shared_bytes > spec.max_shared_bytes:
+        raise AotCompileError(
+            name,
+            spec.name,
+            f"out of resources: shared memory, Required: {info.shared_bytes}, "
+            f"Hardware limit: {spec.max_shared_bytes} bytes per block on {spec.name}. "
+            "Reducing block sizes or `num_stages` may help.",
+        )
+    return info
+
+
+def _resource_usage(compiled: Any, spec: TargetSpec) -> KernelCompileInfo:
+    md = compiled.metadata
+    info = KernelCompileInfo(
+        name=str(getattr(md, "name", "")),
+        shared_bytes=int(getattr(md, "shared", 0) or 0),
+        num_warps=int(md.num_warps),
+        num_stages=int(md.num_stages),
+    )
+    if spec.backend == "hip":
+        fields = _amdgcn_fields(compiled.asm.get("amdgcn", ""))
+        info.registers = fields.get("vgpr_count")
+        info.sgprs = fields.get("sgpr_count")
+        if "vgpr_spill_count" in fields or "sgpr_spill_count" in fields:
+            info.spills = fields.get("vgpr_spill_count", 0) + fields.get("sgpr_spill_count", 0)
+        lds = fields.get("group_segment_fixed_size")
+        if lds is not None:
+            info.shared_bytes = max(info.shared_bytes or 0, lds)
+    else:
+        usage = cubin_resource_usage(compiled.asm["cubin"])
+        info.registers = usage.get("REG")
+        if "LOCAL" in usage:
+            info.spills = usage["LOCAL"] // 4
+    return info
+
+
+_AMD_FIELD = re.compile(
+    r"\.(vgpr_count|sgpr_count|vgpr_spill_count|sgpr_spill_count|group_segment_fixed_size|"
+    r"private_segment_fixed_size):\s*(\d+)"
+)
+
+
+def _amdgcn_fields(asm: str) -> dict[str, int]:
+    """Resource fields of the (single) kernel in an AMDGCN assembly listing's metadata."""
+    fields: dict[str, int] = {}
+    for key, value in _AMD_FIELD.findall(asm):
+        fields.setdefault(key, int(value))
+    return fields
+
+
+def _nvidia_tool(name: str) -> str:
+    import triton
+
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+    if not os.path.exists(path):
+        raise KernelcraftError(f"{name} not found at {path}; reinstall the triton wheel (it ships {name})")
+    return path
+
+
+def cubin_resource_usage(cubin: bytes) -> dict[str, int]:
+    """REG, STACK, SHARED, LOCAL, ... of the first function in a cubin, via `cuobjdump`."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        proc = subprocess.run(
+            [_nvidia_tool("cuobjdump"), "--dump-resource-usage", f.name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    if proc.returncode != 0:
+        raise KernelcraftError(f"cuobjdump could not read the compiled kernel: {proc.stderr.strip()[:500]}")
+    for line in proc.stdout.splitlines():
+        if "REG:" in line:
+            return {k: int(v) for k, v in re.findall(r"([A-Z_]+(?:\[\d+\])?):(\d+)", line)}
+    raise KernelcraftError(f"cuobjdump printed no resource usage: {proc.stdout.strip()[:500]}")
+
+
+def _dedupe(records: Iterable[LaunchRecord]) -> list[LaunchRecord]:
+    """One record per distinct specialisation (same kernel, types, constexprs, warps, stages)."""
+    seen: dict[tuple[Any, ...], LaunchRecord] = {}
+    for r in records:
+        la = r.launch
+        key = (
+            id(r.jit_fn),
+            tuple(sorted(la.signature.items())),
+            tuple(sorted((k, repr(v)) for k, v in la.constexprs.items())),
+            la.num_warps,
+            la.num_stages,
+        )
+        seen.setdefault(key, r)
+    return list(seen.values())
+
+
+def _try_compile(
+    record: LaunchRecord, target: str
+) -> tuple[KernelCompileInfo | None, AotCompileError | None]:
+    try:
+        return compile_launch(record, target), None
+    except AotCompileError as e:
+        return None, e
+
+
+def compile_for_targets(records: Iterable[LaunchRecord], targets: Iterable[str]) -> list[TargetCompileResult]:
+    """Compile every distinct recorded launch for every target: one `TargetCompileResult` each.
+
+    A target fails when any of its kernels fails; the first failure's text and class are reported
+    and the remaining kernels of that target are still compiled (their infos are kept)."""
+    unique = _dedupe(records)
+    results = []
+    for target in targets:
+        spec = target_spec(target)
+        start = time.perf_counter()
+        kernels: list[KernelCompileInfo] = []
+        first_error: AotCompileError | None = None
+        for r in unique:
+            info, error = _try_compile(r, spec.name)
+            if info is not None:
+                kernels.append(info)
+            first_error = first_error or error
+        results.append(
+            TargetCompileResult(
+                target=spec.name,
+                ok=first_error is None and bool(unique),
+                kernels=kernels,
+                error=(f"{first_error.kernel}: {first_error.error_text}" if first_error else None)
+                or (None if unique else "no Triton kernel was launched"),
+                failure_class=(first_error.failure_class if first_error else None)
+                or (None if unique else FailureClass.NO_TRITON_LAUNCH),
+                seconds=round(time.perf_counter() - start, 3),
+            )
+        )
+    return results
+
+
+def _host_kernel_info(record: LaunchRecord) -> KernelCompileInfo:
+    """JIT-compile one recorded launch for the local GPU (`JITFunction.warmup`: compiled and
+    cached, not run) and read its resource use from the loaded binary: `n_regs`, `n_spills`
+    (set by `_init_handles`, which loads the module) and `metadata.shared`. Triton 3.6 and 3.9."""
+    grid = tuple(record.launch.grid) or (1,)
+    kernel = record.jit_fn.warmup(*record.args, grid=grid, **record.kwargs)
+    init = getattr(kernel, "_init_handles", None)
+    if callable(init):
+        init()
+    md = kernel.metadata
+    n_regs = getattr(kernel, "n_regs", None)
+    n_spills = getattr(kernel, "n_spills", None)
+    return KernelCompileInfo(
+        name=record.launch.name,
+        registers=int(n_regs) if n_regs is not None else None,
+        spills=int(n_spills) if n_spills is not None else None,
+        shared_bytes=int(getattr(md, "shared", 0) or 0),
+        num_warps=int(md.num_warps),
+        num_stages=int(md.num_stages),
+        constexprs=dict(record.launch.constexprs),
+    )
+
+
+def _try_host(record: LaunchRecord) -> tuple[KernelCompileInfo | None, AotCompileError | None]:
+    try:
+        return _host_kernel_info(record), None
+    except Exception as e:  # noqa: BLE001 - a compile error of the candidate's kernel is a verdict
+        import traceback
+
+        text = "".join(traceback.format_exception_only(type(e), e))
+        return None, AotCompileError(record.launch.name, "host", text)
+
+
+def compile_host(records: Iterable[LaunchRecord]) -> TargetCompileResult:
+    """The real JIT compile of every distinct recorded launch on this process's GPU, as the
+    `TargetCompileResult` with target "host" (CUDA workers only; the kernels do not run)."""
+    unique = _dedupe(records)
+    start = time.perf_counter()
+    kernels: list[KernelCompileInfo] = []
+    first_error: AotCompileError | None = None
+    for r in unique:
+        info, error = _try_host(r)
+        if info is not None:
+            kernels.append(info)
+        first_error = first_error or error
+    return TargetCompileResult(
+        target="host",
+        ok=first_error is None and bool(unique),
+        kernels=kernels,
+        error=(f"{first_error.kernel}: {first_error.error_text}" if first_error else None)
+        or (None if unique else "no Triton kernel was launched"),
+        failure_class=(first_error.failure_class if first_error else None)
+        or (None if unique else FailureClass.NO_TRITON_LAUNCH),
+        seconds=round(time.perf_counter() - start, 3),
+    )

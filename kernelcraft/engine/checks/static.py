@@ -1,0 +1,609 @@
+"""Static (AST) anti-cheat rules on a candidate's source, run in the parent before any process.
+
+Each rule is a named function whose docstring is its one-line rationale, registered in `RULES`
+(read the list there); a finding is a `forbidden_construct` with the line, the construct and the
+rule that found it. `check_candidate_source` reads the module once for what the rules need to know
+(`Candidate`: the modules it imports, the classes it defines, the `try` statements in its forward),
+then walks it twice, the import statements first and every other node after, in `ast.walk` order,
+and sorts the findings by line.
+
+The dynamic checks in the worker back these up for what the source hides: `guard.py` (patching,
+threads, exits, the environment) and `timing.py` (forward leaving another stream current).
+Written by the evaluation engine only.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import site
+import sysconfig
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib.machinery import PathFinder
+from pathlib import Path
+
+from kernelcraft.base.failures import FailureClass
+
+BANNED_MODULES = (
+    "threading",
+    "_thread",
+    "multiprocessing",
+    "concurrent",
+    "subprocess",
+    "gc",
+    "builtins",
+    "importlib",
+    "kernelcraft",
+    # introspection: frames, code objects, raw memory, forged functions
+    "inspect",
+    "types",
+    "marshal",
+    "ctypes",
+    "_ctypes",
+    "cffi",
+    "dis",
+    "code",
+    "codeop",
+    "runpy",
+    "pkgutil",
+)
+# Modules (and everything under them) that reach past PyTorch's and Triton's public behaviour:
+# the dispatcher's switches (`torch._C._DisableTorchDispatch`), the mode stacks the harness's
+# recorder sits on, and Triton's interpreter and native bindings.
+INTERNAL_MODULES = (
+    "torch._C",
+    "torch.utils._python_dispatch",
+    "torch.overrides",
+    "torch._dispatch",
+    "torch._ops",
+    "triton._C",
+    "triton.runtime.interpreter",
+)
+# Attributes that reach a function's globals and closure, frames, class internals or raw
+# namespaces: the way from a candidate's code to the harness's state.
+INTROSPECTION_ATTRS = frozenset(
+    {
+        "__globals__",
+        "__closure__",
+        "cell_contents",
+        "__code__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__wrapped__",
+        "__func__",
+        "__dict__",
+        "__subclasses__",
+        "__getattribute__",
+        "__mro__",
+        "__bases__",
+        "__base__",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "gi_frame",
+        "cr_frame",
+        "ag_frame",
+        "tb_frame",
+        "attrgetter",
+        "methodcaller",
+        "settrace",
+        "setprofile",
+        "addaudithook",
+        "meta_path",
+        "path_hooks",
+    }
+)
+STREAM_ATTRS = ("Stream", "stream", "set_stream", "ExternalStream", "StreamContext")
+FRAME_ATTRS = ("_getframe", "currentframe", "stack", "getouterframes", "modules")
+EXIT_ATTRS = {("os", "_exit"), ("sys", "exit"), ("os", "kill"), ("os", "abort")}
+ENV_ATTRS = {("os", "environ"), ("os", "environb"), ("os", "getenv"), ("os", "getenvb"), ("os", "putenv")}
+DYNAMIC_BUILTINS = (
+    "__import__",
+    "__builtins__",
+    "exit",
+    "quit",
+    "exec",
+    "eval",
+    "compile",
+    "globals",
+    "vars",
+    "locals",
+    "breakpoint",
+)
+REFERENCE_MODULES = ("task", "reference", "__main__")
+# `try` and, from Python 3.11, `try: ... except* ...`: both can hide a fallback.
+TRY_NODES: tuple[type[ast.AST], ...] = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))
+# How deep the check follows a candidate's imports of its own (not installed) modules.
+MAX_IMPORT_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class Finding:
+    line: int
+    construct: str
+    message: str
+    rule: str  # the name of the rule in RULES that found it
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a rule reports on one node; `rank` orders the hits of one statement by the imported
+    name they concern (0: the statement as a whole)."""
+
+    node: ast.AST
+    construct: str
+    message: str
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What the rules know about the whole module before they look at one node."""
+
+    modules: dict[str, str]  # local alias -> the module (or `module.name`) it names
+    defined_classes: frozenset[str]
+    forward_tries: frozenset[int]  # id() of each `try` inside a `ModelNew.forward`
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> Candidate:
+        modules: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    root = a.name.split(".")[0]
+                    modules[a.asname or root] = a.name if a.asname else root
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    modules.setdefault(a.asname or a.name, f"{node.module or ''}.{a.name}")
+        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        tries = {
+            id(n)
+            for c in classes
+            if c.name == "ModelNew"
+            for item in c.body
+            if isinstance(item, ast.FunctionDef) and item.name == "forward"
+            for n in ast.walk(item)
+            if isinstance(n, TRY_NODES)
+        }
+        return cls(modules, frozenset(c.name for c in classes), frozenset(tries))
+
+    def root_of(self, dotted: list[str]) -> str:
+        """The module the first name of `dotted` refers to ("" for a name that is no import)."""
+        return self.modules.get(dotted[0], "") if dotted else ""
+
+
+Check = Callable[[ast.AST, Candidate], Iterator[Hit]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One anti-cheat rule: `check` yields a hit for each construct it forbids on one node;
+    `rationale` says in one line why it is forbidden."""
+
+    name: str
+    rationale: str
+    check: Check
+    failure_class: FailureClass = FailureClass.FORBIDDEN_CONSTRUCT
+
+
+RULES: list[Rule] = []  # every rule, in the order it runs on a node
+
+
+def rule(name: str) -> Callable[[Check], Check]:
+    """Register `check` in RULES under `name`, with its docstring as the rationale."""
+
+    def register(check: Check) -> Check:
+        RULES.append(Rule(name, (check.__doc__ or "").strip(), check))
+        return check
+
+    return register
+
+
+def _launches(node: ast.AST) -> bool:
+    """Whether `node` contains a kernel launch (`kernel[grid](...)`)."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) for n in ast.walk(node))
+
+
+def _dotted(node: ast.AST) -> list[str]:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return list(reversed(parts))
+    return []
+
+
+def _const_str(node: ast.AST) -> str | None:
+    """The value of a string expression built only from literals ('set_' + 'stream',
+    f'{"Str"}eam', "".join(["Str", "eam"]) are folded), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _const_str(node.left), _const_str(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            inner = v.value if isinstance(v, ast.FormattedValue) else v
+            text = _const_str(inner)
+            if text is None:
+                return None
+            parts.append(text)
+        return "".join(parts)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and len(node.args) == 1
+        and isinstance(node.args[0], (ast.List, ast.Tuple))
+    ):
+        sep = _const_str(node.func.value)
+        items = [_const_str(e) for e in node.args[0].elts]
+        if sep is not None and all(i is not None for i in items):
+            return sep.join(i for i in items if i is not None)
+    return None
+
+
+def _module_attr(node: ast.AST, cand: Candidate) -> tuple[list[str], str, tuple[str, str]] | None:
+    """For `a.b.c`: the dotted names, the module `a` names, and (that module's last part, "c")."""
+    if not isinstance(node, ast.Attribute):
+        return None
+    dotted = _dotted(node)
+    if not dotted:
+        return None
+    root = cand.root_of(dotted)
+    return dotted, root, (root.split(".")[-1] if root else dotted[0], node.attr)
+
+
+def _from_imports(node: ast.AST, names: set[tuple[str, str]]) -> Iterator[Hit]:
+    """A hit for each of `names` ((module, name) pairs) that a `from os|sys|inspect import ...` takes."""
+    if isinstance(node, ast.ImportFrom) and node.module in ("os", "sys", "inspect"):
+        for i, a in enumerate(node.names):
+            if (node.module, a.name) in names:
+                yield Hit(node, f"from {node.module} import {a.name}", f"uses {node.module}.{a.name}", i + 1)
+
+
+def _torch_getattr(node: ast.AST, cand: Candidate) -> tuple[str, str | None] | None:
+    """For `getattr(<torch module>, name)`: the target's dotted text and the name if it folds."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and cand.root_of(_dotted(node.args[0])).startswith("torch")
+    ):
+        return None
+    return ".".join(_dotted(node.args[0])), _const_str(node.args[1])
+
+
+@rule("banned-module")
+def banned_module(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Threads and processes work after forward returns; gc, builtins, importlib and the harness reach past the source."""
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.name.split(".")[0] in BANNED_MODULES:
+                yield Hit(node, f"import {a.name}", f"imports {a.name}: {_why_banned(a.name)}")
+    elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in BANNED_MODULES:
+        why = f"imports from {node.module}: {_why_banned(node.module or '')}"
+        yield Hit(node, f"from {node.module} import", why)
+
+
+def _why_banned(module: str) -> str:
+    if module.split(".")[0] == "kernelcraft":
+        return "the harness is off limits to a candidate"
+    return "threads, processes and introspection are not allowed"
+
+
+def _internal(dotted: str) -> str | None:
+    """The internal module `dotted` is (or is inside), if any."""
+    return next((m for m in INTERNAL_MODULES if dotted == m or dotted.startswith(m + ".")), None)
+
+
+@rule("internal-module")
+def internal_module(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """torch._C, the dispatch-mode stacks and Triton's interpreter switch off or reach around the harness's recorders."""
+    why = "reaches PyTorch's or Triton's internals ({}); use their public API"
+    if isinstance(node, ast.Import):
+        for i, a in enumerate(node.names):
+            found = _internal(a.name)
+            if found:
+                yield Hit(node, f"import {a.name}", why.format(found), i + 1)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+        mod = node.module or ""
+        for i, a in enumerate(node.names):
+            found = _internal(mod) or _internal(f"{mod}.{a.name}")
+            if found:
+                yield Hit(node, f"from {mod} import {a.name}", why.format(found), i + 1)
+    elif isinstance(node, ast.Attribute) and not isinstance(getattr(node, "ctx", None), ast.Del):
+        dotted = _dotted(node)
+        root = cand.root_of(dotted)
+        if root:
+            full = ".".join([root, *dotted[1:]])
+            found = _internal(full)
+            # report the shortest chain only (torch._C, not also torch._C._DisableTorchDispatch)
+            if found and not _internal(".".join([root, *dotted[1:-1]])):
+                yield Hit(node, ".".join(dotted), why.format(found))
+    got = _getattr_call(node)
+    if got is not None:
+        target, name = got
+        root = cand.root_of(_dotted(target))
+        if root and name is not None:
+            found = _internal(".".join([root, *_dotted(target)[1:], name]))
+            if found:
+                yield Hit(node, f"getattr(..., {name!r})", why.format(found))
+
+
+def _getattr_call(node: ast.AST) -> tuple[ast.AST, str | None] | None:
+    """For `getattr|hasattr|setattr|delattr(obj, name, ...)`: obj and the name if it folds."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+        and len(node.args) >= 2
+    ):
+        return node.args[0], _const_str(node.args[1])
+    return None
+
+
+@rule("introspection-attribute")
+def introspection_attribute(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """__globals__, closures, frames and class internals lead from a candidate's code to the harness's state."""
+    if isinstance(node, ast.Attribute) and node.attr in INTROSPECTION_ATTRS:
+        if node.attr == "__dict__" and isinstance(node.value, ast.Name) and node.value.id == "self":
+            return
+        yield Hit(
+            node, f".{node.attr}", f"reads .{node.attr}: introspection reaches past the candidate's own code"
+        )
+    got = _getattr_call(node)
+    if got is not None and got[1] in INTROSPECTION_ATTRS:
+        yield Hit(
+            node,
+            f"getattr(..., {got[1]!r})",
+            f"reads .{got[1]}: introspection reaches past the candidate's own code",
+        )
+
+
+@rule("computed-getattr")
+def computed_getattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """getattr with a name computed at run time, on anything but self, hides what it reaches."""
+    got = _getattr_call(node)
+    if got is None or got[1] is not None:
+        return
+    target = got[0]
+    if isinstance(target, ast.Name) and target.id == "self":
+        return
+    if cand.root_of(_dotted(target)).startswith("torch"):
+        return  # computed-torch-getattr says it
+    fn = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else "getattr"
+    yield Hit(
+        node, f"{fn}(..., <computed>)", f"{fn} with a computed name hides what it reaches; name the attribute"
+    )
+
+
+@rule("reference-model")
+def reference_model(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """A candidate that imports, subclasses or calls the reference `Model` runs the reference, not a kernel."""
+    if isinstance(node, ast.ImportFrom):
+        mod = node.module or ""
+        for i, a in enumerate(node.names):
+            if a.name == "Model" or mod.split(".")[0] in REFERENCE_MODULES:
+                why = "imports the reference module; write the kernel instead"
+                yield Hit(node, f"from {mod} import {a.name}", why, rank=i + 1)
+    elif isinstance(node, ast.ClassDef) and "Model" not in cand.defined_classes:
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id == "Model":
+                yield Hit(
+                    node, "subclass of Model", "subclasses the reference Model; write the kernel instead"
+                )
+    elif (
+        isinstance(node, ast.Name)
+        and isinstance(node.ctx, ast.Load)
+        and node.id == "Model"
+        and "Model" not in cand.defined_classes
+    ):
+        yield Hit(node, "Model", "uses the reference Model; write the kernel instead")
+
+
+@rule("try-in-forward")
+def try_in_forward(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """A try/except in forward can fall back to PyTorch when the kernel fails (Kevin, arXiv 2507.11948)."""
+    if isinstance(node, TRY_NODES) and id(node) in cand.forward_tries:
+        yield Hit(
+            node, "try/except in forward", "try/except in forward can hide a fallback; let errors surface"
+        )
+
+
+@rule("try-around-launch")
+def try_around_launch(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """A try/except around a kernel launch, wherever it is, can hide the same fallback."""
+    if isinstance(node, TRY_NODES) and any(_launches(s) for s in getattr(node, "body", [])):
+        yield Hit(node, "try/except around a launch", "try/except around a kernel launch can hide a fallback")
+
+
+@rule("dynamic-builtin")
+def dynamic_builtin(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """exec, eval, __import__, globals and exit run, import or leave by names the checker cannot read."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in DYNAMIC_BUILTINS:
+        yield Hit(node, node.id, f"uses {node.id}")
+
+
+@rule("side-stream")
+def side_stream(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Work on a side stream is hidden from the timer, which records its events on the current one."""
+    why = "uses a side stream; launch on the current stream"
+    found = _module_attr(node, cand)
+    if found is not None:
+        dotted, root, _ = found
+        if root.startswith("torch") and dotted[-1] in STREAM_ATTRS:
+            yield Hit(node, ".".join(dotted), why)
+    got = _torch_getattr(node, cand)
+    if got is not None and got[1] in STREAM_ATTRS:
+        yield Hit(node, f"{got[0]}.{got[1]}", why)
+
+
+@rule("computed-torch-getattr")
+def computed_torch_getattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """getattr on a torch module with a name computed at run time hides what it uses (a stream, say)."""
+    got = _torch_getattr(node, cand)
+    if got is not None and got[1] is None:
+        yield Hit(
+            node, f"getattr({got[0]}, ...)", f"getattr on {got[0]} with a computed name hides what it uses"
+        )
+
+
+@rule("process-exit")
+def process_exit(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Leaving the process from the candidate can leave a fake verdict behind it."""
+    yield from _from_imports(node, EXIT_ATTRS)
+    found = _module_attr(node, cand)
+    if found is not None and found[2] in EXIT_ATTRS:
+        yield Hit(node, ".".join(found[0]), "exits the process from the candidate")
+
+
+@rule("environment")
+def environment(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """The environment holds the evaluator's settings and secrets, which a kernel has no use for."""
+    yield from _from_imports(node, ENV_ATTRS)
+    found = _module_attr(node, cand)
+    if found is not None and found[2] in ENV_ATTRS:
+        yield Hit(node, ".".join(found[0]), "reads the environment")
+
+
+@rule("interpreter-introspection")
+def interpreter_introspection(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """sys.modules and the interpreter's frames reach the reference and the checker's own state."""
+    yield from _from_imports(node, {(m, a) for m in ("sys", "inspect") for a in FRAME_ATTRS})
+    found = _module_attr(node, cand)
+    if found is not None and found[1] in ("sys", "inspect") and found[0][-1] in FRAME_ATTRS:
+        yield Hit(node, ".".join(found[0]), "inspects the interpreter's frames or modules")
+
+
+@rule("module-patch")
+def module_patch(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """Assigning to an imported module's attribute (torch.allclose = ...) can rig the comparison."""
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return
+    for t in targets:
+        dotted = _dotted(t) if isinstance(t, ast.Attribute) else []
+        if dotted and dotted[0] in cand.modules:
+            yield Hit(node, ".".join(dotted), f"patches {'.'.join(dotted)}; modules must not be modified")
+
+
+@rule("setattr-delattr")
+def setattr_delattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """setattr/delattr on anything but self patches modules by a name the checker cannot read."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("setattr", "delattr")
+    ):
+        first = node.args[0] if node.args else None
+        if not (isinstance(first, ast.Name) and first.id == "self"):
+            why = f"{node.func.id} on something other than self can patch modules"
+            yield Hit(node, node.func.id, why)
+
+
+def check_candidate_source(tree: ast.Module, search_path: list[str] | None = None) -> list[Finding]:
+    """All forbidden constructs in a parsed candidate, in source order (by line; on one line,
+    those of import statements first, then in `ast.walk` order), then those of the modules of its
+    own that it imports (found on `search_path`, default `local_search_path()`), reported at the
+    import that brings them in."""
+    path = local_search_path() if search_path is None else search_path
+    return _check_module(tree, path, depth=0, seen=set())
+
+
+def _check_module(tree: ast.Module, search_path: list[str], depth: int, seen: set[Path]) -> list[Finding]:
+    findings = _check_nodes(tree)
+    if depth >= MAX_IMPORT_DEPTH:
+        return findings
+    for line, name, file in _local_imports(tree, search_path):
+        if file in seen:
+            continue
+        seen.add(file)
+        try:
+            inner_tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+        except (OSError, SyntaxError, ValueError) as e:
+            findings.append(
+                Finding(
+                    line,
+                    f"import {name}",
+                    f"imports {name} ({file}), which cannot be read: {e}",
+                    "local-import",
+                )
+            )
+            continue
+        for f in _check_module(inner_tree, search_path, depth + 1, seen)[:1]:
+            message = f"imports {name} ({file}), whose line {f.line} {f.message}"
+            findings.append(Finding(line, f.construct, message, f.rule))
+    findings.sort(key=lambda f: f.line)
+    return findings
+
+
+def local_search_path() -> list[str]:
+    """Where a worker finds modules that are not installed: the directory above the kernelcraft
+    package (an editable install's checkout) and the PYTHONPATH it inherits, minus the standard
+    library and site-packages (whose modules are packages, not the candidate's own code)."""
+    installed = {Path(p).resolve() for p in site.getsitepackages() + [site.getusersitepackages()]}
+    installed |= {
+        Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+    entries = [str(Path(__file__).resolve().parents[3]), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    out = []
+    for e in entries:
+        if e and Path(e).resolve() not in installed and e not in out:
+            out.append(e)
+    return out
+
+
+def _local_imports(tree: ast.Module, search_path: list[str]) -> Iterator[tuple[int, str, Path]]:
+    """(line, module, file) for each import that resolves to a source file on `search_path`.
+    Resolution reads directories only: nothing is imported."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            file = _find_source(name, search_path)
+            if file is not None:
+                yield node.lineno, name, file
+
+
+def _find_source(dotted: str, search_path: list[str]) -> Path | None:
+    """The .py file `dotted` names on `search_path` (a package's `__init__.py`), if any."""
+    parts = dotted.split(".")
+    spec = PathFinder.find_spec(parts[0], search_path)
+    for part in parts[1:]:
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        spec = PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _check_nodes(tree: ast.Module) -> list[Finding]:
+    cand = Candidate.of(tree)
+    findings: list[Finding] = []
+    for imports in (True, False):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) != imports:
+                continue
+            hits = [(h, r) for r in RULES for h in r.check(node, cand)]
+            hits.sort(key=lambda hr: hr[0].rank)
+            findings += [
+                Finding(getattr(h.node, "lineno", 1), h.construct, h.message, r.name) for h, r in hits
+            ]
+    findings.sort(key=lambda f: f.line)
+    return findings

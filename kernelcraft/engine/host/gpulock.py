@@ -1,0 +1,95 @@
+"""The GPU lock and the per-device record of `LocalEvaluator`.
+
+On a GPU, verification trials (and every other step that uses the GPU) share it with other jobs,
+and a timing has it alone: `GpuLock` is a read/write lock over asyncio, fair to the writer. One
+`Device` per GPU (or one for the CPU) holds its worker pools, its lock and its memory ledger. Written by
+`LocalEvaluator` only; jobs take the lock through `Job.gpu_lock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kernelcraft.engine.host.memory import MemoryLedger
+from kernelcraft.engine.host.pool import WorkerPool
+
+
+class GpuLock:
+    """Verifications share the GPU; a timing has it alone. Fair to timings: once one waits, new
+    verifications queue behind it. Releasing never awaits, so a cancelled job cannot leave the
+    lock held."""
+
+    def __init__(self) -> None:
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def busy(self) -> bool:
+        return self._writer or self._readers > 0 or self._writers_waiting > 0
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _wait(self) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        while self._writer or self._writers_waiting:
+            await self._wait()
+        self._readers += 1
+        try:
+            yield
+        finally:
+            self._readers -= 1
+            self._wake()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        self._writers_waiting += 1
+        try:
+            while self._writer or self._readers:
+                await self._wait()
+        finally:
+            self._writers_waiting -= 1
+            self._wake()
+        self._writer = True
+        try:
+            yield
+        finally:
+            self._writer = False
+            self._wake()
+
+
+@dataclass
+class Device:
+    """One GPU (or the CPU) of the evaluator: its workers, its lock and how many jobs use it."""
+
+    kind: Literal["cuda", "cpu"]
+    index: int | None
+    pool: WorkerPool
+    lock: GpuLock
+    jobs: int = 0
+    compile_pool: WorkerPool | None = None
+    """CPU only: workers without the interpreter, for the compile stage (started on first use)."""
+    locked: bool = True
+    """Jobs take `lock` (a GPU); without a GPU nothing is timed and jobs run without it."""
+    memory: MemoryLedger = field(init=False)
+    """What the jobs on this device reserved of its memory (`memory.py`)."""
+
+    def __post_init__(self) -> None:
+        self.memory = MemoryLedger(self.kind)

@@ -1,0 +1,396 @@
+"""One submitted job: the compile, verify and profile stages, in order, on the job's workers.
+
+`LocalEvaluator.submit` builds a `Job` with everything it needs (the job's device with its pools
+and GPU lock, the reference pool, the candidate settings, the evaluator's set of held workers)
+and awaits `run()`, which always returns a result: a candidate's failure is a verdict in it. The
+processes are `JobWorkers`' business (`jobworkers.py`), the profile and baseline stages
+`JobTiming`'s (`jobtiming.py`); the result models are built by the pure functions of `verdicts.py`.
+
+Order and the GPU: the reference and the candidate load at the same time; the compile stage (if
+asked) loads its own candidate after the reference. On a GPU, the candidate's kernels are
+compiled without the lock, verification shares the GPU, and timing has it alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any, cast
+
+from kernelcraft.base.evaluation import (
+    CompileResult,
+    EvalJob,
+    EvalResult,
+    Evidence,
+    VerifyResult,
+)
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.checks import scaled
+from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.engine.host.gpulock import Device
+from kernelcraft.engine.host.jobtiming import JobTiming
+from kernelcraft.engine.host.jobworkers import CandidateSettings, JobWorkers, Stop
+from kernelcraft.engine.host.pool import WorkerProcess
+from kernelcraft.engine.host.references import ReferencePool
+from kernelcraft.engine.host.verdicts import (
+    DECOY_MESSAGE,
+    compile_result,
+    device_label,
+    evidence_from,
+    fill_failed,
+    not_profiled_after,
+    verify_result,
+)
+from kernelcraft.engine.wire.channel import Frame
+from kernelcraft.engine.wire.protocol import (
+    Compare,
+    Compared,
+    Compile,
+    Compiled,
+    KnockedOut,
+    Knockout,
+    Msg,
+    Outputs,
+    Run,
+    TaskReady,
+    Warmup,
+    WarmupReference,
+)
+
+
+class Job:
+    """One submitted job: its stages, on the workers of a `JobWorkers`."""
+
+    def __init__(
+        self,
+        spec: EvalJob,
+        device: Device,
+        references: ReferencePool,
+        settings: CandidateSettings,
+        active: set[WorkerProcess],
+        progress: ProgressCallback | None,
+        *,
+        alone: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.device = device
+        self.references = references
+        self.workers = JobWorkers(spec, device, references, settings, active, progress, alone=alone)
+        self.timing = JobTiming(spec, device, references, self.workers)
+        self.input_sets = 1
+        self.kernels: list[str] = []
+        self.tolerance: str | None = None
+        self.tf32_dots = 0
+        self.torch_ops: list[str] = []
+        """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
+        """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
+        """The tolerances the reference applied (`compare.describe`), from the last comparison."""
+        self.compile_worker: WorkerProcess | None = None
+
+    @property
+    def wants_candidate(self) -> bool:
+        """Without a GPU, profile is the roofline floor alone: it needs no candidate."""
+        stages = self.spec.stages
+        return "verify" in stages or ("profile" in stages and not self.workers.interpret)
+
+    async def run(self) -> EvalResult:
+        result = EvalResult()
+        try:
+            await self.workers.progress(0.0, "waiting for workers")
+            cand = await self.start_workers()
+            if self.spec.baseline_only:
+                t = time.perf_counter()
+                result.baseline = await self.timing.baseline()
+                self.workers.stage("baseline", t)
+            if "compile" in self.spec.stages:
+                t = time.perf_counter()
+                result.compile = await self.compile_stage()
+                self.workers.stage("compile", t)
+                if not self.workers.interpret:
+                    cand = self.compile_worker
+            if self.wants_candidate:
+                if cand is None:
+                    cand = await self.workers.start_candidate()
+                await self.candidate_stages(result, cand)
+                await self.gpu_check(result)
+            elif "profile" in self.spec.stages:
+                t = time.perf_counter()
+                result.profile = await self.timing.profile(None, self.input_sets)
+                self.workers.stage("profile", t)
+        except Stop as stop:
+            fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
+        finally:
+            await self.workers.release()
+            result.stage_seconds = dict(self.workers.stages)
+        failed = result.failure_class
+        await self.workers.progress(1.0, f"done: {failed.value}" if failed is not None else "done")
+        return result
+
+    async def start_workers(self) -> WorkerProcess | None:
+        """The reference and the candidate load at the same time, in their own processes (the
+        compile stage loads its own candidate, after the reference). Returns the candidate
+        worker if it was loaded here; the reference's failure (an unusable task) comes first."""
+        loads: list[Awaitable[Any]] = [self.workers.start_reference()]
+        if self.wants_candidate and "compile" not in self.spec.stages:
+            loads.append(self.workers.start_candidate())
+        outcome = await asyncio.gather(*loads, return_exceptions=True)
+        for o in outcome:
+            if isinstance(o, BaseException) and not isinstance(o, Stop):
+                raise o
+        for o in outcome:
+            if isinstance(o, Stop):
+                raise o
+        ready = outcome[0]
+        assert isinstance(ready, TaskReady)
+        self.input_sets = int(ready.input_sets)
+        if ready.mode_sensitive:
+            self.workers.notes.append(mode_note(self.spec.model_mode, ready.mode_sensitive))
+        return cast("WorkerProcess | None", outcome[1] if len(outcome) > 1 else None)
+
+    async def candidate_stages(self, result: EvalResult, cand: WorkerProcess) -> None:
+        if not self.workers.interpret:
+            t = time.perf_counter()
+            await self.warm_up(cand)
+            self.workers.stage("kernels", t)
+        if "verify" in self.spec.stages:
+            async with self.workers.gpu_lock(exclusive=False):
+                t = time.perf_counter()
+                result.verify = await self.verify_stage(cand)
+                self.workers.stage("verify", t)
+        if "profile" in self.spec.stages:
+            if result.verify is not None and not result.verify.correct:
+                result.profile = not_profiled_after(result.verify)
+            else:
+                async with self.workers.gpu_lock(exclusive=True):
+                    t = time.perf_counter()
+                    result.profile = await self.timing.profile(cand, self.input_sets)
+                    self.workers.stage("profile", t)
+
+    # ---- compile ----
+
+    async def gpu_check(self, result: EvalResult) -> None:
+        """Without a GPU, a verdict the interpreter passed also needs the GPU compiler's word: the
+        interpreter runs what Triton's compiler refuses (Python calls and globals in a kernel
+        body, an autotune config over the shared-memory limit). Compile the launches for
+        `spec.gpu_check`; where the compiler rejects a kernel, the verdict fails with its message.
+        A check that cannot be made (the task too large to build here, a harness limit) is a note."""
+        target, verify = self.spec.gpu_check, result.verify
+        if not (self.workers.interpret and target and verify is not None and verify.correct):
+            return
+        if "compile" in self.spec.stages:
+            compiled = result.compile
+        else:
+            sized = await self.workers.sized if self.workers.sized.done() else None
+            params = sized.params_bytes if sized is not None else 0
+            if params > GPU_CHECK_MAX_PARAMS:
+                verify.notes.append(
+                    f"not compiled for {target}: the task's parameters ({params / 1024**3:.1f} GiB) are too "
+                    f"large to build on this machine; `kernelcraft compile --target {target}` checks it"
+                )
+                return
+            t = time.perf_counter()
+            compiled = await self.compile_stage([target])
+            self.workers.stage("gpu_check", t)
+        if compiled is None or compiled.ok or compiled.failure_class is None:
+            return
+        if not compiled.failure_class.value.startswith("compile_"):
+            reason = (
+                compiled.evidence.message if compiled.evidence is not None else compiled.failure_class.value
+            )
+            verify.notes.append(f"not compiled for {target} ({reason[:300]})")
+            return
+        ev = compiled.evidence or Evidence(message="the GPU compiler rejected a kernel")
+        ev.message = (f"Triton's interpreter ran it, but the compiler for {target} rejects it: {ev.message}")[
+            :2000
+        ]
+        verify.correct, verify.status = False, compiled.failure_class.value
+        verify.failure_class, verify.evidence = compiled.failure_class, ev
+
+    async def compile_stage(self, targets: list[str] | None = None) -> CompileResult:
+        """Discover launches (no kernel runs) and compile them for each target (the job's, unless
+        given). On a CPU machine this worker imports the candidate without the interpreter, so
+        real Triton compiles it."""
+        targets = list(targets or self.spec.targets)
+        start = time.perf_counter()
+        w = await self.workers.acquire(self.device.compile_pool)
+        self.compile_worker = w
+        await self.workers.progress(0.05, "loading the candidate")
+        try:
+            # Without a GPU this worker loads the task as given and finds the launches on its own
+            # get_inputs() built on the meta device: the task's real shapes, not the CPU's.
+            full = self.workers.interpret
+            self.workers.loaded(await self.workers.load(w, "candidate", interpret=False, full_size=full))
+            made, blobs = await self.workers.inputs(0)
+            await self.workers.progress(0.1, f"compiling for {', '.join(targets)}")
+            request = Compile(targets=targets, inputs=made.inputs, full_size=full)
+            await w.send(request.to_header(), blobs)
+            frame = await self.workers.recv(w, candidate=True)
+            self.workers.candidate_verdict(frame, Msg.COMPILED)
+        except Stop as stop:
+            if not self.workers.interpret:
+                raise
+            return CompileResult(
+                ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start
+            )
+        try:
+            compiled: Compiled | None = Compiled.from_header(frame.header)
+        except ValueError:
+            compiled = None
+        result = compile_result(compiled, time.perf_counter() - start)
+        result.shapes = compiled.shapes if compiled is not None else None
+        return result
+
+    async def warm_up(self, cand: WorkerProcess) -> None:
+        """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when
+        profiling, torch.compile the reference."""
+        await self.workers.progress(0.08, "compiling kernels")
+        async with self.workers.gpu_lock(exclusive=False):
+            made, blobs = await self.workers.inputs(0)
+        # Triton's compiler runs on the CPU: no lock, so other jobs' timings go on meanwhile.
+        await cand.send(Warmup(inputs=made.inputs).to_header(), blobs)
+        self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.WARM)
+        if "profile" in self.spec.stages and self.timing.compiled_timing() is None:
+            await self.workers.progress(0.09, "compiling the reference with torch.compile")
+            async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
+                await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)
+
+    # ---- verify ----
+
+    async def verify_stage(self, cand: WorkerProcess) -> VerifyResult:
+        total = self.input_sets * self.spec.trials
+        done = 0
+        try:
+            for s in range(self.input_sets):
+                for t in range(self.spec.trials):
+                    where = f" (input set {s + 1} of {self.input_sets})" if self.input_sets > 1 else ""
+                    await self.workers.progress(
+                        0.1 + 0.8 * done / total, f"trial {done + 1} of {total}{where}"
+                    )
+                    failed = await self.trial(cand, s, t)
+                    if failed is not None:
+                        return self.verified(cand, done, *failed)
+                    done += 1
+            if self.spec.correctness == "kernelcraft":  # AdaExplore's rule has no knockout
+                await self.workers.progress(0.88, "knockout: forward without its kernels")
+                decoy = await self.knockout(cand)
+                if decoy is not None:
+                    return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, decoy)
+        except Stop as stop:
+            if stop.evidence.trial is None:
+                stop.evidence.trial = done % self.spec.trials
+            return self.verified(cand, done, stop.cls, stop.evidence)
+        notes = list(self.workers.notes)
+        if self.workers.interpret:
+            tf32 = (
+                f" (its {self.tf32_dots} fp32 tl.dot call(s) were rounded to TF32, as on a GPU)"
+                if self.tf32_dots
+                else ""
+            )
+            notes.append(
+                f"ran in Triton's CPU interpreter: races, out-of-bounds reads and speed are not checked{tf32}"
+            )
+        if self.spec.correctness == "adaexplore":
+            ops = ", ".join(op if "::" in op else f"aten.{op}" for op in self.torch_ops[:12]) or "none"
+            notes.append(
+                f"judged by AdaExplore's rule (PyTorch allowed beside the Triton kernels, atol=rtol=5e-2, "
+                f"no knockout); PyTorch compute left in forward: {ops}"
+            )
+        await self.workers.progress(0.9, "verified")
+        return self.verified(cand, done, None, None, notes=notes)
+
+    async def trial(self, cand: WorkerProcess, s: int, t: int) -> tuple[FailureClass, Evidence] | None:
+        """One trial on input set `s`: the candidate runs (twice on the first, for determinism),
+        the reference compares. The failure, if the outputs differ."""
+        small = scaled.is_scaled_trial(s, t, self.spec.trials)
+        made, blobs = await self.workers.inputs(s, scaled.SCALE if small else None)
+        await cand.send(Run(inputs=made.inputs, determinism=s == 0 and t == 0).to_header(), blobs)
+        frame = await self.workers.recv(cand, candidate=True)
+        out = self.workers.read(frame, Outputs)
+        self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
+        compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
+        self.tolerance = compared.tolerance or self.tolerance
+        self.tf32_dots += out.tf32_dots
+        self.torch_ops = list(dict.fromkeys([*self.torch_ops, *out.torch_ops]))
+        if not compared.failure_class:
+            if out.replay is None:
+                return None
+            return FailureClass.FORBIDDEN_CONSTRUCT, Evidence(
+                message=out.replay, op="replay", trial=t, input_set=s
+            )
+        ev = evidence_from(compared.evidence, "outputs differ")
+        if out.tf32_dots and compared.failure_class == FailureClass.NUMERICAL_MISMATCH.value:
+            ev.message = f"{ev.message}. {TF32_HINT.format(n=out.tf32_dots)}"
+        if small:
+            ev.message = f"{ev.message} ({scaled.NOTE})"
+        ev.trial, ev.input_set = t, s
+        return FailureClass(compared.failure_class), ev
+
+    async def compare(self, request: Compare, frame: Frame) -> Compared:
+        """The reference's comparison of the outputs the candidate sent in `frame`."""
+        cmp = await self.workers.ask_ref(request, frame.blobs)
+        if cmp.header.get("type") != Msg.COMPARED:
+            self.workers.task_error(cmp)
+            raise Stop(
+                FailureClass.RUNTIME_CRASH, Evidence(message="the reference could not compare outputs")
+            )
+        return Compared.from_header(cmp.header)
+
+    async def knockout(self, cand: WorkerProcess) -> Evidence | None:
+        """The knockout check (`knockout.py`): forward on fresh inputs with every Triton launch
+        skipped; if the reference still finds its output right, the kernels were a decoy (the
+        evidence). None when the output changed or forward failed without its kernels."""
+        made, blobs = await self.workers.inputs(0)
+        await cand.send(Knockout(inputs=made.inputs).to_header(), blobs)
+        frame = await self.workers.recv(cand, candidate=True)
+        out = self.workers.read(frame, KnockedOut)
+        if out.outputs is None:
+            return None
+        compared = await self.compare(Compare(outputs=[out.outputs], inputs_after=out.inputs_after), frame)
+        if compared.failure_class and compared.failure_class != FailureClass.INPUTS_MUTATED.value:
+            return None
+        return Evidence(message=DECOY_MESSAGE, op=f"knockout ({out.skipped} launches skipped)")
+
+    def verified(
+        self, cand: WorkerProcess, done: int, cls: FailureClass | None, ev: Evidence | None, **kw: Any
+    ) -> VerifyResult:
+        kw.setdefault("notes", list(self.workers.notes))  # a shrunk task's note, on any verdict
+        kw.setdefault("tolerance", self.tolerance)
+        return verify_result(
+            self.spec,
+            self.device,
+            cls,
+            ev,
+            trials_passed=done,
+            input_sets=self.input_sets,
+            kernels_launched=self.kernels,
+            device_label=device_label(self.device, cand.info),
+            **kw,
+        )
+
+
+GPU_CHECK_MAX_PARAMS = 512 * 1024**2
+"""Bytes of parameters up to which a CPU verify builds the task at full size to compile its
+kernels for the GPU (`Job.gpu_check`); above, the verdict says the check was not made."""
+
+
+TF32_HINT = (
+    "Its {n} fp32 tl.dot call(s) ran as TF32, as a GPU's tensor cores run them by default (10 of fp32's "
+    '23 mantissa bits): pass input_precision="ieee" (exact) or "tf32x3" (near-fp32 on tensor cores) '
+    "to tl.dot"
+)
+"""The words a TF32 mismatch adds to its verdict (issue 26): the cause and the fix."""
+
+
+def mode_note(mode: str, kinds: list[str]) -> str:
+    """What a verdict says of the mode Model and ModelNew ran in, when it matters to the task."""
+    which = ", ".join(kinds[:4])
+    if mode == "eval":
+        return (
+            f"ran Model and ModelNew in eval mode (model_mode='eval'): {which} used running statistics "
+            "and no dropout; KernelBench's harness runs them in training mode"
+        )
+    return (
+        f"ran Model and ModelNew in training mode, as KernelBench's harness does: {which} used batch "
+        "statistics (and dropout, if any, was active); model_mode='eval' (--eval-mode) judges eval mode"
+    )

@@ -1,0 +1,256 @@
+"""A job's timing: the profile stage (the candidate against the reference, interleaved rounds on
+the GPU; the roofline floor without one) and the baseline stage (the reference alone), for `Job`.
+
+The compiled reference's timing of a task is measured once and reused (`timingcache.py`), on the
+same GPU as the reference worker names it. Every step goes through the job's `JobWorkers`: its
+processes, deadline, GPU lock and progress.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kernelcraft.base.errortext import exception_text
+from kernelcraft.base.evaluation import EvalJob, Evidence, KernelTime, ProfileResult, Roofline, Timing
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.gpulock import Device
+from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
+from kernelcraft.engine.host.pool import WorkerProcess
+from kernelcraft.engine.host.references import ReferencePool
+from kernelcraft.engine.host.verdicts import device_label, profile_result, timing_note
+from kernelcraft.engine.measure import timingcache
+from kernelcraft.engine.measure.samples import spread_within, summarize
+from kernelcraft.engine.wire.protocol import (
+    ComputeRoofline,
+    Msg,
+    ProtocolError,
+    RooflineCounted,
+    Samples,
+    TimeCandidate,
+    Timed,
+    TimeReference,
+    TimingMethod,
+    UseInputs,
+    Warm,
+    WarmupReference,
+)
+
+# Timing runs interleaved rounds (candidate, then reference) until every timed callable over
+# 50 µs (samples.SPREAD_CHECK_ABOVE_US) has an interquartile range within TARGET_SPREAD of its
+# median, between the minimum and maximum number of rounds.
+MIN_PROFILE_ROUNDS = 3
+MAX_PROFILE_ROUNDS = 10
+TARGET_SPREAD = 0.02
+PROFILE_BUDGET_MS = 60.0
+NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
+
+
+@dataclass
+class _Rounds:
+    """The timing samples gathered so far, per timed callable ("candidate", "eager", "compiled")."""
+
+    keys: tuple[str, ...]
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    methods: dict[str, TimingMethod] = field(default_factory=dict)
+    sets: dict[str, int] = field(default_factory=dict)
+    count: int = 0
+
+    def add(self, key: str, s: Samples) -> None:
+        self.samples.setdefault(key, []).extend(s.times_us)
+        self.methods[key] = s.method
+        self.sets[key] = s.sets
+
+    def done(self) -> bool:
+        if self.count < MIN_PROFILE_ROUNDS:
+            return False
+        return self.count >= MAX_PROFILE_ROUNDS or all(
+            spread_within(self.samples.get(k, []), TARGET_SPREAD) for k in self.keys
+        )
+
+    def timings(self) -> dict[str, Timing]:
+        return {k: summarize(self.samples[k], self.methods[k], self.sets.get(k, 1)) for k in self.keys}
+
+
+class JobTiming:
+    """The timing stages of one job, on its workers."""
+
+    def __init__(self, spec: EvalJob, device: Device, references: ReferencePool, workers: JobWorkers) -> None:
+        self.spec = spec
+        self.device = device
+        self.references = references
+        self.workers = workers
+        self.kernels: dict[str, list[dict[str, Any]]] = {}
+        """Each side's kernels and their GPU time per forward, from the first round (kernelprof.py)."""
+        self.kernels_error: str | None = None
+
+    def reference_device(self) -> str:
+        """The GPU as the reference worker named it (a compiled timing is reused on the same one)."""
+        ref = self.workers.ref
+        return str(ref.info.get("device", "")) if ref is not None else ""
+
+    def compiled_timing(self) -> Timing | None:
+        return self.references.compiled_timing(self.workers.key, self.reference_device())
+
+    async def profile(self, cand: WorkerProcess | None, input_sets: int) -> ProfileResult:
+        """Time the candidate against the reference on a GPU; without one, the roofline floor
+        only (`cand` is None: no candidate runs)."""
+        start = time.perf_counter()
+        if input_sets > 1 or not self.workers.ref_has_inputs:
+            # Verification ended on the last extra input set: time on get_inputs(), the task's own.
+            made, blobs = await self.workers.inputs(0)
+            if cand is not None and self.device.kind != "cpu":
+                await cand.send(UseInputs(inputs=made.inputs).to_header(), blobs)
+                self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
+        if self.device.kind == "cpu":
+            return await self.floor_only(start)
+        assert cand is not None
+        roof, _ = await self.roofline()
+        return await self.time_on_gpu(cand, roof, start)
+
+    async def floor_only(self, start: float) -> ProfileResult:
+        """Without a GPU: the roofline floor, nothing timed."""
+        roof, roof_error = await self.roofline()
+        message = NO_GPU_MESSAGE.format(target=self.spec.roofline_target)
+        if roof_error:
+            message += f" (roofline unavailable: {roof_error[:300]})"
+        return ProfileResult(
+            available=False, message=message, roofline=roof, seconds=round(time.perf_counter() - start, 3)
+        )
+
+    async def roofline(self) -> tuple[Roofline | None, str | None]:
+        frame = await self.workers.ask_ref(
+            ComputeRoofline(target=self.spec.roofline_target, full_size=self.workers.interpret),
+            error_is_an_answer=True,
+        )
+        counted = RooflineCounted.from_header(frame.header)
+        if counted.roofline is None:
+            return None, counted.error or "the roofline could not be computed"
+        return Roofline.model_validate(counted.roofline), None
+
+    async def time_on_gpu(self, cand: WorkerProcess, roof: Roofline | None, start: float) -> ProfileResult:
+        """Interleave rounds of candidate and reference timing (each in its own process, on the
+        same inputs), then summarise each side's samples."""
+        cached = self.compiled_timing()
+        rounds = _Rounds(("candidate", "eager") if cached is not None else ("candidate", "eager", "compiled"))
+        while not rounds.done():
+            rounds.count += 1
+            await self.workers.progress(
+                0.9 + 0.1 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
+            )
+            first = rounds.count == 1  # the first round also says where each side's time goes
+            await self.time_candidate(cand, rounds, breakdown=first)
+            failed = await self.time_reference(rounds, compiled=cached is None, breakdown=first)
+            if failed is not None:
+                return ProfileResult(available=False, message=failed, roofline=roof)
+        t = rounds.timings()
+        if cached is None:
+            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
+        else:
+            t["compiled"] = cached
+        result = profile_result(
+            t["candidate"],
+            t["eager"],
+            t["compiled"],
+            roof,
+            device_label(self.device, cand.info),
+            round(time.perf_counter() - start, 3),
+        )
+        result.message += f"; {rounds.count} interleaved rounds"
+        result.kernels = {k: [KernelTime.model_validate(x) for x in v] for k, v in self.kernels.items()}
+        if self.kernels_error:
+            result.message += f"; per-kernel times unavailable ({self.kernels_error})"
+        if cached is not None:
+            result.message += f"; {timingcache.REUSED} (reused for {timingcache.TTL_S / 60:.0f} min)"
+        return result
+
+    async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds, *, breakdown: bool = False) -> None:
+        method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
+        request = TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method, breakdown=breakdown)
+        await cand.send(request.to_header())
+        timed = self.workers.read(await self.workers.recv(cand, candidate=True), Timed)
+        self._keep_kernels(timed, ["candidate"])
+        if timed.error is not None:
+            raise Stop(
+                FailureClass.RUNTIME_ERROR,
+                Evidence(message="timing the candidate failed", error_text=timed.error),
+            )
+        try:
+            rounds.add("candidate", timed.samples("candidate"))
+        except ProtocolError as e:
+            raise Stop(
+                FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
+            ) from e
+
+    async def time_reference(self, rounds: _Rounds, *, compiled: bool, breakdown: bool = False) -> str | None:
+        """One round of the reference's timings; why they failed, if they did."""
+        ref_keys = [k for k in rounds.keys if k != "candidate"]
+        frame = await self.workers.ask_ref(
+            TimeReference(
+                budget_ms=PROFILE_BUDGET_MS,
+                methods={k: rounds.methods[k] for k in ref_keys if k in rounds.methods},
+                compiled=compiled,
+                breakdown=breakdown,
+            )
+        )
+        timed = Timed.from_header(frame.header)
+        self._keep_kernels(timed, ["eager", "compiled"])
+        if timed.error is not None:
+            return f"timing the reference failed: {exception_text(timed.error).strip()[:600]}"
+        for k in ref_keys:
+            rounds.add(k, timed.samples(k))
+        return None
+
+    def _keep_kernels(self, timed: Timed, keys: list[str]) -> None:
+        """Each side's kernel breakdown, as the worker's profiler gave it (kernelprof.py)."""
+        for key in keys:
+            if key in timed.kernels:
+                self.kernels[key] = list(timed.kernels[key])[:9]
+        if timed.kernels_error and not self.kernels_error:
+            self.kernels_error = timed.kernels_error[:300]
+
+    # ---- baseline: the reference alone ----
+
+    async def baseline(self) -> ProfileResult:
+        """Time the reference alone, eager and under torch.compile, on the task's get_inputs()
+        (as KernelBench's baseline script does, with our interleaved rounds and L2 handling);
+        without a GPU, the roofline floor of the task's real sizes, nothing run."""
+        start = time.perf_counter()
+        if self.device.kind == "cpu":
+            return await self.floor_only(start)
+        await self.workers.progress(0.1, "making the inputs")
+        async with self.workers.gpu_lock(exclusive=False):
+            await self.workers.inputs(0)
+        roof, _ = await self.roofline()
+        await self.workers.progress(0.2, "compiling the reference with torch.compile")
+        async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
+            warm = Warm.from_header(
+                (await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)).header
+            )
+        # A model torch.compile cannot handle still has its eager time.
+        rounds = _Rounds(("eager",) if warm.error else ("eager", "compiled"))
+        async with self.workers.gpu_lock(exclusive=True):
+            while not rounds.done():
+                rounds.count += 1
+                await self.workers.progress(
+                    0.3 + 0.7 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
+                )
+                failed = await self.time_reference(rounds, compiled=warm.error is None)
+                if failed is not None:
+                    return ProfileResult(available=False, message=failed, roofline=roof)
+        t = rounds.timings()
+        if "compiled" in t:
+            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
+        notes = [timing_note(k, v) for k, v in t.items()]
+        if warm.error:
+            notes.append(f"torch.compile failed: {warm.error[:300]}")
+        return ProfileResult(
+            available=True,
+            message="; ".join([*notes, f"{rounds.count} rounds, the reference alone"]),
+            device=device_label(self.device, self.workers.ref.info if self.workers.ref else None),
+            reference_eager=t["eager"],
+            reference_compiled=t.get("compiled"),
+            roofline=roof,
+            seconds=round(time.perf_counter() - start, 3),
+        )

@@ -1,0 +1,497 @@
+"""One job's worker processes: taking them, loading them, reading them, letting them go.
+
+`JobWorkers` is the half of a job (`job.py`) that talks to processes. It takes a reference worker
+(a parked one from the `ReferencePool`, or a fresh one from the device's pool) and a candidate
+worker and loads them; reads every answer under the job's deadline and the candidate's memory
+watchdog; lends the stages the GPU lock (its wait does not count against the deadline); and at
+the end kills every worker but a reference worker in sync, which it parks for the next job on the
+task. A candidate's failure leaves any of these as `Stop`, carrying the verdict (what an answer,
+a silence or a death means: `replies.py`).
+
+Before the candidate loads, the reference measures the task (`Sized`): the job refuses a task
+that cannot fit the device or the interpreter (`TaskError`, up front), reserves its memory on the
+device's ledger (`memory.py`), and gives the candidate a memory limit sized to the task and, in
+the interpreter, the shrunk task (`shrink.py`). The reference's own timeout or death is the
+task's (`TaskError`), never the candidate's, except while it reads the candidate's outputs.
+
+Used by one `Job` at a time; only the job's stages call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kernelcraft.base.evaluation import EvalJob, Evidence
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine import box
+from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.engine.host.gpulock import Device
+from kernelcraft.engine.host.memory import IDLE_REFERENCE_SHARE, TaskSize, refusal
+from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
+from kernelcraft.engine.host.references import Parked, ReferencePool, reap, task_key
+from kernelcraft.engine.host.replies import (
+    R,
+    Stop,
+    deadline_stop,
+    death_stop,
+    expect_candidate,
+    memory_stop,
+    raise_if_task_failed,
+    read_candidate,
+)
+from kernelcraft.engine.wire.channel import Frame
+from kernelcraft.engine.wire.protocol import (
+    IMPORTING_CANDIDATE,
+    Compare,
+    InputsMade,
+    Load,
+    Loaded,
+    MakeInputs,
+    Msg,
+    NextJob,
+    Request,
+    Sized,
+    TaskReady,
+)
+from kernelcraft.engine.worker import shrink
+
+log = logging.getLogger(__name__)
+
+SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
+WATCH_INTERVAL_S = 0.25
+REAP_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class CandidateSettings:
+    """What the evaluator imposes on every candidate process."""
+
+    memory_limit_bytes: int | None
+    """The user's cap (`LocalEvaluator`'s `memory_limit_gb`); None: sized to each task (`memory.py`)."""
+    sandbox: bool
+    """The filesystem sandbox (`sandbox.py`; KERNELCRAFT_SANDBOX=off turns it off)."""
+    shrink: bool = True
+    """Shrink large KernelBench tasks for the interpreter (`shrink.py`; KERNELCRAFT_SHRINK=off
+    or `EvalJob.full_size` runs the task's own sizes)."""
+
+
+class JobWorkers:
+    """The workers of one job, its deadline, its stage times and its place on the GPU.
+
+    active: the evaluator's set of workers that jobs hold (this job adds and removes its own)."""
+
+    def __init__(
+        self,
+        spec: EvalJob,
+        device: Device,
+        references: ReferencePool,
+        settings: CandidateSettings,
+        active: set[WorkerProcess],
+        progress: ProgressCallback | None,
+        *,
+        alone: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.device = device
+        self.alone = alone
+        """The device's memory to this job alone (`memory.py`)."""
+        self.shared = False
+        """Set on release: another job held device memory while this one did."""
+        self.references = references
+        self.settings = settings
+        self.active = active
+        self.progress_cb = progress
+        self.deadline = float("inf")
+        self.held: list[tuple[WorkerPool, WorkerProcess]] = []
+        self.full_size = spec.full_size or not settings.shrink
+        """In the interpreter, run the task's own sizes (`shrink.py`)."""
+        variant = ("full" if self.full_size else "") + ("" if spec.model_mode == "train" else spec.model_mode)
+        variant += "" if spec.correctness == "kernelcraft" else spec.correctness
+        self.key = task_key(spec.task_source, device.index, variant)
+        self.sized: asyncio.Future[Sized | None] = asyncio.get_running_loop().create_future()
+        """The reference's measurement of the task, once the job may run (the candidate waits)."""
+        self.task_source = spec.task_source
+        """What the candidate loads: the task, or its shrunk copy in the interpreter."""
+        self.memory_limit: int | None = settings.memory_limit_bytes
+        """The candidate's memory limit, sized to the task (`memory.py`)."""
+        self.limits: dict[int, int | None] = {}
+        """id() of each candidate worker -> its memory limit (the watchdog's)."""
+        self.held_when_idle = 0
+        self.ref_reading_candidate = False
+        self.ref: WorkerProcess | None = None
+        self.ref_pool: WorkerPool | None = None
+        self.ref_in_sync = True
+        """False from a request to the reference until its answer: a reference left mid-request
+        (cancelled, timed out) or that reported an error is not kept for another job."""
+        self.ref_has_inputs = False
+        self.untrusted: set[int] = set()
+        """id() of each worker that said it is importing the candidate: its word is not the task's."""
+        self.notes: list[str] = []
+        self.stages: dict[str, float] = {}
+        self.fraction = 0.0
+        """The highest fraction reported so far: the job's progress only moves forward."""
+
+    @property
+    def interpret(self) -> bool:
+        return self.device.kind == "cpu"
+
+    def stage(self, name: str, since: float) -> float:
+        """Add the time since `since` to stage `name`; returns now."""
+        now = time.perf_counter()
+        self.stages[name] = round(self.stages.get(name, 0.0) + now - since, 3)
+        return now
+
+    async def progress(self, fraction: float | None, message: str) -> None:
+        """Report `message` at `fraction` (0..1), or at the current fraction when None (a worker's
+        own messages). A fraction below one already reported is raised to it: stages that start
+        their own counts never move the job's progress back."""
+        self.fraction = max(self.fraction, min(1.0, fraction if fraction is not None else 0.0))
+        if self.progress_cb is not None:
+            try:
+                await self.progress_cb(self.fraction, message)
+            except Exception:  # a broken progress callback must not break the evaluation
+                log.exception("progress callback failed")
+
+    def start_deadline(self) -> None:
+        if self.deadline == float("inf"):
+            self.deadline = time.monotonic() + self.spec.timeout_s
+
+    # ---- taking and loading workers ----
+
+    async def acquire(self, pool: WorkerPool | None = None) -> WorkerProcess:
+        pool = pool or self.device.pool
+        w = await pool.acquire()
+        self.held.append((pool, w))
+        self.active.add(w)
+        return w
+
+    async def start_reference(self) -> TaskReady:
+        """A reference worker with the task loaded: a kept one (rebuilt while it was idle) or a
+        fresh one, which measures the task first (`Sized`): the job checks it fits and reserves
+        its memory (`size_up`) before the worker allocates anything."""
+        try:
+            return await self._start_reference()
+        except Exception as e:
+            if not self.sized.done():
+                self.sized.set_exception(e)
+                self.sized.exception()  # retrieved: a job without a candidate never awaits it
+            raise
+        finally:
+            self.sized.cancel()  # (no-op once set) a cancelled job's candidate stops waiting
+
+    async def _start_reference(self) -> TaskReady:
+        t = time.perf_counter()
+        key = self.key
+        while True:
+            kept = self.references.take(key)
+            if kept is not None:
+                ready = await self._take_kept(kept, t)
+                if ready is not None:
+                    return ready
+                continue
+            if self.references.reserve(key):
+                break
+            # The task has its share of reference workers, all busy: one is soon free (a job
+            # holds it a few seconds), which beats starting another process.
+            await self.references.freed(key, 5.0)
+        self.ref = None
+        try:
+            self.ref = await self.acquire()
+        finally:
+            self.references.started(key, self.ref)
+        self.ref_pool = self.device.pool
+        t = self.stage("workers", t)
+        self.start_deadline()
+        self.ref_in_sync = False
+        # The lock is taken only once a worker is held: a job waiting for a worker (or for
+        # another job's reference) must not hold up a timing, which would hold up that job.
+        async with self.gpu_lock(exclusive=False):
+            frame = await self.load(self.ref, "reference", interpret=self.interpret)
+        try:
+            sized: Sized | None = Sized.from_header(frame.header)
+        except ValueError:
+            sized = None
+        if sized is not None:
+            self.references.sizes[key] = sized
+        await self.size_up(sized, fresh=True)
+        async with self.gpu_lock(exclusive=False):  # building Model uses the GPU
+            frame = await self.ask_ref(NextJob())
+        self.task_error(frame)
+        self.stage("reference", t)
+        return TaskReady.from_header(frame.header)
+
+    async def _take_kept(self, kept: Parked, t: float) -> TaskReady | None:
+        """Hold a kept reference worker and read its answer to the `NextJob` it got when parked;
+        None when it broke meanwhile (it is killed: the caller tries another)."""
+        w = kept.worker
+        self.ref, self.ref_pool = w, kept.pool
+        self.held.append((kept.pool, w))
+        self.active.add(w)
+        t = self.stage("workers", t)
+        self.start_deadline()
+        await self.size_up(self.references.sizes.get(self.key), fresh=False)
+        try:
+            frame = await asyncio.wait_for(
+                asyncio.shield(kept.rebuilt), max(0.1, self.deadline - time.monotonic())
+            )
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            if not kept.rebuilt.cancelled():
+                raise
+            frame = None
+        if frame is not None and frame.header.get("type") == Msg.TASK_READY:
+            self.ref_in_sync = True
+            self.stage("reference", t)
+            return TaskReady.from_header(frame.header)
+        w.kill()  # broken between jobs; try another, or a fresh one
+        self.references.forget(self.key, w)
+        self.ref = None
+        return None
+
+    async def size_up(self, sized: Sized | None, *, fresh: bool) -> None:
+        """Whether the job can run at the task's measured sizes (`TaskError` when not: too big
+        for the device, or for the interpreter), its memory reserved, and what the candidate gets:
+        its memory limit and the task's source (a shrunk one in the interpreter: `shrink.py`)."""
+        kind, override = self.device.kind, self.settings.memory_limit_bytes
+        if sized is None or sized.error is not None:
+            self.memory_limit = override or (sized.device_free // 2 if sized and sized.device_free else None)
+            self.sized.set_result(sized)
+            return
+        if self.interpret and not self.full_size and not sized.has_cpu_inputs:
+            shrink.check_interpreter_work(sized.elements, sized.shapes, self.spec.task_name)
+        size = TaskSize.of(sized)
+        index, ledger = self.device.index, self.device.memory
+        if fresh:
+            ledger.learn(size, self.references.idle_bytes(index))
+        self.held_when_idle = size.held_when_idle(kind)
+        candidate = not self.spec.baseline_only  # a baseline job runs the reference alone
+        waited, t = time.monotonic(), time.perf_counter()
+        await ledger.admit(
+            id(self),
+            size.job_need(kind, candidate=candidate),
+            lambda capacity: refusal(self.spec.task_name, size, kind, capacity, candidate=candidate),
+            lambda: self.references.idle_bytes(index),
+            lambda n: self.references.evict(index, n),
+            alone=self.alone,
+        )
+        self.deadline += time.monotonic() - waited  # waiting for other jobs' memory is not this job's time
+        self.stage("memory_wait", t)
+        self.memory_limit = size.candidate_limit(kind, override)
+        if sized.shrunk_source is not None:
+            self.task_source = sized.shrunk_source
+            self.notes.append(shrink.describe(sized.shrunk, sized.shapes))
+        self.sized.set_result(sized)
+
+    async def start_candidate(self) -> WorkerProcess:
+        """A candidate worker with the candidate imported; `Stop` when that fails. It is loaded
+        once the reference has measured the task (its memory limit and task source come from it)."""
+        t = time.perf_counter()
+        cand = await self.acquire()
+        await asyncio.shield(self.sized)
+        t = self.stage("workers", t)
+        self.start_deadline()
+        await self.progress(0.05, "loading the candidate")
+        async with self.gpu_lock(exclusive=False):
+            frame = await self.load(cand, "candidate", interpret=self.interpret)
+        self.loaded(frame)
+        self.stage("candidate", t)
+        return cand
+
+    async def load(
+        self,
+        w: WorkerProcess,
+        role: Literal["reference", "candidate"],
+        *,
+        interpret: bool,
+        full_size: bool = False,
+    ) -> Frame:
+        """Give `w` its job; its first answer (a `TaskError` when the task itself fails).
+        `full_size`: a candidate loads the task as given, not the interpreter's shrunk copy (the
+        compile stage on the CPU, which finds launches at the task's real shapes)."""
+        spec, settings = self.spec, self.settings
+        # Only what was given goes on the wire: the candidate's settings, for a candidate.
+        given: dict[str, Any]
+        if role == "candidate":
+            limit = settings.memory_limit_bytes if full_size else self.memory_limit
+            self.limits[id(w)] = limit
+            given = {
+                "candidate_source": spec.candidate_source,
+                "sandbox": settings.sandbox,
+                "allowed_ops": list(spec.allowed_ops),
+                "memory_limit_bytes": limit,
+            }
+        else:
+            given = {"full_size": True} if self.full_size and interpret else {}
+        source = self.task_source if role == "candidate" and not full_size else spec.task_source
+        if spec.model_mode != "train":
+            given["model_mode"] = spec.model_mode
+        if spec.correctness != "kernelcraft":
+            given["correctness"] = spec.correctness
+        load = Load(
+            role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
+        )
+        if role == "candidate" and settings.sandbox:
+            w.limit_processes(box.CANDIDATE_TASKS)  # before it imports the candidate
+        await w.send(load.to_header())
+        frame = await self.recv(w, candidate=role == "candidate")
+        if id(w) in self.untrusted and frame.header.get("type") == Msg.TASK_ERROR:
+            # Only the trusted part of a candidate worker (before it imports the candidate) may
+            # say the task failed: after, the message could be the candidate's, dodging a verdict.
+            raise Stop(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                Evidence(
+                    message="the candidate's process claimed, after importing the candidate, that the task failed"
+                ),
+            )
+        self.task_error(frame)
+        return frame
+
+    def loaded(self, frame: Frame) -> None:
+        """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set."""
+        note = self.read(frame, Loaded).sandbox_unavailable
+        if note and note[:300] not in self.notes:
+            self.notes.append(note[:300])
+
+    # ---- reading answers ----
+
+    async def recv(self, w: WorkerProcess, *, candidate: bool) -> Frame:
+        """The next frame from `w`, enforcing the deadline and the memory watchdog."""
+        limit = self.limits.get(id(w))
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                w.kill("timeout")
+                raise deadline_stop(
+                    candidate=candidate,
+                    reading_candidate=self.ref_reading_candidate,
+                    timeout_s=self.spec.timeout_s,
+                    task_name=self.spec.task_name,
+                )
+            try:
+                frame = await asyncio.wait_for(w.frames.get(), min(remaining, WATCH_INTERVAL_S))
+            except asyncio.TimeoutError:
+                if candidate and limit and w.rss_bytes() > limit:
+                    w.kill("memory")
+                    raise memory_stop(limit) from None
+                continue
+            if frame is None:
+                raise await self.died(w, candidate=candidate)
+            if frame.header.get("type") == Msg.PROGRESS:  # read as sent: a candidate may send anything
+                message = str(frame.header.get("message", ""))[:200]
+                if candidate and message == IMPORTING_CANDIDATE:
+                    self.untrusted.add(id(w))
+                await self.progress(None, message)
+                continue
+            return frame
+
+    async def died(self, w: WorkerProcess, *, candidate: bool) -> Stop:
+        await w.wait_exit(5)
+        return death_stop(
+            w,
+            candidate=candidate,
+            reading_candidate=self.ref_reading_candidate,
+            task_name=self.spec.task_name,
+        )
+
+    def read(self, frame: Frame, cls: type[R]) -> R:
+        """The candidate's answer of type `cls` (`replies.read_candidate`)."""
+        return read_candidate(frame, cls)
+
+    def candidate_verdict(self, frame: Frame, expected: Msg) -> None:
+        expect_candidate(frame, expected)
+
+    def task_error(self, frame: Frame) -> None:
+        raise_if_task_failed(frame, self.spec.task_name)
+
+    # ---- the reference ----
+
+    async def ask_ref(
+        self, request: Request, blobs: list[bytes] | None = None, *, error_is_an_answer: bool = False
+    ) -> Frame:
+        """One request to the reference worker and its answer. An answer with an error leaves the
+        reference out of sync (not kept) unless `error_is_an_answer` (the request may fail for
+        reasons that are not the process's: a model torch.compile or the roofline cannot handle)."""
+        assert self.ref is not None
+        self.ref_in_sync = False
+        # Reading the candidate's outputs, the reference may break or hang on what it was sent.
+        self.ref_reading_candidate = isinstance(request, Compare)
+        await self.ref.send(request.to_header(), blobs)
+        frame = await self.recv(self.ref, candidate=False)
+        kind = frame.header.get("type")
+        self.ref_in_sync = error_is_an_answer or (kind != Msg.TASK_ERROR and "error" not in frame.header)
+        return frame
+
+    async def inputs(self, input_set: int, scale: float | None = None) -> tuple[InputsMade, list[bytes]]:
+        """New inputs of one trial from the reference (a secret seed; floating-point inputs times
+        `scale`, the small-magnitude trial): the message and its blobs."""
+        said = {"scale": scale} if scale is not None else {}
+        frame = await self.ask_ref(MakeInputs(input_set=input_set, seed=secrets.randbits(62), **said))
+        self.task_error(frame)
+        self.ref_has_inputs = True
+        return InputsMade.from_header(frame.header), frame.blobs
+
+    # ---- the GPU and the end ----
+
+    @contextlib.asynccontextmanager
+    async def gpu_lock(self, *, exclusive: bool) -> AsyncIterator[None]:
+        """The GPU, shared with other jobs' verifications or, to time, alone."""
+        if not self.device.locked:
+            yield
+            return
+        waited = time.monotonic()
+        t = time.perf_counter()
+        if self.device.lock.busy():
+            await self.progress(0.1, "waiting for the GPU")
+        lock = self.device.lock.exclusive() if exclusive else self.device.lock.shared()
+        async with lock:
+            self.deadline += time.monotonic() - waited
+            self.stage("gpu_wait", t)
+            yield
+
+    async def release(self) -> None:
+        """Kill every worker of this job (but keep a reference worker that is in sync and
+        error-free for the next job on the task), then reap them. The kill and the keeping are
+        synchronous and come before any await: under cancellation (anyio cancels again at every
+        await until the task ends) an await here may be cancelled at once, and the processes must
+        be dead or parked regardless. The reaping (wait, close the channel, remove the scratch
+        dir) runs in a shielded task, so a repeated cancellation cannot stop it; we wait for it
+        at most `REAP_TIMEOUT_S`."""
+        ref = self.ref
+        keep = (
+            ref is not None
+            and self.ref_pool is not None
+            and self.ref_in_sync
+            and ref.alive()
+            and ref.frames.empty()
+            and not self.references.closed
+        )
+        workers = [(pool, w) for pool, w in self.held if not (keep and w is ref)]
+        for _pool, w in self.held:
+            self.active.discard(w)
+        for _pool, w in workers:
+            w.kill()
+        self.shared = self.device.memory.release(id(self))
+        if keep:
+            assert ref is not None and self.ref_pool is not None
+            capacity = self.device.memory.capacity
+            self.references.keep(
+                self.key,
+                ref,
+                self.ref_pool,
+                held=self.held_when_idle,
+                budget=int(capacity * IDLE_REFERENCE_SHARE) if capacity else None,
+                lock=self.device.lock.shared if self.device.locked else contextlib.nullcontext,
+            )
+        elif ref is not None:
+            self.references.forget(self.key, ref)
+        if not workers:
+            return
+        reap_all = reap(asyncio.gather(*(pool.release(w) for pool, w in workers), return_exceptions=True))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reap_all), REAP_TIMEOUT_S)

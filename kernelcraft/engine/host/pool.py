@@ -1,0 +1,477 @@
+"""Pre-started, single-use worker processes.
+
+A `WorkerPool` keeps `size` workers started (torch and Triton imported, CUDA initialised on a GPU)
+and hands each out once; every hand-out starts a replacement in the background. A `WorkerProcess`
+is one worker: its own session (process group), a scrubbed environment, its own scratch directory
+(Triton cache included), stdout/stderr to a log file, and a socket pair as the only channel.
+`kill()` kills the whole process group. Workers are forked from the pool's zygote (`zygote.py`:
+torch and the harness imported once) and, when it is unavailable, spawned as
+`python -m kernelcraft.engine.worker.main` (`KERNELCRAFT_ZYGOTE=off` forces this).
+
+Only `local.py` (and `ray_evaluator.py`, for `scrubbed_env`) uses this module; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelcraft.base import bytecode
+from kernelcraft.base.engine_settings import EngineSettings
+from kernelcraft.base.errors import KernelcraftError
+from kernelcraft.base.failures import is_out_of_memory
+from kernelcraft.engine import box
+from kernelcraft.engine.box import pidlimit, shmsweep
+from kernelcraft.engine.startup import prebuilt
+from kernelcraft.engine.startup.zygote import ForkedChild, Zygote, ZygoteUnavailable
+from kernelcraft.engine.wire.channel import ChannelError, Frame, read_frame, write_frame
+
+log = logging.getLogger(__name__)
+
+# KERNELCRAFT_* goes too: the database path and the server's tokens are none of a candidate's business.
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^ANTHROPIC_|^OPENAI_|^KERNELCRAFT_", re.IGNORECASE
+)
+_DROPPED = (
+    "TRITON_OVERRIDE_DIR",
+    "TRITON_DUMP_DIR",
+    "TRITON_ALWAYS_COMPILE",
+    "TRITON_KERNEL_OVERRIDE",
+    "PYTHONSTARTUP",
+)
+STARTUP_TIMEOUT_S = 180.0
+OUT_OF_MEMORY_RETRY_S = 2.0
+"""A worker that could not start for want of device memory is retried after this (times the
+failures in a row): other jobs' memory frees as they end."""
+TAIL_BYTES = 4000
+
+
+class WorkerError(KernelcraftError):
+    """A worker process could not be started or broke the protocol. A fault of the evaluator or
+    of this machine (missing torch, out of memory), not a verdict on a candidate."""
+
+
+def scrubbed_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment without secrets (names holding KEY, TOKEN, SECRET, PASSWORD; ANTHROPIC_*,
+    OPENAI_*, KERNELCRAFT_*) or Triton variables that substitute or dump kernels."""
+    env = dict(os.environ if base is None else base)
+    return {k: v for k, v in env.items() if not _SECRET_NAME.search(k) and k not in _DROPPED}
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[3])
+
+
+def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) -> dict[str, str]:
+    """The environment every worker of a pool shares (its zygote's): scrubbed, with the package
+    importable, Triton's interpreter on or off, the GPU chosen, bytecode kept where Python keeps
+    none (`base/bytecode.py`), and (`lazy`) the imports a job may not need (dynamo, inductor) left
+    to the job that needs them."""
+    env = scrubbed_env()
+    env["KERNELCRAFT_WORKER_DEVICE"] = device
+    env[box.BOX_ENV] = box.mode(device)
+    ours = bytecode.add_to_env(env)
+    if lazy:
+        # Measuring most tasks on meta imports dynamo: where kernelcraft keeps the bytecode, the
+        # zygote imports it once (0.9 s on the H200, beside Triton's key) rather than leave it to
+        # each job's reference worker; elsewhere a small task's verdict does without it.
+        env["KERNELCRAFT_WORKER_IMPORTS"] = "lazy-inductor" if ours else "lazy"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
+    # Triton upgrade does not silently change candidates' rounding.
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    # Triton reads TRITON_INTERPRET when `@triton.jit` decorates, including triton.language's own
+    # helpers at `import triton`: it must be set (or not) before the worker imports triton.
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    if device == "cuda" and gpu is not None:
+        # `gpu` counts the GPUs this process sees: under a CUDA_VISIBLE_DEVICES (a Ray actor's),
+        # the worker must get the same physical GPU, not the machine's GPU of that index.
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
+    if device == "cpu":
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def own_env(workdir: Path) -> dict[str, str]:
+    """What differs per worker: its directory as HOME, TMPDIR and Triton's and inductor's caches
+    (the candidate's box lets it write there and nowhere else). Inductor's is named outright: its
+    first use sets TORCHINDUCTOR_CACHE_DIR in the environment, so a zygote that imported inductor
+    would hand every fork its own temporary directory (closed to a worker that left root: H200)."""
+    return {
+        box.DIR_ENV: str(workdir),
+        "TRITON_CACHE_DIR": str(workdir / "triton-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor-cache"),
+        "TRITON_HOME": str(workdir),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+    }
+
+
+class WorkerProcess:
+    """One worker child and its channel. Frames it sends are queued by a reader task."""
+
+    def __init__(self, device: str, base_dir: Path, gpu: int | None, interpret: bool = False) -> None:
+        self.device = device
+        self.interpret = interpret
+        self.gpu = gpu
+        self.dir = Path(tempfile.mkdtemp(prefix="worker-", dir=base_dir))
+        self.log_path = self.dir / "output.log"
+        self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self.info: dict[str, Any] = {}
+        self.proc: subprocess.Popen[bytes] | ForkedChild | None = None
+        self.forked = False
+        self.killed_for: str | None = None
+        self.cgroup: Path | None = None
+        """Its pids cgroup, once it runs a candidate (`limit_processes`)."""
+        self.born = time.time()
+        """When it was made: what it leaves in the machine's /dev/shm after this goes (shmsweep.py)."""
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+
+    async def start(self, zygote: Zygote | None = None) -> None:
+        """Fork the worker from `zygote`, or spawn it when there is none (or it fails)."""
+        if self.device == "cuda":  # Triton's C helpers, built once (prebuilt.py)
+            prebuilt.seed(Path(own_env(self.dir)["TRITON_CACHE_DIR"]))
+        parent_sock, child_sock = socket.socketpair()
+        try:
+            if zygote is not None:
+                try:
+                    self.proc = await zygote.fork(child_sock, self.dir, self.log_path, own_env(self.dir))
+                    self.forked = True
+                except ZygoteUnavailable:
+                    pass
+            if self.proc is None:
+                env = base_env(self.device, self.gpu, self.interpret) | own_env(self.dir)
+                with open(self.log_path, "wb") as out:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-m", "kernelcraft.engine.worker.main", str(child_sock.fileno())],
+                        pass_fds=(child_sock.fileno(),),
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=self.dir,
+                        start_new_session=True,
+                    )
+        finally:
+            child_sock.close()
+        reader, self._writer = await asyncio.open_unix_connection(sock=parent_sock)
+        self._reader_task = asyncio.create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                await self.frames.put(await read_frame(reader))
+        except ChannelError as e:
+            log.debug("worker %s channel closed: %s", self.pid, e)
+        finally:
+            await self.frames.put(None)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def send(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        if self._writer is None:
+            raise WorkerError("worker not started")
+        await write_frame(self._writer, header, blobs)
+
+    async def wait_ready(self, timeout: float) -> None:
+        try:
+            frame = await asyncio.wait_for(self.frames.get(), timeout)
+        except asyncio.TimeoutError as e:
+            self.kill()
+            raise WorkerError(
+                f"a worker did not start within {timeout:.0f} s; log tail: {self.tail()}"
+            ) from e
+        if frame is None or frame.header.get("type") != "ready":
+            self.kill()
+            await self.wait_exit(5)
+            raise WorkerError(
+                f"a worker exited while starting ({self.exit_description()}); is torch/triton importable "
+                f"by {sys.executable}? Log tail: {self.tail()}"
+            )
+        self.info = frame.header
+        log.debug("worker %s ready: start-up by phase %s s", self.pid, frame.header.get("startup"))
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the worker (0 when unknown): the process its ready frame names,
+        which in a PID namespace is not the process started (the keeper, see box/__init__.py)."""
+        try:
+            with open(f"/proc/{self.info.get('pid', self.pid)}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def kill(self, reason: str | None = None) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if reason and self.killed_for is None:
+            self.killed_for = reason
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        proc = self.proc
+        loop = asyncio.get_running_loop()
+
+        async def wait() -> int:
+            if isinstance(proc, ForkedChild):
+                return await proc.wait()
+            return await loop.run_in_executor(None, proc.wait)
+
+        try:
+            return await asyncio.wait_for(wait(), timeout)
+        except asyncio.TimeoutError:
+            self.kill()
+            try:
+                return await asyncio.wait_for(wait(), 10)
+            except asyncio.TimeoutError:  # a forked child whose zygote no longer reports exits
+                return None
+
+    def exit_description(self) -> str:
+        code = self.proc.poll() if self.proc else None
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def tail(self, limit: int = TAIL_BYTES) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def limit_processes(self, extra_tasks: int) -> None:
+        """Put the worker in a pids cgroup of its own (`pidlimit.py`; best effort)."""
+        pid = self.info.get("pid", self.pid)
+        if self.cgroup is None and isinstance(pid, int):
+            self.cgroup = pidlimit.confine(pid, extra_tasks)
+
+    async def close(self) -> None:
+        """Kill the process group (and what is left in its pids cgroup), reap it, and remove its
+        scratch directory."""
+        self.kill()
+        await self.wait_exit(10)
+        pidlimit.release(self.cgroup)
+        self.cgroup = None
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+        shutil.rmtree(self.dir, ignore_errors=True)
+        # A CPU worker's /dev/shm was its own (mounts.py) unless the box could not cover it.
+        await asyncio.to_thread(shmsweep.sweep, self.born)
+
+
+def reachable(base_dir: Path) -> None:
+    """Let workers that leave root (box/__init__.py) reach their directories in `base_dir`."""
+    if os.geteuid() == 0:
+        base_dir.chmod(base_dir.stat().st_mode | 0o011)
+
+
+class WorkerPool:
+    """Up to `size` workers starting at once for one device; each is handed out once. `interpret`:
+    workers run Triton's CPU interpreter (set before they import triton). `lazy`: no worker is
+    started before a job asks for one (the zygote alone starts early), and workers import only
+    what every job needs; otherwise `size` workers are kept ready (a server's throughput).
+    `zygote`: one started already (`prestart.py`), taken if it has this pool's environment."""
+
+    def __init__(
+        self,
+        size: int,
+        device: str,
+        base_dir: Path,
+        gpu: int | None = None,
+        interpret: bool = False,
+        lazy: bool = False,
+        zygote: Zygote | None = None,
+    ) -> None:
+        self.size = max(1, size)
+        self.lazy = lazy
+        self._waiting = 0
+        self.interpret = interpret
+        self.device = device
+        self.gpu = gpu
+        self.base_dir = base_dir
+        self._ready: asyncio.Queue[WorkerProcess] = asyncio.Queue()
+        self._starting: set[asyncio.Task[None]] = set()
+        self._failures = 0
+        self._error: WorkerError | None = None
+        self._closed = False
+        self._all: set[WorkerProcess] = set()
+        self.started = 0
+        """Workers started so far (a diagnostic)."""
+        reachable(base_dir)
+        self._zygote: Zygote | None = None
+        self._zygote_task: asyncio.Task[Zygote | None] | None = None
+        env = base_env(device, gpu, interpret, lazy)
+        if device == "cuda":
+            prebuilt.build_in_background(env)
+        if zygote is not None and not zygote.started_for(env):  # for another environment
+            zygote.kill()
+            zygote = None
+        if zygote is None and EngineSettings().zygote:
+            zygote = Zygote(
+                env,
+                Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",
+                cuda=device == "cuda",
+            )
+        self._zygote = zygote
+
+    def start_mode(self) -> str:
+        """How this pool starts workers: "fork" (from its zygote) or "spawn (why)"."""
+        if self._zygote is None:
+            return "spawn (KERNELCRAFT_ZYGOTE=off)"
+        if self._zygote.broken is not None:
+            return f"spawn ({self._zygote.broken[:300]})"
+        if self._zygote.deferred:
+            return f"fork (each worker imports {', '.join(self._zygote.deferred)} itself)"
+        return "fork"
+
+    async def _zygote_ready(self) -> Zygote | None:
+        """The pool's zygote once it has imported everything; None when it is unavailable."""
+        if self._zygote is None or self._zygote.broken is not None:
+            return None
+        try:
+            await self._zygote.start(STARTUP_TIMEOUT_S)
+        except (ZygoteUnavailable, asyncio.TimeoutError):
+            return None
+        return self._zygote
+
+    def warm_up(self) -> None:
+        """Start what should be ready before the first job: the zygote (lazy), or `size` workers."""
+        if not self.lazy:
+            self.fill()
+        elif self._zygote is not None and self._zygote_task is None:
+            self._zygote_task = asyncio.create_task(self._zygote_ready())
+
+    def fill(self) -> None:
+        """Start workers until as many are ready or starting as are wanted: `size` (or, when
+        lazy, as many as acquirers wait for, at most `size`)."""
+        wanted = min(self.size, self._waiting) if self.lazy else self.size
+        while not self._closed and self._ready.qsize() + len(self._starting) < wanted:
+            task = asyncio.create_task(self._start_one())
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _start_one(self) -> None:
+        w = WorkerProcess(self.device, self.base_dir, self.gpu, self.interpret)
+        self.started += 1
+        self._all.add(w)
+        try:
+            await w.start(await self._zygote_ready())
+            await w.wait_ready(STARTUP_TIMEOUT_S)
+        except (WorkerError, OSError) as e:
+            self._all.discard(w)
+            await w.close()
+            short_of_memory = is_out_of_memory(str(e))  # the device's state, not the start's
+            if w.forked and self._zygote is not None and not short_of_memory:
+                # Whatever broke a forked worker would break the next: spawn from now on (and do
+                # not count it towards giving up: the spawned replacement is a different start).
+                self._zygote.disable(f"a forked worker failed to start: {str(e)[:500]}")
+                await self._zygote.aclose()
+                self._refill()
+                return
+            self._failures += 1
+            log.warning("worker start failed (%d in a row): %s", self._failures, e)
+            if self._failures >= 3:
+                self._error = e if isinstance(e, WorkerError) else WorkerError(str(e))
+                self._wake()
+            else:
+                if short_of_memory:  # other jobs' memory frees as they end
+                    await asyncio.sleep(OUT_OF_MEMORY_RETRY_S * self._failures)
+                self._refill()
+            return
+        self._failures = 0
+        if self._closed:
+            self._all.discard(w)
+            await w.close()
+            return
+        await self._ready.put(w)
+
+    def _refill(self) -> None:
+        """From a failed start: start its replacement (this start no longer counts as one)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._starting.discard(task)
+        self.fill()
+
+    def _wake(self) -> None:
+        # Unblock acquirers after repeated start failures; they re-check `_error`.
+        for _ in range(self.size * 2):
+            self._ready.put_nowait(_BROKEN)  # type: ignore[arg-type]
+
+    async def acquire(self) -> WorkerProcess:
+        """A ready worker (waiting for one to start if none is); starts a replacement."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                raise WorkerError("the evaluator is closed")
+            self._waiting += 1
+            try:
+                self.fill()
+                w = await asyncio.wait_for(self._ready.get(), STARTUP_TIMEOUT_S + 30)
+            except asyncio.TimeoutError as e:
+                raise WorkerError(f"no worker became ready within {STARTUP_TIMEOUT_S + 30:.0f} s") from e
+            finally:
+                self._waiting -= 1
+            if w is _BROKEN:
+                continue
+            if not w.alive():
+                self._all.discard(w)
+                await w.close()
+                continue
+            self.fill()
+            return w
+
+    async def release(self, w: WorkerProcess) -> None:
+        self._all.discard(w)
+        await w.close()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        starting = [*self._starting, *([self._zygote_task] if self._zygote_task else [])]
+        for task in starting:
+            task.cancel()
+        for task in starting:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await asyncio.gather(*(w.close() for w in list(self._all)), return_exceptions=True)
+        self._all.clear()
+        if self._zygote is not None:
+            await self._zygote.aclose()
+
+
+_BROKEN: Any = object()

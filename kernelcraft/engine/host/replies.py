@@ -1,0 +1,143 @@
+"""What a worker's answer means to the job: the candidate's verdict (`Stop`), a malformed or
+unexpected message (the candidate's fault), or the trusted task failing (`TaskError`, unusable
+input); and what its silence or death means (`deadline_stop`, `memory_stop`, `death_stop`): the
+reference's own timeout or death is the task's, never the candidate's, except while it reads the
+candidate's outputs. Pure functions; `JobWorkers` applies them.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from kernelcraft.base.errors import TaskError
+from kernelcraft.base.evaluation import Evidence
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.verdicts import evidence_from
+from kernelcraft.engine.wire.channel import Frame
+from kernelcraft.engine.wire.protocol import Msg, Reply, TaskFailed, Verdict
+
+R = TypeVar("R", bound=Reply)
+
+
+class Stop(Exception):
+    """The candidate failed: stop the job with this verdict."""
+
+    def __init__(self, cls: FailureClass, evidence: Evidence) -> None:
+        super().__init__(evidence.message)
+        self.cls = cls
+        self.evidence = evidence
+
+
+def read_candidate(frame: Frame, cls: type[R]) -> R:
+    """The candidate's answer of type `cls`; `Stop` on a verdict, another message or a
+    malformed one."""
+    expect_candidate(frame, cls.TAG)
+    try:
+        return cls.from_header(frame.header)
+    except ValueError as e:
+        raise Stop(
+            FailureClass.RUNTIME_CRASH,
+            Evidence(
+                message=f"the candidate's process sent a malformed {cls.TAG.value!r} message: {e}"[:500]
+            ),
+        ) from e
+
+
+def expect_candidate(frame: Frame, expected: Msg) -> None:
+    """Raise `Stop` unless the candidate's frame is of the expected type."""
+    t = frame.header.get("type")
+    if t == expected:
+        return
+    if t == Msg.VERDICT:
+        try:
+            verdict = Verdict.from_header(frame.header)
+        except ValueError:
+            verdict = Verdict()
+        try:
+            cls = FailureClass(verdict.failure_class)
+        except ValueError:
+            cls = FailureClass.RUNTIME_CRASH
+        raise Stop(cls, evidence_from(verdict.evidence, "the candidate failed"))
+    raise Stop(
+        FailureClass.RUNTIME_CRASH,
+        Evidence(message=f"the candidate's process sent {str(t)[:40]!r} instead of {expected.value!r}"),
+    )
+
+
+def raise_if_task_failed(frame: Frame, task_name: str) -> None:
+    """Raise `TaskError` if the worker says the task itself failed."""
+    if frame.header.get("type") != Msg.TASK_ERROR:
+        return
+    try:
+        failed = TaskFailed.from_header(frame.header)
+    except ValueError:
+        failed = TaskFailed(summary="(the worker's task_error message was malformed)")
+    raise TaskError(
+        f"the task failed while {failed.doing}: {failed.summary}\n{failed.error}",
+        path=task_name,
+    )
+
+
+class Exited(Protocol):
+    """A worker process that is gone (`pool.WorkerProcess`)."""
+
+    killed_for: str | None
+
+    def exit_description(self) -> str: ...
+
+    def tail(self, limit: int = ...) -> str: ...
+
+
+def deadline_stop(*, candidate: bool, reading_candidate: bool, timeout_s: float, task_name: str) -> Stop:
+    """The verdict when the job's deadline passed waiting on a worker; `TaskError` when it was the
+    reference at its own work (not reading the candidate's outputs)."""
+    if not candidate and not reading_candidate:
+        raise TaskError(
+            f"the reference (the task's own Model and inputs) did not finish within the {timeout_s:g} s "
+            "deadline; this is not the candidate's verdict: give it more time (--timeout) or smaller "
+            "sizes (get_cpu_inputs() without a GPU)",
+            path=task_name,
+        )
+    who = "the candidate" if candidate else "the reference"
+    return Stop(
+        FailureClass.RUNTIME_TIMEOUT,
+        Evidence(message=f"{who} did not finish within the {timeout_s:g} s deadline; its process was killed"),
+    )
+
+
+def memory_stop(limit: int) -> Stop:
+    """The verdict on a candidate the memory watchdog killed."""
+    return Stop(
+        FailureClass.RUNTIME_OUT_OF_MEMORY,
+        Evidence(
+            message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory and was killed"
+        ),
+    )
+
+
+def death_stop(w: Exited, *, candidate: bool, reading_candidate: bool, task_name: str) -> Stop:
+    """The verdict on a worker whose channel closed before it answered; `TaskError` when it was the
+    reference at its own work and nobody killed it."""
+    if not candidate and not reading_candidate and w.killed_for is None:
+        raise TaskError(
+            f"the reference process (the task's own Model and inputs) {w.exit_description()}; this "
+            f"is not the candidate's verdict (out of memory?). Its output: {w.tail(600).strip() or '(none)'}",
+            path=task_name,
+        )
+    if w.killed_for == "timeout":
+        return Stop(
+            FailureClass.RUNTIME_TIMEOUT, Evidence(message="the deadline passed; the process was killed")
+        )
+    if w.killed_for == "memory":
+        return Stop(
+            FailureClass.RUNTIME_OUT_OF_MEMORY,
+            Evidence(message="the process used too much memory and was killed"),
+        )
+    who = "the candidate's process" if candidate else "the reference process"
+    return Stop(
+        FailureClass.RUNTIME_CRASH,
+        Evidence(
+            message=f"{who} {w.exit_description()} before reporting a result (output and exit codes are not results)",
+            error_text=w.tail(2000) or None,
+        ),
+    )

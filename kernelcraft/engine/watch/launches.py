@@ -1,0 +1,590 @@
+"""Intercept Triton kernel launches: see which kernels a candidate's forward launches, with what.
+
+`intercept_launches()` hooks Triton's launch path for the duration of a `with` block and records
+every launch as a `LaunchRecord`: the public `KernelLaunch` (name, argument types, constexprs,
+grid, num_warps/num_stages when given), the `JITFunction` and the arguments it was called with,
+so that `kernelcraft.engine.checks.aot` can compile the same specialisation for any target afterwards.
+
+    with intercept_launches(execute=False) as rec:   # compile discovery: no kernel body runs,
+        model(*inputs)                               # no GPU or driver is needed
+    rec.launches                                     # -> list[KernelLaunch]
+
+    with intercept_launches(execute=True) as rec:    # verify: kernels run as usual, counted
+        out = model(*inputs)
+    rec.count, in_triton_launch()
+
+Where the hook sits. Every way of launching goes through a `run` method: `kernel[grid](...)` is
+`KernelInterface.__getitem__` → `run`, and `@triton.autotune`/`@triton.heuristics` wrappers call
+`self.fn.run(...)` of the function they wrap. We replace, at class level, `JITFunction.run`
+(normal mode), `InterpretedFunction.run` (`TRITON_INTERPRET=1`, where `@triton.jit` returns an
+`InterpretedFunction`) and `Autotuner.run`/`Heuristics.run` (to mark "inside a launch" and, when
+not executing, to record every autotune config instead of benchmarking, which needs a GPU).
+These method names and signatures are the same in Triton 3.6 and 3.9. To compute argument types we
+use Triton's own binder (`create_function_from_signature` + `JITFunction._pack_args`), identical
+in 3.6 and 3.9, with the NVIDIA backend object (no driver needed); the type strings ('*fp32', 'i32',
+'fp32', 'u1', ...) do not depend on the backend.
+
+Records keep references to the arguments (tensors included) until the recorder is dropped.
+Interception is process-wide and not re-entrant: one `intercept_launches` block at a time.
+Only the evaluator's worker processes use this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kernelcraft.base.evaluation import KernelLaunch
+from kernelcraft.engine.watch.hooks import ForbiddenLaunch, refuse_autotune_hooks, refuse_hooks
+
+# Lazily filled by _triton(): importing triton costs ~1 s and this module is imported by the CLI.
+_T: dict[str, Any] = {}
+
+_state = threading.local()
+_lock = threading.Lock()
+_active: LaunchRecorder | None = None
+_originals: dict[tuple[type, str], Any] = {}
+
+LaunchCallback = Callable[["LaunchRecord"], None]
+AutotuneMode = Literal["benchmark", "first"]
+
+
+def _triton() -> dict[str, Any]:
+    if not _T:
+        from triton import knobs
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import make_backend
+        from triton.runtime.autotuner import Autotuner, Heuristics
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction, create_function_from_signature
+
+        _T.update(
+            knobs=knobs,
+            GPUTarget=GPUTarget,
+            make_backend=make_backend,
+            Autotuner=Autotuner,
+            Heuristics=Heuristics,
+            InterpretedFunction=InterpretedFunction,
+            JITFunction=JITFunction,
+            create_function_from_signature=create_function_from_signature,
+        )
+    return _T
+
+
+@dataclass
+class LaunchRecord:
+    """One intercepted launch: what the public result shows, plus what AOT compilation needs."""
+
+    launch: KernelLaunch
+    jit_fn: Any = field(repr=False)
+    """A `triton.runtime.jit.JITFunction` for the kernel (built from the Python function when the
+    kernel was an interpreter `InterpretedFunction`: good for typing, not for compiling)."""
+    args: tuple[Any, ...] = field(repr=False)
+    kwargs: dict[str, Any] = field(repr=False)
+    """Positional and keyword arguments of the launch, as `run` received them (constexprs given by
+    keyword, autotune config values, num_warps, num_stages, ...)."""
+    interpreted: bool = False
+    """True when the kernel was decorated while TRITON_INTERPRET=1 was set."""
+    autotune_config: int | None = None
+    """Index of the autotune config this launch stands for (execute=False records every config)."""
+    autotune_configs: int | None = None
+    """How many configs the autotuner had after pruning."""
+    inside_autotune: bool = False
+    """True for launches made by an autotuner (benchmarking runs included, when executing)."""
+
+
+@dataclass
+class LaunchRecorder:
+    """What `intercept_launches` yields. Read it after (or during) the `with` block."""
+
+    execute: bool
+    records: list[LaunchRecord] = field(default_factory=list)
+    count: int = 0
+    """Launches seen, including ones whose arguments could not be typed."""
+    errors: list[str] = field(default_factory=list)
+    """When executing: why some launches could not be typed (the launch itself still ran)."""
+    on_launch: LaunchCallback | None = None
+    autotune: AutotuneMode = "benchmark"
+    refused: list[ForbiddenLaunch] = field(default_factory=list)
+    """Launches refused for their hooks (kept here too: a candidate may swallow the error)."""
+    tape: Any = None
+    """When executing: a `replay.Tape` each launch that runs is written to, or None."""
+
+    @property
+    def launches(self) -> list[KernelLaunch]:
+        return [r.launch for r in self.records]
+
+    @property
+    def kernel_names(self) -> list[str]:
+        """Distinct kernel names in launch order."""
+        return list(dict.fromkeys(r.launch.name for r in self.records))
+
+
+def in_triton_launch() -> bool:
+    """True when the PyTorch op being dispatched is Triton's own, issued during a launch.
+
+    Call it from a dispatch mode's `__torch_dispatch__` that is called directly (its class's
+    `_should_skip_dynamo` returns False, as `guard.OpRecorder`'s does): the frame above the
+    handler is the code that issued the op. The verify worker's op recorder uses it to ignore what Triton itself runs
+    inside a launch (the interpreter copies tensors to and from the CPU; the autotuner allocates,
+    zeroes and summarises its timings). Decided by what runs, never by state a candidate can set:
+    every Python frame from the one that issued the op out to one of this module's own launch
+    frames must be Triton's own code, found by the identity of its code object and of its
+    module's globals, as Triton's modules held them before the candidate was imported
+    (`trust_triton`). Python of the candidate's that Triton calls during a launch (a Tensor
+    subclass's `__torch_function__`, a method shadowed on the kernel object, a grid, a heuristic,
+    a replaced entry of this module's tables) puts its own frame on that path: its ops are
+    recorded like any other. A frame running this module's launch code with other globals
+    (`types.FunctionType(_launch.__code__, forged)`) is not a launch."""
+    if getattr(_state, "depth", 0) <= 0:
+        return False
+    trusted = _trusted()
+    frame = sys._getframe(2)  # 0: here, 1: the dispatch mode's handler, 2: who issued the op
+    while frame is not None:
+        code, scope = frame.f_code, frame.f_globals
+        if code in _LAUNCH_CODES:
+            return scope is _OWN_GLOBALS
+        if trusted.get(code) is not scope:
+            return False
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+_trusted_code: dict[Any, dict[str, Any]] = {}
+
+
+def trust_triton() -> None:
+    """Take the code objects of Triton's loaded modules (functions, methods, properties and the
+    code nested in them), each with its module's globals: what `in_triton_launch` accepts as
+    Triton's own. Call it before any candidate code is imported (guard.Integrity does); later
+    calls do nothing, so what a candidate adds to Triton's modules is never trusted."""
+    if _trusted_code:
+        return
+    import triton.runtime.interpreter  # noqa: F401 - the interpreter's copies run inside a launch
+    import triton.testing  # noqa: F401 - the autotuner's benchmarking runs it inside a launch
+
+    found: dict[Any, dict[str, Any]] = {}
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == "triton" or name.startswith("triton.")):
+            continue
+        scope = vars(mod)
+        for value in list(scope.values()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                for member in list(vars(value).values()):
+                    _collect(member, scope, found)
+            else:
+                _collect(value, scope, found)
+    _trusted_code.update(found)
+
+
+def _collect(obj: Any, scope: dict[str, Any], found: dict[Any, dict[str, Any]]) -> None:
+    """Record the code of a function of `scope`'s module (through decorators and descriptors)."""
+    for _ in range(8):  # unwrap staticmethod, classmethod, property, functools.wraps chains
+        if isinstance(obj, staticmethod | classmethod):
+            obj = obj.__func__
+        elif isinstance(obj, functools.cached_property):
+            obj = obj.func
+        elif isinstance(obj, property):
+            for part in (obj.fget, obj.fset, obj.fdel):
+                if part is not None:
+                    _collect(part, scope, found)
+            return
+        elif isinstance(obj, types.FunctionType) and obj.__globals__ is not scope:
+            obj = getattr(obj, "__wrapped__", None)  # a wrapper from elsewhere (functools, contextlib)
+        else:
+            break
+    if not isinstance(obj, types.FunctionType) or obj.__globals__ is not scope:
+        return
+    stack = [obj.__code__]
+    while stack:
+        code = stack.pop()
+        if code in found:
+            continue
+        found[code] = scope
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _trusted() -> dict[Any, dict[str, Any]]:
+    return _trusted_code  # filled before the first interception (intercept_launches)
+
+
+def launch_depth() -> int:
+    return getattr(_state, "depth", 0)
+
+
+@contextmanager
+def _inside() -> Iterator[None]:
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+@contextmanager
+def _outside() -> Iterator[None]:
+    """Run the candidate's own Python (a grid, a heuristic, a pruning function) as outside a
+    launch: the op recorder sees the PyTorch it runs."""
+    depth = getattr(_state, "depth", 0)
+    _state.depth = 0
+    try:
+        yield
+    finally:
+        _state.depth = depth
+
+
+@contextmanager
+def intercept_launches(
+    *,
+    execute: bool = False,
+    on_launch: LaunchCallback | None = None,
+    autotune: AutotuneMode = "benchmark",
+    tape: Any = None,
+) -> Iterator[LaunchRecorder]:
+    """Record every Triton launch made inside the block.
+
+    execute=False: kernel bodies never run (no GPU, driver or interpreter work); each launch
+    returns None; an autotuned kernel is recorded once per (pruned) config, without benchmarking.
+    A forward whose host code reads kernel results (e.g. `.item()`) sees uninitialised memory.
+
+    execute=True: launches run as usual; each is counted and recorded; `in_triton_launch()` is
+    true while one runs. `on_launch` is called with each record before the kernel runs.
+
+    autotune (execute=True only): "benchmark" lets `@triton.autotune` time its configs as usual
+    (needs a GPU); "first" runs the first config left after pruning, without timing: use it in the
+    CPU interpreter, where an autotuner with several configs otherwise fails ("0 active drivers").
+    """
+    global _active
+    t = _triton()
+    trust_triton()  # (before the run methods are replaced by ours)
+    with _lock:
+        if _active is not None:
+            raise RuntimeError("intercept_launches is already active in this process; it is not re-entrant")
+        recorder = LaunchRecorder(execute=execute, on_launch=on_launch, autotune=autotune, tape=tape)
+        _active = recorder
+        _patch(t)
+    try:
+        yield recorder
+    finally:
+        with _lock:
+            _unpatch()
+            _active = None
+
+
+# --------------------------------------------------------------------------------------------
+# Patching
+
+
+def _patch(t: dict[str, Any]) -> None:
+    targets = [
+        (t["JITFunction"], "run", _jit_run),
+        (t["InterpretedFunction"], "run", _interp_run),
+        (t["Autotuner"], "run", _autotuner_run),
+        (t["Heuristics"], "run", _heuristics_run),
+    ]
+    for cls, name, replacement in targets:
+        _originals[(cls, name)] = cls.__dict__[name]
+        setattr(cls, name, replacement)
+
+
+def _unpatch() -> None:
+    for (cls, name), original in _originals.items():
+        setattr(cls, name, original)
+    _originals.clear()
+
+
+def _original(cls_key: str, name: str = "run") -> Any:
+    return _originals[(_triton()[cls_key], name)]
+
+
+def _jit_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+    return _launch(self, "JITFunction", args, kwargs, grid, warmup)
+
+
+def _interp_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+    return _launch(self, "InterpretedFunction", args, kwargs, grid, warmup)
+
+
+def _launch(
+    fn: Any, cls_key: str, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, warmup: bool
+) -> Any:
+    recorder = _active
+    original = _original(cls_key)
+    if recorder is None:  # a thread still running after the block ended
+        return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
+    if warmup:  # kernel.warmup(...) compiles without launching: not a launch
+        if not recorder.execute:
+            return None
+        return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
+    recorder.count += 1
+    _refuse(recorder, refuse_hooks, fn)
+    if cls_key == "InterpretedFunction":
+        _refuse(recorder, _refuse_exact_dots, fn)
+    tune = getattr(_state, "autotune", None)
+    if recorder.execute:
+        # Typing a launch must never change what the candidate's launch does: a launch that
+        # cannot be typed still runs, and Triton raises its own error if the arguments are bad.
+        # The grid is evaluated here, once and outside the launch (its PyTorch ops are
+        # recorded), and Triton gets the numbers: a grid callable that works on a later call
+        # has none.
+        with _outside():
+            try:
+                record = make_record(fn, args, kwargs, grid)
+            except Exception as e:  # noqa: BLE001 - arbitrary candidate arguments; reported, not raised
+                if callable(grid):
+                    raise ForbiddenLaunch(
+                        f"the grid of {_kernel_name(fn)} could not be evaluated apart from the launch "
+                        f"({type(e).__name__}: {e}); pass a tuple or a callable of the launch's arguments",
+                        op="grid",
+                    ) from e
+                recorder.errors.append(f"{_kernel_name(fn)}: {type(e).__name__}: {e}")
+                record = None
+        if record is not None:
+            _annotate(record, tune)
+            recorder.records.append(record)
+            grid = tuple(record.launch.grid)
+            if recorder.on_launch is not None:
+                recorder.on_launch(record)
+        if recorder.tape is not None:
+            if callable(grid):
+                raise ForbiddenLaunch(
+                    f"the grid of {_kernel_name(fn)} could not be evaluated apart from the launch; "
+                    "pass a tuple or a callable of the launch's arguments",
+                    op="grid",
+                )
+            recorder.tape.launch(original, fn, args, kwargs, tuple(grid))
+        with _inside():
+            return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
+    with _outside():  # what the real run evaluates outside the launch, the knockout does too
+        record = make_record(fn, args, kwargs, grid)
+    _annotate(record, tune)
+    recorder.records.append(record)
+    if recorder.on_launch is not None:
+        recorder.on_launch(record)
+    return None
+
+
+def _annotate(record: LaunchRecord, tune: tuple[int, int] | None) -> None:
+    if tune is not None:
+        record.inside_autotune = True
+        record.autotune_config, record.autotune_configs = tune if tune[0] >= 0 else (None, tune[1])
+
+
+@contextmanager
+def _autotune_mark(index: int, total: int) -> Iterator[None]:
+    previous = getattr(_state, "autotune", None)
+    _state.autotune = (index, total)
+    try:
+        yield
+    finally:
+        _state.autotune = previous
+
+
+def _autotuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+    recorder = _active
+    original = _original("Autotuner")
+    if recorder is not None:
+        _refuse(recorder, refuse_autotune_hooks, self)
+        _prune_outside(self)
+    if recorder is None or (recorder.execute and recorder.autotune == "benchmark"):
+        since = recorder.tape.mark() if recorder is not None and recorder.tape is not None else None
+        with _inside(), _autotune_mark(-1, len(self.configs)):
+            out = original(self, *args, **kwargs)
+        if since is not None and recorder is not None:
+            recorder.tape.keep_last_launch(since)  # the benchmarking runs are not forward's
+        return out
+    if recorder.execute:  # autotune="first": run the first pruned config, no benchmarking
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        try:
+            with _inside():
+                configs = list(self.prune_configs(kwargs)) if len(self.configs) > 1 else list(self.configs)
+            config = configs[0]
+            self.best_config = config
+            with _autotune_mark(0, len(configs)):
+                with _inside():
+                    if config.pre_hook is not None:
+                        config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+                return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            self.nargs = None
+    # Not executing: benchmarking needs a GPU, so record every config the autotuner would try.
+    self.nargs = dict(zip(self.arg_names, args, strict=False))
+    try:
+        configs = list(self.configs)
+        if len(configs) > 1:
+            configs = list(self.prune_configs(kwargs))
+        for i, config in enumerate(configs):
+            with _autotune_mark(i, len(configs)):
+                self.fn.run(*args, **kwargs, **config.all_kwargs())
+    finally:
+        self.nargs = None
+    return None
+
+
+def _heuristics_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+    # The heuristics are the candidate's Python: they run as outside a launch (their PyTorch ops
+    # are recorded); the launch they lead to marks itself.
+    with _outside():
+        return _original("Heuristics")(self, *args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Hooks: Python of the candidate's that Triton would run around a kernel
+
+
+def _refuse(recorder: LaunchRecorder, check: Callable[[Any], None], obj: Any) -> None:
+    try:
+        check(obj)
+    except ForbiddenLaunch as e:
+        recorder.refused.append(e)
+        raise
+
+
+def _refuse_exact_dots(fn: Any) -> None:
+    """In the interpreter: the TF32 emulation (tf32.py) must be what this launch's dots call."""
+    tf32 = sys.modules.get("kernelcraft.engine.watch.tf32")
+    why = tf32.undone() if tf32 is not None else None
+    if why is not None:
+        raise ForbiddenLaunch(
+            f"{_kernel_name(fn)} launched with the interpreter's TF32 emulation undone ({why}); "
+            "leave Triton's interpreter alone",
+            op="tf32 emulation",
+        )
+
+
+def _prune_outside(tuner: Any) -> None:
+    """Run the candidate's pruning functions (`prune_configs_by`) as outside a launch: their
+    PyTorch ops are recorded. Wrapped once per autotuner."""
+    for attr in ("early_config_prune", "perf_model"):
+        fn = getattr(tuner, attr, None)
+        if fn is None or getattr(fn, "_kernelcraft_outside", False):
+            continue
+
+        def outside(*a: Any, _fn: Any = fn, **k: Any) -> Any:
+            with _outside():
+                return _fn(*a, **k)
+
+        outside._kernelcraft_outside = True  # type: ignore[attr-defined]
+        setattr(tuner, attr, outside)
+
+
+# --------------------------------------------------------------------------------------------
+# Typing a launch
+
+
+def _kernel_name(fn: Any) -> str:
+    inner = getattr(fn, "fn", None)
+    return str(getattr(inner, "__name__", None) or getattr(fn, "__name__", None) or repr(fn))
+
+
+def jit_function_for(fn: Any) -> Any:
+    """The `JITFunction` for a launched kernel object (itself, or one built from an
+    interpreter `InterpretedFunction`'s Python function with the same decorator options)."""
+    t = _triton()
+    if isinstance(fn, t["JITFunction"]):
+        return fn
+    if isinstance(fn, t["InterpretedFunction"]):
+        cached = fn.__dict__.get("_kernelcraft_jit")
+        if cached is None:
+            # Used to type arguments only: kernels decorated under the interpreter cannot be
+            # compiled (their @jit helpers and triton.language's own are interpreter objects).
+            cached = t["JITFunction"](fn.fn, **fn.kwargs)
+            fn.__dict__["_kernelcraft_jit"] = cached
+        return cached
+    raise TypeError(f"not a Triton kernel: {fn!r}")
+
+
+def launch_kwargs(jit_fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments JITFunction.run hands its binder: the caller's plus Triton's own
+    (debug, instrumentation), as in Triton 3.6 and 3.9."""
+    knobs = _triton()["knobs"]
+    out = dict(kwargs)
+    out["debug"] = out.get("debug", jit_fn.debug) or knobs.runtime.debug
+    for name in ("instrumentation_mode", "fpsan_homomorphic_casts"):
+        if hasattr(knobs.compilation, name):
+            out[name] = getattr(knobs.compilation, name)
+    return out
+
+
+def specialize(jit_fn: Any, backend: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Triton's own argument binding for `backend`: (bound_args, options, signature, constexprs, attrs).
+
+    Mirrors `JITFunction.run` up to the compile call; raises what Triton raises for bad arguments."""
+    binders = jit_fn.__dict__.setdefault("_kernelcraft_binders", {})
+    key = (type(backend).__name__, repr(backend.target))
+    binder = binders.get(key)
+    if binder is None:
+        binder = _triton()["create_function_from_signature"](jit_fn.signature, jit_fn.params, backend)
+        binders[key] = binder
+    kw = launch_kwargs(jit_fn, kwargs)
+    bound_args, specialization, options = binder(*args, **kw)
+    options, signature, constexprs, attrs = jit_fn._pack_args(
+        backend, kw, bound_args, specialization, options
+    )
+    return bound_args, options, signature, constexprs, attrs
+
+
+_probe: list[Any] = []
+
+
+def probe_backend() -> Any:
+    """An NVIDIA (sm_90) backend object, used only to type arguments; needs no GPU."""
+    if not _probe:
+        t = _triton()
+        _probe.append(t["make_backend"](t["GPUTarget"]("cuda", 90, 32)))
+    return _probe[0]
+
+
+def _plain(value: Any) -> int | float | bool | str | None:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    inner = getattr(value, "value", None)  # tl.constexpr
+    if inner is not None and inner is not value:
+        return _plain(inner)
+    name = getattr(value, "__name__", None) or getattr(getattr(value, "fn", None), "__name__", None)
+    return str(name) if name else str(value)
+
+
+def _grid(grid: Any, bound_args: dict[str, Any]) -> list[int]:
+    if callable(grid):
+        grid = grid(bound_args)
+    if isinstance(grid, int):
+        grid = (grid,)
+    dims = [int(g) for g in grid]
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"a Triton grid has 1 to 3 dimensions, got {grid!r}")
+    return dims + [1] * (3 - len(dims))
+
+
+def make_record(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> LaunchRecord:
+    """Type one launch of `fn` (a JITFunction or InterpretedFunction) without running it."""
+    t = _triton()
+    interpreted = isinstance(fn, t["InterpretedFunction"])
+    jit_fn = jit_function_for(fn)
+    bound_args, _options, signature, constexprs, _attrs = specialize(jit_fn, probe_backend(), args, kwargs)
+    names = list(signature)
+    launch = KernelLaunch(
+        name=_kernel_name(jit_fn),
+        signature={k: str(v) for k, v in signature.items() if v != "constexpr"},
+        constexprs={
+            ".".join([names[path[0]], *map(str, path[1:])]): _plain(v) for path, v in constexprs.items()
+        },
+        grid=_grid(grid, bound_args),
+        num_warps=kwargs.get("num_warps"),
+        num_stages=kwargs.get("num_stages"),
+    )
+    return LaunchRecord(
+        launch=launch, jit_fn=jit_fn, args=tuple(args), kwargs=dict(kwargs), interpreted=interpreted
+    )
+
+
+# The frames that make a PyTorch op Triton's own (in_triton_launch): the launch wrappers above,
+# by the identity of their code.
+_LAUNCH_CODES = frozenset(f.__code__ for f in (_launch, _autotuner_run))
+_OWN_GLOBALS = globals()

@@ -1,0 +1,493 @@
+"""`CandidateWorker`: the untrusted role of a worker process (see `worker/main.py`).
+
+It loads the task (for `get_init_inputs`) and then the candidate, behind the harness's guards
+(its box (box/__init__.py), a memory limit, a snapshot of the functions the harness relies on),
+builds `ModelNew` after the reference's seed, and for each trial runs forward on fresh clones of
+the inputs, with memory poisoned underneath, aten ops recorded and Triton launches counted, and
+sends the outputs back. It never decides a verdict on the numbers: it reports its own failures
+(`Verdict`), and the reference compares. It also compiles (the compile stage), JIT-warms and
+times the candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kernelcraft.base.errortext import CANDIDATE_MODULE
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.wire.protocol import (
+    IMPORTING_CANDIDATE,
+    Compile,
+    Compiled,
+    KnockedOut,
+    Knockout,
+    Load,
+    Loaded,
+    Ok,
+    Outputs,
+    Reply,
+    Run,
+    Samples,
+    TimeCandidate,
+    Timed,
+    UseInputs,
+    Verdict,
+    Warm,
+    Warmup,
+    parse_request,
+)
+from kernelcraft.engine.worker.common import Worker, trim
+
+
+class CandidateWorker(Worker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.job: Load | None = None
+        self.harness_stream: Any = None
+        """CUDA only: the stream current before the candidate was imported; restored after every
+        call of the candidate's code (`restore_stream`)."""
+        self.integrity: Any = None
+        self.task: Any = None
+        self.threads_before = 0
+        self.model: Any = None
+        self.inputs: Any = None
+        self.poison_sizes: list[int] = []
+        self.torch_ops: list[str] = []
+        """PyTorch compute forward ran outside its kernels (recorded where the rule allows it)."""
+        self.replayed: str | None = None
+        """Why the last replayed run did not replay to its outputs (replay.py), or None."""
+        self.sent: Any = None
+        """The last outputs sent: kept alive until the next run (the reference reads them through
+        CUDA IPC handles on a GPU)."""
+
+    def run(self, job: Load, workdir: Path) -> None:
+        """Load the candidate, say `loaded`, then answer requests until one it does not know (or
+        until the candidate fails: its verdict is its last message)."""
+        if not self.load(job, workdir):
+            return
+        while True:
+            frame = self.recv()
+            req = parse_request(frame.header)
+            if isinstance(req, Run):
+                if not self.run_forward(req, frame.blobs):
+                    return
+            elif isinstance(req, Compile):
+                if "inputs" in req.model_fields_set:
+                    self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(self.compile_stage(req))
+            elif isinstance(req, Warmup):
+                self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(self.warmup())
+            elif isinstance(req, TimeCandidate):
+                self.send(self.time_candidate(req))
+            elif isinstance(req, Knockout):
+                self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(*self.knockout())
+            elif isinstance(req, UseInputs):  # profile times on the task's main input set
+                self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
+                self.send(Ok())
+            else:
+                return
+
+    def load(self, job: Load, workdir: Path) -> bool:
+        """Load the task, set the guards up, import the candidate and build `ModelNew`; say
+        `loaded`. False when something failed (reported)."""
+        import threading
+
+        from kernelcraft.engine.watch import guard
+        from kernelcraft.engine.worker.loading import import_source
+
+        self.job = job
+        if job.interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
+        else:
+            os.environ.pop("TRITON_INTERPRET", None)
+        if self.device.startswith("cuda"):
+            from kernelcraft.engine.measure import timing  # (captures the timers before the candidate)
+
+            self.harness_stream = timing._current_stream()
+        if job.interpret:
+            from kernelcraft.engine.watch.tf32 import emulate_tf32
+
+            emulate_tf32()  # fp32 tl.dot is TF32 on the GPU unless the kernel asks for IEEE
+        self.integrity = guard.Integrity()  # (after the emulation: it watches that too)
+        self._limit_memory(job)
+        sandbox_note = None
+        if job.sandbox:
+            from kernelcraft.engine import box
+
+            # From here on: limited processes, files (reads and writes) and network (see box/__init__.py).
+            # The task is a client's code as much as the candidate is: it loads inside the box.
+            sandbox_note = box.confine(workdir)
+        else:
+            sandbox_note = "the candidate ran without its box (KERNELCRAFT_SANDBOX=off)"
+        try:
+            task = self.task = self.load_task(job, workdir)
+            init = self.init_inputs(task, job.seed0)
+        except Exception as e:
+            self.task_error(e)
+            return False
+        self.threads_before = threading.active_count()
+        self.progress(IMPORTING_CANDIDATE)
+        try:
+            module = import_source(job.candidate_source, workdir, CANDIDATE_MODULE)
+            self.model = self.build(module.ModelNew, init, job.seed0, task, job.model_mode)
+        except BaseException as e:
+            self.fail_exception(e, "load")
+            return False
+        if self.check_harness("importing the candidate"):
+            return False
+        if self.restore_stream():
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                "importing the candidate changed the current CUDA stream; launch on the current stream",
+                op="torch.cuda.set_stream",
+            )
+            return False
+        self.send(Loaded(sandbox_unavailable=sandbox_note))
+        return True
+
+    def run_forward(self, req: Run, blobs: list[bytes]) -> bool:
+        """One trial: forward on fresh clones of the inputs (a second time over different garbage
+        when `determinism`), then the outputs sent. False when the candidate failed (reported)."""
+        torch = self.torch
+        self.sent = None
+        self.inputs = self.unpack_cloned(req.inputs, blobs)
+        if not self.poison_sizes:
+            self.poison_sizes = [
+                x.numel() * x.element_size() for x in self.inputs if isinstance(x, torch.Tensor)
+            ]
+        outputs = []
+        self.replayed = None
+        after: Any = None
+        names: list[str] = []
+        tf32 = sys.modules.get("kernelcraft.engine.watch.tf32")
+        dots_before = tf32.rounded() if tf32 is not None else 0
+        for run, value in enumerate([float("nan"), 1.0e4][: 2 if req.determinism else 1]):
+            call_inputs = self._map(self.inputs, lambda t: t.clone())
+            # The first run is replayed from its record (replay.py); the determinism re-run must
+            # then match it.
+            result = self.call(call_inputs, value, replay=run == 0)
+            if result is None:
+                return False
+            out, names = result
+            if self.check_harness("forward"):
+                return False
+            if run == 0:
+                after = call_inputs
+            outputs.append(out)
+            leaves = [x for x in self.tensors.leaves(out) if isinstance(x, torch.Tensor)]
+            self.poison_sizes = [x.numel() * x.element_size() for x in leaves] or self.poison_sizes
+        out_blobs: list[bytes] = []
+        recs = [self.tensors.pack(o, out_blobs, cuda_ipc=self.cuda_ipc) for o in outputs]
+        if not all(self.tensors.exact_types(r) for r in recs):
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                "forward returned a Tensor subclass; return plain torch.Tensor outputs",
+                op="Tensor subclass",
+            )
+            return False
+        after_rec = self.tensors.pack(after, out_blobs, cuda_ipc=self.cuda_ipc)
+        self.sent = (outputs, after)
+        dots = (tf32.rounded() - dots_before) if tf32 is not None else 0
+        self.send(
+            Outputs(
+                outputs=recs,
+                inputs_after=after_rec,
+                kernels=names,
+                tf32_dots=dots,
+                replay=self.replayed,
+                torch_ops=self.torch_ops,
+            ),
+            out_blobs,
+        )
+        return True
+
+    def knockout(self) -> tuple[KnockedOut, list[bytes]]:
+        """forward with every Triton launch skipped and fresh allocations poisoned: what it
+        returns goes to the reference, which must find it wrong (`knockout.py`)."""
+        from kernelcraft.engine.watch.knockout import run_knocked_out
+
+        call_inputs = self._map(self.inputs, lambda t: t.clone())
+        out, skipped, error = run_knocked_out(self.model, call_inputs)
+        self.restore_stream()
+        self.sync()
+        if out is None:
+            return KnockedOut(skipped=skipped, error=error), []
+        blobs: list[bytes] = []
+        rec = self.tensors.pack(out, blobs, cuda_ipc=self.cuda_ipc)
+        after = self.tensors.pack(call_inputs, blobs, cuda_ipc=self.cuda_ipc)
+        self.sent = (out, call_inputs)
+        return KnockedOut(outputs=rec, inputs_after=after, skipped=skipped), blobs
+
+    def restore_stream(self) -> bool:
+        """Set the harness's stream current again; True when the candidate had changed it."""
+        timing = sys.modules.get("kernelcraft.engine.measure.timing")
+        if self.harness_stream is None or timing is None:
+            return False
+        return bool(timing.stream_changed(self.harness_stream))
+
+    def _limit_memory(self, job: Load) -> None:
+        limit = job.memory_limit_bytes
+        if not limit:
+            return
+        if self.device.startswith("cuda"):
+            total = self.torch.cuda.get_device_properties(0).total_memory
+            self.torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+            return
+        import resource
+
+        with open("/proc/self/statm") as f:
+            vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        cap = vm_bytes + int(limit)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    def poison(self, sizes: list[int], value: float) -> None:
+        """Fill then free buffers of the sizes forward will allocate, so that memory it reads
+        without writing holds garbage (NaN first, a different value in the determinism re-run)."""
+        torch = self.torch
+        bufs = [
+            torch.empty(max(1, n // 4), dtype=torch.float32, device=self.device).fill_(value) for n in sizes
+        ]
+        self.sync()
+        del bufs
+
+    def call(self, inputs: list[Any], value: float, replay: bool = False) -> tuple[Any, list[str]] | None:
+        """forward(*inputs) over memory poisoned with `value`, ops recorded and launches counted
+        (and, with `replay`, forward replayed from that record: `replay.py`): the outputs and the
+        kernels launched, or None when it failed (reported)."""
+        from kernelcraft.engine.watch import guard
+        from kernelcraft.engine.watch import replay as replays
+        from kernelcraft.engine.watch.launches import intercept_launches
+
+        assert self.job is not None
+        torch = self.torch
+        tape = None
+        if replay:
+            tape = replays.Tape()
+            leaves = [x for x in self.tensors.leaves(inputs) if isinstance(x, torch.Tensor)]
+            pristine = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, torch.Tensor)]
+            tape.keep(leaves, pristine, self.model, replays.candidate_scopes())
+        self.poison(self.poison_sizes, value)
+        recorder = guard.OpRecorder(frozenset(self.job.allowed_ops), tape)
+        timing = (
+            sys.modules.get("kernelcraft.engine.measure.timing") if self.device.startswith("cuda") else None
+        )
+        stream = self.harness_stream
+        rec = None
+        try:
+            with (
+                torch.no_grad(),
+                intercept_launches(
+                    execute=True, autotune="first" if self.job.interpret else "benchmark", tape=tape
+                ) as rec,
+                recorder,
+            ):
+                out = self.model(*inputs)
+            self.sync()
+        except BaseException as e:
+            if rec is None or not rec.refused:
+                self.fail_exception(e, "runtime")
+                return None
+        if rec is not None and rec.refused:  # a hook refused (even where forward swallowed the error)
+            refused = rec.refused[0]
+            self.fail(FailureClass.FORBIDDEN_CONSTRUCT, str(refused), op=refused.op)
+            return None
+        if timing is not None and stream is not None and timing.stream_changed(stream):
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT, timing.STREAM_CHANGED_MESSAGE, op="torch.cuda.set_stream"
+            )
+            return None
+        names = list(dict.fromkeys([r.launch.name for r in rec.records]))
+        if recorder.fallbacks and self.job.correctness == "adaexplore":
+            self.torch_ops = list(dict.fromkeys([*self.torch_ops, *recorder.fallbacks]))
+        elif recorder.fallbacks:
+            op = recorder.fallbacks[0]
+            qualified = op if "::" in op else f"aten.{op}"  # a custom op keeps its namespace
+            self.fail(
+                FailureClass.PYTORCH_FALLBACK,
+                f"forward ran PyTorch compute ({qualified}) outside Triton kernels; "
+                f"write it as a Triton kernel (all ops seen: {', '.join(recorder.fallbacks)})",
+                op=qualified,
+            )
+            return None
+        if rec.count == 0:
+            self.fail(FailureClass.NO_TRITON_LAUNCH, "forward launched no Triton kernel")
+            return None
+        if tape is not None:
+            outputs = [x for x in self.tensors.leaves(out) if isinstance(x, torch.Tensor)]
+            self.replayed = tape.replay(outputs, self.sync)
+        return out, names
+
+    def check_harness(self, when: str) -> bool:
+        """Whether the candidate replaced a function the harness relies on or left a thread
+        running (reported)."""
+        import threading
+
+        changed = self.integrity.changed()
+        timing_mod = sys.modules.get("kernelcraft.engine.measure.timing")
+        patched_timer = timing_mod.timing_functions_intact() if timing_mod is not None else None
+        if patched_timer:
+            changed.append(str(patched_timer))
+        if changed:
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                f"{when} replaced {', '.join(changed[:5])}; the candidate must not patch torch, Triton or the harness",
+                op=changed[0],
+            )
+            return True
+        if threading.active_count() > self.threads_before:
+            self.fail(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                f"{when} started {threading.active_count() - self.threads_before} thread(s); do all work inside forward",
+                op="threading",
+            )
+            return True
+        return False
+
+    def fail(self, cls: FailureClass, message: str, **evidence: Any) -> None:
+        self.send(Verdict(failure_class=cls.value, evidence=dict(message=message, **evidence)))
+
+    def fail_exception(self, e: BaseException, stage: str) -> None:
+        from kernelcraft.base.failures import classify
+
+        text = trim("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+        try:
+            from triton.compiler.errors import CompilationError
+        except ImportError:  # pragma: no cover - triton always has it
+            CompilationError = ()  # type: ignore[assignment,misc]
+        if isinstance(e, MemoryError):
+            cls = FailureClass.RUNTIME_OUT_OF_MEMORY
+        elif isinstance(e, CompilationError):
+            cls = classify(text, "compile")
+        elif stage == "load":
+            cls = FailureClass.LOAD_ERROR
+        else:
+            tb = traceback.extract_tb(e.__traceback__)
+            in_triton = bool(tb) and f"{os.sep}triton{os.sep}" in tb[-1].filename
+            cls = classify(text, None if in_triton else "runtime")
+        where = "importing or constructing ModelNew" if stage == "load" else "forward"
+        self.send(
+            Verdict(
+                failure_class=cls.value,
+                evidence={
+                    "message": f"{where} raised {type(e).__name__}: {str(e)[:300]}",
+                    "error_text": text,
+                },
+            )
+        )
+
+    # ---- compile and profile stages (candidate side) ----
+
+    def discover(self, full_size: bool) -> tuple[Any, str]:
+        """The launches forward makes, without running a kernel, and on which shapes: the task's
+        own `get_inputs()` built on the meta device (Triton needs only the tensors' dtypes and
+        a 16-byte-aligned address, which meta tensors have) when `full_size`, else, or when
+        forward cannot run on meta, the trial's inputs."""
+        from kernelcraft.engine.watch.launches import intercept_launches
+        from kernelcraft.engine.worker.sizing import shape_text
+
+        why = ""
+        if full_size and self.task is not None:
+            try:
+                self.torch.manual_seed(0)
+                with self.torch.device("meta"):
+                    meta = list(self.task.get_inputs())
+                with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+                    self.model(*meta)
+                self.restore_stream()
+                return rec, f"get_inputs() on the meta device: {shape_text(meta)}"
+            except Exception as e:
+                why = f" (forward could not run on meta tensors: {type(e).__name__}: {str(e)[:200]})"
+        with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+            self.model(*self._map(self.inputs, lambda t: t.clone()))
+        self.restore_stream()
+        leaves = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, self.torch.Tensor)]
+        return rec, f"the trial's inputs: {shape_text(leaves)}{why}"
+
+    def compile_stage(self, req: Compile) -> Compiled:
+        from kernelcraft.engine.checks.aot import compile_for_targets
+
+        start = time.perf_counter()
+        try:
+            rec, shapes = self.discover(req.full_size)
+            targets = compile_for_targets(rec.records, req.targets)
+            if self.device.startswith("cuda"):
+                from kernelcraft.engine.checks.aot import compile_host
+
+                targets.append(compile_host(rec.records))  # the real JIT compile on this GPU
+        except Exception as e:
+            return Compiled(error=trim(traceback.format_exc()), summary=f"{type(e).__name__}: {e}")
+        return Compiled(
+            launches=[la.model_dump() for la in rec.launches],
+            targets=[t.model_dump() for t in targets],
+            seconds=time.perf_counter() - start,
+            shapes=shapes[:600],
+        )
+
+    def time_candidate(self, req: TimeCandidate) -> Reply:
+        inputs = self.inputs
+        try:
+            from kernelcraft.engine.measure import timing
+
+            self.restore_stream()
+            with self.torch.no_grad():
+                r = timing.sample_round(
+                    self.model,
+                    budget_ms=req.budget_ms,
+                    method=req.method,
+                    input_sets=lambda: self._map(inputs, lambda t: t.clone()),
+                )
+            timed = Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
+            if req.breakdown:
+                self._breakdown(timed, {"candidate": self.model}, inputs)
+            return timed
+        except Exception as e:
+            name = type(e).__name__
+            if (
+                name in ("StreamChanged", "WorkEscaped")
+                and type(e).__module__ == "kernelcraft.engine.measure.timing"
+            ):
+                op = "torch.cuda.set_stream" if name == "StreamChanged" else "another CUDA stream"
+                return Verdict(
+                    failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value,
+                    evidence={"message": str(e), "op": op},
+                )
+            return Timed(error=trim(traceback.format_exc()), summary=repr(e))
+
+    def _breakdown(self, timed: Timed, fns: dict[str, Any], inputs: Any) -> None:
+        """Which kernels each of `fns` launches (kernelprof.py); the reason in `timed` if not."""
+        from kernelcraft.engine.measure import kernelprof
+
+        try:
+            # assigned whole: a field changed in place is not "set", and only set fields go on the wire
+            timed.kernels = {
+                key: kernelprof.breakdown(fn, lambda: self._map(inputs, lambda t: t.clone()))
+                for key, fn in fns.items()
+            }
+        except Exception as e:  # noqa: BLE001 - informational: the timing stands without it
+            timed.kernels_error = f"{type(e).__name__}: {e}"[:300]
+        self.restore_stream()
+
+    def warmup(self) -> Warm:
+        """Compile the kernels forward will launch without running any (launch discovery, then
+        `JITFunction.warmup`), so that JIT compilation happens before the GPU lock is taken."""
+        from kernelcraft.engine.watch.launches import intercept_launches
+
+        compiled = 0
+        try:
+            with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+                self.model(*self._map(self.inputs, lambda t: t.clone()))
+            self.restore_stream()
+            for r in rec.records:
+                grid = tuple(r.launch.grid) or (1,)
+                r.jit_fn.warmup(*r.args, grid=grid, **r.kwargs)
+                compiled += 1
+        except Exception as e:  # the real run reports the error with its proper class
+            return Warm(compiled=compiled, error=f"{type(e).__name__}: {e}"[:500])
+        return Warm(compiled=compiled)

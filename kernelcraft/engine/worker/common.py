@@ -1,0 +1,158 @@
+"""`Worker`: what both roles of a worker process share (see `worker/main.py` for the roles).
+
+Messaging over the socket (`protocol.py`'s models), tensor records, and the task's side of a job:
+loading the task, building a model after the seed, making a trial's inputs on the device. The
+roles subclass it: `ReferenceWorker` (`worker/reference.py`) and `CandidateWorker`
+(`worker/candidate.py`). Runs in the worker process only.
+"""
+
+from __future__ import annotations
+
+import socket
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernelcraft.engine.wire.protocol import Load, Progress, Reply, TaskFailed
+
+if TYPE_CHECKING:
+    from kernelcraft.engine.wire.channel import Frame
+
+MAX_ERROR_CHARS = 4000
+
+
+def trim(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
+
+
+def error_line(e: BaseException) -> str:
+    return trim(f"{type(e).__name__}: {e}")
+
+
+# The files a client sent, as the worker names them, and as the client knows them.
+CLIENT_FILES = {"kernelcraft_task.py": "task.py", "kernelcraft_candidate.py": "candidate.py"}
+
+
+def client_traceback(e: BaseException) -> str:
+    """The traceback of `e` as its author should see it: only the frames in the files the client
+    sent (the task, the candidate), named as the client knows them, then the exception. Nothing
+    of ours (no worker directory, no frames of kernelcraft, torch or Triton) goes back to a client
+    in a task's error answer."""
+    frames = [
+        traceback.FrameSummary(CLIENT_FILES[Path(f.filename).name], f.lineno, f.name, line=f.line)
+        for f in traceback.extract_tb(e.__traceback__)
+        if Path(f.filename).name in CLIENT_FILES
+    ]
+    head = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) if frames else ""
+    return trim(head + "".join(traceback.format_exception_only(type(e), e)))
+
+
+class Worker:
+    """A worker process's end of the socket, on `device` ("cpu" or "cuda"); `cuda_ipc`: send
+    CUDA tensors as IPC handles."""
+
+    def __init__(self, sock: socket.socket, device: str = "cpu", cuda_ipc: bool = False) -> None:
+        import torch
+
+        from kernelcraft.engine.wire import channel, tensors
+
+        self.sock = sock
+        self.torch = torch
+        self.channel = channel
+        self.tensors = tensors
+        self.device = device
+        self.cuda_ipc = cuda_ipc
+
+    # ---- messaging ----
+
+    def send(self, msg: Reply, blobs: list[bytes] | None = None) -> None:
+        self.channel.send_frame(self.sock, msg.to_header(), blobs)
+
+    def recv(self) -> Frame:
+        return self.channel.recv_frame(self.sock)
+
+    def task_error(self, e: BaseException, doing: str | None = None) -> None:
+        """Tell the parent the trusted task itself failed (called inside the `except`)."""
+        said = {"doing": doing} if doing is not None else {}
+        self.send(TaskFailed(error=client_traceback(e), summary=repr(e), **said))
+
+    def progress(self, message: str) -> None:
+        self.send(Progress(message=message))
+
+    def pack(self, obj: Any) -> tuple[Any, list[bytes]]:
+        blobs: list[bytes] = []
+        return self.tensors.pack(obj, blobs, cuda_ipc=self.cuda_ipc), blobs
+
+    def unpack_cloned(self, rec: Any, blobs: list[bytes]) -> Any:
+        obj = self.tensors.unpack(rec, blobs)
+        return self._map(obj, lambda t: t.clone())
+
+    def _map(self, obj: Any, fn: Any) -> Any:
+        if isinstance(obj, self.torch.Tensor):
+            return fn(obj)
+        if isinstance(obj, (list, tuple)):
+            items = [self._map(x, fn) for x in obj]
+            return tuple(items) if isinstance(obj, tuple) else items
+        if isinstance(obj, dict):
+            return {k: self._map(v, fn) for k, v in obj.items()}
+        return obj
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    # ---- shared by both roles ----
+
+    def load_task(self, job: Load, workdir: Path) -> Any:
+        from kernelcraft.engine.worker.loading import import_source
+
+        return import_source(job.task_source, workdir, "kernelcraft_task")
+
+    def init_inputs(self, task: Any, seed0: int) -> list[Any]:
+        self.torch.manual_seed(seed0)
+        return list(task.get_init_inputs())
+
+    def build(self, cls: Any, init: list[Any], seed0: int, task: Any = None, mode: str = "train") -> Any:
+        """`cls(*init)` after seeding the RNG with `seed0` (KernelBench's convention), on the
+        device, left in the mode it was constructed in (training, as KernelBench's harness runs
+        it) unless `mode` is "eval"; then, unless the task opts out, its parameters and buffers
+        get fresh values drawn from `seed0`, the same in Model and ModelNew (`perturb.py`)."""
+        from kernelcraft.engine.checks import perturb
+
+        self.torch.manual_seed(seed0)
+        model = cls(*init)
+        model = model.to(self.device) if hasattr(model, "to") else model
+        if mode == "eval" and hasattr(model, "eval"):
+            model = model.eval()
+        if task is not None and isinstance(model, self.torch.nn.Module) and perturb.task_allows(task):
+            perturb.perturb(model, seed0 ^ perturb.SALT)
+        return model
+
+    def make_inputs(self, task: Any, job: Load, input_set: int, seed: int) -> list[Any]:
+        """Inputs of one trial, created on the device (no host copies of big tensors)."""
+        import random
+
+        import numpy as np
+
+        torch = self.torch
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        small = job.interpret
+        with torch.device(self.device):
+            if input_set == 0:
+                fn = getattr(task, "get_cpu_inputs", None) if small else None
+                inputs = list((fn or task.get_inputs)())
+            else:
+                fn = getattr(task, "get_cpu_input_sets", None) if small else None
+                sets = list((fn or task.get_input_sets)())
+                inputs = list(sets[input_set - 1])
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def count_input_sets(self, task: Any, interpret: bool) -> int:
+        fn = getattr(task, "get_cpu_input_sets", None) if interpret else None
+        fn = fn or getattr(task, "get_input_sets", None)
+        if fn is None:
+            return 1
+        with self.torch.device(self.device):
+            return 1 + len(list(fn()))

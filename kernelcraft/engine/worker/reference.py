@@ -1,0 +1,346 @@
+"""`ReferenceWorker`: the trusted role of a worker process (see `worker/main.py`): trusted by the
+candidate's verdict, never by the server. The task is a client's code too, so it loads inside the
+same box as a candidate (box/__init__.py), closed before its first line runs.
+
+It loads only the task and builds `Model` after `torch.manual_seed(seed0)`; for each trial it
+draws inputs from the seed the job sends, computes the reference outputs, shares a copy of the
+inputs, and later compares what the candidate returned against its own private copies (outputs,
+and inputs for mutation). It also counts FLOPs and bytes and times the reference for profile. It
+never imports candidate code, so the job may keep it for the next job on the same task
+(`NextJob`: state dropped, `Model` rebuilt from the seed).
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kernelcraft.engine.checks import scaled
+from kernelcraft.engine.wire.protocol import (
+    Compare,
+    Compared,
+    ComputeRoofline,
+    InputsMade,
+    Load,
+    MakeInputs,
+    NextJob,
+    Reply,
+    RooflineCounted,
+    Samples,
+    Sized,
+    TaskReady,
+    Timed,
+    TimeReference,
+    Warm,
+    WarmupReference,
+    parse_request,
+)
+from kernelcraft.engine.worker.common import Worker, error_line, trim
+
+
+class ReferenceWorker(Worker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.job: Load | None = None
+        self.task: Any = None
+        self.full_task: Any = None
+        """The task as given, when the trials run on a shrunk copy (`self.task`): the roofline
+        counts its sizes."""
+        self.model: Any = None
+        self.input_sets = 0
+        """Counted when Model is first built."""
+        self.private_inputs: list[Any] = []
+        self.ref_out: Any = None
+        self.shared: Any = None
+        """The copy of the inputs sent to the candidate: kept alive while it may read them
+        (through CUDA IPC handles on a GPU)."""
+        self.compiled: Any = None
+        self.compare_warm = False
+        """The comparison's GPU kernels have run once in this process (`warm_compare`)."""
+
+    def run(self, job: Load, workdir: Path) -> None:
+        """Load the task and measure it (`sized`), then answer requests until one it does not know
+        (the first is `next`: build Model)."""
+        torch = self.torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.job = job
+        if job.sandbox:
+            from kernelcraft.engine import box
+
+            # The task is a client's code (an MCP or HTTP client may send it): it runs in the same
+            # box as a candidate, closed before its first line is imported.
+            box.confine(workdir)
+        try:
+            self.task = self.load_task(job, workdir)
+        except Exception as e:
+            self.task_error(e)
+            return
+        # The job checks the sizes and reserves the memory, then asks for Model (`NextJob`).
+        self.send(self.sized(job, workdir))
+        while True:
+            frame = self.recv()
+            req = parse_request(frame.header)
+            if isinstance(req, MakeInputs):
+                if not self.make_trial(req):
+                    return
+            elif isinstance(req, Compare):
+                try:
+                    compared = self.compare(req, frame.blobs)
+                except Exception as e:  # ours (out of memory comparing?): not the candidate's verdict
+                    self.task_error(e, "the reference compared the candidate's outputs (out of memory?)")
+                    return
+                self.send(compared)
+            elif isinstance(req, ComputeRoofline):
+                self.send(self.roofline(req))
+            elif isinstance(req, WarmupReference):
+                self.send(self.compile_reference())
+            elif isinstance(req, TimeReference):
+                self.send(self.time_reference(req))
+            elif isinstance(req, NextJob):
+                if not self.next_job():
+                    return
+            else:
+                return
+
+    def sized(self, job: Load, workdir: Path) -> Sized:
+        """Measure the task on the meta device (and, in the interpreter, shrink it when it is too
+        big for it: `self.task` becomes the shrunk copy); the figures for the job."""
+        from kernelcraft.engine.worker import sizing
+        from kernelcraft.engine.worker.loading import import_source
+
+        free, total = sizing.device_memory(self.device)
+        try:
+            sizes = sizing.measure(self.task, job.interpret, quick=True)
+        except Exception as e:
+            return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
+        shrunk, source = self.task, None
+        changes: dict[str, list[int]] = {}
+        if job.interpret and not job.full_size:
+            try:
+                shrunk, sizes, source, changes = sizing.shrink_for_interpreter(
+                    job.task_source,
+                    self.task,
+                    sizes,
+                    lambda src, tag: import_source(src, workdir, f"kernelcraft_task_{tag}"),
+                )
+            except Exception:  # the task as given still runs (or is refused for its size)
+                shrunk, source, changes = self.task, None, {}
+        if source is not None:
+            self.full_task, self.task = self.task, shrunk
+        return Sized(
+            inputs_bytes=sizes["inputs"],
+            params_bytes=sizes["params"],
+            outputs_bytes=sizes["outputs"],
+            outputs_measured=sizes["outputs_measured"],
+            elements=sizes["elements"],
+            shapes=sizes["shapes"],
+            device_free=free,
+            device_total=total,
+            has_cpu_inputs=hasattr(self.task, "get_cpu_inputs"),
+            shrunk=changes,
+            shrunk_source=source,
+        )
+
+    def make_trial(self, req: MakeInputs) -> bool:
+        """Make one trial's inputs and the reference outputs, keep both, send a copy of the
+        inputs; False when the task failed (reported)."""
+        assert self.job is not None
+        torch = self.torch
+        try:
+            self.private_inputs = self.make_inputs(self.task, self.job, req.input_set, req.seed)
+            if req.scale is not None and scaled.task_allows(self.task):
+                self.private_inputs = scaled.scale_inputs(self.private_inputs, req.scale)
+            with torch.no_grad():
+                self.ref_out = self.model(*[self._map(x, lambda t: t.clone()) for x in self.private_inputs])
+            self.sync()
+        except Exception as e:
+            self.task_error(e)
+            return False
+        self.shared = self._map(self.private_inputs, lambda t: t.clone())
+        self.sync()
+        rec, blobs = self.pack(self.shared)
+        self.send(InputsMade(inputs=rec), blobs)
+        if not self.compare_warm and self.device.startswith("cuda"):
+            self.warm_compare()
+        return True
+
+    def warm_compare(self) -> None:
+        """Once per process, right after the first inputs went out (the candidate compiles its
+        kernels meanwhile): compare small slices of these outputs and inputs with themselves, so
+        that the GPU kernels the comparison uses are loaded before the first trial waits for them
+        (0.3 s on the H200: each kernel's module loads on its first use)."""
+        from kernelcraft.engine.checks.compare import compare_outputs, inputs_changed
+
+        self.compare_warm = True
+        try:
+            ref = self._map(self.ref_out, lambda t: t.reshape(-1)[:256].clone())
+            compare_outputs(ref, self._map(ref, lambda t: t.clone()))
+            ins = list(self._map(self.private_inputs, lambda t: t.reshape(-1)[:256].clone()))
+            inputs_changed(ins, [self._map(x, lambda t: t.clone()) for x in ins])
+            self.sync()
+        except Exception:  # only a warm-up: the trials' comparisons report their own errors
+            pass
+
+    def next_job(self) -> bool:
+        """Build Model for the (next) job on the task: forget the last job's inputs and outputs
+        and build Model afresh from the same seed, exactly as a new process would. False when that
+        failed. The first comes once the job has checked the task's sizes; the next when the job
+        parks this worker (so it idles without the last job's tensors)."""
+        assert self.job is not None
+        self.private_inputs, self.ref_out, self.shared = [], None, None
+        self.compiled, self.model = None, None
+        try:
+            if self.device.startswith("cuda"):
+                self.torch.cuda.empty_cache()
+            init = self.init_inputs(self.task, self.job.seed0)
+            self.model = self.build(self.task.Model, init, self.job.seed0, self.task, self.job.model_mode)
+            if self.input_sets == 0:
+                self.input_sets = self.count_input_sets(self.task, self.job.interpret)
+        except Exception as e:
+            self.task_error(e)
+            return False
+        self.send(
+            TaskReady(input_sets=self.input_sets, mode_sensitive=mode_sensitive(self.torch, self.model))
+        )
+        return True
+
+    def compare(self, req: Compare, blobs: list[bytes]) -> Compared:
+        from kernelcraft.base.evaluation import Evidence
+        from kernelcraft.base.failures import FailureClass
+        from kernelcraft.engine.checks.compare import compare_outputs, describe, inputs_changed
+
+        try:
+            runs = [self.unpack_cloned(rec, blobs) for rec in req.outputs]
+            after = self.unpack_cloned(req.inputs_after, blobs)
+        except Exception as e:
+            ev = Evidence(message=f"the candidate sent outputs that cannot be read: {e}")
+            return Compared(
+                failure_class=FailureClass.RUNTIME_CRASH.value,
+                evidence=ev.model_dump(),
+                # opening them may have left a CUDA error behind: the parent does not keep this process
+                error=error_line(e),
+            )
+        self.sync()
+        assert self.job is not None
+        rule = self.job.correctness
+        tolerance = describe(self.ref_out, rule)
+        for i, out in enumerate(runs):
+            verdict = compare_outputs(self.ref_out, out, rule)
+            if verdict is not None:
+                cls, ev = verdict
+                if i > 0:
+                    cls = FailureClass.NONDETERMINISTIC
+                    ev.message = (
+                        "a second run on the same inputs, with different garbage in memory underneath, "
+                        f"gave a different answer ({ev.message}); the kernel reads memory it did not write"
+                    )
+                return Compared(failure_class=cls.value, evidence=ev.model_dump(), tolerance=tolerance)
+        changed = inputs_changed(self.private_inputs, list(after))
+        if changed is not None:
+            return Compared(failure_class=FailureClass.INPUTS_MUTATED.value, evidence=changed.model_dump())
+        return Compared(failure_class=None, tolerance=tolerance)
+
+    def roofline(self, req: ComputeRoofline) -> RooflineCounted:
+        """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the
+        floor is counted on the full-size `get_inputs()` built on the meta device (no memory, no
+        compute); if the model cannot run on meta, on the trial's inputs."""
+        from kernelcraft.engine.measure import roofline
+
+        errors = []
+        if req.full_size:
+            try:
+                import copy
+
+                torch = self.torch
+                torch.manual_seed(0)
+                with torch.device("meta"):
+                    meta_inputs = list((self.full_task or self.task).get_inputs())
+                    full = self.full_task
+                    meta_model = full.Model(*full.get_init_inputs()) if full is not None else None
+                if meta_model is None:
+                    meta_model = copy.deepcopy(self.model).to("meta")
+                r = roofline.roofline_for(meta_model, meta_inputs, req.target)
+                return RooflineCounted(roofline=r.model_dump(), shapes="get_inputs()")
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        try:
+            r = roofline.roofline_for(self.model, self.private_inputs, req.target)
+            return RooflineCounted(roofline=r.model_dump(), shapes="trial inputs", errors=errors)
+        except Exception as e:
+            return RooflineCounted(roofline=None, error=error_line(e))
+
+    def compile_reference(self) -> Warm:
+        """torch.compile the reference and run it once (before the GPU lock is taken)."""
+        try:
+            with self.torch.no_grad():
+                self.compiled = self.torch.compile(self.model)
+                self.compiled(*self.private_inputs)
+            self.sync()
+        except Exception as e:
+            self.compiled = None
+            return Warm(error=error_line(e))
+        return Warm()
+
+    def time_reference(self, req: TimeReference) -> Reply:
+        """One round of reference timing, eager and torch.compile'd (compiled once, on first use)."""
+        try:
+            from kernelcraft.engine.measure import timing
+
+            torch = self.torch
+            inputs = self.private_inputs
+            samples: dict[str, Any] = {}  # the keys timed: only they go on the wire
+            with torch.no_grad():
+                timed: list[tuple[str, Any]] = [("eager", self.model)]
+                if req.compiled:
+                    if self.compiled is None:
+                        self.compiled = torch.compile(self.model)
+                        self.compiled(*inputs)
+                        self.sync()
+                    timed.append(("compiled", self.compiled))
+                for key, fn in timed:
+                    r = timing.sample_round(
+                        fn,
+                        budget_ms=req.budget_ms,
+                        method=req.methods.get(key, "auto"),
+                        input_sets=lambda: self._map(inputs, lambda t: t.clone()),
+                    )
+                    samples[key] = Samples(times_us=r.times_us, method=r.method, sets=r.sets)
+            timed_reply = Timed(**samples)
+            if req.breakdown:
+                from kernelcraft.engine.measure import kernelprof
+
+                try:
+                    # assigned whole: a field changed in place is not "set", and only set fields
+                    # go on the wire
+                    timed_reply.kernels = {
+                        key: kernelprof.breakdown(fn, lambda: self._map(inputs, lambda t: t.clone()))
+                        for key, fn in timed
+                    }
+                except Exception as e:  # noqa: BLE001 - informational: the timing stands without it
+                    timed_reply.kernels_error = f"{type(e).__name__}: {e}"[:300]
+            return timed_reply
+        except Exception as e:
+            return Timed(error=trim(traceback.format_exc()), summary=repr(e))
+
+
+def mode_sensitive(torch: Any, model: Any) -> list[str]:
+    """The kinds of `model`'s modules that compute differently in training and eval mode:
+    batch norms, instance norms that track running statistics, dropout, recurrent and attention
+    layers with dropout."""
+    nn = torch.nn
+    if not isinstance(model, nn.Module):
+        return []
+    found = []
+    for m in model.modules():
+        kind = type(m).__name__
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            found.append(kind)
+        elif isinstance(m, nn.modules.instancenorm._InstanceNorm) and m.track_running_stats:
+            found.append(kind)
+        elif isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+            found.append(kind)
+        elif isinstance(m, (nn.RNNBase, nn.MultiheadAttention)) and float(getattr(m, "dropout", 0) or 0) > 0:
+            found.append(kind)
+    return list(dict.fromkeys(found))
