@@ -30,7 +30,8 @@ from kernelcraft.engine.checks.aot import (  # noqa: E402
     compile_launch,
     target_spec,
 )
-from kernelcraft.engine.watch.launches import LaunchRecord, intercept_launches  # noqa: E402
+from kernelcraft.engine.watch.launches import intercept_launches  # noqa: E402
+from kernelcraft.engine.watch.records import LaunchRecord  # noqa: E402
 
 KERNELS = Path(__file__).parent / "fixtures" / "kernels" / "launch_kernels.py"
 ALL_TARGETS = ["sm_80", "sm_89", "sm_90a", "sm_100", "gfx942"]
@@ -178,7 +179,7 @@ def test_the_host_target_reads_registers_spills_and_shared_from_the_jit_compiled
 
     from kernelcraft.base.evaluation import KernelLaunch
     from kernelcraft.engine.checks.aot import compile_host
-    from kernelcraft.engine.watch.launches import LaunchRecord
+    from kernelcraft.engine.watch.records import LaunchRecord
 
     class Kernel:
         metadata = SimpleNamespace(shared=4096, num_warps=4, num_stages=3, name="k")

@@ -221,3 +221,18 @@ def test_an_rmsnorm_without_its_eps_fails_the_small_magnitude_trial_and_the_hone
     opted_out.write_text(task.read_text() + "\nKERNELCRAFT_SCALED_TRIAL = False\n")
     v = evaluator.submit(job_for(opted_out, CHEATS / "rmsnorm_no_eps.py", trials=2)).verify
     assert v is not None and v.correct, v
+
+
+def test_the_integrity_guard_watches_modules_that_exist_and_every_module_of_the_watch_room() -> None:
+    """A harness module the guard names but cannot find is one it silently stops watching (its
+    loop skips modules not loaded), so every name must be a real module, and everything that
+    watches the candidate in its own process (engine/watch/) must be among them."""
+    import importlib.util
+
+    from kernelcraft.engine.watch.guard import HARNESS_MODULES
+
+    missing = [name for name in HARNESS_MODULES if importlib.util.find_spec(name) is None]
+    assert not missing, f"the guard watches modules that do not exist: {missing}"
+    watch = Path(__file__).resolve().parents[1] / "kernelcraft" / "engine" / "watch"
+    room = {f"kernelcraft.engine.watch.{p.stem}" for p in watch.glob("*.py") if p.stem != "__init__"}
+    assert room <= set(HARNESS_MODULES), f"not watched: {sorted(room - set(HARNESS_MODULES))}"

@@ -41,7 +41,7 @@ from typing import Any
 from kernelcraft.base.errors import KernelcraftError, UsageError
 from kernelcraft.base.evaluation import KernelCompileInfo, TargetCompileResult
 from kernelcraft.base.failures import FailureClass, classify
-from kernelcraft.engine.watch.launches import LaunchRecord, specialize
+from kernelcraft.engine.watch.records import LaunchRecord, specialize
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelcraft.engine.watch import launches
+from kernelcraft.engine.watch import launches, trusted
 from kernelcraft.engine.watch.launches import in_triton_launch
 
 # aten overload packets (without the "aten::" prefix) a candidate's forward may use freely.
@@ -93,7 +93,7 @@ def _watched() -> dict[str, Callable[[], Any]]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    from kernelcraft.engine.watch import launches, tf32
+    from kernelcraft.engine.watch import records, tf32, trusted
     from kernelcraft.engine.wire import channel, tensors
 
     watched: dict[str, Callable[[], Any]] = {
@@ -136,6 +136,8 @@ def _watched() -> dict[str, Callable[[], Any]]:
         "tensors.pack": lambda: tensors.pack,
         "launches.in_triton_launch": lambda: launches.in_triton_launch,
         "launches.intercept_launches": lambda: launches.intercept_launches,
+        "trusted.table": lambda: trusted.table,
+        "records.make_record": lambda: records.make_record,
     }
     if tf32.installed()[1] is not None:  # the interpreter's TF32 rounding (installed first)
         watched["InterpreterBuilder.create_dot"] = lambda: tf32.installed()[0]
@@ -153,26 +155,25 @@ def _watched() -> dict[str, Callable[[], Any]]:
 
 # Harness modules whose functions and constants a candidate must leave alone. Constants count:
 # rebinding `guard.ALLOWED_OPS` from an imported helper module would widen the fallback allow-list.
-HARNESS_MODULES = tuple(
-    f"kernelcraft.engine.{m}"
-    for m in (
-        "worker",
-        "worker_common",
-        "worker_candidate",
-        "protocol",
-        "compare",
-        "launches",
-        "hooks",
-        "guard",
-        "tensors",
-        "channel",
-        "knockout",
-        "perturb",
-        "tf32",
-        "rotation",
-        "samples",
-        "replay",
-    )
+HARNESS_MODULES = (
+    "kernelcraft.engine.worker.main",
+    "kernelcraft.engine.worker.common",
+    "kernelcraft.engine.worker.candidate",
+    "kernelcraft.engine.wire.protocol",
+    "kernelcraft.engine.wire.tensors",
+    "kernelcraft.engine.wire.channel",
+    "kernelcraft.engine.checks.compare",
+    "kernelcraft.engine.checks.perturb",
+    "kernelcraft.engine.watch.launches",
+    "kernelcraft.engine.watch.records",
+    "kernelcraft.engine.watch.trusted",
+    "kernelcraft.engine.watch.hooks",
+    "kernelcraft.engine.watch.guard",
+    "kernelcraft.engine.watch.knockout",
+    "kernelcraft.engine.watch.tf32",
+    "kernelcraft.engine.watch.replay",
+    "kernelcraft.engine.measure.rotation",
+    "kernelcraft.engine.measure.samples",
 )
 _CONSTANT_TYPES = (str, bytes, int, float, bool, frozenset, tuple, type(None))
 
@@ -217,7 +218,7 @@ class Integrity:
     def __init__(self) -> None:
         with OpRecorder(frozenset()):  # the dispatch-mode machinery, once, before the snapshot
             torch.ones(1).add(1)
-        launches.trust_triton()  # Triton's own code, known before the candidate can add to it
+        trusted.trust_triton()  # Triton's own code, known before the candidate can add to it
         self._getters = _watched()
         self._snapshot = {name: get() for name, get in self._getters.items()}
 

@@ -19,10 +19,8 @@ Where the hook sits. Every way of launching goes through a `run` method: `kernel
 (normal mode), `InterpretedFunction.run` (`TRITON_INTERPRET=1`, where `@triton.jit` returns an
 `InterpretedFunction`) and `Autotuner.run`/`Heuristics.run` (to mark "inside a launch" and, when
 not executing, to record every autotune config instead of benchmarking, which needs a GPU).
-These method names and signatures are the same in Triton 3.6 and 3.9. To compute argument types we
-use Triton's own binder (`create_function_from_signature` + `JITFunction._pack_args`), identical
-in 3.6 and 3.9, with the NVIDIA backend object (no driver needed); the type strings ('*fp32', 'i32',
-'fp32', 'u1', ...) do not depend on the backend.
+These method names and signatures are the same in Triton 3.6 and 3.9. Each launch is typed by
+`records.make_record` (Triton's own binder); which frames count as Triton's own is `trusted.py`'s.
 
 Records keep references to the arguments (tensors included) until the recorder is dropped.
 Interception is process-wide and not re-entrant: one `intercept_launches` block at a time.
@@ -31,20 +29,17 @@ Only the evaluator's worker processes use this module.
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
-import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernelcraft.base.evaluation import KernelLaunch
+from kernelcraft.engine.watch import trusted as trust
 from kernelcraft.engine.watch.hooks import ForbiddenLaunch, refuse_autotune_hooks, refuse_hooks
-
-# Lazily filled by _triton(): importing triton costs ~1 s and this module is imported by the CLI.
-_T: dict[str, Any] = {}
+from kernelcraft.engine.watch.records import LaunchRecord, kernel_name, make_record, triton_parts
 
 _state = threading.local()
 _lock = threading.Lock()
@@ -53,50 +48,6 @@ _originals: dict[tuple[type, str], Any] = {}
 
 LaunchCallback = Callable[["LaunchRecord"], None]
 AutotuneMode = Literal["benchmark", "first"]
-
-
-def _triton() -> dict[str, Any]:
-    if not _T:
-        from triton import knobs
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import make_backend
-        from triton.runtime.autotuner import Autotuner, Heuristics
-        from triton.runtime.interpreter import InterpretedFunction
-        from triton.runtime.jit import JITFunction, create_function_from_signature
-
-        _T.update(
-            knobs=knobs,
-            GPUTarget=GPUTarget,
-            make_backend=make_backend,
-            Autotuner=Autotuner,
-            Heuristics=Heuristics,
-            InterpretedFunction=InterpretedFunction,
-            JITFunction=JITFunction,
-            create_function_from_signature=create_function_from_signature,
-        )
-    return _T
-
-
-@dataclass
-class LaunchRecord:
-    """One intercepted launch: what the public result shows, plus what AOT compilation needs."""
-
-    launch: KernelLaunch
-    jit_fn: Any = field(repr=False)
-    """A `triton.runtime.jit.JITFunction` for the kernel (built from the Python function when the
-    kernel was an interpreter `InterpretedFunction`: good for typing, not for compiling)."""
-    args: tuple[Any, ...] = field(repr=False)
-    kwargs: dict[str, Any] = field(repr=False)
-    """Positional and keyword arguments of the launch, as `run` received them (constexprs given by
-    keyword, autotune config values, num_warps, num_stages, ...)."""
-    interpreted: bool = False
-    """True when the kernel was decorated while TRITON_INTERPRET=1 was set."""
-    autotune_config: int | None = None
-    """Index of the autotune config this launch stands for (execute=False records every config)."""
-    autotune_configs: int | None = None
-    """How many configs the autotuner had after pruning."""
-    inside_autotune: bool = False
-    """True for launches made by an autotuner (benchmarking runs included, when executing)."""
 
 
 @dataclass
@@ -137,14 +88,14 @@ def in_triton_launch() -> bool:
     every Python frame from the one that issued the op out to one of this module's own launch
     frames must be Triton's own code, found by the identity of its code object and of its
     module's globals, as Triton's modules held them before the candidate was imported
-    (`trust_triton`). Python of the candidate's that Triton calls during a launch (a Tensor
+    (`trusted.trust_triton`). Python of the candidate's that Triton calls during a launch (a Tensor
     subclass's `__torch_function__`, a method shadowed on the kernel object, a grid, a heuristic,
     a replaced entry of this module's tables) puts its own frame on that path: its ops are
     recorded like any other. A frame running this module's launch code with other globals
     (`types.FunctionType(_launch.__code__, forged)`) is not a launch."""
     if getattr(_state, "depth", 0) <= 0:
         return False
-    trusted = _trusted()
+    trusted = trust.table()
     frame = sys._getframe(2)  # 0: here, 1: the dispatch mode's handler, 2: who issued the op
     while frame is not None:
         code, scope = frame.f_code, frame.f_globals
@@ -154,64 +105,6 @@ def in_triton_launch() -> bool:
             return False
         frame = frame.f_back  # type: ignore[assignment]
     return False
-
-
-_trusted_code: dict[Any, dict[str, Any]] = {}
-
-
-def trust_triton() -> None:
-    """Take the code objects of Triton's loaded modules (functions, methods, properties and the
-    code nested in them), each with its module's globals: what `in_triton_launch` accepts as
-    Triton's own. Call it before any candidate code is imported (guard.Integrity does); later
-    calls do nothing, so what a candidate adds to Triton's modules is never trusted."""
-    if _trusted_code:
-        return
-    import triton.runtime.interpreter  # noqa: F401 - the interpreter's copies run inside a launch
-    import triton.testing  # noqa: F401 - the autotuner's benchmarking runs it inside a launch
-
-    found: dict[Any, dict[str, Any]] = {}
-    for name, mod in list(sys.modules.items()):
-        if mod is None or not (name == "triton" or name.startswith("triton.")):
-            continue
-        scope = vars(mod)
-        for value in list(scope.values()):
-            if isinstance(value, type) and getattr(value, "__module__", None) == name:
-                for member in list(vars(value).values()):
-                    _collect(member, scope, found)
-            else:
-                _collect(value, scope, found)
-    _trusted_code.update(found)
-
-
-def _collect(obj: Any, scope: dict[str, Any], found: dict[Any, dict[str, Any]]) -> None:
-    """Record the code of a function of `scope`'s module (through decorators and descriptors)."""
-    for _ in range(8):  # unwrap staticmethod, classmethod, property, functools.wraps chains
-        if isinstance(obj, staticmethod | classmethod):
-            obj = obj.__func__
-        elif isinstance(obj, functools.cached_property):
-            obj = obj.func
-        elif isinstance(obj, property):
-            for part in (obj.fget, obj.fset, obj.fdel):
-                if part is not None:
-                    _collect(part, scope, found)
-            return
-        elif isinstance(obj, types.FunctionType) and obj.__globals__ is not scope:
-            obj = getattr(obj, "__wrapped__", None)  # a wrapper from elsewhere (functools, contextlib)
-        else:
-            break
-    if not isinstance(obj, types.FunctionType) or obj.__globals__ is not scope:
-        return
-    stack = [obj.__code__]
-    while stack:
-        code = stack.pop()
-        if code in found:
-            continue
-        found[code] = scope
-        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-
-
-def _trusted() -> dict[Any, dict[str, Any]]:
-    return _trusted_code  # filled before the first interception (intercept_launches)
 
 
 def launch_depth() -> int:
@@ -261,8 +154,8 @@ def intercept_launches(
     CPU interpreter, where an autotuner with several configs otherwise fails ("0 active drivers").
     """
     global _active
-    t = _triton()
-    trust_triton()  # (before the run methods are replaced by ours)
+    t = triton_parts()
+    trust.trust_triton()  # (before the run methods are replaced by ours)
     with _lock:
         if _active is not None:
             raise RuntimeError("intercept_launches is already active in this process; it is not re-entrant")
@@ -300,7 +193,7 @@ def _unpatch() -> None:
 
 
 def _original(cls_key: str, name: str = "run") -> Any:
-    return _originals[(_triton()[cls_key], name)]
+    return _originals[(triton_parts()[cls_key], name)]
 
 
 def _jit_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
@@ -339,11 +232,11 @@ def _launch(
             except Exception as e:  # noqa: BLE001 - arbitrary candidate arguments; reported, not raised
                 if callable(grid):
                     raise ForbiddenLaunch(
-                        f"the grid of {_kernel_name(fn)} could not be evaluated apart from the launch "
+                        f"the grid of {kernel_name(fn)} could not be evaluated apart from the launch "
                         f"({type(e).__name__}: {e}); pass a tuple or a callable of the launch's arguments",
                         op="grid",
                     ) from e
-                recorder.errors.append(f"{_kernel_name(fn)}: {type(e).__name__}: {e}")
+                recorder.errors.append(f"{kernel_name(fn)}: {type(e).__name__}: {e}")
                 record = None
         if record is not None:
             _annotate(record, tune)
@@ -354,7 +247,7 @@ def _launch(
         if recorder.tape is not None:
             if callable(grid):
                 raise ForbiddenLaunch(
-                    f"the grid of {_kernel_name(fn)} could not be evaluated apart from the launch; "
+                    f"the grid of {kernel_name(fn)} could not be evaluated apart from the launch; "
                     "pass a tuple or a callable of the launch's arguments",
                     op="grid",
                 )
@@ -452,7 +345,7 @@ def _refuse_exact_dots(fn: Any) -> None:
     why = tf32.undone() if tf32 is not None else None
     if why is not None:
         raise ForbiddenLaunch(
-            f"{_kernel_name(fn)} launched with the interpreter's TF32 emulation undone ({why}); "
+            f"{kernel_name(fn)} launched with the interpreter's TF32 emulation undone ({why}); "
             "leave Triton's interpreter alone",
             op="tf32 emulation",
         )
@@ -475,115 +368,6 @@ def _prune_outside(tuner: Any) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Typing a launch
-
-
-def _kernel_name(fn: Any) -> str:
-    inner = getattr(fn, "fn", None)
-    return str(getattr(inner, "__name__", None) or getattr(fn, "__name__", None) or repr(fn))
-
-
-def jit_function_for(fn: Any) -> Any:
-    """The `JITFunction` for a launched kernel object (itself, or one built from an
-    interpreter `InterpretedFunction`'s Python function with the same decorator options)."""
-    t = _triton()
-    if isinstance(fn, t["JITFunction"]):
-        return fn
-    if isinstance(fn, t["InterpretedFunction"]):
-        cached = fn.__dict__.get("_kernelcraft_jit")
-        if cached is None:
-            # Used to type arguments only: kernels decorated under the interpreter cannot be
-            # compiled (their @jit helpers and triton.language's own are interpreter objects).
-            cached = t["JITFunction"](fn.fn, **fn.kwargs)
-            fn.__dict__["_kernelcraft_jit"] = cached
-        return cached
-    raise TypeError(f"not a Triton kernel: {fn!r}")
-
-
-def launch_kwargs(jit_fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments JITFunction.run hands its binder: the caller's plus Triton's own
-    (debug, instrumentation), as in Triton 3.6 and 3.9."""
-    knobs = _triton()["knobs"]
-    out = dict(kwargs)
-    out["debug"] = out.get("debug", jit_fn.debug) or knobs.runtime.debug
-    for name in ("instrumentation_mode", "fpsan_homomorphic_casts"):
-        if hasattr(knobs.compilation, name):
-            out[name] = getattr(knobs.compilation, name)
-    return out
-
-
-def specialize(jit_fn: Any, backend: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """Triton's own argument binding for `backend`: (bound_args, options, signature, constexprs, attrs).
-
-    Mirrors `JITFunction.run` up to the compile call; raises what Triton raises for bad arguments."""
-    binders = jit_fn.__dict__.setdefault("_kernelcraft_binders", {})
-    key = (type(backend).__name__, repr(backend.target))
-    binder = binders.get(key)
-    if binder is None:
-        binder = _triton()["create_function_from_signature"](jit_fn.signature, jit_fn.params, backend)
-        binders[key] = binder
-    kw = launch_kwargs(jit_fn, kwargs)
-    bound_args, specialization, options = binder(*args, **kw)
-    options, signature, constexprs, attrs = jit_fn._pack_args(
-        backend, kw, bound_args, specialization, options
-    )
-    return bound_args, options, signature, constexprs, attrs
-
-
-_probe: list[Any] = []
-
-
-def probe_backend() -> Any:
-    """An NVIDIA (sm_90) backend object, used only to type arguments; needs no GPU."""
-    if not _probe:
-        t = _triton()
-        _probe.append(t["make_backend"](t["GPUTarget"]("cuda", 90, 32)))
-    return _probe[0]
-
-
-def _plain(value: Any) -> int | float | bool | str | None:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    inner = getattr(value, "value", None)  # tl.constexpr
-    if inner is not None and inner is not value:
-        return _plain(inner)
-    name = getattr(value, "__name__", None) or getattr(getattr(value, "fn", None), "__name__", None)
-    return str(name) if name else str(value)
-
-
-def _grid(grid: Any, bound_args: dict[str, Any]) -> list[int]:
-    if callable(grid):
-        grid = grid(bound_args)
-    if isinstance(grid, int):
-        grid = (grid,)
-    dims = [int(g) for g in grid]
-    if not 1 <= len(dims) <= 3:
-        raise ValueError(f"a Triton grid has 1 to 3 dimensions, got {grid!r}")
-    return dims + [1] * (3 - len(dims))
-
-
-def make_record(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> LaunchRecord:
-    """Type one launch of `fn` (a JITFunction or InterpretedFunction) without running it."""
-    t = _triton()
-    interpreted = isinstance(fn, t["InterpretedFunction"])
-    jit_fn = jit_function_for(fn)
-    bound_args, _options, signature, constexprs, _attrs = specialize(jit_fn, probe_backend(), args, kwargs)
-    names = list(signature)
-    launch = KernelLaunch(
-        name=_kernel_name(jit_fn),
-        signature={k: str(v) for k, v in signature.items() if v != "constexpr"},
-        constexprs={
-            ".".join([names[path[0]], *map(str, path[1:])]): _plain(v) for path, v in constexprs.items()
-        },
-        grid=_grid(grid, bound_args),
-        num_warps=kwargs.get("num_warps"),
-        num_stages=kwargs.get("num_stages"),
-    )
-    return LaunchRecord(
-        launch=launch, jit_fn=jit_fn, args=tuple(args), kwargs=dict(kwargs), interpreted=interpreted
-    )
-
-
 # The frames that make a PyTorch op Triton's own (in_triton_launch): the launch wrappers above,
 # by the identity of their code.
 _LAUNCH_CODES = frozenset(f.__code__ for f in (_launch, _autotuner_run))

@@ -101,7 +101,7 @@ def _warm_triton() -> None:
     import triton
     import triton.language as tl
 
-    from kernelcraft.engine.watch import launches
+    from kernelcraft.engine.watch import records
 
     _triton_key()
     with contextlib.suppress(Exception):  # a warm-up: the first compile pays whatever fails here
@@ -110,7 +110,7 @@ def _warm_triton() -> None:
         def probe(x_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
             pass
 
-        launches.specialize(probe, launches.probe_backend(), (torch.empty(1), 1), {"BLOCK": 16})
+        records.specialize(probe, records.probe_backend(), (torch.empty(1), 1), {"BLOCK": 16})
 
 
 def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
