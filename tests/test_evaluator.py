@@ -92,6 +92,7 @@ def test_a_verdict_names_what_its_trial_counts_count_and_times_the_whole_job(eva
     assert (v.trials, v.trials_total, v.trials_passed) == (2, 4, 4)
     assert v.seconds == r.seconds and v.stage_seconds == r.stage_seconds
     assert v.seconds >= v.stage_seconds["verify"]
+    assert abs(sum(v.stage_seconds.values()) - v.seconds) <= 0.01, v.stage_seconds
 
 
 @pytest.mark.slow

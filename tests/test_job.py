@@ -259,3 +259,30 @@ async def test_a_reference_that_fails_comparing_outputs_is_a_task_error_not_the_
 
     with pytest.raises(TaskError, match="while the reference compared the candidate's outputs"):
         await _run(Pool(), ReferencePool(per_task=2, idle_per_device=2))
+
+
+def test_stage_seconds_add_up_to_the_job_when_stages_overlap() -> None:
+    """The reference and the candidate load at the same time, and waits nest inside stages: each
+    instant counts once, for the stage that started last, and the gaps are "other"."""
+    from kernelcraft.engine.host.jobworkers import add_up, partition
+
+    spans = [
+        ("workers", 0.0, 1.0),  # the reference's worker
+        ("workers", 0.0, 3.0),  # the candidate's, waiting for the reference's sizes
+        ("gpu_wait", 1.5, 2.0),  # inside loading the reference
+        ("reference", 1.0, 4.0),
+        ("candidate", 3.0, 5.0),
+        ("verify", 6.0, 8.0),
+    ]
+    got = partition(spans, 0.0, 9.0)
+    assert got == {
+        "workers": 1.0,
+        "reference": 1.5,
+        "gpu_wait": 0.5,
+        "candidate": 2.0,
+        "other": 2.0,
+        "verify": 2.0,
+    }
+    assert sum(got.values()) == 9.0
+    assert add_up({"verify": 2.0}, 2.5) == {"verify": 2.0, "other": 0.5}
+    assert add_up({"verify": 2.0}, 1.9) == {"verify": 2.0}

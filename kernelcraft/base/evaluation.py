@@ -102,7 +102,10 @@ class VerifyResult(BaseModel):
     )
     notes: list[str] = Field(default_factory=list)
     seconds: float = Field(default=0.0, description="From submission (worker start-up too).")
-    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where `seconds` went, by stage; they add up to it ('other': the harness between stages).",
+    )
 
     @model_validator(mode="after")
     def _count_trials_total(self) -> VerifyResult:
@@ -236,7 +239,10 @@ class EvalResult(BaseModel):
         description="The reference alone (no candidate).",
     )
     seconds: float = 0.0
-    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where `seconds` went, by stage; they add up to it ('other': the harness between stages).",
+    )
 
     @property
     def failure_class(self) -> FailureClass | None:

@@ -154,6 +154,7 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
 
     async def main() -> EvalResult:
         from kernelcraft.base.config import cache_file
+        from kernelcraft.engine.host.jobworkers import add_up
         from kernelcraft.engine.host.local import LocalEvaluator
 
         async with LocalEvaluator(
@@ -167,8 +168,9 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
             submitted = time.perf_counter()
             with JobProgress(started=started) as bar:
                 result = await ev.submit(todo, bar)
-        result.stage_seconds = {"evaluator_start": round(submitted - started, 3), **result.stage_seconds}
         result.seconds = round(time.perf_counter() - started, 3)
+        stages = {"evaluator_start": round(submitted - started, 3), **result.stage_seconds}
+        result.stage_seconds = add_up(stages, result.seconds)
         if result.verify is not None:
             result.verify.seconds = result.seconds
             result.verify.stage_seconds = dict(result.stage_seconds)

@@ -96,6 +96,7 @@ class Job:
 
     async def run(self) -> EvalResult:
         result = EvalResult()
+        started = time.perf_counter()
         try:
             await self.workers.progress(0.0, "waiting for workers")
             cand = await self.start_workers()
@@ -122,7 +123,7 @@ class Job:
             fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
         finally:
             await self.workers.release()
-            result.stage_seconds = dict(self.workers.stages)
+            result.stage_seconds = self.workers.partition(started, time.perf_counter())
         failed = result.failure_class
         await self.workers.progress(1.0, f"done: {failed.value}" if failed is not None else "done")
         return result

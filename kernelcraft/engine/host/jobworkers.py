@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import secrets
 import time
@@ -63,6 +64,30 @@ from kernelcraft.engine.wire.protocol import (
 from kernelcraft.engine.worker import shrink
 
 log = logging.getLogger(__name__)
+
+
+def partition(spans: list[tuple[str, float, float]], start: float, end: float) -> dict[str, float]:
+    """Seconds per stage that add up to `end - start`: each instant goes to the stage that started
+    last among those running then (the innermost: a GPU wait inside loading the reference; and of
+    the reference and the candidate, which load at the same time, the later one), and an instant
+    no stage covers to "other" (the harness between stages). Rounded to the millisecond."""
+    cuts = sorted({start, end, *(min(max(t, start), end) for _, a, b in spans for t in (a, b))})
+    out: dict[str, float] = {}
+    for lo, hi in itertools.pairwise(cuts):
+        running = [(a, i, name) for i, (name, a, b) in enumerate(spans) if a <= lo and b >= hi]
+        name = max(running)[2] if running else "other"
+        out[name] = out.get(name, 0.0) + hi - lo
+    return {name: round(s, 3) for name, s in out.items() if s >= 0.0005}
+
+
+def add_up(stages: dict[str, float], seconds: float) -> dict[str, float]:
+    """`stages` with what they leave of `seconds` (the source checks before the job, a first
+    attempt run again alone) added to "other", so that they sum to `seconds`."""
+    rest = round(seconds - sum(stages.values()), 3)
+    if rest <= 0:
+        return dict(stages)
+    return {**stages, "other": round(stages.get("other", 0.0) + rest, 3)}
+
 
 SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
 WATCH_INTERVAL_S = 0.25
@@ -134,7 +159,8 @@ class JobWorkers:
         self.untrusted: set[int] = set()
         """id() of each worker that said it is importing the candidate: its word is not the task's."""
         self.notes: list[str] = []
-        self.stages: dict[str, float] = {}
+        self.spans: list[tuple[str, float, float]] = []
+        """(stage, start, end) of each stage as it ran; `partition` turns them into seconds."""
         self.fraction = 0.0
         """The highest fraction reported so far: the job's progress only moves forward."""
 
@@ -143,10 +169,14 @@ class JobWorkers:
         return self.device.kind == "cpu"
 
     def stage(self, name: str, since: float) -> float:
-        """Add the time since `since` to stage `name`; returns now."""
+        """Record that stage `name` ran from `since` until now; returns now."""
         now = time.perf_counter()
-        self.stages[name] = round(self.stages.get(name, 0.0) + now - since, 3)
+        self.spans.append((name, since, now))
         return now
+
+    def partition(self, start: float, end: float) -> dict[str, float]:
+        """The job's time from `start` to `end`, split among its stages (`partition`)."""
+        return partition(self.spans, start, end)
 
     async def progress(self, fraction: float | None, message: str) -> None:
         """Report `message` at `fraction` (0..1), or at the current fraction when None (a worker's

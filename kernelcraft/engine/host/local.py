@@ -63,7 +63,7 @@ from kernelcraft.engine.host import prestart
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device, GpuLock
 from kernelcraft.engine.host.job import Job
-from kernelcraft.engine.host.jobworkers import CandidateSettings
+from kernelcraft.engine.host.jobworkers import CandidateSettings, add_up
 from kernelcraft.engine.host.memory import ran_out
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
@@ -288,6 +288,7 @@ class LocalEvaluator:
         finally:
             device.jobs -= 1
         result.seconds = round(time.perf_counter() - start, 3)
+        result.stage_seconds = add_up(result.stage_seconds, result.seconds)
         if result.verify is not None:
             result.verify.seconds = result.seconds
             result.verify.stage_seconds = dict(result.stage_seconds)
