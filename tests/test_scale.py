@@ -334,6 +334,44 @@ def test_a_baseline_job_needs_the_references_working_set_alone() -> None:
     assert "the reference holds ~3 copies" in text and "candidate" not in text
 
 
+@pytest.mark.anyio
+async def test_a_jobs_memory_stays_reserved_until_its_killed_processes_are_gone() -> None:
+    """A killed worker holds its GPU memory until it has exited; a job measuring the device in
+    between must see that memory as ours (and wait), not as someone else's (and be refused)."""
+    from types import SimpleNamespace
+
+    from kernelcraft.base.evaluation import EvalJob
+    from kernelcraft.engine.host.jobworkers import JobWorkers
+
+    ledger = MemoryLedger("cuda")
+    gone = asyncio.Event()
+
+    class Pool:
+        async def release(self, w: Any) -> None:
+            await gone.wait()
+
+    device = SimpleNamespace(memory=ledger, kind="cuda", locked=False, index=0)
+    refs = SimpleNamespace(closed=False, forget=lambda *a: None)
+    spec = EvalJob(task_source="x", candidate_source="y", stages=["verify"])
+    settings = SimpleNamespace(shrink=True, memory_limit_bytes=None, sandbox=False)
+    workers = JobWorkers(spec, device, refs, settings, set(), None)  # type: ignore[arg-type]
+
+    class Worker:
+        def kill(self) -> None:
+            pass
+
+    workers.held = [(Pool(), Worker())]  # type: ignore[list-item]
+    await ledger.admit(id(workers), 80 * GIB, lambda cap: TaskError("refused"), lambda: 0, _no_evict)
+    await ledger.admit(2, 10 * GIB, lambda cap: TaskError("refused"), lambda: 0, _no_evict)
+    await workers.release()  # its processes are told to go, and have not gone yet
+    assert workers.shared and ledger.reserved[id(workers)] == 80 * GIB
+    ledger.learn(_size(GIB, free=40 * GIB, total=141 * GIB), idle_bytes=0)
+    assert not ledger.measured_alone  # the dying job's 80 GiB counts as ours: a job waits for it
+    gone.set()
+    await asyncio.sleep(0.01)
+    assert id(workers) not in ledger.reserved
+
+
 async def _no_evict(n: int) -> int:
     return 0
 

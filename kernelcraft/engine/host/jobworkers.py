@@ -34,7 +34,7 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
-from kernelcraft.engine.host.memory import IDLE_REFERENCE_SHARE, TaskSize, refusal
+from kernelcraft.engine.host.memory import IDLE_REFERENCE_SHARE, TaskSize, host_available, refusal
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import Parked, ReferencePool, reap, task_key
 from kernelcraft.engine.host.replies import (
@@ -313,6 +313,9 @@ class JobWorkers:
         self.deadline += time.monotonic() - waited  # waiting for other jobs' memory is not this job's time
         self.stage("memory_wait", t)
         self.memory_limit = size.candidate_limit(kind, override)
+        if self.alone and not override:  # run again with room: what the device has beside the reference
+            room = ledger.reserved.get(id(self), 0) - size.working_set(kind)
+            self.memory_limit = max(self.memory_limit, min(room, host_available() // 2))
         if sized.shrunk_source is not None:
             self.task_source = sized.shrunk_source
             self.notes.append(shrink.describe(sized.shrunk, sized.shapes))
@@ -408,7 +411,7 @@ class JobWorkers:
             except asyncio.TimeoutError:
                 if candidate and limit and w.rss_bytes() > limit:
                     w.kill("memory")
-                    raise memory_stop(limit) from None
+                    raise memory_stop(limit, ours=not self.settings.memory_limit_bytes) from None
                 continue
             if frame is None:
                 raise await self.died(w, candidate=candidate)
@@ -506,7 +509,8 @@ class JobWorkers:
             self.active.discard(w)
         for _pool, w in workers:
             w.kill()
-        self.shared = self.device.memory.release(id(self))
+        ledger, job = self.device.memory, id(self)
+        self.shared = ledger.shared(job)
         if keep:
             assert ref is not None and self.ref_pool is not None
             capacity = self.device.memory.capacity
@@ -521,7 +525,11 @@ class JobWorkers:
         elif ref is not None:
             self.references.forget(self.key, ref)
         if not workers:
+            ledger.release(job)
             return
         reap_all = reap(asyncio.gather(*(pool.release(w) for pool, w in workers), return_exceptions=True))
+        # The job's memory is free once its processes are gone, not when they are told to go: a
+        # job that measured the device before then would see ours as someone else's and be refused.
+        reap_all.add_done_callback(lambda _done: ledger.release(job))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(reap_all), REAP_TIMEOUT_S)

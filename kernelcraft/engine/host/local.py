@@ -249,15 +249,24 @@ class LocalEvaluator:
             result: EvalResult | TaskError = await job.run()
         except TaskError as e:
             result = e
-        if not (job.workers.shared and ran_out(result)):
+        # A limit of ours (other jobs beside it, or on a GPU the candidate's limit sized to the
+        # task) is never the candidate's verdict: run it once more with the device to itself, the
+        # candidate allowed the room beside the reference (at most half the host's free RAM).
+        ours = job.workers.shared or (device.kind == "cuda" and not self._candidates.memory_limit_bytes)
+        if not (ours and ran_out(result)):
             if isinstance(result, TaskError):
                 raise result
             return result
-        log.info("%s ran out of memory beside other jobs: running it again alone", spec.task_name)
-        result = await Job(
-            spec, device, self._references, self._candidates, self._active, progress, alone=True
-        ).run()
-        note = "run again with the device's memory to itself: it ran out of memory beside other jobs"
+        why = (
+            "beside other jobs" if job.workers.shared else f"under its {_gib(job.workers.memory_limit)} limit"
+        )
+        log.info("%s ran out of memory %s: running it again alone", spec.task_name, why)
+        again = Job(spec, device, self._references, self._candidates, self._active, progress, alone=True)
+        result = await again.run()
+        note = (
+            f"run again with the device's memory to itself ({_gib(again.workers.memory_limit)} for the "
+            f"candidate): it ran out of memory {why}"
+        )
         if result.verify is not None:
             result.verify.notes.append(note)
         for timed in (result.profile, result.baseline):
@@ -293,3 +302,7 @@ class LocalEvaluator:
             result.verify.seconds = result.seconds
             result.verify.stage_seconds = dict(result.stage_seconds)
         return result
+
+
+def _gib(n: int | None) -> str:
+    return f"{n / 1024**3:.1f} GiB" if n else "unlimited"

@@ -24,7 +24,13 @@ MemAvailable on the CPU) in its `Sized` message. From those figures:
 - **A job alone**: the estimates are estimates (cuDNN's workspaces, torch.compile's autotuning,
   the allocator's cache), so a job that ran out of memory while other jobs of ours held the
   device is run once more with the device to itself (`LocalEvaluator._run`): it reserves
-  everything, waits for the running jobs to end, and no new job starts until it is done.
+  everything, waits for the running jobs to end, and no new job starts until it is done. On a
+  GPU, so is a job whose candidate ran out of the limit sized here (not the user's): run alone,
+  the candidate may use the device's room beside the reference (at most half the host's
+  available RAM, which the watchdog holds it to as well). A limit of ours is never a verdict.
+- **A job's memory is ours until its processes are gone**: a killed worker frees the GPU's memory
+  only when it exits, so the reservation is released after the reaping, not at the kill; a job
+  that measures the device in between counts it as ours and waits, instead of being refused.
 
 `MemoryLedger` keeps one device's reservations; only jobs (`jobworkers.py`) use it.
 """
@@ -93,6 +99,19 @@ class TaskSize:
     def figures(self) -> str:
         out = "" if self.outputs_measured else " (estimated)"
         return f"inputs {gib(self.inputs)}, parameters {gib(self.params)}, outputs {gib(self.outputs)}{out}"
+
+
+def host_available() -> int:
+    """The machine's available RAM (MemAvailable; 0 when unknown): the watchdog holds a candidate's
+    host memory to its limit too, so a limit raised to the GPU's room stays within the host's."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def gib(n: float) -> str:
@@ -214,8 +233,13 @@ class MemoryLedger:
             # nothing of ours to wait for: the estimate is all we have
             return None if self.reserved else need
 
+    def shared(self, job: int) -> bool:
+        """Whether another job held a reservation while `job` held its own."""
+        return job in self._shared
+
     def release(self, job: int) -> bool:
-        """Free `job`'s reservation; whether another job held one at the same time."""
+        """Free `job`'s reservation (once its processes are gone: `JobWorkers.release`); whether
+        another job held one at the same time."""
         if self.reserved.pop(job, None) is not None:
             self._changed.set()
         shared = job in self._shared

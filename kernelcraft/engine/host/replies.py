@@ -105,12 +105,21 @@ def deadline_stop(*, candidate: bool, reading_candidate: bool, timeout_s: float,
     )
 
 
-def memory_stop(limit: int) -> Stop:
-    """The verdict on a candidate the memory watchdog killed."""
+def memory_stop(limit: int, *, ours: bool) -> Stop:
+    """The verdict on a candidate the memory watchdog killed; `ours`: the limit is the one the
+    harness sized to the task (the evaluator runs such a job again with all the room the device has
+    before this verdict stands), not the user's `--memory-limit-gb`."""
+    whose = (
+        "the limit kernelcraft sets from the task's sizes (with the device's room beside the reference "
+        "once it ran out of a smaller one)"
+        if ours
+        else "the --memory-limit-gb limit"
+    )
     return Stop(
         FailureClass.RUNTIME_OUT_OF_MEMORY,
         Evidence(
-            message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory and was killed"
+            message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory ({whose}) "
+            "and was killed"
         ),
     )
 
