@@ -3,6 +3,7 @@ interpreter), the tuner, and Claude played by a local server speaking the Messag
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -71,6 +72,46 @@ async def test_optimize_with_the_offline_tuner_runs_three_steps_on_the_cpu_and_w
     assert json.loads((out / "summary.json").read_text())["tree_id"] == summary["tree_id"]
     run = json.loads((out / "run.json").read_text())
     assert run["tree_id"] == summary["tree_id"] and run["db_path"] == str((home / "kc.db").resolve())
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_second_optimize_says_on_its_first_line_what_it_warm_starts_from_and_fresh_skips_it(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = home / "kc.db"
+    first = await optimize(
+        OptimizeOptions(
+            task=TASK, steps=1, llm=LLMConfig(kind="none"), out=home / "one", db_path=db, progress=False
+        )
+    )
+    assert "warm start" not in capsys.readouterr().err  # nothing earlier to start from
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    script = Script()
+    script.fallback.update(
+        submit_kernel=Reply({"code": SEED}),
+        submit_edits=Reply(GOOD_EDIT),
+        propose_improvements=Reply({"items": ["Use BLOCK_SIZE=512."]}),
+        propose_rule=Reply({"text": "You cannot scale the residual branch differently."}),
+    )
+    with serve(script) as base:
+        llm = LLMConfig(kind="anthropic", base_url=base)
+        again = OptimizeOptions(
+            task=TASK, no_seed=True, steps=1, llm=llm, out=home / "two", db_path=db, progress=False
+        )
+        second = await optimize(again)
+        lines = capsys.readouterr().err.splitlines()
+        assert lines[0].startswith("warm start: the tree starts from node "), lines[:3]
+        assert (
+            f"the best kernel of tree {first['tree_id']} (speed not measured; the same task source)"
+            in lines[0]
+        )
+        assert lines[0].endswith(f"in the database {db}; --fresh starts without it")
+        third = await optimize(dataclasses.replace(again, out=home / "three", fresh=True))
+        assert "warm start" not in capsys.readouterr().err
+    with sqlite3.connect(db) as conn:
+        warm = dict(conn.execute("SELECT id, warm_start IS NOT NULL FROM trees").fetchall())
+    assert warm == {first["tree_id"]: 0, second["tree_id"]: 1, third["tree_id"]: 0}
 
 
 @pytest.mark.slow

@@ -49,14 +49,33 @@ def verdicts(tasks: list[dict[str, Any]]) -> dict[str, tuple[str, str | None, bo
 
 
 def test_candidates_match_by_file_name_problem_id_prefix_or_kernelbench_run_name() -> None:
-    tasks, unmatched = match_candidates(find_tasks(TASKS), CANDIDATES)
-    assert [(t.problem_id, t.name, t.candidate.name if t.candidate else None) for t in tasks] == [
+    matched = match_candidates(find_tasks(TASKS), CANDIDATES)
+    assert [(t.problem_id, t.name, t.candidate.name if t.candidate else None) for t in matched.tasks] == [
         (1, "1_Scaled_add.py", "1_Scaled_add.py"),
         (2, "2_ReLU.py", "2_relu_triton.py"),
         (3, "3_Scale.py", None),
         (4, "4_Negate.py", "level_1_problem_4_sample_0_kernel.py"),
     ]
-    assert unmatched == []
+    assert (matched.unmatched, matched.left_out) == ([], [])
+
+
+def with_a_stray_candidate(tmp_path: Path) -> Path:
+    """The fixture's candidates (for problems 1, 2 and 4; none for 3) and one file matching no task."""
+    cands = tmp_path / "candidates"
+    shutil.copytree(CANDIDATES, cands)
+    (cands / "notes_scratch.py").write_text("class ModelNew: pass\n")
+    return cands
+
+
+def test_candidates_of_tasks_problems_leaves_out_are_not_taken_for_ones_that_match_none(
+    tmp_path: Path,
+) -> None:
+    matched = match_candidates(find_tasks(TASKS), with_a_stray_candidate(tmp_path), {4})
+    assert [(t.problem_id, t.candidate.name if t.candidate else None) for t in matched.tasks] == [
+        (4, "level_1_problem_4_sample_0_kernel.py")
+    ]
+    assert matched.left_out == ["1_Scaled_add.py", "2_relu_triton.py"]
+    assert matched.unmatched == ["notes_scratch.py"]
 
 
 def test_two_candidates_for_one_problem_is_a_usage_error_naming_both(tmp_path: Path) -> None:
@@ -207,6 +226,25 @@ def test_the_level_command_gives_each_task_its_verdict_and_a_rerun_skips_them_al
     assert again.returncode == 0, again.stderr
     assert "4 outcomes were read from an earlier run" in again.stdout
     assert len(read_results(out / "results.jsonl")) == 4  # nothing evaluated twice
+
+
+@pytest.mark.slow
+def test_the_level_command_with_problems_counts_exactly_what_it_evaluated_and_left_out(
+    tmp_path: Path,
+) -> None:
+    cands = with_a_stray_candidate(tmp_path)
+    args = ["level", str(TASKS), str(cands), "--out", str(tmp_path / "run"), "--device", "cpu", "--jobs", "1"]
+    ran = cli(*args, "--problems", "3-4", "--trials", "1")
+    assert ran.returncode == 0, ran.stderr
+    assert "0 of 2 correct, 0 compiled, 1 missing, 0 unusable tasks" in ran.stdout
+    assert "2 candidates of tasks --problems left out (not evaluated)" in ran.stdout
+    assert "candidates that match no task (not evaluated): notes_scratch.py\n" in ran.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [t["name"] for t in summary["tasks"]] == ["3_Scale.py", "4_Negate.py"]
+    assert (summary["total"], summary["missing"], summary["correct"]) == (2, 1, 0)
+    assert summary["candidates_left_out"] == ["1_Scaled_add.py", "2_relu_triton.py"]
+    assert summary["unmatched_candidates"] == ["notes_scratch.py"]
+    assert len(read_results(tmp_path / "run" / "results.jsonl")) == 2
 
 
 @pytest.mark.slow

@@ -105,7 +105,7 @@ def claude_code_expands(value: str, env: dict[str, str]) -> str:
 async def test_the_committed_mcp_json_starts_the_server_in_the_repository_root_from_anywhere(
     tmp_path: Path, started_in: str
 ) -> None:
-    config = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["kernelcraft"]
+    config = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["kernelcraft-dev"]
     # Stands in for .venv/bin/python: notes the directory the server starts in, where .venv/bin/python
     # and .kc-home/ are looked for, then runs this Python.
     python = tmp_path / "python"

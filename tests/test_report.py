@@ -33,7 +33,7 @@ from kernelcraft.cli import main
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.report.build import from_run_dir, from_tree, telling_line, with_run
 from kernelcraft.report.figures import evaluated_in_order, running_best, tree_layout
-from kernelcraft.report.html import render_html
+from kernelcraft.report.html import facts, render_html
 from kernelcraft.report.model import ReportNode, RunReport
 from kernelcraft.server.app import create_server
 
@@ -162,6 +162,19 @@ def test_a_cpu_run_directory_gives_every_node_of_the_tree_with_its_proposer_and_
     assert report.seed_code is not None and "class ModelNew" in report.seed_code
     assert report.usage is not None and report.usage.total_tokens == 0 and report.llm == "none"
     assert report.stopped_because == summary["stopped_because"]
+
+
+def test_the_pages_step_count_is_the_summarys_and_the_seed_is_said_apart() -> None:
+    report = from_run_dir(FIXTURE)
+    summary = json.loads((FIXTURE / "summary.json").read_text())
+    assert (summary["steps_done"], report.budget, len(report.nodes)) == (3, 3, 5)  # root, seed, 3 steps
+    page = facts(report)
+    assert (
+        "<td>steps</td><td>3 of the budget&#x27;s 3 evaluated: 3 correct, 0 wrong, 0 not compiled, 0 abandoned"
+        in page
+    )
+    assert "<td>seed</td><td>node 2, correct (evaluated at the start, outside the budget)" in page
+    assert "4 evaluated" not in page
 
 
 def test_a_run_directory_without_tree_json_says_how_to_get_one(tmp_path: Path) -> None:

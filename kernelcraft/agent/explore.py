@@ -61,7 +61,7 @@ from kernelcraft.agent.session import ToolSession, open_session
 from kernelcraft.agent.tuner import find_params
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, TunerSteps, config_of
-from kernelcraft.base.tree import NodeInfo
+from kernelcraft.base.tree import NodeInfo, WarmStart
 
 
 def find_seed(task: Path) -> Path | None:
@@ -102,6 +102,7 @@ class OptimizeOptions:
     ray_address: str | None = None
     dry_run: bool = False  # print the first step's prompt instead of calling a model
     dry_run_scratch: bool = False  # (a dry run's own: its throwaway run directory and database)
+    fresh: bool = False  # no warm start from an earlier tree's best kernel in the database
 
     def tree_params(self) -> dict[str, int | float | str | bool]:
         """The values this run puts over its preset's."""
@@ -110,6 +111,8 @@ class OptimizeOptions:
             given["level"] = self.level
         if self.tuner_steps is not None:
             given["tuner_steps"] = self.tuner_steps
+        if self.fresh:
+            given["warm_start"] = False
         return given
 
     def run_dir(self) -> Path:
@@ -300,6 +303,8 @@ async def start_tree(
         params=opts.tree_params(),
     )
     tree_id = result.tree.id
+    if result.warm_start is not None:  # the first line of the run's output: state it did not ask for
+        print(warm_start_line(result.warm_start, place), file=sys.stderr, flush=True)
     seed_node = result.seed_node
     seed_outcome = seed_node.outcome if seed_node else None
     run.save_run(_run_meta(opts, inputs, place, tree_id, seed_outcome))
@@ -321,6 +326,19 @@ async def start_tree(
         note=None,
         message=result.message,
         config=config_of(dict(result.tree.params)),
+    )
+
+
+def warm_start_line(warm: WarmStart, place: TreePlace) -> str:
+    """What a new tree starts from when the database already holds a tree for the task."""
+    from kernelcraft.base.config import default_db_path
+
+    where = place.server_url or f"the database {place.db_path or default_db_path()}"
+    speed = f"{warm.speedup:.2f}x vs PyTorch" if warm.speedup is not None else "speed not measured"
+    match = "the same task source" if warm.match == "task_hash" else "the same operator and shapes"
+    return (
+        f"warm start: the tree starts from node {warm.node_id}, the best kernel of tree {warm.tree_id} "
+        f"({speed}; {match}) in {where}; --fresh starts without it"
     )
 
 

@@ -78,7 +78,12 @@ class LevelSummary(BaseModel):
     fast_p: list[FastP] = Field(default_factory=list, description="p = 0, 0.5, 1, 1.5, 2 (0 without a GPU).")
     geomean_speedup_vs_eager: float | None = Field(default=None, description="Over the correct, timed tasks.")
     geomean_speedup_vs_compiled: float | None = None
-    unmatched_candidates: list[str] = Field(default_factory=list)
+    unmatched_candidates: list[str] = Field(
+        default_factory=list, description="Candidate files that match no task of the folder."
+    )
+    candidates_left_out: list[str] = Field(
+        default_factory=list, description="Candidates of the tasks --problems left out (not evaluated)."
+    )
     files: dict[str, str] = Field(default_factory=dict, description="Written, by role.")
     seconds: float = 0.0
     tasks: list[TaskOutcome] = Field(default_factory=list)

@@ -171,6 +171,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         compile_check=not args.no_compile_check,
         tuner_steps=args.tuner_steps,
         parallel=args.parallel,
+        fresh=args.fresh,
         **_run_options(args),
     )
     if args.dry_run:
@@ -236,6 +237,12 @@ def register(sub: Subcommands) -> None:
         "AdaExplore, kernelcraft 10)",
     )
     p.add_argument("--out", type=Path, help="run directory (default ./kernelcraft-runs/<task>)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a new tree without a seed does not start from the best kernel of an earlier tree of the "
+        "same task in the database (the kernelcraft preset's warm start, said on the first line)",
+    )
     p.add_argument("--search-seed", type=int, default=0, help="seed of the tree's and the tuner's choices")
     p.add_argument(
         "--no-compile-check",

@@ -207,6 +207,9 @@ def render(s: LevelSummary) -> str:
     lines.append(s.message)
     if s.resumed:
         lines.append(f"{s.resumed} outcomes were read from an earlier run in {s.out_dir}")
+    if s.candidates_left_out:
+        n = len(s.candidates_left_out)
+        lines.append(f"{n} candidate{'s' * (n != 1)} of tasks --problems left out (not evaluated)")
     if s.unmatched_candidates:
         lines.append(f"candidates that match no task (not evaluated): {', '.join(s.unmatched_candidates)}")
     lines.append(f"wrote {', '.join(sorted(s.files.values()))} in {s.seconds:.1f} s")

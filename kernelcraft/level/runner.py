@@ -113,10 +113,12 @@ async def run_level(
     started = time.perf_counter()
     if not 1 <= run.jobs <= 64:
         raise UsageError(f"jobs must be between 1 and 64, not {run.jobs}")
-    tasks = find_tasks(run.tasks_dir, run.problems)
+    tasks = find_tasks(run.tasks_dir, run.problems)  # refuses a problem id the folder lacks
     unmatched: list[str] = []
+    left_out: list[str] = []
     if run.candidates_dir is not None:
-        tasks, unmatched = match_candidates(tasks, run.candidates_dir)
+        matched = match_candidates(find_tasks(run.tasks_dir), run.candidates_dir, run.problems)
+        tasks, unmatched, left_out = matched.tasks, matched.unmatched, matched.left_out
     try:
         run.out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -159,7 +161,7 @@ async def run_level(
         for task, task_source, cand_source in todo:
             group.start_soon(one, task, task_source, cand_source)
     ordered = [outcomes[t.problem_id] for t in tasks]
-    summary = summarize(run, ordered, timed=timed, resumed=resumed, unmatched=unmatched)
+    summary = summarize(run, ordered, timed=timed, resumed=resumed, unmatched=unmatched, left_out=left_out)
     summary.seconds = round(time.perf_counter() - started, 3)
     write_files(run, summary)
     return summary
@@ -286,7 +288,13 @@ def describe(o: TaskOutcome) -> str:
 
 
 def summarize(
-    run: LevelRun, outcomes: Sequence[TaskOutcome], *, timed: bool, resumed: int, unmatched: list[str]
+    run: LevelRun,
+    outcomes: Sequence[TaskOutcome],
+    *,
+    timed: bool,
+    resumed: int,
+    unmatched: list[str],
+    left_out: Sequence[str] = (),
 ) -> LevelSummary:
     correct = [o for o in outcomes if o.status == "correct"]
     message = NO_GPU if not timed else "timed on the GPU: candidate and reference interleaved"
@@ -313,6 +321,7 @@ def summarize(
         geomean_speedup_vs_eager=score.geomean([o.speedup_vs_eager for o in correct]),
         geomean_speedup_vs_compiled=score.geomean([o.speedup_vs_compiled for o in correct]),
         unmatched_candidates=unmatched,
+        candidates_left_out=list(left_out),
         tasks=list(outcomes),
     )
 

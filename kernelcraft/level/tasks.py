@@ -67,23 +67,30 @@ def find_tasks(tasks_dir: Path, problems: set[int] | None = None) -> list[LevelT
     return tasks
 
 
-def match_candidates(tasks: list[LevelTask], candidates_dir: Path) -> tuple[list[LevelTask], list[str]]:
-    """Each task with its candidate (or None), and the candidate files that match no task."""
+@dataclass(frozen=True)
+class Matched:
+    """The selected tasks with their candidates, and the candidate files left unevaluated."""
+
+    tasks: list[LevelTask]
+    unmatched: list[str]  # match no task of the folder
+    left_out: list[str]  # match a task `problems` left out
+
+
+def match_candidates(
+    tasks: list[LevelTask], candidates_dir: Path, problems: set[int] | None = None
+) -> Matched:
+    """Each of the folder's `tasks` (all of them, so that a candidate of a task left out is not
+    taken for one that matches none) with its candidate, keeping those `problems` selects."""
     files = python_files(candidates_dir, "the candidates folder")
     numbered = all(_NUMBERED.match(t.name) for t in tasks)
     used: set[Path] = set()
+    left_out: list[Path] = []
     matched = []
     for task in tasks:
-        ranks = [
-            [p for p in files if p.name == task.name],
-            [
-                p
-                for p in files
-                if numbered and p.name.startswith(f"{task.problem_id}_") and p.name != task.name
-            ],
-            [p for p in files if numbered and _run_id(p.name) == task.problem_id],
-        ]
-        found = next((r for r in ranks if r), [])
+        if problems is not None and task.problem_id not in problems:
+            left_out += _candidates_of(task, files, numbered)
+            continue
+        found = _candidates_of(task, files, numbered)
         if len(found) > 1:
             names = ", ".join(p.name for p in found)
             raise UsageError(
@@ -92,7 +99,19 @@ def match_candidates(tasks: list[LevelTask], candidates_dir: Path) -> tuple[list
         if found:
             used.add(found[0])
         matched.append(LevelTask(task.problem_id, task.path, found[0] if found else None))
-    return matched, [p.name for p in files if p not in used]
+    unmatched = [p.name for p in files if p not in used and p not in left_out]
+    return Matched(matched, unmatched, sorted(p.name for p in set(left_out)))
+
+
+def _candidates_of(task: LevelTask, files: list[Path], numbered: bool) -> list[Path]:
+    """The task's candidates by the first rule that finds any: its file name, its problem id as a
+    prefix, KernelBench's generated name."""
+    ranks = [
+        [p for p in files if p.name == task.name],
+        [p for p in files if numbered and p.name.startswith(f"{task.problem_id}_") and p.name != task.name],
+        [p for p in files if numbered and _run_id(p.name) == task.problem_id],
+    ]
+    return next((r for r in ranks if r), [])
 
 
 def _run_id(name: str) -> int | None:

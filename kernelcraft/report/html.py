@@ -99,19 +99,30 @@ def _usage_words(report: RunReport) -> str:
 
 
 def facts(report: RunReport) -> str:
-    candidates = [n for n in report.nodes if n.kind != "root" and n.status == "evaluated"]
-    verdicts = Counter(n.verdict for n in candidates)
-    proposers = Counter(n.proposer for n in candidates if n.proposer)
+    # The steps, as the budget counts them (the search's `budget_usage`): the seed is evaluated at
+    # the start, outside the budget, and said apart, so these figures match the run's summary.
+    steps = [n for n in report.nodes if n.kind != "root" and not n.seed and n.status == "evaluated"]
+    seed = next((n for n in report.nodes if n.seed and n.status == "evaluated"), None)
+    verdicts = Counter(n.verdict for n in steps)
+    proposers = Counter(n.proposer for n in steps if n.proposer)
     rows = [
         ("task", report.task_name),
         ("tree", f"{report.tree_id} ({report.policy}, budget {report.budget}, target {report.target})"),
         (
-            "candidates",
-            f"{len(candidates)} evaluated: {verdicts['correct']} correct, {verdicts['wrong']} wrong, "
-            f"{verdicts['not_compiled']} not compiled, {verdicts['abandoned']} abandoned",
+            "steps",
+            f"{len(steps)} of the budget's {report.budget} evaluated: {verdicts['correct']} correct, "
+            f"{verdicts['wrong']} wrong, {verdicts['not_compiled']} not compiled, "
+            f"{verdicts['abandoned']} abandoned",
         ),
-        ("best", _best_words(report)),
     ]
+    if seed is not None:
+        rows.append(
+            (
+                "seed",
+                f"node {seed.id}, {seed.verdict.replace('_', ' ')} (evaluated at the start, outside the budget)",
+            )
+        )
+    rows.append(("best", _best_words(report)))
     if proposers:
         rows.append(("written by", ", ".join(f"{k}: {v} steps" for k, v in sorted(proposers.items()))))
     if report.llm is not None:
