@@ -3,6 +3,7 @@ an MCP session runs through known outcomes in seconds, without a GPU (the search
 `bench/bench_answers.py` use it; tests of real verdicts use `LocalEvaluator`).
 
     # verdict: correct 2.5        correct, 2.5x faster (speedup ignored when has_gpu is False)
+    # verdict: correct 2.5 1.2    the same, and 1.2x faster than torch.compile
     # verdict: correct            correct, no timing
     # verdict: wrong              compiled, numerical mismatch
     # verdict: crash              compiled, then an illegal memory access while running
@@ -34,7 +35,7 @@ from kernelcraft.base.evaluation import (
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.host.evaluator import ProgressCallback
 
-_MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile|crash)(?:\s+([0-9.]+))?")
+_MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile|crash)(?:\s+([0-9.]+))?(?:\s+([0-9.]+))?")
 _PROFILE = re.compile(r"#\s*profile:\s*(memory|compute)\s+([0-9.]+)(?:\s+spills\s+(\d+))?")
 
 
@@ -60,7 +61,7 @@ class ScriptedEvaluator:
         m = _MARKER.search(job.candidate_source)
         if m is None:
             raise AssertionError("scripted candidates carry a '# verdict:' line")
-        kind, speed = m.group(1), m.group(2)
+        kind, speed, vs_compiled = m.group(1), m.group(2), m.group(3)
         device = "cuda:0 (scripted)" if self._gpu else "cpu (Triton interpreter)"
         if kind == "compile":
             return EvalResult(
@@ -113,7 +114,13 @@ class ScriptedEvaluator:
             return EvalResult(verify=verify)
         s = float(speed) if speed else 1.0
         timing = Timing(median_us=100.0 / s, iqr_us=1.0, min_us=90.0 / s, reps=100, method="cuda_events")
-        profile = ProfileResult(available=True, device=device, candidate=timing, speedup_vs_eager=s)
+        profile = ProfileResult(
+            available=True,
+            device=device,
+            candidate=timing,
+            speedup_vs_eager=s,
+            speedup_vs_compiled=float(vs_compiled) if vs_compiled else None,
+        )
         compiled = CompileResult(ok=True)
         p = _PROFILE.search(job.candidate_source)
         if p is not None:

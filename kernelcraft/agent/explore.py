@@ -49,6 +49,8 @@ import dataclasses
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -141,8 +143,10 @@ class TreePlace:
     db_path: Path | None
 
 
-async def optimize(opts: OptimizeOptions) -> dict[str, Any]:
-    """Run (or resume) one optimisation; returns the summary (also written to summary.json)."""
+async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) -> dict[str, Any]:
+    """Run (or resume) one optimisation; returns the summary (also written to summary.json).
+    `session`: a session already open (a level's tasks share one server, its evaluator and its
+    rulebook); without one, the run opens its own where `opts` and the run directory say."""
     started_at = time.monotonic()
     load_dotenv()
     if opts.dry_run and not opts.dry_run_scratch:
@@ -171,22 +175,34 @@ async def optimize(opts: OptimizeOptions) -> dict[str, Any]:
     meta = load_run_meta(run, inputs)
     place = tree_place(opts, meta)
     try:
-        async with open_session(
-            server_url=place.server_url,
-            token_env=opts.token_env,
-            db_path=place.db_path,
-            evaluator=opts.evaluator,
-            ray_address=opts.ray_address,
-        ) as session:
+        async with _session(opts, place, session) as tools:
             if meta is None:
-                started = await start_tree(opts, inputs, session, run, place)
+                started = await start_tree(opts, inputs, tools, run, place)
             else:
-                started = await resume_tree(opts, inputs, session, run, meta)
-            explorer = Explorer(opts, session, llm, run, meter_so_far(run), started)
+                started = await resume_tree(opts, inputs, tools, run, meta)
+            explorer = Explorer(opts, tools, llm, run, meter_so_far(run), started)
             return await explorer.explore(started_at)
     finally:
         if llm is not None:
             await llm.aclose()
+
+
+@asynccontextmanager
+async def _session(
+    opts: OptimizeOptions, place: TreePlace, shared: ToolSession | None
+) -> AsyncIterator[ToolSession]:
+    """The shared session as it is (its owner closes it), else one opened for this run."""
+    if shared is not None:
+        yield shared
+        return
+    async with open_session(
+        server_url=place.server_url,
+        token_env=opts.token_env,
+        db_path=place.db_path,
+        evaluator=opts.evaluator,
+        ray_address=opts.ray_address,
+    ) as session:
+        yield session
 
 
 # ------------------------------------------------------------------------------------- validate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelcraft.agent.llm import LLMConfig
 from kernelcraft.base.errors import UsageError
@@ -19,9 +19,19 @@ from kernelcraft.cli.common import (
     add_evaluator,
     add_json,
     check_evaluator_args,
+    emit,
     print_json,
     run,
 )
+
+if TYPE_CHECKING:
+    from kernelcraft.agent.explore import OptimizeOptions
+    from kernelcraft.base.levelrun import LevelRunSummary
+    from kernelcraft.level.tasks import LevelTask
+
+# Tasks of a folder optimised at once: their LLM calls overlap, and one evaluator takes their
+# candidates in turn (a GPU times one at a time).
+TASKS_PARALLEL = 4
 
 LLM_HELP = (
     "anthropic (key in $ANTHROPIC_API_KEY), openai (any OpenAI-compatible server: OpenAI, vLLM, "
@@ -157,12 +167,10 @@ def _find(error: BaseException, kind: type[BaseException]) -> BaseException | No
     return None
 
 
-def cmd_optimize(args: argparse.Namespace) -> int:
-    from kernelcraft.agent.explore import OptimizeOptions, optimize
+def _optimize_options(args: argparse.Namespace) -> OptimizeOptions:
+    from kernelcraft.agent.explore import OptimizeOptions
 
-    args.steps = optimize_steps(args.steps, args.preset)
-    preflight_optimize(args)
-    opts = OptimizeOptions(
+    return OptimizeOptions(
         task=args.task,
         seed=args.seed,
         no_seed=args.no_seed,
@@ -174,6 +182,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         **_run_options(args),
     )
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from kernelcraft.agent.explore import optimize
+
+    args.steps = optimize_steps(args.steps, args.preset)
+    if args.task.is_dir():
+        return cmd_optimize_level(args)
+    if args.problems is not None or args.tasks_parallel is not None:
+        raise UsageError(
+            f"--problems and --tasks-parallel choose among a folder's tasks; {args.task} is one task file"
+        )
+    preflight_optimize(args)
+    opts = _optimize_options(args)
     if args.dry_run:
         from kernelcraft.agent.llm_wrappers import DryRunStop
 
@@ -189,6 +211,88 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     return EXIT_OK if summary["best"] is not None else EXIT_NEGATIVE
+
+
+def preflight_level(args: argparse.Namespace) -> list[LevelTask]:
+    """A level's checks that need no work: the folder and --problems, every task parses and
+    defines Model, each seed beside a task defines ModelNew, the LLM's key is there."""
+    from kernelcraft.agent.explore import find_seed
+    from kernelcraft.agent.levelrun import find_level_tasks
+    from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
+    from kernelcraft.level.tasks import parse_problems
+
+    _check_steps(args.steps)
+    if args.seed is not None:
+        raise UsageError(
+            "--seed names one task's seed; in a folder each task's seed is <task>_seed.py beside it"
+        )
+    if args.dry_run:
+        raise UsageError("--dry-run shows one task's first prompt: give a task file, not a folder")
+    if args.tasks_parallel is not None and args.tasks_parallel < 1:
+        raise UsageError(f"--tasks-parallel must be at least 1, not {args.tasks_parallel}")
+    tasks = find_level_tasks(args.task, parse_problems(args.problems) if args.problems else None)
+    for t in tasks:
+        check_task(read_source(t.path), str(t.path))
+        seed = None if args.no_seed else find_seed(t.path)
+        if seed is not None:
+            check_candidate(read_source(seed), str(seed))
+    _check_llm(args)
+    return tasks
+
+
+def cmd_optimize_level(args: argparse.Namespace) -> int:
+    """`optimize FOLDER`: every task of the folder (or --problems), resumable; exit 0 when every
+    task's search ran to its end, whatever it found, 1 when one was skipped or stopped short."""
+    from kernelcraft.agent.levelrun import LevelOptions, optimize_level
+    from kernelcraft.cli.level import LevelBar
+    from kernelcraft.level.tasks import parse_problems
+
+    preflight_level(args)
+    opts = LevelOptions(
+        tasks_dir=args.task,
+        run=_optimize_options(args),
+        problems=parse_problems(args.problems) if args.problems else None,
+        tasks_parallel=args.tasks_parallel or TASKS_PARALLEL,
+        out=args.out,
+    )
+
+    async def main() -> LevelRunSummary:
+        if args.quiet:
+            return await optimize_level(opts)
+        with LevelBar() as bar:
+            return await optimize_level(opts, bar)
+
+    summary = run(main)
+    emit(summary, args.json, render_level(summary))
+    return EXIT_OK if summary.finished == summary.total else EXIT_NEGATIVE
+
+
+def render_level(s: LevelRunSummary) -> str:
+    """The level's summary: what this invocation did first, a row per task, then the figures."""
+    from kernelcraft.report.level import TASK_COLUMNS, figure_rows, task_row
+
+    new = s.total - s.done_earlier - s.resumed
+    first = (
+        f"Resumed the level run in {s.out_dir}: {s.done_earlier} of {s.total} tasks finished earlier "
+        f"(skipped), {s.resumed} resumed, {new} new."
+        if s.done_earlier or s.resumed
+        else f"Level run of {s.total} tasks in {s.out_dir}."
+    )
+    rows = [TASK_COLUMNS, *(task_row(t) for t in s.tasks)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TASK_COLUMNS))]
+    lines = [first, ""]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    figures = [("", "vs eager", "vs torch.compile"), *figure_rows(s)]
+    fw = [max(len(r[i]) for r in figures) for i in range(3)]
+    lines.append("")
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, fw, strict=True)).rstrip() for r in figures]
+    lines += ["", s.message]
+    for t in s.tasks:
+        if t.state in ("skipped", "error", "unfinished") and t.message:
+            lines.append(f"{t.name}: {t.state}: {t.message}")
+    if s.report:
+        lines.append(f"Report: {s.report} (open it in a browser; each task's report is linked)")
+    return "\n".join(lines)
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
@@ -213,7 +317,22 @@ def register(sub: Subcommands) -> None:
         "same --out to continue.",
     )
     p.add_argument(
-        "task", type=Path, help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
+        "task",
+        metavar="TASK",
+        type=Path,
+        help="KernelBench-format task file (Model, get_inputs, get_init_inputs), or a folder of them "
+        "(a KernelBench level): every task optimised, one tree each, one rulebook",
+    )
+    p.add_argument(
+        "--problems",
+        metavar="IDS",
+        help="with a folder: only these problem ids, e.g. 1-10,19 (as kernelcraft level)",
+    )
+    p.add_argument(
+        "--tasks-parallel",
+        type=int,
+        metavar="N",
+        help=f"with a folder: tasks optimised at once over the one evaluator (default {TASKS_PARALLEL})",
     )
     p.add_argument(
         "--seed", type=Path, help="seed kernel (ModelNew); default <task>_seed.py or seed.py beside task.py"
@@ -236,7 +355,11 @@ def register(sub: Subcommands) -> None:
         help="candidates to evaluate: the tree's budget (default: the preset's, adaexplore 50 as "
         "AdaExplore, kernelcraft 10)",
     )
-    p.add_argument("--out", type=Path, help="run directory (default ./kernelcraft-runs/<task>)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="run directory (default ./kernelcraft-runs/<task>); with a folder, one per task inside it",
+    )
     p.add_argument(
         "--fresh",
         action="store_true",

@@ -43,9 +43,14 @@ def python_files(folder: Path, what: str) -> list[Path]:
     )
 
 
-def find_tasks(tasks_dir: Path, problems: set[int] | None = None) -> list[LevelTask]:
-    """The folder's tasks in problem-id order, only `problems` if given."""
+def find_tasks(
+    tasks_dir: Path, problems: set[int] | None = None, *, skip_seeds: bool = False
+) -> list[LevelTask]:
+    """The folder's tasks in problem-id order, only `problems` if given. `skip_seeds`: leave out
+    `*_seed.py` (`optimize`'s seed kernels, which lie beside their tasks)."""
     files = python_files(tasks_dir, "the tasks folder")
+    if skip_seeds:
+        files = [p for p in files if not p.stem.endswith("_seed")]
     if not files:
         raise UsageError(f"the tasks folder {tasks_dir} has no .py files; give a KernelBench level folder")
     numbers = [_NUMBERED.match(p.name) for p in files]

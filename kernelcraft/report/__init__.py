@@ -2,7 +2,7 @@
 
 A leaf package: it imports only `kernelcraft.base`. `model` holds the data (`RunReport`), `build`
 fills it from the tree's models or a run directory, `figures` and `html` draw it
-(`render_html`). The CLI (`kernelcraft report RUN_DIR`), the agent (report.html at the end of
+(`render_html`); `level` draws a level run's figures and page. The CLI (`kernelcraft report RUN_DIR`), the agent (report.html at the end of
 `optimize`) and the server (the `trees://{tree_id}/report` resource) use it. Nothing is imported
 here, so that the server, which needs only `build`, does not load plotly.
 """

@@ -80,6 +80,7 @@ def report_node(node: NodeInfo) -> ReportNode:
         speedup_vs_compiled=profile.speedup_vs_compiled if profile else None,
         candidate_us=node.candidate_us,
         reward=node.reward,
+        eval_seconds=node.verdict.seconds if node.verdict is not None else None,
     )
 
 

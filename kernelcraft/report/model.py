@@ -56,6 +56,10 @@ class ReportNode(BaseModel):
     speedup_vs_compiled: float | None = Field(default=None, description="Against torch.compile.")
     candidate_us: float | None = Field(default=None, description="Median time in µs (GPU only).")
     reward: float | None = None
+    eval_seconds: float | None = Field(
+        default=None,
+        description="The evaluation's wall time from its submission (the verdict's); null when not known.",
+    )
     proposer: Literal["llm", "tuner"] | None = Field(
         default=None, description="Who wrote the step (from steps.jsonl); null when not known."
     )
