@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
 #   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests hostile capture eval evalbox
-#                                   cold probe tuner server ray levelrun level cookbook pack)
+#                                   cold probe stability tuner server ray levelrun level cookbook pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
 # RAY_ARGS, LEVEL_ARGS, COLD_ARGS, COOKBOOK_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
 # see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
@@ -88,6 +88,7 @@ for step in "$@"; do
       python3 -c "import time, threading, torch; t=time.perf_counter(); th=threading.Thread(target=torch.cuda.init); th.start(); import torch._dynamo; a=time.perf_counter(); th.join(); b=time.perf_counter(); print(f'threaded: dynamo done {a-t:.2f} s, both {b-t:.2f} s')" ;;
     boxnobody)  # the GPU box tests with the worker leaving root for nobody
       KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_box.py ;;
+    stability) run bench_stability python3 bench/bench_stability.py --repeats ${REPEATS:-12} --json "$OUT/bench_stability.json" ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
     ray)

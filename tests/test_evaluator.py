@@ -252,6 +252,8 @@ def test_gpu_seed_passes_and_profiles(gpu_eval, job_for) -> None:
     )
     assert r.verify.correct, r.verify
     assert r.profile.available and r.profile.candidate.median_us > 0 and r.profile.speedup_vs_eager
+    assert "clocks" in r.profile.message or "GPU state unknown" in r.profile.message, r.profile.message
+    assert r.profile.candidate.round_spread is not None and r.profile.candidate.round_spread <= 0.05
     assert not r.verify.interpreter
     # Issue item 5: on a GPU, also the real JIT compile, as target "host".
     host = [t for t in r.compile.targets if t.target == "host"]

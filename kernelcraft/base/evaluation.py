@@ -124,6 +124,8 @@ class Timing(BaseModel):
     method: Literal["cuda_events", "cuda_graph"]
     sets: int = Field(default=1, description="Input sets rotated through (cold L2).")
     clipped: int = Field(default=0, description="Samples at the harness floor; non-zero: untrustworthy.")
+    round_spread: float | None = None
+    """The largest gap of a kept timing round's median from the median of rounds (a fraction)."""
 
 
 class Roofline(BaseModel):
@@ -165,6 +167,7 @@ class ProfileResult(BaseModel):
     achieved_gbps: float | None = None
     achieved_tflops: float | None = None
     roofline_fraction: float | None = Field(default=None, description="floor_us / median.")
+    unstable: str | None = Field(default=None, description="Why it may not repeat (5%).")
     roofline: Roofline | None = None
     failure_class: FailureClass | None = Field(
         default=None,
@@ -173,8 +176,7 @@ class ProfileResult(BaseModel):
     evidence: Evidence | None = None
     kernels: dict[str, list[KernelTime]] = Field(
         default_factory=dict,
-        description="Where the GPU time goes ('candidate', 'eager', 'compiled'): each side's kernels, "
-        "largest first.",
+        description="Each side's kernels ('candidate', 'eager', 'compiled'), largest first.",
     )
     seconds: float = 0.0
 

@@ -271,6 +271,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         summary += f"\n{side} kernels: " + "; ".join(
             f"{k.name} {k.share:.0%} ({k.us:.1f} µs, {k.calls:g} call(s))" for k in kernels[:4]
         )
+    if p.unstable:
+        summary += f"\nmay not repeat within 5%: {p.unstable}"
     emit(p, args.json, _with_evidence(p, summary))
     ok = p.available or (p.failure_class is None and "needs a CUDA GPU" in p.message)
     return EXIT_OK if ok else EXIT_NEGATIVE

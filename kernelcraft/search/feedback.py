@@ -171,6 +171,8 @@ def profile_words(result: EvalResult | None, target: str) -> str | None:
             if kernels:
                 top = ", ".join(f"{k.name} {k.share:.0%} ({k.us:.1f} µs)" for k in kernels[:3])
                 parts.append(f"{label}: {top}")
+    if prof is not None and prof.unstable:
+        parts.append(f"timing may not repeat within 5% ({prof.unstable})")
     return "; ".join(parts) or None
 
 

@@ -87,7 +87,8 @@ def _profile(r: Any) -> str:
         f"; {side}: " + ", ".join(f"{k.name} {k.share:.0%}" for k in kernels[:2])
         for side, kernels in r.kernels.items()
     )
-    return "timed: " + ", ".join(p for p in parts if p) + _evidence(r) + where
+    unstable = f"; may not repeat within 5%: {r.unstable}" if getattr(r, "unstable", None) else ""
+    return "timed: " + ", ".join(p for p in parts if p) + _evidence(r) + where + unstable
 
 
 def _compile(r: Any) -> str:

@@ -49,8 +49,8 @@ def register_level_tool(mcp: MCPServer[AppState]) -> None:
         candidates_dir: Annotated[
             str | None,
             Field(
-                description="Folder of candidates named as their task or <problem_id>_*.py; omit to time "
-                "the references alone."
+                description="Candidates named as their task or <problem_id>_*.py; omit to time the "
+                "references alone."
             ),
         ] = None,
         problems: Annotated[str | None, Field(description="Only these problem ids, e.g. '1-10,19'.")] = None,

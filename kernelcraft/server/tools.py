@@ -150,8 +150,8 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
         rule: Annotated[
             str | None,
             Field(
-                description="The general mistake in one sentence, e.g. 'You cannot call tl.float32 as a "
-                "function inside a Triton kernel.' Without one, or for a wrong result, it counts toward no rule.",
+                description="The general mistake in one sentence ('You cannot call tl.float32 in a kernel.'); "
+                "without one, or for a wrong result, it counts toward no rule.",
             ),
         ] = None,
         failure_class: Annotated[
@@ -163,8 +163,7 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
             Field(
                 ge=1,
                 le=MAX_INT64,
-                description="A search_tree_step node's failure_id: the rule attaches to that failure, not "
-                "counting it twice.",
+                description="A search_tree_step node's failure_id: the rule attaches to it, counted once.",
             ),
         ] = None,
     ) -> FailureRecorded:

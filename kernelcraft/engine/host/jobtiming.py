@@ -20,8 +20,8 @@ from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.pool import WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import device_label, profile_result, timing_note
-from kernelcraft.engine.measure import timingcache
-from kernelcraft.engine.measure.samples import spread_within, summarize
+from kernelcraft.engine.measure import gpustate, timingcache
+from kernelcraft.engine.measure.samples import agreeing_rounds, round_spread, spread_within, summarize
 from kernelcraft.engine.wire.protocol import (
     ComputeRoofline,
     Msg,
@@ -37,40 +37,70 @@ from kernelcraft.engine.wire.protocol import (
     WarmupReference,
 )
 
-# Timing runs interleaved rounds (candidate, then reference) until every timed callable over
-# 50 µs (samples.SPREAD_CHECK_ABOVE_US) has an interquartile range within TARGET_SPREAD of its
-# median, between the minimum and maximum number of rounds.
+# Timing runs interleaved rounds (candidate, then reference) until, for every timed callable, at
+# least MIN_PROFILE_ROUNDS rounds agree: each round's median within ROUND_AGREEMENT of the median of
+# rounds (for callables over samples.ROUND_CHECK_ABOVE_US); a round that does not is an outlier (a
+# burst from another tenant, a clock dip), left out of the figures and measured again. The samples
+# of the agreeing rounds must also have an interquartile range within TARGET_SPREAD of their median
+# (over samples.SPREAD_CHECK_ABOVE_US). At MAX_PROFILE_ROUNDS it stops, and says the profile may not
+# repeat.
 MIN_PROFILE_ROUNDS = 3
 MAX_PROFILE_ROUNDS = 10
 TARGET_SPREAD = 0.02
+ROUND_AGREEMENT = 0.05
 PROFILE_BUDGET_MS = 60.0
 NO_GPU_MESSAGE = "timing needs a CUDA GPU and this machine has none; the roofline floor below is for {target}"
 
 
 @dataclass
 class _Rounds:
-    """The timing samples gathered so far, per timed callable ("candidate", "eager", "compiled")."""
+    """The timing samples gathered so far, round by round, per timed callable ("candidate",
+    "eager", "compiled")."""
 
     keys: tuple[str, ...]
-    samples: dict[str, list[float]] = field(default_factory=dict)
+    samples: dict[str, list[list[float]]] = field(default_factory=dict)
     methods: dict[str, TimingMethod] = field(default_factory=dict)
     sets: dict[str, int] = field(default_factory=dict)
     count: int = 0
 
     def add(self, key: str, s: Samples) -> None:
-        self.samples.setdefault(key, []).extend(s.times_us)
+        self.samples.setdefault(key, []).append(list(s.times_us))
         self.methods[key] = s.method
         self.sets[key] = s.sets
+
+    def kept(self, key: str) -> list[list[float]]:
+        """The rounds of `key` that agree with the median of its rounds (`agreeing_rounds`)."""
+        return agreeing_rounds(self.samples.get(key, []), ROUND_AGREEMENT)
+
+    def settled(self, key: str) -> bool:
+        kept = self.kept(key)
+        return len(kept) >= MIN_PROFILE_ROUNDS and spread_within([x for r in kept for x in r], TARGET_SPREAD)
 
     def done(self) -> bool:
         if self.count < MIN_PROFILE_ROUNDS:
             return False
-        return self.count >= MAX_PROFILE_ROUNDS or all(
-            spread_within(self.samples.get(k, []), TARGET_SPREAD) for k in self.keys
-        )
+        return self.count >= MAX_PROFILE_ROUNDS or all(self.settled(k) for k in self.keys)
 
     def timings(self) -> dict[str, Timing]:
-        return {k: summarize(self.samples[k], self.methods[k], self.sets.get(k, 1)) for k in self.keys}
+        out = {}
+        for k in self.keys:
+            kept = self.kept(k)
+            out[k] = summarize([x for r in kept for x in r], self.methods[k], self.sets.get(k, 1))
+            out[k].round_spread = round(round_spread(kept), 4)
+        return out
+
+    def outliers(self) -> int:
+        """Rounds left out of some callable's figures."""
+        return max(len(self.samples.get(k, [])) - len(self.kept(k)) for k in self.keys)
+
+    def unsettled(self) -> list[str]:
+        return [k for k in self.keys if not self.settled(k)]
+
+    def words(self) -> str:
+        out = self.outliers()
+        return f"{self.count} interleaved rounds" + (
+            f" ({out} outlier round{'s' if out > 1 else ''} left out and measured again)" if out else ""
+        )
 
 
 class JobTiming:
@@ -157,13 +187,30 @@ class JobTiming:
             device_label(self.device, cand.info),
             round(time.perf_counter() - start, 3),
         )
-        result.message += f"; {rounds.count} interleaved rounds"
+        result.message += f"; {rounds.words()}"
+        await self.check_stability(result, rounds, ("candidate", "eager") if cached else rounds.keys)
         result.kernels = {k: [KernelTime.model_validate(x) for x in v] for k, v in self.kernels.items()}
         if self.kernels_error:
             result.message += f"; per-kernel times unavailable ({self.kernels_error})"
         if cached is not None:
             result.message += f"; {timingcache.REUSED} (reused for {timingcache.TTL_S / 60:.0f} min)"
         return result
+
+    async def check_stability(self, result: ProfileResult, rounds: _Rounds, keys: tuple[str, ...]) -> None:
+        """Say in the profile what may keep it from repeating within 5%: rounds that did not
+        agree by the last one, clocks held down or another process on the GPU (`gpustate`)."""
+        why = []
+        unsettled = [k for k in rounds.unsettled() if k in keys]
+        if unsettled:
+            why.append(
+                f"after {rounds.count} rounds the timings of {', '.join(unsettled)} still varied by more than "
+                f"{ROUND_AGREEMENT:.0%} between rounds"
+            )
+        state = await gpustate.gpu_state(self.device.index or 0)
+        result.message += f"; {state.words()}"
+        if state.disturbed:
+            why.append(state.words())
+        result.unstable = "; ".join(why) or None
 
     async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds, *, breakdown: bool = False) -> None:
         method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
@@ -247,7 +294,7 @@ class JobTiming:
             notes.append(f"torch.compile failed: {warm.error[:300]}")
         return ProfileResult(
             available=True,
-            message="; ".join([*notes, f"{rounds.count} rounds, the reference alone"]),
+            message="; ".join([*notes, f"{rounds.words()}, the reference alone"]),
             device=device_label(self.device, self.workers.ref.info if self.workers.ref else None),
             reference_eager=t["eager"],
             reference_compiled=t.get("compiled"),

@@ -13,6 +13,7 @@ from kernelcraft.base.evaluation import Timing
 
 MIN_SAMPLE_US = 0.01  # samples are clipped here (never <= 0)
 SPREAD_CHECK_ABOVE_US = 50.0  # the spread target applies to kernels longer than this
+ROUND_CHECK_ABOVE_US = 10.0  # rounds must agree for callables longer than this
 
 
 def summarize(
@@ -47,3 +48,26 @@ def spread_within(times: Sequence[float], target: float) -> bool:
     """True when the samples' IQR is within `target` of their median, or the median is at most
     `SPREAD_CHECK_ABOVE_US` (where a few percent is noise nobody acts on). Pure Python."""
     return statistics.median(times) <= SPREAD_CHECK_ABOVE_US or _spread(times) <= target
+
+
+def agreeing_rounds(rounds: Sequence[Sequence[float]], agreement: float) -> list[list[float]]:
+    """The rounds whose median is within `agreement` (a fraction) of the median of all rounds'
+    medians; every round when that median is at most `ROUND_CHECK_ABOVE_US` (launch jitter). A
+    round outside it is an outlier: one slow burst must not move a profile. Pure Python."""
+    kept = [list(r) for r in rounds if r]
+    if not kept:
+        return []
+    medians = [statistics.median(r) for r in kept]
+    centre = statistics.median(medians)
+    if centre <= ROUND_CHECK_ABOVE_US:
+        return kept
+    return [r for r, m in zip(kept, medians, strict=True) if abs(m - centre) <= agreement * centre]
+
+
+def round_spread(rounds: Sequence[Sequence[float]]) -> float:
+    """The largest gap between a round's median and the median of rounds, as a fraction of it."""
+    medians = [statistics.median(r) for r in rounds if r]
+    if not medians:
+        return 0.0
+    centre = statistics.median(medians)
+    return max(abs(m - centre) for m in medians) / centre if centre > 0 else 0.0
