@@ -41,7 +41,7 @@ async def run(names: list[str], repeats: int, device: str) -> list[dict[str, obj
                 stages=["verify", "profile"],
                 trials=1,
             )
-            medians, eager, unstable, outliers, spreads = [], [], 0, 0, []
+            medians, eager, unstable, outliers, spreads, why = [], [], 0, 0, [], ""
             for _ in range(repeats):
                 p = (await ev.submit(job)).profile
                 if p is None or not p.available or p.candidate is None or p.reference_eager is None:
@@ -51,6 +51,7 @@ async def run(names: list[str], repeats: int, device: str) -> list[dict[str, obj
                 eager.append(p.reference_eager.median_us)
                 spreads.append(p.candidate.round_spread or 0.0)
                 unstable += p.unstable is not None
+                why = why or (p.unstable or "")
                 outliers += p.message.count("outlier round")
             if not medians:
                 continue
@@ -66,6 +67,7 @@ async def run(names: list[str], repeats: int, device: str) -> list[dict[str, obj
                 "max_round_spread_pct": round(100 * max(spreads), 2),
                 "unstable_profiles": unstable,
                 "profiles_with_outlier_rounds": outliers,
+                "first_unstable_reason": why,
             }
             print(json.dumps(row), flush=True)
             out.append(row)

@@ -57,7 +57,15 @@ def test_rounds_that_never_agree_stop_at_the_limit_and_say_so() -> None:
     while not rounds.done():
         _feed(rounds, {"candidate": m})
         m *= 1.2  # the clocks keep falling
-    assert rounds.count == MAX_PROFILE_ROUNDS and rounds.unsettled() == ["candidate"]
+    assert rounds.count == MAX_PROFILE_ROUNDS and rounds.disagreeing() == ["candidate"]
+
+
+def test_a_wide_spread_within_agreeing_rounds_asks_for_rounds_but_is_not_unstable() -> None:
+    rounds = _Rounds(("eager",))
+    while not rounds.done():
+        rounds.count += 1
+        rounds.add("eager", Samples(times_us=_round(200.0, jitter=0.2), method="cuda_events", sets=1))
+    assert rounds.count == MAX_PROFILE_ROUNDS and rounds.disagreeing() == []
 
 
 def test_gpu_state_parses_slowdowns_and_other_tenants() -> None:

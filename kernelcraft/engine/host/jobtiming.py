@@ -93,8 +93,10 @@ class _Rounds:
         """Rounds left out of some callable's figures."""
         return max(len(self.samples.get(k, [])) - len(self.kept(k)) for k in self.keys)
 
-    def unsettled(self) -> list[str]:
-        return [k for k in self.keys if not self.settled(k)]
+    def disagreeing(self) -> list[str]:
+        """Callables for which fewer than `MIN_PROFILE_ROUNDS` rounds agreed: their median may not
+        repeat. (A wide spread within agreeing rounds moves no median: it only asks for rounds.)"""
+        return [k for k in self.keys if len(self.kept(k)) < MIN_PROFILE_ROUNDS]
 
     def words(self) -> str:
         out = self.outliers()
@@ -200,7 +202,7 @@ class JobTiming:
         """Say in the profile what may keep it from repeating within 5%: rounds that did not
         agree by the last one, clocks held down or another process on the GPU (`gpustate`)."""
         why = []
-        unsettled = [k for k in rounds.unsettled() if k in keys]
+        unsettled = [k for k in rounds.disagreeing() if k in keys]
         if unsettled:
             why.append(
                 f"after {rounds.count} rounds the timings of {', '.join(unsettled)} still varied by more than "
