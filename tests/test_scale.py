@@ -485,3 +485,56 @@ def test_compile_without_a_gpu_finds_launches_at_the_tasks_real_shapes() -> None
     p = _cli("compile", str(LARGE / "gelu_task.py"), str(LARGE / "gelu_triton.py"), "--json")
     assert p.returncode == 0, p.stderr
     assert "get_inputs() on the meta device: float32[8192, 8192]" in p.stdout
+
+
+@pytest.mark.slow
+def test_compile_without_a_gpu_finds_launches_at_full_size_without_allocating_the_parameters() -> None:
+    # The task's weight is 64 GiB, more than the machine's RAM: compile used to build ModelNew at
+    # full size on the CPU (KernelBench level 3's MLP: 100 s, or the OOM killer). Now ModelNew is
+    # built on the meta device for the launches and at the trials' shrunk sizes for anything else.
+    start = time.monotonic()
+    p = _cli("compile", str(LARGE / "wide_linear_task.py"), str(LARGE / "wide_linear_triton.py"), "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["ok"] and out["shapes"] == "get_inputs() on the meta device: float32[16, 131072]"
+    (launch,) = out["launches"]
+    assert launch["grid"][:2] == [1, 131072 // 32]  # the full-size grid: N = 131072 columns
+    assert time.monotonic() - start < 60
+
+
+HUGE_UNSHRINKABLE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n: int):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def get_inputs():
+    return [torch.rand(16, 1 << 17)]
+
+
+def get_init_inputs():
+    return [1 << 17]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["compile", "verify"])
+def test_a_task_whose_parameters_outgrow_the_machine_is_refused_up_front_with_its_sizes(
+    tmp_path: Path, command: str
+) -> None:
+    # Its sizes are literals in its functions, not constants the shrink can rewrite: 64 GiB of
+    # weight measured on the meta device, refused before any worker allocates it.
+    task = tmp_path / "huge_params.py"
+    task.write_text(HUGE_UNSHRINKABLE)
+    p = _cli(command, str(task), str(LARGE / "wide_linear_triton.py"))
+    assert p.returncode == 2, p.stderr
+    (error,) = [line for line in p.stderr.splitlines() if line.startswith("kernelcraft: error:")]
+    assert "too big for Triton's CPU interpreter" in error and "parameters 64 GiB" in error, error
+    assert "inputs float32[16, 131072]" in error and "refused before anything was allocated" in error

@@ -152,14 +152,16 @@ def describe(changes: dict[str, list[int]], shapes: str) -> str:
     )
 
 
-def check_interpreter_work(elements: int, shapes: str, task: str) -> None:
+def check_interpreter_work(elements: int, shapes: str, task: str, params_bytes: int = 0) -> None:
     """Refuse (`TaskError`) a task the interpreter would take minutes a trial on, left that
-    large after shrinking (its sizes are not constants this module can rewrite)."""
+    large after shrinking (its sizes are not constants this module can rewrite). Nothing of the
+    task has been allocated yet: its sizes were measured on the meta device."""
     if elements > REFUSE_ABOVE_ELEMENTS:
+        params = f", parameters {params_bytes / 1024**3:.3g} GiB" if params_bytes else ""
         raise TaskError(
             f"too big for Triton's CPU interpreter: {elements:.3g} elements in inputs and parameters "
-            f"({shapes}), minutes a trial, and its sizes are not module-level integer constants "
-            "kernelcraft can shrink; define get_cpu_inputs() returning small inputs, run on a GPU, "
-            "or pass --full-size to run it anyway",
+            f"(inputs {shapes}{params}), minutes a trial, and its sizes are not module-level integer "
+            "constants kernelcraft can shrink; define get_cpu_inputs() returning small inputs, run on a "
+            "GPU, or pass --full-size to run it anyway (refused before anything was allocated)",
             path=task,
         )
