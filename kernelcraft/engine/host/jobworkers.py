@@ -295,8 +295,10 @@ class JobWorkers:
             return
         if self.interpret and not self.full_size and not sized.has_cpu_inputs:
             shrink.check_interpreter_work(
-                sized.elements, sized.shapes, self.spec.task_name, sized.params_bytes
+                sized.elements, sized.shapes, self.spec.task_name, sized.params_bytes, sized.not_shrunk
             )
+            if sized.not_shrunk:
+                self.notes.append(f"ran at the task's own sizes: {sized.not_shrunk}"[:600])
         size = TaskSize.of(sized)
         index, ledger = self.device.index, self.device.memory
         if fresh:

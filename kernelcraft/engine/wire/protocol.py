@@ -302,6 +302,8 @@ class Sized(Reply):
     has_cpu_inputs: bool = False
     shrunk: dict[str, list[int]] = Field(default_factory=dict)
     shrunk_source: str | None = None
+    not_shrunk: str | None = None
+    """Why a task too big for the interpreter was left at its own sizes (its structure)."""
     error: str | None = None
     """Why the task could not be measured on meta (the job goes on without the figures)."""
 
