@@ -67,7 +67,8 @@ def test_shrink_keeps_odd_parts_and_powers_of_two_and_leaves_small_sizes_alone()
 
 
 def test_shrink_rewrites_the_constants_the_input_functions_read_including_init_arguments() -> None:
-    small, changes = shrink.shrunk_source(KERNELBENCH_STYLE, 64)
+    small, changes, broken = shrink.shrunk_source(KERNELBENCH_STYLE, 64)
+    assert broken == []
     # in_features reaches get_init_inputs directly and through out_features; `unused` is read by
     # no input function; batch_size and kernel_size are within the limit.
     assert changes == {"in_features": (8192, 64)}
@@ -84,9 +85,10 @@ def test_a_chained_assignment_shrinks_every_name_through_its_one_literal() -> No
         "def get_inputs():\n    return [torch.rand(batch_size, 3, height, width)]\n\n"
         "def get_init_inputs():\n    return []\n"
     )
-    small, changes = shrink.shrunk_source(src, 64)
-    assert changes == {"batch_size": (128, 64), "height": (4096, 64), "width": (4096, 64)}
-    assert "height = width = 64\n" in small and "batch_size = 64\n" in small
+    small, changes, _ = shrink.shrunk_source(src, 64)
+    # 128 divides 4096 32 times: the batch shrinks with the image (one factor, 64), ratio kept.
+    assert changes == {"batch_size": (128, 2), "height": (4096, 64), "width": (4096, 64)}
+    assert "height = width = 64\n" in small and "batch_size = 2\n" in small
     compile(small, "small.py", "exec")
 
 
@@ -97,9 +99,9 @@ def test_sizes_written_as_arithmetic_on_literals_or_in_a_tuple_shrink_too() -> N
         "def get_inputs():\n    return [torch.rand(M, K), torch.rand(N, *input_shape)]\n\n"
         "def get_init_inputs():\n    return []\n"
     )
-    small, changes = shrink.shrunk_source(src, 64)
-    assert changes == {"M": (2048, 64), "K": (8192, 64), "input_shape[0]": (16384, 64)}
-    assert "M = 64\nK = 64\ninput_shape = (64, 3)\nN = M * 2\n" in small
+    small, changes, _ = shrink.shrunk_source(src, 64)
+    assert changes == {"M": (2048, 8), "K": (8192, 32), "input_shape[0]": (16384, 64)}
+    assert "M = 8\nK = 32\ninput_shape = (64, 3)\nN = M * 2\n" in small
     compile(small, "small.py", "exec")
 
 
@@ -129,18 +131,76 @@ def test_the_shrink_keeps_the_smallest_sizes_the_task_itself_accepts() -> None:
 
     task = load(src, "task")
     sizes = sizing.measure(task, interpret=True)
-    _small, small_sizes, shrunk, changes = sizing.shrink_for_interpreter(src, task, sizes, load)
+    _small, small_sizes, shrunk, changes, _ = sizing.shrink_for_interpreter(src, task, sizes, load)
+    # At 256 (one factor of 16: 4096 channels -> 256) the task accepts its sizes and the work
+    # is under the limit; its assert refuses the smaller ones, which are never tried.
     assert shrunk is not None and changes == {
-        "batch_size": [512, 256],
+        "batch_size": [512, 32],
         "channels": [4096, 256],
-        "length": [1024, 256],
+        "length": [1024, 64],
     }
-    assert small_sizes["elements"] == 256**3 < shrink.REFUSE_ABOVE_ELEMENTS
+    assert small_sizes["elements"] == 32 * 256 * 64 < shrink.REFUSE_ABOVE_ELEMENTS
 
 
 def test_a_task_without_size_constants_has_nothing_to_shrink() -> None:
     src = "def get_inputs():\n    return [torch.rand(8192, 8192)]\n\ndef get_init_inputs():\n    return []\n"
-    assert shrink.shrunk_source(src, 64) == (src, {})
+    assert shrink.shrunk_source(src, 64) == (src, {}, [])
+
+
+GROUP_NORM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, hidden_size, num_groups):
+        super().__init__()
+        self.fc = nn.Linear(input_size, hidden_size)
+        self.gn = nn.GroupNorm(num_groups=num_groups, num_channels=hidden_size)
+
+    def forward(self, x):
+        return self.gn(self.fc(x))
+
+
+batch_size = 1024
+input_size = 8192
+hidden_size = 8192
+num_groups = 512
+
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size, num_groups]
+"""
+
+
+def test_the_shrink_keeps_group_sizes_and_ratios_between_linked_sizes() -> None:
+    # KernelBench level 2 #62: 8192 features in 512 groups. Shrunk one size at a time, it became
+    # 256 features in 256 groups, one channel each, where GroupNorm outputs its bias whatever its
+    # input. One common factor keeps 16 channels a group.
+    small, changes, broken = shrink.shrunk_source(GROUP_NORM, 256)
+    assert broken == []
+    assert changes == {
+        "batch_size": (1024, 32),
+        "input_size": (8192, 256),
+        "hidden_size": (8192, 256),
+        "num_groups": (512, 16),
+    }
+    assert "num_groups = 16\n" in small
+
+
+def test_a_rewrite_that_would_break_the_structure_is_named_and_not_made() -> None:
+    # 6000 features in 375 groups of 16: no common power of two brings 6000 under 64, and each
+    # size on its own loses the group size.
+    src = GROUP_NORM.replace("8192", "6000").replace("num_groups = 512", "num_groups = 375")
+    assert shrink.structure_broken({"c": 8192, "g": 512}, {"c": 256, "g": 256}, 256) == [
+        "c / g = 16 became 256/256"
+    ]
+    small, changes, broken = shrink.shrunk_source(src, 64)
+    assert small == src and changes == {} and broken
+    assert any("num_groups" in b and "hidden_size" in b for b in broken), broken
 
 
 # ---- memory: the sizes, the ledger, the kept references ----
@@ -485,3 +545,56 @@ def test_compile_without_a_gpu_finds_launches_at_the_tasks_real_shapes() -> None
     p = _cli("compile", str(LARGE / "gelu_task.py"), str(LARGE / "gelu_triton.py"), "--json")
     assert p.returncode == 0, p.stderr
     assert "get_inputs() on the meta device: float32[8192, 8192]" in p.stdout
+
+
+@pytest.mark.slow
+def test_compile_without_a_gpu_finds_launches_at_full_size_without_allocating_the_parameters() -> None:
+    # The task's weight is 64 GiB, more than the machine's RAM: compile used to build ModelNew at
+    # full size on the CPU (KernelBench level 3's MLP: 100 s, or the OOM killer). Now ModelNew is
+    # built on the meta device for the launches and at the trials' shrunk sizes for anything else.
+    start = time.monotonic()
+    p = _cli("compile", str(LARGE / "wide_linear_task.py"), str(LARGE / "wide_linear_triton.py"), "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["ok"] and out["shapes"] == "get_inputs() on the meta device: float32[16, 131072]"
+    (launch,) = out["launches"]
+    assert launch["grid"][:2] == [1, 131072 // 32]  # the full-size grid: N = 131072 columns
+    assert time.monotonic() - start < 60
+
+
+HUGE_UNSHRINKABLE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n: int):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def get_inputs():
+    return [torch.rand(16, 1 << 17)]
+
+
+def get_init_inputs():
+    return [1 << 17]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["compile", "verify"])
+def test_a_task_whose_parameters_outgrow_the_machine_is_refused_up_front_with_its_sizes(
+    tmp_path: Path, command: str
+) -> None:
+    # Its sizes are literals in its functions, not constants the shrink can rewrite: 64 GiB of
+    # weight measured on the meta device, refused before any worker allocates it.
+    task = tmp_path / "huge_params.py"
+    task.write_text(HUGE_UNSHRINKABLE)
+    p = _cli(command, str(task), str(LARGE / "wide_linear_triton.py"))
+    assert p.returncode == 2, p.stderr
+    (error,) = [line for line in p.stderr.splitlines() if line.startswith("kernelcraft: error:")]
+    assert "too big for Triton's CPU interpreter" in error and "parameters 64 GiB" in error, error
+    assert "inputs float32[16, 131072]" in error and "refused before anything was allocated" in error

@@ -294,7 +294,11 @@ class JobWorkers:
             self.sized.set_result(sized)
             return
         if self.interpret and not self.full_size and not sized.has_cpu_inputs:
-            shrink.check_interpreter_work(sized.elements, sized.shapes, self.spec.task_name)
+            shrink.check_interpreter_work(
+                sized.elements, sized.shapes, self.spec.task_name, sized.params_bytes, sized.not_shrunk
+            )
+            if sized.not_shrunk:
+                self.notes.append(f"ran at the task's own sizes: {sized.not_shrunk}"[:600])
         size = TaskSize.of(sized)
         index, ledger = self.device.index, self.device.memory
         if fresh:
@@ -345,13 +349,14 @@ class JobWorkers:
         full_size: bool = False,
     ) -> Frame:
         """Give `w` its job; its first answer (a `TaskError` when the task itself fails).
-        `full_size`: a candidate loads the task as given, not the interpreter's shrunk copy (the
-        compile stage on the CPU, which finds launches at the task's real shapes)."""
+        `full_size`: a candidate also gets the task as given where the trials run on a shrunk
+        copy (the compile stage on the CPU, which finds launches at the task's real shapes on the
+        meta device); it builds `ModelNew` at the trials' sizes, under the job's memory limit."""
         spec, settings = self.spec, self.settings
         # Only what was given goes on the wire: the candidate's settings, for a candidate.
         given: dict[str, Any]
         if role == "candidate":
-            limit = settings.memory_limit_bytes if full_size else self.memory_limit
+            limit = self.memory_limit
             self.limits[id(w)] = limit
             given = {
                 "candidate_source": spec.candidate_source,
@@ -359,9 +364,11 @@ class JobWorkers:
                 "allowed_ops": list(spec.allowed_ops),
                 "memory_limit_bytes": limit,
             }
+            if full_size and self.task_source != spec.task_source:
+                given["full_task_source"] = spec.task_source
         else:
             given = {"full_size": True} if self.full_size and interpret else {}
-        source = self.task_source if role == "candidate" and not full_size else spec.task_source
+        source = self.task_source if role == "candidate" else spec.task_source
         if spec.model_mode != "train":
             given["model_mode"] = spec.model_mode
         if spec.correctness != "kernelcraft":

@@ -132,6 +132,9 @@ class Load(BaseModel):
     sandbox: bool = True
     allowed_ops: list[str] = Field(default_factory=list)
     memory_limit_bytes: int | None = None
+    full_task_source: str | None = None
+    """The compile stage on a CPU machine: the task as given, when `task_source` is its shrunk
+    copy; `ModelNew` is built from it on the meta device only (no parameter memory)."""
 
     def to_header(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)
@@ -206,8 +209,9 @@ class Compile(Request):
     targets: list[str]
     inputs: Any = None
     full_size: bool = False
-    """Find the launches on `get_inputs()` built on the meta device (the task's real shapes),
-    falling back to `inputs` when forward cannot run on meta."""
+    """Find the launches on `get_inputs()` and `ModelNew` built on the meta device (the task's
+    real shapes, no memory), falling back to `inputs` and the model built at their sizes when
+    either cannot run on meta."""
 
 
 class Warmup(Request):
@@ -298,6 +302,8 @@ class Sized(Reply):
     has_cpu_inputs: bool = False
     shrunk: dict[str, list[int]] = Field(default_factory=dict)
     shrunk_source: str | None = None
+    not_shrunk: str | None = None
+    """Why a task too big for the interpreter was left at its own sizes (its structure)."""
     error: str | None = None
     """Why the task could not be measured on meta (the job goes on without the figures)."""
 

@@ -53,6 +53,10 @@ class CandidateWorker(Worker):
         call of the candidate's code (`restore_stream`)."""
         self.integrity: Any = None
         self.task: Any = None
+        self.full_task: Any = None
+        """The task as given, when `task` is its shrunk copy (the compile stage on a CPU machine:
+        `discover` builds `ModelNew` from it on the meta device)."""
+        self.model_class: Any = None
         self.threads_before = 0
         self.model: Any = None
         self.inputs: Any = None
@@ -128,6 +132,8 @@ class CandidateWorker(Worker):
             sandbox_note = "the candidate ran without its box (KERNELCRAFT_SANDBOX=off)"
         try:
             task = self.task = self.load_task(job, workdir)
+            if job.full_task_source is not None:
+                self.full_task = import_source(job.full_task_source, workdir, "kernelcraft_task_full")
             init = self.init_inputs(task, job.seed0)
         except Exception as e:
             self.task_error(e)
@@ -136,6 +142,7 @@ class CandidateWorker(Worker):
         self.progress(IMPORTING_CANDIDATE)
         try:
             module = import_source(job.candidate_source, workdir, CANDIDATE_MODULE)
+            self.model_class = module.ModelNew
             self.model = self.build(module.ModelNew, init, job.seed0, task, job.model_mode)
         except BaseException as e:
             self.fail_exception(e, "load")
@@ -385,29 +392,37 @@ class CandidateWorker(Worker):
     # ---- compile and profile stages (candidate side) ----
 
     def discover(self, full_size: bool) -> tuple[Any, str]:
-        """The launches forward makes, without running a kernel, and on which shapes: the task's
-        own `get_inputs()` built on the meta device (Triton needs only the tensors' dtypes and
-        a 16-byte-aligned address, which meta tensors have) when `full_size`, else, or when
-        forward cannot run on meta, the trial's inputs."""
+        """The launches forward makes, without running a kernel, and on which shapes. When
+        `full_size`: the task's own `get_inputs()` built on the meta device (Triton needs only the
+        tensors' dtypes and a 16-byte-aligned address, which meta tensors have), and, where the
+        trials run on a shrunk copy, `ModelNew` built from the task as given on the meta device
+        too (its parameters take no memory: KernelBench level 3's MLP has 8.6 GB of them). Else,
+        or when forward or the build cannot run on meta, the trial's inputs and the model built at
+        their sizes."""
         from kernelcraft.engine.watch.launches import intercept_launches
         from kernelcraft.engine.worker.sizing import shape_text
 
         why = ""
+        torch = self.torch
         if full_size and self.task is not None:
+            full = self.full_task or self.task
             try:
-                self.torch.manual_seed(0)
-                with self.torch.device("meta"):
-                    meta = list(self.task.get_inputs())
-                with self.torch.no_grad(), intercept_launches(execute=False) as rec:
-                    self.model(*meta)
+                torch.manual_seed(0)
+                with torch.device("meta"):
+                    meta = list(full.get_inputs())
+                    model = self.model
+                    if self.full_task is not None:
+                        model = self.model_class(*full.get_init_inputs())
+                with torch.no_grad(), intercept_launches(execute=False) as rec:
+                    model(*meta)
                 self.restore_stream()
                 return rec, f"get_inputs() on the meta device: {shape_text(meta)}"
             except Exception as e:
                 why = f" (forward could not run on meta tensors: {type(e).__name__}: {str(e)[:200]})"
-        with self.torch.no_grad(), intercept_launches(execute=False) as rec:
+        with torch.no_grad(), intercept_launches(execute=False) as rec:
             self.model(*self._map(self.inputs, lambda t: t.clone()))
         self.restore_stream()
-        leaves = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, self.torch.Tensor)]
+        leaves = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, torch.Tensor)]
         return rec, f"the trial's inputs: {shape_text(leaves)}{why}"
 
     def compile_stage(self, req: Compile) -> Compiled:

@@ -115,11 +115,11 @@ class ReferenceWorker(Worker):
             sizes = sizing.measure(self.task, job.interpret, quick=True)
         except Exception as e:
             return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
-        shrunk, source = self.task, None
+        shrunk, source, unshrunk = self.task, None, None
         changes: dict[str, list[int]] = {}
         if job.interpret and not job.full_size:
             try:
-                shrunk, sizes, source, changes = sizing.shrink_for_interpreter(
+                shrunk, sizes, source, changes, unshrunk = sizing.shrink_for_interpreter(
                     job.task_source,
                     self.task,
                     sizes,
@@ -141,6 +141,7 @@ class ReferenceWorker(Worker):
             has_cpu_inputs=hasattr(self.task, "get_cpu_inputs"),
             shrunk=changes,
             shrunk_source=source,
+            not_shrunk=unshrunk,
         )
 
     def make_trial(self, req: MakeInputs) -> bool:

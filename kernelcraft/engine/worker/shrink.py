@@ -93,9 +93,10 @@ def _sites(name: str, value: ast.expr | None) -> list[Site]:
     return []
 
 
-def size_constants(tree: ast.Module) -> list[Site]:
+def size_constants(tree: ast.Module, functions: tuple[str, ...] = INPUT_FUNCTIONS) -> list[Site]:
     """The module-level integer sizes (`NAME = <int>`, `NAME = 1024 * 2`, `A = B = <int>`, a tuple
-    of them) that the input functions read, directly or through other module-level assignments."""
+    of them) that the input functions (or `functions`) read, directly or through other
+    module-level assignments."""
     sites: dict[str, list[Site]] = {}
     uses: dict[str, set[str]] = {}  # module-level name -> names its definition reads
     for node in tree.body:
@@ -109,12 +110,12 @@ def size_constants(tree: ast.Module) -> list[Site]:
                     sites[name] = _sites(name, node.value)
                 else:
                     sites.pop(name, None)
-        elif isinstance(node, ast.FunctionDef) and node.name in INPUT_FUNCTIONS:
+        elif isinstance(node, ast.FunctionDef) and node.name in functions:
             uses.setdefault(f"<{node.name}>", set()).update(
                 n.id for n in ast.walk(node) if isinstance(n, ast.Name)
             )
     reached: set[str] = set()
-    todo = [f"<{f}>" for f in INPUT_FUNCTIONS if f"<{f}>" in uses]
+    todo = [f"<{f}>" for f in functions if f"<{f}>" in uses]
     while todo:
         for name in uses.get(todo.pop(), ()):
             if name not in reached:
@@ -123,24 +124,117 @@ def size_constants(tree: ast.Module) -> list[Site]:
     return [site for name, found in sites.items() if name in reached for site in found]
 
 
-def shrunk_source(source: str, limit: int) -> tuple[str, dict[str, tuple[int, int]]]:
-    """`source` with its size constants over `limit` shrunk, and {name: (old, new)} (empty when
-    there is nothing to shrink)."""
+MIN_LINKED = 16
+"""A size at least this large that divides another by at most the limit is a count or a group
+(num_groups 512 of 8192 channels, 16 heads of 1024): the two shrink together, their ratio kept."""
+
+
+def _twos(v: int) -> int:
+    n = 0
+    while v and v % 2 == 0:
+        v, n = v // 2, n + 1
+    return n
+
+
+def structure_broken(
+    old: dict[str, int], new: dict[str, int], limit: int, counts: set[str] | None = None
+) -> list[str]:
+    """What a rewrite `old` -> `new` of a task's sizes breaks of its structure: a ratio between
+    two linked sizes over the limit (see `MIN_LINKED`) that changed, two equal sizes made
+    different, or, of two sizes `Model` is built with (`counts`: groups, heads, channels; all
+    when None), one that divided the other and no longer does or now equals it (a group of one channel: GroupNorm
+    then outputs its bias whatever its input). Empty when the structure is kept."""
+    broken: list[str] = []
+    names = sorted(old, key=lambda n: old[n])
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            va, vb, na, nb = old[a], old[b], new[a], new[b]
+            if va == vb:
+                if na != nb:
+                    broken.append(f"{a} = {b} ({va}) became {na} and {nb}")
+                continue
+            if va < 2 or vb % va:
+                continue
+            q = vb // va
+            if va > limit and _linked(va, vb, limit) and (nb % na or nb // na != q):
+                broken.append(f"{b} / {a} = {q} became {nb}/{na}")
+            elif (counts is None or {a, b} <= counts) and (nb % na or nb == na):
+                broken.append(f"{a} ({va}) divided {b} ({vb}) {q} times; {na} and {nb} do not keep that")
+    return broken
+
+
+def _linked(va: int, vb: int, limit: int) -> bool:
+    lo, hi = sorted((va, vb))
+    return lo == hi or (lo >= MIN_LINKED and hi % lo == 0 and hi // lo <= limit)
+
+
+def _divisor_keeping(v: int, limit: int, keep: list[int]) -> int:
+    """`shrink_value(v, limit)`, or a divisor of `v` in [limit/4, limit] that every size of
+    `keep` dividing `v` still divides (1000 with 4 blocks of layers: 200, not 250)."""
+    new = shrink_value(v, limit)
+    must = [k for k in keep if v % k == 0]
+    if all(new % k == 0 for k in must):
+        return new
+    for d in range(limit, max(2, limit // 4) - 1, -1):
+        if v % d == 0 and all(d % k == 0 for k in must):
+            return d
+    return new
+
+
+def plan_sizes(sizes: dict[str, int], limit: int) -> dict[str, int]:
+    """New values for `sizes` under `limit`; sizes within it stay. The sizes over the limit fall
+    into groups of linked sizes (`MIN_LINKED`, equal sizes); each group is divided by one power
+    of two, so its ratios stay exact (8192 channels in 512 groups -> 256 in 16); a size linked to
+    none, or a group no common power of two brings under the limit, shrinks size by size
+    (`shrink_value`, keeping the small sizes that divided it). `structure_broken` says whether
+    the result is usable."""
+    new = dict(sizes)
+    small = [v for v in sizes.values() if 2 <= v <= limit]
+    left = {n for n, v in sizes.items() if v > limit}
+    while left:
+        group, todo = set(), [left.pop()]
+        while todo:  # the sizes over the limit linked to this one, directly or through others
+            a = todo.pop()
+            group.add(a)
+            for b in list(left):
+                if _linked(sizes[a], sizes[b], limit):
+                    left.discard(b)
+                    todo.append(b)
+        top, twos = max(sizes[n] for n in group), min(_twos(sizes[n]) for n in group)
+        t = next((t for t in range(1, twos + 1) if top >> t <= limit), None)
+        for n in group:
+            if t is not None and len(group) > 1:
+                new[n] = sizes[n] >> t
+            else:
+                new[n] = _divisor_keeping(sizes[n], limit, small)
+    return new
+
+
+def shrunk_source(source: str, limit: int) -> tuple[str, dict[str, tuple[int, int]], list[str]]:
+    """`source` with its size constants over `limit` shrunk (`plan_sizes`), {name: (old, new)}
+    (empty when there is nothing to shrink) and what the rewrite would break of the task's
+    structure (`structure_broken`: when not empty, the source is returned unchanged)."""
     tree = ast.parse(source)
+    sites = size_constants(tree)
+    old = {name: v for name, _node, v in sites}
+    new = plan_sizes(old, limit)
+    counts = {name for name, _node, _v in size_constants(tree, ("get_init_inputs",))}
+    broken = structure_broken(old, new, limit, counts)
+    if broken:
+        return source, {}, broken
     changes: dict[str, tuple[int, int]] = {}
     edits: list[tuple[int, int, int, str]] = []
-    for name, node, old in size_constants(tree):
-        new = shrink_value(old, limit)
-        if new != old and node.end_lineno == node.lineno and node.end_col_offset is not None:
-            changes[name] = (old, new)
-            edit = (node.lineno, node.col_offset, node.end_col_offset, str(new))
+    for name, node, v in sites:
+        if new[name] != v and node.end_lineno == node.lineno and node.end_col_offset is not None:
+            changes[name] = (v, new[name])
+            edit = (node.lineno, node.col_offset, node.end_col_offset, str(new[name]))
             if edit not in edits:  # a chained assignment's names share one expression
                 edits.append(edit)
     lines = source.splitlines(keepends=True)
     for line, col, end_col, text in sorted(edits, reverse=True):
         row = lines[line - 1].encode()
         lines[line - 1] = (row[:col] + text.encode() + row[end_col:]).decode()
-    return "".join(lines), changes
+    return "".join(lines), changes, []
 
 
 def describe(changes: dict[str, list[int]], shapes: str) -> str:
@@ -152,14 +246,20 @@ def describe(changes: dict[str, list[int]], shapes: str) -> str:
     )
 
 
-def check_interpreter_work(elements: int, shapes: str, task: str) -> None:
+def check_interpreter_work(
+    elements: int, shapes: str, task: str, params_bytes: int = 0, not_shrunk: str | None = None
+) -> None:
     """Refuse (`TaskError`) a task the interpreter would take minutes a trial on, left that
-    large after shrinking (its sizes are not constants this module can rewrite)."""
+    large after shrinking (its sizes are not constants this module can rewrite, or rewriting them
+    would break its structure: `not_shrunk`). Nothing of the task has been allocated yet: its
+    sizes were measured on the meta device."""
     if elements > REFUSE_ABOVE_ELEMENTS:
+        params = f", parameters {params_bytes / 1024**3:.3g} GiB" if params_bytes else ""
+        why = not_shrunk or "its sizes are not module-level integer constants kernelcraft can shrink"
         raise TaskError(
             f"too big for Triton's CPU interpreter: {elements:.3g} elements in inputs and parameters "
-            f"({shapes}), minutes a trial, and its sizes are not module-level integer constants "
-            "kernelcraft can shrink; define get_cpu_inputs() returning small inputs, run on a GPU, "
-            "or pass --full-size to run it anyway",
+            f"(inputs {shapes}{params}), minutes a trial, and {why}; define get_cpu_inputs() "
+            "returning small inputs, run on a GPU, or pass --full-size to run it anyway (refused "
+            "before anything was allocated)",
             path=task,
         )

@@ -97,19 +97,22 @@ def device_memory(device: str) -> tuple[int, int]:
 
 def shrink_for_interpreter(
     source: str, task: Any, sizes: dict[str, Any], load: Any
-) -> tuple[Any, dict[str, Any], str | None, dict[str, list[int]]]:
+) -> tuple[Any, dict[str, Any], str | None, dict[str, list[int]], str | None]:
     """The task at sizes the interpreter runs in seconds, when it has no get_cpu_inputs and its
     work is over `shrink.SHRINK_ABOVE_ELEMENTS`: each smaller `shrink.LIMITS` in turn until the
     work is under it, or until forward stops running on meta at the smaller sizes (a convolution
-    whose kernel outgrew its image). `load(source, tag)` imports a source. Returns (task, sizes, the shrunk
-    source or None, {constant: [old, new]})."""
+    whose kernel outgrew its image). A limit whose rewrite would break the task's structure
+    (`shrink.structure_broken`) is skipped. `load(source, tag)` imports a source. Returns (task,
+    sizes, the shrunk source or None, {constant: [old, new]}, why it was not shrunk or None)."""
     if hasattr(task, "get_cpu_inputs") or sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
-        return task, sizes, None, {}
+        return task, sizes, None, {}, None
     best: tuple[Any, dict[str, Any], str | None, dict[str, list[int]]] = (task, sizes, None, {})
+    broken: list[str] = []
     for limit in shrink.LIMITS:
-        small, changes = shrink.shrunk_source(source, limit)
-        if not changes:  # every size within this limit (level 2's 128s under 256): try smaller
-            continue
+        small, changes, breaks = shrink.shrunk_source(source, limit)
+        broken = broken or breaks
+        if not changes:  # every size within this limit (level 2's 128s under 256), or its
+            continue  # structure broken at it: try smaller
         try:
             small_task = load(small, f"shrunk{limit}")
             small_sizes = measure(small_task, interpret=True)
@@ -121,4 +124,7 @@ def shrink_for_interpreter(
             best = (small_task, small_sizes, small, {k: [o, n] for k, (o, n) in changes.items()})
         if small_sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
             break
-    return best
+    why = None
+    if best[2] is None and broken:
+        why = "shrinking its sizes would break its structure: " + "; ".join(broken[:4])
+    return (*best, why)
