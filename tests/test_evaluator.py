@@ -496,3 +496,27 @@ def test_gpus_are_counted_one_per_nvidia_device_file_when_none_are_masked(
     (tmp_path / "nvidiactl").unlink()
     if not Path("/proc/driver/nvidia").exists():  # no driver at all: no GPU, still no torch
         assert prestart.gpu_count("auto", dev=str(tmp_path)) == 0
+
+
+@pytest.mark.slow
+def test_a_compile_that_runs_out_of_time_names_the_launches_it_had_found(evaluator, job_for) -> None:
+    """Issue 26: a compile ran 300 s and said '0 launch(es)' where three had been found. Discovery
+    runs forward's host code; when it runs out of time the verdict names what it had found and
+    how to give it more."""
+    hang = (
+        (CHEATS / "hang.py")
+        .read_text()
+        .replace(
+            "        while True:\n            pass",
+            "        y = torch.empty_like(x)\n"
+            "        for _ in range(3):\n"
+            "            relu_affine_kernel[(1,)](x, y, x.numel(), BLOCK_SIZE=1024)\n"
+            "        while True:\n            pass",
+        )
+    )
+    r = evaluator.submit(job_for(CHEATS / "task_scale.py", hang, stages=["compile"], timeout_s=15))
+    c = r.compile
+    assert c is not None and not c.ok and c.failure_class is not None
+    assert c.failure_class.value == "runtime_timeout", c
+    assert c.evidence is not None and "relu_affine_kernel x3" in c.evidence.message, c.evidence
+    assert "--timeout / timeout_s, now 15 s" in c.evidence.message

@@ -44,6 +44,7 @@ from kernelcraft.engine.host.verdicts import (
 )
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
+    FOUND_LAUNCHES,
     Compare,
     Compared,
     Compile,
@@ -229,6 +230,10 @@ class Job:
             frame = await self.workers.recv(w, candidate=True)
             self.workers.candidate_verdict(frame, Msg.COMPILED)
         except Stop as stop:
+            if stop.cls is FailureClass.RUNTIME_TIMEOUT and stop.evidence is not None:
+                stop.evidence.message += compile_timeout_words(
+                    self.workers.found_launches, self.spec.timeout_s
+                )
             if not self.workers.interpret:
                 raise
             return CompileResult(
@@ -394,4 +399,18 @@ def mode_note(mode: str, kinds: list[str]) -> str:
     return (
         f"ran Model and ModelNew in training mode, as KernelBench's harness does: {which} used batch "
         "statistics (and dropout, if any, was active); model_mode='eval' (--eval-mode) judges eval mode"
+    )
+
+
+def compile_timeout_words(found: str, timeout_s: float) -> str:
+    """What a compile that ran out of time had done: the launches its discovery had found (as the
+    candidate's worker said), and how to give it more time."""
+    seen = (
+        f"; by then its discovery had found launches: {found.removeprefix(FOUND_LAUNCHES).strip()}"
+        if found
+        else "; it had found no launch yet (forward's host code ran the whole time)"
+    )
+    return (
+        f"{seen}. Discovery runs forward's host code on the task's full sizes: give it more time "
+        f"(--timeout / timeout_s, now {timeout_s:g} s) or shorten forward's host-side loops"
     )

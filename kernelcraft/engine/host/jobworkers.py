@@ -49,6 +49,7 @@ from kernelcraft.engine.host.replies import (
 )
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
+    FOUND_LAUNCHES,
     IMPORTING_CANDIDATE,
     Compare,
     InputsMade,
@@ -159,6 +160,9 @@ class JobWorkers:
         self.untrusted: set[int] = set()
         """id() of each worker that said it is importing the candidate: its word is not the task's."""
         self.notes: list[str] = []
+        self.found_launches = ""
+        """The candidate's last word on the launches its compile discovery found (shown when the
+        compile runs out of time; the candidate's own words, never believed)."""
         self.spans: list[tuple[str, float, float]] = []
         """(stage, start, end) of each stage as it ran; `partition` turns them into seconds."""
         self.fraction = 0.0
@@ -426,6 +430,8 @@ class JobWorkers:
                 message = str(frame.header.get("message", ""))[:200]
                 if candidate and message == IMPORTING_CANDIDATE:
                     self.untrusted.add(id(w))
+                if candidate and message.startswith(FOUND_LAUNCHES):
+                    self.found_launches = message
                 await self.progress(None, message)
                 continue
             return frame

@@ -68,6 +68,8 @@ class Msg(str, Enum):
 
 
 IMPORTING_CANDIDATE = "importing the candidate"
+FOUND_LAUNCHES = "launches found so far:"
+"""How a compile's discovery says what it found (untrusted words: shown, never believed)."""
 """The progress message a candidate worker sends just before it imports the candidate: from then
 on the process runs untrusted code and its word about the task is not believed."""
 

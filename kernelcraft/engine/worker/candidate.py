@@ -21,6 +21,7 @@ from typing import Any
 from kernelcraft.base.errortext import CANDIDATE_MODULE
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.wire.protocol import (
+    FOUND_LAUNCHES,
     IMPORTING_CANDIDATE,
     Compile,
     Compiled,
@@ -57,6 +58,8 @@ class CandidateWorker(Worker):
         """The task as given, when `task` is its shrunk copy (the compile stage on a CPU machine:
         `discover` builds `ModelNew` from it on the meta device)."""
         self.model_class: Any = None
+        self.found_launches: dict[str, int] = {}
+        """Launches discovery found so far, by kernel name (said as found: `_found`)."""
         self.threads_before = 0
         self.model: Any = None
         self.inputs: Any = None
@@ -404,6 +407,8 @@ class CandidateWorker(Worker):
 
         why = ""
         torch = self.torch
+        found = self.found_launches
+        found.clear()
         if full_size and self.task is not None:
             full = self.full_task or self.task
             try:
@@ -413,17 +418,28 @@ class CandidateWorker(Worker):
                     model = self.model
                     if self.full_task is not None:
                         model = self.model_class(*full.get_init_inputs())
-                with torch.no_grad(), intercept_launches(execute=False) as rec:
+                with torch.no_grad(), intercept_launches(execute=False, on_launch=self._found) as rec:
                     model(*meta)
                 self.restore_stream()
                 return rec, f"get_inputs() on the meta device: {shape_text(meta)}"
             except Exception as e:
                 why = f" (forward could not run on meta tensors: {type(e).__name__}: {str(e)[:200]})"
-        with torch.no_grad(), intercept_launches(execute=False) as rec:
+                found.clear()
+        with torch.no_grad(), intercept_launches(execute=False, on_launch=self._found) as rec:
             self.model(*self._map(self.inputs, lambda t: t.clone()))
         self.restore_stream()
         leaves = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, torch.Tensor)]
         return rec, f"the trial's inputs: {shape_text(leaves)}{why}"
+
+    def _found(self, record: Any) -> None:
+        """Say each kernel discovery finds as it is found, and every 100th launch: a compile that
+        runs out of time can then name what it had found (`Job.compile_stage`)."""
+        name, found = record.launch.name, self.found_launches
+        found[name] = found.get(name, 0) + 1
+        total = sum(found.values())
+        if total <= 20 or found[name] == 1 or total % 100 == 0:
+            listed = ", ".join(f"{k} x{n}" for k, n in list(found.items())[:6])
+            self.progress(f"{FOUND_LAUNCHES} {total} ({listed})")
 
     def compile_stage(self, req: Compile) -> Compiled:
         from kernelcraft.engine.checks.aot import compile_for_targets
