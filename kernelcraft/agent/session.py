@@ -92,6 +92,12 @@ class ToolSession:
             rule = RuleOut.model_validate(r)
             rules.setdefault(rule.id, rule)
 
+    async def active_rules(self) -> list[RuleOut]:
+        """Every active rule of the rulebook (rules://active), most counted first."""
+        result = await self.client.read_resource("rules://active")
+        text = "".join(getattr(c, "text", "") for c in result.contents)
+        return [RuleOut.model_validate(r) for r in json.loads(text).get("rules", [])]
+
     async def start(
         self,
         reference_code: str,
