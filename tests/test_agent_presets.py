@@ -111,7 +111,7 @@ def adapt_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, 
     (tasks / "gelu_seed.py").write_text(SEED)
     ran: list[OptimizeOptions] = []
 
-    async def fake_optimize(opts: OptimizeOptions) -> dict[str, Any]:
+    async def fake_optimize(opts: OptimizeOptions, session: object = None) -> dict[str, Any]:
         ran.append(opts)
         usage = {"total_tokens": 0, "cost_usd": None}
         return {
@@ -123,11 +123,15 @@ def adapt_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, 
             "usage": usage,
         }
 
-    async def no_rules(opts: AdaptOptions) -> dict[str, dict[str, Any]]:
+    async def no_rules(opts: AdaptOptions, session: object = None) -> dict[str, int]:
         return {}
 
+    async def none_learnt(opts: AdaptOptions, session: object, before: dict[str, int]) -> list[Any]:
+        return []
+
     monkeypatch.setattr(adapt_module, "optimize", fake_optimize)
-    monkeypatch.setattr(adapt_module, "_rule_counts", no_rules)
+    monkeypatch.setattr(adapt_module, "rule_counts", no_rules)
+    monkeypatch.setattr(adapt_module, "rules_learnt", none_learnt)
     return tasks, ran
 
 

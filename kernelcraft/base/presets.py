@@ -33,6 +33,7 @@ PRESET_NAMES: tuple[PresetName, ...] = ("kernelcraft", "adaexplore")
 DEFAULT_PRESET: PresetName = "kernelcraft"
 KindSwitch = Literal["no_candidate", "failed"]
 TunerSteps = Literal["off", "alternate", "only"]
+PoolUse = Literal["build_upon", "new_design"]
 # A chain's code is measured in tokens of about this many characters (source code averages 3.5-4).
 CHARS_PER_TOKEN = 4
 
@@ -74,6 +75,12 @@ class SearchConfig(BaseModel):
     )
     pool_size: int = Field(
         default=5, ge=1, le=20, description="Large-step context: kernels to beat, at most."
+    )
+    pool_use: PoolUse = Field(
+        default="new_design",
+        description="What a large step is told to do with its pool: 'build_upon' (AdaExplore's POOL_PROMPT: "
+        "reuse, adapt or build upon any pool kernel, the best one included) or 'new_design' (a different "
+        "approach, not a copy of a pool kernel tweaked).",
     )
     rules_in_prompt: int = Field(
         default=0,
@@ -135,6 +142,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "memory": 5,
         "context_tokens": 16_000,
         "pool_size": 5,
+        "pool_use": "build_upon",
         "rules_in_prompt": 0,
         "manual_sections": 0,
         "profile_feedback": False,
@@ -156,6 +164,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "memory": 5,
         "context_tokens": 16_000,
         "pool_size": 5,
+        "pool_use": "new_design",
         "rules_in_prompt": 0,
         "manual_sections": 3,
         "profile_feedback": True,
