@@ -337,6 +337,7 @@ async def test_a_level_adapts_into_its_rulebook_before_exploring_and_a_rerun_ski
 
         async with judged_session(db, judge) as session:
             second = await optimize_level(opts, session=session, judge=judge)
+        await judge.aclose()  # the judge is its builder's to close, as the session is
 
     phase = first.adapt
     assert phase is not None and (phase.state, phase.this_run, phase.tasks, phase.steps_per_task) == (
