@@ -28,6 +28,7 @@ from kernelcraft.agent.explore import OptimizeOptions
 from kernelcraft.agent.judge import ModelJudge, judge_for
 from kernelcraft.agent.levelrun import LevelOptions, optimize_level
 from kernelcraft.agent.llm import LLMConfig
+from kernelcraft.agent.proposers import NO_REVISER_GUIDANCE
 from kernelcraft.agent.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import InfrastructureError, UsageError
@@ -382,3 +383,49 @@ async def test_without_a_model_or_with_zero_steps_the_adapt_phase_is_skipped_and
     assert "--llm none" in (no_model.adapt.message or "") and not (home / "a" / "adapt").exists()
     assert zero.adapt is not None and zero.adapt.message == "--adapt-steps 0"
     assert "Adapt phase: skipped (--adapt-steps 0)." in render_level(zero)
+
+
+@pytest.mark.anyio
+async def test_under_adaexplore_the_adapt_phase_runs_with_adaexplores_adapt_constants_and_no_reviser(
+    home: Path,
+) -> None:
+    folder = make_level(home / "level2", (1,))
+    out, db = home / "run", home / "kc.db"
+    script = failing_model()
+    with serve(script) as base:
+        llm = LLMConfig(
+            kind="openai", model="m", base_url=f"{base}/v1", api_key_env="none", sdk_max_retries=0
+        )
+        opts = level_options(folder, out, db, adapt_steps=3)
+        opts.run.llm, opts.run.preset = llm, "adaexplore"
+        judge = judge_for(llm, server_url=None)
+        assert judge is not None
+        async with judged_session(db, judge) as session:
+            summary = await optimize_level(opts, session=session, judge=judge)
+        await judge.aclose()
+        requests = list(script.requests)
+    assert summary.adapt is not None and summary.adapt.state == "finished"
+    tree = json.loads((out / "adapt" / "1_Add" / "run.json").read_text())["tree_id"]
+    with sqlite3.connect(db) as conn:
+        params = json.loads(conn.execute("SELECT params FROM trees WHERE id = ?", (tree,)).fetchone()[0])
+    assert {k: params[k] for k in ("preset", "c", "c_exp", "reward_alpha", "p_large", "reviser")} == {
+        "preset": "adaexplore",
+        "c": 0.25,
+        "c_exp": 0.25,
+        "reward_alpha": 1.0,
+        "p_large": 0.25,
+        "reviser": False,
+    }
+    kinds = [s["kind"] for s in steps_of(out / "adapt" / "1_Add")]
+    assert "small" in kinds
+    # no reviser call in the adapt's small steps: the tuner gets AdaExplore's fixed guidance
+    edits = [
+        r for r in requests if r.get("tool_choice", {}).get("function", {}).get("name") == "submit_edits"
+    ]
+    assert edits and NO_REVISER_GUIDANCE in edits[0]["messages"][-1]["content"]
+    explore_tree = json.loads((out / "1_Add" / "run.json").read_text())["tree_id"]
+    with sqlite3.connect(db) as conn:
+        explore = json.loads(
+            conn.execute("SELECT params FROM trees WHERE id = ?", (explore_tree,)).fetchone()[0]
+        )
+    assert (explore["c"], explore["reward_alpha"], explore["reviser"]) == (0.3, 0.0, True)  # explore's own

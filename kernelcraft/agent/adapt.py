@@ -24,7 +24,7 @@ from kernelcraft.agent.explore import OptimizeOptions, find_seed, optimize
 from kernelcraft.agent.llm import LLMConfig, Usage, load_dotenv
 from kernelcraft.agent.session import ToolSession, open_session
 from kernelcraft.base.errors import LLMError, UsageError
-from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, preset_config
+from kernelcraft.base.presets import ADAPT_PARAMS, DEFAULT_PRESET, PresetName, preset_config
 
 _TASK_MARKERS = (re.compile(r"^class Model\b", re.M), re.compile(r"^def get_inputs\b", re.M))
 
@@ -120,8 +120,9 @@ async def adapt(
             steps=steps,
             preset=opts.preset,
             level=opts.level,
-            # Adapt is where rules are learnt (AdaExplore's memory_update), in every preset.
-            params={"learn_rules": True},
+            # Adapt is where rules are learnt (AdaExplore's memory_update), in every preset; under
+            # adaexplore with AdaExplore's adapt constants (presets.ADAPT_PARAMS).
+            params={**ADAPT_PARAMS[opts.preset], "learn_rules": True},
             llm=opts.llm,
             out=out / name,
             target=opts.target,

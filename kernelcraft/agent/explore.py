@@ -5,7 +5,8 @@ context and the active rules); the driver only writes candidates and submits the
 
 - large step: one LLM call (`submit_kernel`) writing a whole ModelNew that must beat the pool;
 - small step: a reviser call (`propose_improvements`, 1–3 concrete changes from the chain, its
-  errors and timings; skipped when no kernel of the chain is correct, as in AdaExplore), then a
+  errors and timings; skipped when no kernel of the chain is correct, as in AdaExplore, and when
+  the tree's `reviser` is off, as in AdaExplore's adapt: then its fixed guidance), then a
   tuner call (`submit_edits`, shown each version of the chain with its code and metrics) whose
   old/new edits are applied to the parent. Edits that do not apply are skipped, as AdaExplore's
   `str_replace` skips them (after the tree's `edit_retries` retries that show the model why): the
