@@ -262,6 +262,7 @@ async def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_func
         submit_edits=Reply(fix),
         propose_improvements=Reply({"items": ["Call tl.erf, which Triton has."]}),
         propose_rule=Reply({"text": "You cannot call tl.erff in a Triton kernel."}),
+        judge_duplicate=Reply({"is_duplicate": False, "matched_index": None, "confidence": 0.9}),
     )
     out = home / "run"
     with serve(script) as base:
@@ -294,6 +295,8 @@ async def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_func
     assert first["usage"]["input_tokens"] >= 300 and first["rule"]["recorded"] is True
     assert first["rule"]["proposed"] == "You cannot call tl.erff in a Triton kernel."
     assert len(script.requests_for("propose_rule")) == 1
+    # the run's model judged the rule against the rulebook (AdaExplore's dedup), on the run's meter
+    assert len(script.requests_for("judge_duplicate")) == 1
     with sqlite3.connect(home / "kc.db") as db:
         rules = [r[0] for r in db.execute("SELECT text FROM rules")]
     assert first["rule"]["proposed"] in rules

@@ -111,7 +111,7 @@ def adapt_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, 
     (tasks / "gelu_seed.py").write_text(SEED)
     ran: list[OptimizeOptions] = []
 
-    async def fake_optimize(opts: OptimizeOptions) -> dict[str, Any]:
+    async def fake_optimize(opts: OptimizeOptions, session: object = None) -> dict[str, Any]:
         ran.append(opts)
         usage = {"total_tokens": 0, "cost_usd": None}
         return {
@@ -123,11 +123,15 @@ def adapt_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, 
             "usage": usage,
         }
 
-    async def no_rules(opts: AdaptOptions) -> dict[str, dict[str, Any]]:
+    async def no_rules(opts: AdaptOptions, session: object = None) -> dict[str, int]:
         return {}
 
+    async def none_learnt(opts: AdaptOptions, session: object, before: dict[str, int]) -> list[Any]:
+        return []
+
     monkeypatch.setattr(adapt_module, "optimize", fake_optimize)
-    monkeypatch.setattr(adapt_module, "_rule_counts", no_rules)
+    monkeypatch.setattr(adapt_module, "rule_counts", no_rules)
+    monkeypatch.setattr(adapt_module, "rules_learnt", none_learnt)
     return tasks, ran
 
 
@@ -150,7 +154,18 @@ async def test_adapt_runs_the_presets_25_steps_per_task_and_its_trees_learn_rule
         AdaptOptions(tasks_dir=tasks, steps=3, llm=LLMConfig(kind="none"), out=tmp_path / "c", progress=False)
     )
     assert [(o.steps, o.preset) for o in ran] == [(25, "kernelcraft"), (25, "adaexplore"), (3, "kernelcraft")]
-    assert all(o.params == {"learn_rules": True} and o.tuner_steps == "off" for o in ran)
+    assert all(o.params["learn_rules"] is True and o.tuner_steps == "off" for o in ran)
+    # kernelcraft adapts with its explore's constants; adaexplore with those of AdaExplore's adapt run
+    # (config/SYN-v1 over agent/agent_entry.py's defaults)
+    assert ran[0].params == ran[2].params == {"learn_rules": True}
+    assert ran[1].params == {
+        "learn_rules": True,
+        "c": 0.25,
+        "c_exp": 0.25,
+        "reward_alpha": 1.0,
+        "p_large": 0.25,
+        "reviser": False,
+    }
 
 
 def test_kernelcraft_adapt_without_steps_takes_the_presets(

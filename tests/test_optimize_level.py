@@ -20,12 +20,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from agent_fakes import Reply, Script, serve
 from mcp import Client
-from search_scripted import ScriptedEvaluator
+from search_scripted import ScriptedEvaluator, candidate
 
 from kernelcraft.agent.explore import OptimizeOptions
+from kernelcraft.agent.judge import ModelJudge, judge_for
 from kernelcraft.agent.levelrun import LevelOptions, optimize_level
 from kernelcraft.agent.llm import LLMConfig
+from kernelcraft.agent.proposers import NO_REVISER_GUIDANCE
 from kernelcraft.agent.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import InfrastructureError, UsageError
@@ -283,3 +286,146 @@ def test_the_command_line_optimises_a_folder_and_a_killed_run_resumes_without_re
     summary = json.loads(third.stdout)
     assert [t["name"] for t in summary["tasks"]] == ["2_AddAgain.py"] and summary["done_earlier"] == 1
     assert summary["fast_p"][2] == {"p": 1.0, "vs_eager": None, "vs_compiled": None}  # no GPU: unknown
+
+
+# ------------------------------------------------------------------ the adapt phase, then explore
+
+RULE = "You cannot call tl.tanh in a Triton kernel."
+NOT_A_DUPLICATE = {"is_duplicate": False, "matched_index": None, "confidence": 0.9, "reason": "new"}
+
+
+def failing_model() -> Script:
+    """A model whose every kernel and edit fails to compile, and which distils the same rule."""
+    script = Script()
+    script.fallback.update(
+        submit_kernel=Reply({"code": candidate("compile", "the model's kernel")}),
+        submit_edits=Reply({"edits": [{"old": "# verdict: correct", "new": "# verdict: compile #"}]}),
+        propose_improvements=Reply({"items": ["Use tl.tanh."]}),
+        propose_rule=Reply({"text": RULE}),
+        judge_duplicate=Reply(NOT_A_DUPLICATE),
+    )
+    return script
+
+
+@asynccontextmanager
+async def judged_session(db: Path, judge: ModelJudge) -> AsyncIterator[ToolSession]:
+    settings = Settings(db_path=db, rule_activation_count=1)  # one evaluated failure activates a rule
+    server = create_server(settings, lambda _: ScriptedEvaluator(has_gpu=True), judge=judge)  # type: ignore[arg-type,return-value]
+    async with Client(server) as client:
+        yield ToolSession(client, "the scripted server")
+
+
+@pytest.mark.anyio
+async def test_a_level_adapts_into_its_rulebook_before_exploring_and_a_rerun_skips_the_finished_phase(
+    home: Path,
+) -> None:
+    folder = make_level(home / "level2", (1, 2))
+    out, db = home / "run", home / "kc.db"
+    script = failing_model()
+    with serve(script) as base:
+        llm = LLMConfig(
+            kind="openai", model="m", base_url=f"{base}/v1", api_key_env="none", sdk_max_retries=0
+        )
+        opts = level_options(folder, out, db, tasks_parallel=2, adapt_steps=1)
+        opts.run.llm = llm
+        judge = judge_for(llm, server_url=None)
+        assert judge is not None
+        async with judged_session(db, judge) as session:
+            first = await optimize_level(opts, session=session, judge=judge)
+        rules_proposed = len(script.requests_for("propose_rule"))
+        judged = len(script.requests_for("judge_duplicate"))
+        adapt_steps = {stem: steps_of(out / "adapt" / stem) for stem in ("1_Add", "2_AddAgain")}
+
+        async with judged_session(db, judge) as session:
+            second = await optimize_level(opts, session=session, judge=judge)
+        await judge.aclose()  # the judge is its builder's to close, as the session is
+
+    phase = first.adapt
+    assert phase is not None and (phase.state, phase.this_run, phase.tasks, phase.steps_per_task) == (
+        "finished",
+        "ran",
+        2,
+        1,
+    )
+    # each task's one adapt step failed to compile and the model distilled the rule: counted twice
+    assert all(len(s) == 1 and s[0]["outcome"] == "not_compiled" for s in adapt_steps.values())
+    assert rules_proposed == 2 and judged == 2  # only adapt learns; each rule went to the judge
+    assert [(r.text, r.count, r.gained, r.status) for r in phase.rules_learnt] == [(RULE, 2, 2, "active")]
+    # its tokens: its explores' (each task's run) and the judge's two calls (1,200 tokens each)
+    explores = sum(
+        json.loads((out / "adapt" / stem / "summary.json").read_text())["usage"]["total_tokens"]
+        for stem in ("1_Add", "2_AddAgain")
+    )
+    assert explores > 0 and phase.tokens == explores + 2 * 1200 and phase.cost_usd is None  # unpriced
+    # then the explore ran every task, its own trees beside the adapt's
+    assert first.finished == first.total == 2 and all(
+        len(steps_of(out / s)) == 2 for s in ("1_Add", "2_AddAgain")
+    )
+    assert json.loads((out / "summary.json").read_text())["adapt"]["rules_learnt"][0]["text"] == RULE
+    assert "Adapt phase: finished, 2 tasks at 1 steps, 1 active rules learnt" in render_level(first)
+
+    # the rerun: the finished phase is not redone (no model call, no step), its figures kept
+    assert second.adapt is not None and second.adapt.this_run == "done earlier"
+    assert second.adapt.rules_learnt == phase.rules_learnt and second.adapt.tokens == phase.tokens
+    assert len(script.requests_for("propose_rule")) == rules_proposed
+    assert len(script.requests_for("judge_duplicate")) == judged
+    assert {stem: steps_of(out / "adapt" / stem) for stem in adapt_steps} == adapt_steps
+
+
+@pytest.mark.anyio
+async def test_without_a_model_or_with_zero_steps_the_adapt_phase_is_skipped_and_says_why(home: Path) -> None:
+    folder = make_level(home / "level2", (1,))
+    db = home / "kc.db"
+    async with scripted_session(db, ScriptedEvaluator(has_gpu=True)) as session:
+        no_model = await optimize_level(level_options(folder, home / "a", db), session=session)
+        zero = await optimize_level(level_options(folder, home / "b", db, adapt_steps=0), session=session)
+    assert no_model.adapt is not None and no_model.adapt.state == "skipped"
+    assert "--llm none" in (no_model.adapt.message or "") and not (home / "a" / "adapt").exists()
+    assert zero.adapt is not None and zero.adapt.message == "--adapt-steps 0"
+    assert "Adapt phase: skipped (--adapt-steps 0)." in render_level(zero)
+
+
+@pytest.mark.anyio
+async def test_under_adaexplore_the_adapt_phase_runs_with_adaexplores_adapt_constants_and_no_reviser(
+    home: Path,
+) -> None:
+    folder = make_level(home / "level2", (1,))
+    out, db = home / "run", home / "kc.db"
+    script = failing_model()
+    with serve(script) as base:
+        llm = LLMConfig(
+            kind="openai", model="m", base_url=f"{base}/v1", api_key_env="none", sdk_max_retries=0
+        )
+        opts = level_options(folder, out, db, adapt_steps=3)
+        opts.run.llm, opts.run.preset = llm, "adaexplore"
+        judge = judge_for(llm, server_url=None)
+        assert judge is not None
+        async with judged_session(db, judge) as session:
+            summary = await optimize_level(opts, session=session, judge=judge)
+        await judge.aclose()
+        requests = list(script.requests)
+    assert summary.adapt is not None and summary.adapt.state == "finished"
+    tree = json.loads((out / "adapt" / "1_Add" / "run.json").read_text())["tree_id"]
+    with sqlite3.connect(db) as conn:
+        params = json.loads(conn.execute("SELECT params FROM trees WHERE id = ?", (tree,)).fetchone()[0])
+    assert {k: params[k] for k in ("preset", "c", "c_exp", "reward_alpha", "p_large", "reviser")} == {
+        "preset": "adaexplore",
+        "c": 0.25,
+        "c_exp": 0.25,
+        "reward_alpha": 1.0,
+        "p_large": 0.25,
+        "reviser": False,
+    }
+    kinds = [s["kind"] for s in steps_of(out / "adapt" / "1_Add")]
+    assert "small" in kinds
+    # no reviser call in the adapt's small steps: the tuner gets AdaExplore's fixed guidance
+    edits = [
+        r for r in requests if r.get("tool_choice", {}).get("function", {}).get("name") == "submit_edits"
+    ]
+    assert edits and NO_REVISER_GUIDANCE in edits[0]["messages"][-1]["content"]
+    explore_tree = json.loads((out / "1_Add" / "run.json").read_text())["tree_id"]
+    with sqlite3.connect(db) as conn:
+        explore = json.loads(
+            conn.execute("SELECT params FROM trees WHERE id = ?", (explore_tree,)).fetchone()[0]
+        )
+    assert (explore["c"], explore["reward_alpha"], explore["reviser"]) == (0.3, 0.0, True)  # explore's own

@@ -193,6 +193,27 @@ def test_selection_stops_where_the_expand_action_wins():
     assert select_node(snap, C, C_EXP) == 1
 
 
+def test_with_reward_alpha_one_ucb1_and_expand_use_the_max_reward_and_pick_the_peak_not_the_mean():
+    # AdaExplore's adapt run (reward_alpha 1.0): root (4 visits) ─ A (2 visits, mean 0.3, max 0.5)
+    # and B (2 visits, mean 0.4, max 0.4). Mean: B leads; max: A does.
+    snap = Snapshot(
+        [
+            root(visits=4, value=1.4),
+            node(2, 1, "large", visits=2, value=0.6, reward=0.1, max_reward=0.5),
+            node(3, 1, "large", visits=2, value=0.8, reward=0.4, max_reward=0.4),
+        ]
+    )
+    # UCB = value + 0.25·sqrt(ln 4 / 2) = value + 0.25·0.832555 = value + 0.208139
+    assert ucb1(snap, 2, 0.25) == pytest.approx(0.3 + 0.208139, abs=1e-6)
+    assert ucb1(snap, 2, 0.25, alpha=1.0) == pytest.approx(0.5 + 0.208139, abs=1e-6)
+    assert ucb1(snap, 2, 0.25, alpha=0.5) == pytest.approx(0.4 + 0.208139, abs=1e-6)
+    # expand(root) = max child value + 0.25·sqrt(ln 4 / 2²): with alpha 1, A's max 0.5
+    assert expand_score(snap, 1, 0.25, alpha=1.0) == pytest.approx(0.5 + 0.25 * 0.588705, abs=1e-6)
+    assert expand_score(snap, 1, 0.25) == pytest.approx(0.4 + 0.25 * 0.588705, abs=1e-6)
+    # the best child beats expand under either rule (0.608 > 0.547; 0.708 > 0.647): the mean picks B, the max A
+    assert select_node(snap, 0.25, 0.25) == 3 and select_node(snap, 0.25, 0.25, alpha=1.0) == 2
+
+
 def test_ties_between_expand_and_the_best_child_descend():
     # root (1 visit) ─ A (1 visit): ln 1 = 0, so expand = UCB(A) = A's mean; expand must win strictly.
     snap = Snapshot([root(visits=1, value=0.5), node(2, 1, "large", visits=1, value=0.5)])
@@ -443,6 +464,7 @@ def test_the_adaexplore_preset_is_the_papers_configuration_per_level():
     assert not (l2.learn_rules or l2.warm_start or l2.profile_feedback) and l2.manual_sections == 0
     assert l2.tuner_steps == "off"
     assert preset_config("adaexplore", level=3).c_exp == 0.15  # KB-l3: expand_exploration_ratio 0.5
+    assert l2.reward_alpha == 0.0 and l2.reviser  # KB-l2/KB-l3: reward_alpha 0.0, the reviewer on
     ours = preset_config("kernelcraft")
     assert ours.manual_sections == 3 and ours.profile_feedback and ours.warm_start
     assert preset_config("kernelcraft", level=3).c_exp == 0.15

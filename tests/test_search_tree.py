@@ -327,6 +327,30 @@ async def test_a_large_step_carries_the_pool_of_branch_bests_and_says_to_beat_th
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("preset", "said", "unsaid"),
+    [
+        ("adaexplore", "directly build upon any kernel in the pool", "Do not copy one and tweak it"),
+        ("kernelcraft", "Do not copy one and tweak it", "build upon"),
+    ],
+)
+async def test_a_large_step_builds_upon_the_pool_under_adaexplore_and_departs_from_it_under_kernelcraft(
+    tmp_path, preset, said, unsaid
+):
+    async with service(tmp_path / "kc.db", gpu=True) as svc:
+        r = await svc.start(
+            TASK,
+            seed_candidate=candidate("correct 1.5"),
+            preset=preset,
+            params={"p_large": 1.0, "c_exp": 0.0},
+            budget=9,
+        )
+        assert r.next_step is not None and r.next_step.pool  # the seed is in the pool
+    assert r.tree.params["pool_use"] == ("build_upon" if preset == "adaexplore" else "new_design")
+    assert said in r.next_step.instructions and unsaid not in r.next_step.instructions
+
+
+@pytest.mark.anyio
 async def test_a_small_steps_chain_carries_each_versions_code_and_metrics_within_its_token_budget(tmp_path):
     # p_large = 0, c_exp = 0: root → seed → A → B, small steps; 500 tokens ≈ 2000 characters of code.
     pad = "x" * 800  # each version ≈ 830 characters: two fit, three do not

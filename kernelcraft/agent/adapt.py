@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kernelcraft.agent.explore import OptimizeOptions, find_seed, optimize
-from kernelcraft.agent.llm import LLMConfig, load_dotenv
-from kernelcraft.agent.session import open_session
+from kernelcraft.agent.llm import LLMConfig, Usage, load_dotenv
+from kernelcraft.agent.session import ToolSession, open_session
 from kernelcraft.base.errors import LLMError, UsageError
-from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, preset_config
+from kernelcraft.base.presets import ADAPT_PARAMS, DEFAULT_PRESET, PresetName, preset_config
 
 _TASK_MARKERS = (re.compile(r"^class Model\b", re.M), re.compile(r"^def get_inputs\b", re.M))
 
@@ -46,6 +46,7 @@ class AdaptOptions:
     progress: bool = True
     evaluator: Literal["local", "ray"] = "local"
     ray_address: str | None = None
+    tasks: list[Path] | None = None  # these tasks rather than tasks_dir's (a level's --problems)
 
 
 def discover_tasks(folder: Path) -> list[Path]:
@@ -70,18 +71,36 @@ def _name(task: Path) -> str:
     return task.parent.name if task.name == "task.py" else task.stem
 
 
-async def _rule_counts(opts: AdaptOptions) -> dict[str, dict[str, Any]]:
+RuleCounts = dict[str, int]
+"""An active rule's uid → its count."""
+
+
+async def rule_counts(opts: AdaptOptions, session: ToolSession | None = None) -> RuleCounts:
+    """Every active rule's count (rules://active), over `session` or a session of its own."""
+    if session is not None:
+        return {r.uid: r.count for r in await session.active_rules()}
     async with open_session(server_url=opts.server_url, token_env=opts.token_env, db_path=opts.db_path) as s:
-        return {r["uid"]: r for r in await s.rules("", None, 50)}
+        return {r.uid: r.count for r in await s.active_rules()}
 
 
-async def adapt(opts: AdaptOptions) -> dict[str, Any]:
+async def adapt(
+    opts: AdaptOptions,
+    session: ToolSession | None = None,
+    rules_before: RuleCounts | None = None,
+    *,
+    print_report: bool = True,
+) -> dict[str, Any]:
+    """Run adapt's short explores; the report (also printed to stderr unless `print_report` is
+    False). `session`: one already open for every task (a level's run); without one, each task
+    opens its own. `rules_before`: the counts to measure the rules learnt against (a resumed
+    phase's first start); default: now."""
     load_dotenv()
-    tasks = discover_tasks(opts.tasks_dir)
+    tasks = opts.tasks if opts.tasks is not None else discover_tasks(opts.tasks_dir)
     out = opts.out or Path("kernelcraft-adapt")
-    before = await _rule_counts(opts)
+    before = rules_before if rules_before is not None else await rule_counts(opts, session)
     steps = opts.steps if opts.steps is not None else preset_config(opts.preset).adapt_steps
     results: list[dict[str, Any]] = []
+    usage = Usage()
     tokens_left, dollars_left = opts.max_total_tokens, opts.max_dollars
     for task in tasks:
         name = _name(task)
@@ -101,8 +120,9 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
             steps=steps,
             preset=opts.preset,
             level=opts.level,
-            # Adapt is where rules are learnt (AdaExplore's memory_update), in every preset.
-            params={"learn_rules": True},
+            # Adapt is where rules are learnt (AdaExplore's memory_update), in every preset; under
+            # adaexplore with AdaExplore's adapt constants (presets.ADAPT_PARAMS).
+            params={**ADAPT_PARAMS[opts.preset], "learn_rules": True},
             llm=opts.llm,
             out=out / name,
             target=opts.target,
@@ -118,18 +138,19 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
             tuner_steps="off",
         )
         try:
-            summary = await optimize(run_opts)
+            summary = await optimize(run_opts, session)
         except UsageError as e:
             results.append({"task": str(task), "skipped": str(e)})
             continue
         except LLMError as e:
             results.append({"task": str(task), "error": str(e)})
             break
-        usage = summary["usage"]
+        task_usage = summary["usage"]
+        usage.add(Usage.from_dict(task_usage))
         if tokens_left is not None:
-            tokens_left = max(tokens_left - usage["total_tokens"], 0)
-        if dollars_left is not None and usage["cost_usd"] is not None:
-            dollars_left = max(dollars_left - usage["cost_usd"], 0.0)
+            tokens_left = max(tokens_left - task_usage["total_tokens"], 0)
+        if dollars_left is not None and task_usage["cost_usd"] is not None:
+            dollars_left = max(dollars_left - task_usage["cost_usd"], 0.0)
         results.append(
             {
                 "task": str(task),
@@ -138,20 +159,39 @@ async def adapt(opts: AdaptOptions) -> dict[str, Any]:
                 "correct": summary["correct"],
                 "failures_by_class": summary["failures_by_class"],
                 "best": summary["best"],
+                "stopped_because": summary.get("stopped_because"),
+                "usage": task_usage,
             }
         )
-    after = await _rule_counts(opts)
-    learnt = []
-    for uid, rule in after.items():
-        gained = rule["count"] - (before[uid]["count"] if uid in before else 0)
-        if gained > 0:
-            learnt.append(
-                {"text": rule["text"], "count": rule["count"], "gained": gained, "status": rule["status"]}
-            )
-    learnt.sort(key=lambda r: (-r["gained"], -r["count"]))
-    report = {"tasks": results, "rules_learnt": learnt}
-    _print_report(report)
+    report = {
+        "tasks": results,
+        "rules_learnt": await rules_learnt(opts, session, before),
+        "usage": usage.to_dict(),
+    }
+    if print_report:
+        _print_report(report)
     return report
+
+
+async def rules_learnt(
+    opts: AdaptOptions, session: ToolSession | None, before: RuleCounts
+) -> list[dict[str, Any]]:
+    """The active rules whose counts grew since `before`, most grown first."""
+    if session is not None:
+        after = await session.active_rules()
+    else:
+        async with open_session(
+            server_url=opts.server_url, token_env=opts.token_env, db_path=opts.db_path
+        ) as s:
+            after = await s.active_rules()
+    grown = sorted(
+        (r for r in after if r.count > before.get(r.uid, 0)),
+        key=lambda r: (before.get(r.uid, 0) - r.count, -r.count),
+    )
+    return [
+        {"text": r.text, "count": r.count, "gained": r.count - before.get(r.uid, 0), "status": r.status}
+        for r in grown
+    ]
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -167,6 +207,9 @@ def _print_report(report: dict[str, Any]) -> None:
             w(
                 f"  {t['task']}: tree {t['tree_id']}, {t['steps']} steps, {t['correct']} correct; failures: {fails}\n"
             )
+    u = report["usage"]
+    dollars = "unknown (unpriced model)" if u["cost_usd"] is None else f"${u['cost_usd']:.2f}"
+    w(f"tokens {u['total_tokens']:,} in {u['calls']} calls, {dollars}\n")
     if not report["rules_learnt"]:
         w("rules learnt: none (no failure produced a new or repeated rule)\n")
         return

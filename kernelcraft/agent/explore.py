@@ -5,7 +5,8 @@ context and the active rules); the driver only writes candidates and submits the
 
 - large step: one LLM call (`submit_kernel`) writing a whole ModelNew that must beat the pool;
 - small step: a reviser call (`propose_improvements`, 1–3 concrete changes from the chain, its
-  errors and timings; skipped when no kernel of the chain is correct, as in AdaExplore), then a
+  errors and timings; skipped when no kernel of the chain is correct, as in AdaExplore, and when
+  the tree's `reviser` is off, as in AdaExplore's adapt: then its fixed guidance), then a
   tuner call (`submit_edits`, shown each version of the chain with its code and metrics) whose
   old/new edits are applied to the parent. Edits that do not apply are skipped, as AdaExplore's
   `str_replace` skips them (after the tree's `edit_retries` retries that show the model why): the
@@ -55,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kernelcraft.agent.judge import judge_for
 from kernelcraft.agent.llm import LLMConfig, Usage, UsageMeter, load_dotenv, make_llm
 from kernelcraft.agent.llm_wrappers import DryRunLLM, LoggedLLM
 from kernelcraft.agent.rundir import RunDir
@@ -174,13 +176,14 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
         llm = LoggedLLM(llm, run.path / "prompts.jsonl")
     meta = load_run_meta(run, inputs)
     place = tree_place(opts, meta)
+    meter = meter_so_far(run)
     try:
-        async with _session(opts, place, session) as tools:
+        async with _session(opts, place, session, meter, run) as tools:
             if meta is None:
                 started = await start_tree(opts, inputs, tools, run, place)
             else:
                 started = await resume_tree(opts, inputs, tools, run, meta)
-            explorer = Explorer(opts, tools, llm, run, meter_so_far(run), started)
+            explorer = Explorer(opts, tools, llm, run, meter, started)
             return await explorer.explore(started_at)
     finally:
         if llm is not None:
@@ -189,20 +192,28 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
 
 @asynccontextmanager
 async def _session(
-    opts: OptimizeOptions, place: TreePlace, shared: ToolSession | None
+    opts: OptimizeOptions, place: TreePlace, shared: ToolSession | None, meter: UsageMeter, run: RunDir
 ) -> AsyncIterator[ToolSession]:
-    """The shared session as it is (its owner closes it), else one opened for this run."""
+    """The shared session as it is (its owner closes it), else one opened for this run, whose
+    in-process server judges duplicate rules with the run's model (none for a dry run), on the
+    run's meter and transcript."""
     if shared is not None:
         yield shared
         return
-    async with open_session(
-        server_url=place.server_url,
-        token_env=opts.token_env,
-        db_path=place.db_path,
-        evaluator=opts.evaluator,
-        ray_address=opts.ray_address,
-    ) as session:
-        yield session
+    judge = None if opts.dry_run else judge_for(opts.llm, place.server_url, meter, run.path / "prompts.jsonl")
+    try:
+        async with open_session(
+            server_url=place.server_url,
+            token_env=opts.token_env,
+            db_path=place.db_path,
+            evaluator=opts.evaluator,
+            ray_address=opts.ray_address,
+            judge=judge,
+        ) as session:
+            yield session
+    finally:
+        if judge is not None:
+            await judge.aclose()
 
 
 # ------------------------------------------------------------------------------------- validate

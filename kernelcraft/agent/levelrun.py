@@ -37,20 +37,35 @@ from typing import Any
 
 import anyio
 
+from kernelcraft.agent.adapt import AdaptOptions, adapt, discover_tasks, rule_counts
 from kernelcraft.agent.explore import OptimizeOptions, optimize
-from kernelcraft.agent.llm import load_dotenv
+from kernelcraft.agent.judge import ModelJudge, judge_for
+from kernelcraft.agent.llm import Usage, load_dotenv
 from kernelcraft.agent.rundir import RunDir, write_atomic
 from kernelcraft.agent.runloop import sha256_of
 from kernelcraft.agent.session import ToolSession, open_session
 from kernelcraft.base.errors import KernelcraftError, UsageError
 from kernelcraft.base.level import FAST_P_THRESHOLDS, FastP, TaskOutcome
-from kernelcraft.base.levelrun import LevelRunSummary, OptimizedTask, TaskState, ThisRun
+from kernelcraft.base.levelrun import (
+    AdaptPhase,
+    LearntRule,
+    LevelRunSummary,
+    OptimizedTask,
+    TaskState,
+    ThisRun,
+)
+from kernelcraft.base.presets import preset_config
 from kernelcraft.level import score
 from kernelcraft.level.tasks import LevelTask, find_tasks
 from kernelcraft.report.build import from_run_dir
 from kernelcraft.report.model import RunReport
 
 LEVEL_FILE = "level.json"
+ADAPT_FILE = "adapt.json"  # the adapt phase: the rule counts it started from, its figures once done
+ADAPT_DIR = "adapt"  # its tasks' run directories
+NO_MODEL_TO_ADAPT = (
+    "no model to distil rules from failures (--llm none): the explore starts from the rulebook as it is"
+)
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
 NO_GPU = (
@@ -75,6 +90,8 @@ class LevelOptions:
     problems: set[int] | None = None
     tasks_parallel: int = 4
     out: Path | None = None
+    adapt_steps: int | None = None  # the adapt phase's steps per task; None: the preset's; 0: no phase
+    adapt_tasks: Path | None = None  # the folder it adapts on; None: the level's own tasks
 
     def out_dir(self) -> Path:
         """--out, else ./kernelcraft-runs/<folder name>."""
@@ -176,7 +193,7 @@ def _level_meta(opts: LevelOptions, out: Path) -> dict[str, Any]:
 
 @asynccontextmanager
 async def _session(
-    opts: LevelOptions, meta: dict[str, Any], shared: ToolSession | None
+    opts: LevelOptions, meta: dict[str, Any], shared: ToolSession | None, judge: ModelJudge | None
 ) -> AsyncIterator[ToolSession]:
     if shared is not None:
         yield shared
@@ -187,16 +204,21 @@ async def _session(
         db_path=Path(meta["db_path"]) if meta["db_path"] else None,
         evaluator=opts.run.evaluator,
         ray_address=opts.run.ray_address,
+        judge=judge,
     ) as session:
         yield session
 
 
 async def optimize_level(
-    opts: LevelOptions, progress: LevelProgress | None = None, session: ToolSession | None = None
+    opts: LevelOptions,
+    progress: LevelProgress | None = None,
+    session: ToolSession | None = None,
+    judge: ModelJudge | None = None,
 ) -> LevelRunSummary:
-    """Optimise every task of the folder (resuming an earlier invocation); the summary, also
-    written to OUT/summary.json, and the level's page, OUT/report.html. `session`: a session
-    already open (tests); without one, one session to the server the options name."""
+    """Adapt, then optimise every task of the folder (resuming an earlier invocation); the
+    summary, also written to OUT/summary.json, and the level's page, OUT/report.html. `session`: a
+    session already open (tests), whose server's duplicate judge is `judge` (its usage is counted);
+    without one, one session to the server the options name, judging with the run's model."""
     started = time.monotonic()
     load_dotenv()
     if opts.tasks_parallel < 1:
@@ -224,6 +246,8 @@ async def optimize_level(
         progress=False,  # one line per task instead: the tasks' own bars would interleave
     )
     slots = anyio.Semaphore(opts.tasks_parallel)
+    if session is None:
+        judge = judge_for(base.llm, base.server_url)
 
     async def one(p: Planned, tools: ToolSession) -> None:
         nonlocal done
@@ -234,16 +258,135 @@ async def optimize_level(
             state, message = outcomes[p.task.problem_id]
             await say(f"{p.task.name}: {state}" + (f" ({message})" if message else ""))
 
-    async with _session(opts, meta, session) as tools, anyio.create_task_group() as group:
-        for p in planned:
-            if p.this_run != "done earlier":
-                group.start_soon(one, p, tools)
+    try:
+        async with _session(opts, meta, session, judge) as tools:
+            phase = await adapt_phase(opts, base, out, [p.task.path for p in planned], tools, judge, say)
+            async with anyio.create_task_group() as group:
+                for p in planned:
+                    if p.this_run != "done earlier":
+                        group.start_soon(one, p, tools)
+    finally:
+        if judge is not None and session is None:
+            await judge.aclose()
     results = [task_result(p, *outcomes.get(p.task.problem_id, ("finished", None))) for p in planned]
     summary = summarize(opts, base, out, results)
+    summary.adapt = phase
     summary.seconds = round(time.monotonic() - started, 1)
     summary.report = write_level_report(out, summary)
     write_atomic(out / SUMMARY_FILE, summary.model_dump_json(indent=2) + "\n")
     return summary
+
+
+async def adapt_phase(
+    opts: LevelOptions,
+    base: OptimizeOptions,
+    out: Path,
+    level_tasks: list[Path],
+    tools: ToolSession,
+    judge: ModelJudge | None,
+    say: Callable[[str], Awaitable[None]],
+) -> AdaptPhase:
+    """AdaExplore's Adapt before the explore: `kernelcraft adapt`'s loop (`adapt.py`) over the
+    level's tasks (or `adapt_tasks`), into the same session and so the same rulebook, learning
+    rules whatever the preset. Once per level run: OUT/adapt.json keeps the rule counts it started
+    from and, once finished, its figures, so a rerun skips a finished phase and resumes an
+    unfinished one (its trees in OUT/adapt/ resume as any optimize run does). Its tokens and
+    dollars are its explores' and its duplicate judge's; the judge's calls of an invocation that
+    was killed (SIGKILL) are not counted."""
+    steps = opts.adapt_steps if opts.adapt_steps is not None else preset_config(base.preset).adapt_steps
+    if steps == 0:
+        return AdaptPhase(state="skipped", this_run="not run", message="--adapt-steps 0")
+    if base.llm.kind == "none":
+        return AdaptPhase(state="skipped", this_run="not run", message=NO_MODEL_TO_ADAPT)
+    path = out / ADAPT_FILE
+    record = _json(path) if path.is_file() else None
+    if record is not None and (record.get("phase") or {}).get("state") == "finished":
+        await say("adapt phase: finished earlier (skipped)")
+        return AdaptPhase.model_validate({**record["phase"], "this_run": "done earlier"})
+    tasks = discover_tasks(opts.adapt_tasks) if opts.adapt_tasks is not None else level_tasks
+    cap = len(tasks)  # --max-tokens and --max-dollars bound each task: the phase's bound is theirs all
+    adapt_opts = AdaptOptions(
+        tasks_dir=opts.adapt_tasks or opts.tasks_dir,
+        tasks=tasks,
+        steps=steps,
+        preset=base.preset,
+        level=base.level,
+        llm=base.llm,
+        out=out / ADAPT_DIR,
+        target=base.target,
+        server_url=base.server_url,
+        token_env=base.token_env,
+        db_path=base.db_path,
+        max_total_tokens=base.max_total_tokens * cap if base.max_total_tokens is not None else None,
+        max_dollars=base.max_dollars * cap if base.max_dollars is not None else None,
+        progress=False,
+        evaluator=base.evaluator,
+        ray_address=base.ray_address,
+    )
+    before = dict(record["rules_before"]) if record is not None else await rule_counts(adapt_opts, tools)
+    judged = Usage.from_dict(record.get("judge_usage") or {}) if record is not None else Usage()
+    record = {"rules_before": before, "judge_usage": judged.to_dict(), "phase": None}
+    write_atomic(path, json.dumps(record, indent=2) + "\n")
+    at_start = dataclasses.replace(judge.usage.total) if judge is not None else Usage()
+    await say(f"adapt phase: {len(tasks)} tasks at {steps} steps each, learning rules")
+    this_run: ThisRun = "resumed" if (out / ADAPT_DIR).is_dir() else "ran"
+    phase: AdaptPhase | None = None
+    try:
+        report = await adapt(adapt_opts, tools, before, print_report=False)
+        phase = _phase(report, this_run, adapt_opts, steps, len(tasks))
+    finally:
+        if judge is not None:
+            judged.add(_minus(judge.usage.total, at_start))
+        record["judge_usage"] = judged.to_dict()
+        if phase is not None:
+            phase.tokens += judged.total_tokens
+            if phase.cost_usd is not None:
+                phase.cost_usd = (
+                    None if judged.cost_usd is None else round(phase.cost_usd + judged.cost_usd, 4)
+                )
+            record["phase"] = phase.model_dump()
+        write_atomic(path, json.dumps(record, indent=2) + "\n")
+    await say(f"adapt phase: {phase.state}, {len(phase.rules_learnt)} rules learnt")
+    return phase
+
+
+def _minus(after: Usage, before: Usage) -> Usage:
+    cost = None if after.cost_usd is None or before.cost_usd is None else after.cost_usd - before.cost_usd
+    return Usage(
+        input_tokens=after.input_tokens - before.input_tokens,
+        output_tokens=after.output_tokens - before.output_tokens,
+        cache_creation_input_tokens=after.cache_creation_input_tokens - before.cache_creation_input_tokens,
+        cache_read_input_tokens=after.cache_read_input_tokens - before.cache_read_input_tokens,
+        thinking_tokens=after.thinking_tokens - before.thinking_tokens,
+        calls=after.calls - before.calls,
+        cost_usd=cost,
+    )
+
+
+def _phase(
+    report: dict[str, Any], this_run: ThisRun, a: AdaptOptions, steps: int, n_tasks: int
+) -> AdaptPhase:
+    """The phase's outcome from adapt's report: finished when every task ran to its end (a task
+    that could not start is skipped, as in `adapt`), else unfinished with the first reason."""
+    short = [
+        t.get("error") or t.get("stopped_because")
+        for t in report["tasks"]
+        if "error" in t or any(s in str(t.get("stopped_because") or "") for s in _SHORT_STOPS)
+    ]
+    if len(report["tasks"]) < n_tasks and not short:
+        short = ["stopped before its last task"]
+    usage = report["usage"]
+    return AdaptPhase(
+        state="unfinished" if short else "finished",
+        this_run=this_run,
+        message=short[0] if short else None,
+        tasks_dir=str(a.tasks_dir),
+        steps_per_task=steps,
+        tasks=len(report["tasks"]),
+        rules_learnt=[LearntRule.model_validate(r) for r in report["rules_learnt"]],
+        tokens=int(usage["total_tokens"]),
+        cost_usd=usage["cost_usd"],
+    )
 
 
 async def run_task(p: Planned, base: OptimizeOptions, tools: ToolSession) -> tuple[TaskState, str | None]:

@@ -81,6 +81,12 @@ class StepOutcome:
         return cls(None, info, reason)
 
 
+# The tuner's guidance when the reviser is off, word for word AdaExplore's (agent/actions.py:42).
+NO_REVISER_GUIDANCE = (
+    "Please fix or improve the performance of the custom kernels based on the execution logs."
+)
+
+
 class LLMProposer:
     """The LLM's steps and rules. `usage` holds the tokens of the current step (`begin_step`)."""
 
@@ -93,6 +99,7 @@ class LLMProposer:
         task_source: str,
         target: str,
         edit_retries: int,
+        reviser: bool = True,
     ) -> None:
         self.llm = llm
         self.meter = meter
@@ -100,6 +107,7 @@ class LLMProposer:
         self.task_source = task_source
         self.target = target
         self.edit_retries = edit_retries
+        self.reviser = reviser
         self.usage = Usage()
         self._example: str | None | bool = False  # False: not looked up yet
 
@@ -175,6 +183,8 @@ class LLMProposer:
 
     async def _improvements(self, step: NextStep) -> list[str]:
         """The reviser's 1-3 changes, or the fix of the chain's failure when none of it is correct."""
+        if not self.reviser:  # the tree's `reviser` off (AdaExplore's adapt: disable_reviewer)
+            return [NO_REVISER_GUIDANCE]
         if step.chain and all(k.outcome != "correct" for k in step.chain):
             last = step.chain[-1]
             return [f"Fix the failure of the current kernel: {prompts.describe_kernel(last)[:1500]}"]

@@ -164,6 +164,7 @@ class Explorer:
                 task_source=started.task_source,
                 target=started.target,
                 edit_retries=started.config.edit_retries,
+                reviser=started.config.reviser,
             )
             if llm is not None
             else None
@@ -240,7 +241,13 @@ class Explorer:
             return None
         w = self.writer
         return LLMProposer(
-            w.llm, w.meter, w.session, task_source=w.task_source, target=w.target, edit_retries=w.edit_retries
+            w.llm,
+            w.meter,
+            w.session,
+            task_source=w.task_source,
+            target=w.target,
+            edit_retries=w.edit_retries,
+            reviser=w.reviser,
         )
 
     async def step_once(self, step: NextStep, writer: LLMProposer | None = None) -> SubmitResult:

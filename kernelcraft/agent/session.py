@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from mcp import Client
 from pydantic import BaseModel
@@ -25,6 +25,9 @@ from kernelcraft.base.evaluation import CompileResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.rules import FailureRecorded, RuleOut
 from kernelcraft.base.tree import NextStep, StartResult, SubmitResult, TreeStatus
+
+if TYPE_CHECKING:
+    from kernelcraft.agent.judge import ModelJudge
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -88,6 +91,12 @@ class ToolSession:
         for r in json.loads(text).get("rules", []):
             rule = RuleOut.model_validate(r)
             rules.setdefault(rule.id, rule)
+
+    async def active_rules(self) -> list[RuleOut]:
+        """Every active rule of the rulebook (rules://active), most counted first."""
+        result = await self.client.read_resource("rules://active")
+        text = "".join(getattr(c, "text", "") for c in result.contents)
+        return [RuleOut.model_validate(r) for r in json.loads(text).get("rules", [])]
 
     async def start(
         self,
@@ -201,14 +210,18 @@ async def open_session(
     db_path: Path | None,
     evaluator: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
+    judge: ModelJudge | None = None,
 ) -> AsyncIterator[ToolSession]:
     """An MCP session to the in-process server (default; its evaluator `evaluator`, see
-    `Settings`) or to `server_url` (which evaluates with its own)."""
+    `Settings`; its rulebook's duplicate judge `judge`, see `judge.py`) or to `server_url` (which
+    evaluates and judges with its own). The judge stays its caller's to close."""
     if server_url and evaluator != "local":
         raise UsageError(
             f"--evaluator {evaluator} sets the in-process server's evaluator; the server at {server_url} "
             "evaluates with its own (start it with `kernelcraft serve --evaluator ray`)"
         )
+    if server_url and judge is not None:
+        raise UsageError(f"the server at {server_url} judges duplicate rules with its own model, if any")
     if server_url:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -248,7 +261,7 @@ async def open_session(
     from kernelcraft.server.app import create_server
 
     settings = dataclasses.replace(Settings.from_env(db_path), evaluator=evaluator, ray_address=ray_address)
-    server = create_server(settings)
+    server = create_server(settings, judge=judge)
     async with Client(server) as client:
         yield ToolSession(client, f"the in-process server (database {settings.db_path})")
 

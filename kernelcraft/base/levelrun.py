@@ -61,6 +61,37 @@ class OptimizedTask(BaseModel):
     report: str | None = Field(default=None, description="Its report.html, if written.")
 
 
+AdaptState = Literal["finished", "unfinished", "skipped"]
+
+
+class LearntRule(BaseModel):
+    """An active rule whose count grew during the adapt phase."""
+
+    text: str
+    count: int
+    gained: int = Field(description="Failures the phase added to it.")
+    status: str
+
+
+class AdaptPhase(BaseModel):
+    """AdaExplore's Adapt before the level's Explore: short explores that grow the one rulebook
+    (`kernelcraft adapt`'s loop), run once per level run (a rerun skips a finished phase)."""
+
+    state: AdaptState = Field(
+        description="finished; unfinished (stopped short: a rerun resumes it); skipped (why: message)."
+    )
+    this_run: ThisRun
+    message: str | None = Field(default=None, description="Why it was skipped or stopped.")
+    tasks_dir: str | None = None
+    steps_per_task: int = 0
+    tasks: int = Field(default=0, description="Tasks it explored.")
+    rules_learnt: list[LearntRule] = Field(
+        default_factory=list, description="Active rules whose counts grew, most grown first."
+    )
+    tokens: int = Field(default=0, description="Its explores' and its duplicate judge's.")
+    cost_usd: float | None = Field(default=0.0, description="Null: the model has no price.")
+
+
 class LevelRunSummary(BaseModel):
     """A level run: per task and in all, the correct rate, fast_p, the geometric mean and costs."""
 
@@ -91,6 +122,9 @@ class LevelRunSummary(BaseModel):
     gpu_seconds: float | None = Field(default=None, description="Null without a GPU.")
     seconds: float = Field(default=0.0, description="This invocation's wall time.")
     report: str | None = Field(default=None, description="The level's page, linking each task's report.")
+    adapt: AdaptPhase | None = Field(
+        default=None, description="The adapt phase before the explore (its figures apart from the tasks')."
+    )
     tasks: list[OptimizedTask] = Field(default_factory=list)
 
     def fast(self, p: float) -> FastP | None:

@@ -12,7 +12,8 @@ Two presets:
   expand c_exp = 0.3 (0.15 on KernelBench level 3), p_large 0.2, two small children then large,
   the other kind only after a step that produced nothing, chains and pools of 5, every active rule
   in every prompt, rules frozen while exploring, 25 steps per adapt task; no warm start, no
-  hardware manuals, no profile, no offline tuner.
+  hardware manuals, no profile, no offline tuner. Its adapt trees take AdaExplore's adapt run's
+  values instead (`ADAPT_PARAMS`: c = c_exp = 0.25 over the max reward, p_large 0.25, no reviser).
 - `kernelcraft` (the default): the same search, with KernelEvolve's feedback — the target's
   most relevant hardware-manual sections and the parent's profile in each step, a warm start from
   the best kernel of an earlier tree — and the offline tuner taking turns at small steps. Where it
@@ -33,6 +34,7 @@ PRESET_NAMES: tuple[PresetName, ...] = ("kernelcraft", "adaexplore")
 DEFAULT_PRESET: PresetName = "kernelcraft"
 KindSwitch = Literal["no_candidate", "failed"]
 TunerSteps = Literal["off", "alternate", "only"]
+PoolUse = Literal["build_upon", "new_design"]
 # A chain's code is measured in tokens of about this many characters (source code averages 3.5-4).
 CHARS_PER_TOKEN = 4
 
@@ -54,6 +56,13 @@ class SearchConfig(BaseModel):
     # AdaExplore's tree (the adaexplore policy; greedy and beam ignore these)
     c: float = Field(default=0.3, ge=0, description="UCB1 exploration weight (over the mean reward).")
     c_exp: float = Field(default=0.3, ge=0, description="Exploration weight of the virtual expand action.")
+    reward_alpha: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="UCB1's exploitation term: alpha × a node's max reward + (1 − alpha) × its mean "
+        "(AdaExplore's reward_alpha: 0 in its explore configs, 1 in its adapt run).",
+    )
     p_large: float = Field(default=0.2, ge=0, le=1, description="Probability of a large step.")
     small_step_limit: int = Field(
         default=2, ge=1, description="Small children after which a node goes large."
@@ -74,6 +83,12 @@ class SearchConfig(BaseModel):
     )
     pool_size: int = Field(
         default=5, ge=1, le=20, description="Large-step context: kernels to beat, at most."
+    )
+    pool_use: PoolUse = Field(
+        default="new_design",
+        description="What a large step is told to do with its pool: 'build_upon' (AdaExplore's POOL_PROMPT: "
+        "reuse, adapt or build upon any pool kernel, the best one included) or 'new_design' (a different "
+        "approach, not a copy of a pool kernel tweaked).",
     )
     rules_in_prompt: int = Field(
         default=0,
@@ -103,6 +118,11 @@ class SearchConfig(BaseModel):
         default="alternate",
         description="optimize with an LLM: small steps the offline tuner writes ('off', 'alternate', 'only').",
     )
+    reviser: bool = Field(
+        default=True,
+        description="optimize with an LLM: a small step asks the reviser for 1-3 changes before the "
+        "tuner's edits; off, the tuner gets AdaExplore's fixed guidance instead (its disable_reviewer).",
+    )
     edit_retries: int = Field(
         default=0,
         ge=0,
@@ -129,12 +149,14 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
     "adaexplore": {
         "c": 0.3,
         "c_exp": 0.3,
+        "reward_alpha": 0.0,
         "p_large": 0.2,
         "small_step_limit": 2,
         "kind_switch": "no_candidate",
         "memory": 5,
         "context_tokens": 16_000,
         "pool_size": 5,
+        "pool_use": "build_upon",
         "rules_in_prompt": 0,
         "manual_sections": 0,
         "profile_feedback": False,
@@ -142,6 +164,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "learn_rules": False,
         "adapt_steps": 25,
         "tuner_steps": "off",
+        "reviser": True,
         "edit_retries": 0,
         "lease_seconds": 1800.0,
         "baseline": "eager",
@@ -150,12 +173,14 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
     "kernelcraft": {
         "c": 0.3,
         "c_exp": 0.3,
+        "reward_alpha": 0.0,
         "p_large": 0.2,
         "small_step_limit": 2,
         "kind_switch": "no_candidate",
         "memory": 5,
         "context_tokens": 16_000,
         "pool_size": 5,
+        "pool_use": "new_design",
         "rules_in_prompt": 0,
         "manual_sections": 3,
         "profile_feedback": True,
@@ -163,6 +188,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "learn_rules": False,
         "adapt_steps": 25,
         "tuner_steps": "alternate",
+        "reviser": True,
         "edit_retries": 0,
         "lease_seconds": 1800.0,
         "baseline": "eager",
@@ -173,6 +199,18 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
 C_EXP_BY_LEVEL: dict[PresetName, dict[int, float]] = {
     "adaexplore": {3: 0.15},
     "kernelcraft": {3: 0.15},
+}
+
+
+# What `adapt` puts over the preset for its trees (besides learn_rules). AdaExplore's Adapt is
+# one run of its agent with config/SYN-v1/config_SYN-v1_none_MCTS.yaml, which sets none of the
+# search's constants, so they are agent/agent_entry.py's argparse defaults: exploration_weight
+# 0.25 (line 303), expand_exploration_ratio 1.0 (304, so c_exp = 0.25 at every level), reward_alpha
+# 1.0 (305), p_large 0.25 (307); and the config's disable_reviewer: true (line 18). docs/cli.md
+# has the whole comparison. The kernelcraft preset adapts with its explore's values.
+ADAPT_PARAMS: dict[PresetName, dict[str, int | float | str | bool]] = {
+    "adaexplore": {"c": 0.25, "c_exp": 0.25, "reward_alpha": 1.0, "p_large": 0.25, "reviser": False},
+    "kernelcraft": {},
 }
 
 

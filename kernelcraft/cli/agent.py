@@ -26,7 +26,7 @@ from kernelcraft.cli.common import (
 
 if TYPE_CHECKING:
     from kernelcraft.agent.explore import OptimizeOptions
-    from kernelcraft.base.levelrun import LevelRunSummary
+    from kernelcraft.base.levelrun import AdaptPhase, LevelRunSummary
     from kernelcraft.level.tasks import LevelTask
 
 # Tasks of a folder optimised at once: their LLM calls overlap, and one evaluator takes their
@@ -194,6 +194,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--problems and --tasks-parallel choose among a folder's tasks; {args.task} is one task file"
         )
+    if args.adapt_steps is not None or args.adapt_tasks is not None:
+        raise UsageError(
+            f"--adapt-steps and --adapt-tasks set a folder's adapt phase; {args.task} is one task file "
+            "(run `kernelcraft adapt` on a folder first)"
+        )
     preflight_optimize(args)
     opts = _optimize_options(args)
     if args.dry_run:
@@ -230,6 +235,12 @@ def preflight_level(args: argparse.Namespace) -> list[LevelTask]:
         raise UsageError("--dry-run shows one task's first prompt: give a task file, not a folder")
     if args.tasks_parallel is not None and args.tasks_parallel < 1:
         raise UsageError(f"--tasks-parallel must be at least 1, not {args.tasks_parallel}")
+    if args.adapt_steps is not None and args.adapt_steps < 0:
+        raise UsageError(f"--adapt-steps must be 0 (no adapt phase) or more, not {args.adapt_steps}")
+    if args.adapt_tasks is not None:
+        from kernelcraft.agent.adapt import discover_tasks
+
+        discover_tasks(args.adapt_tasks)
     tasks = find_level_tasks(args.task, parse_problems(args.problems) if args.problems else None)
     for t in tasks:
         check_task(read_source(t.path), str(t.path))
@@ -254,6 +265,8 @@ def cmd_optimize_level(args: argparse.Namespace) -> int:
         problems=parse_problems(args.problems) if args.problems else None,
         tasks_parallel=args.tasks_parallel or TASKS_PARALLEL,
         out=args.out,
+        adapt_steps=args.adapt_steps,
+        adapt_tasks=args.adapt_tasks,
     )
 
     async def main() -> LevelRunSummary:
@@ -287,12 +300,27 @@ def render_level(s: LevelRunSummary) -> str:
     lines.append("")
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, fw, strict=True)).rstrip() for r in figures]
     lines += ["", s.message]
+    if s.adapt is not None:
+        lines.append(adapt_line(s.adapt))
     for t in s.tasks:
         if t.state in ("skipped", "error", "unfinished") and t.message:
             lines.append(f"{t.name}: {t.state}: {t.message}")
     if s.report:
         lines.append(f"Report: {s.report} (open it in a browser; each task's report is linked)")
     return "\n".join(lines)
+
+
+def adapt_line(a: AdaptPhase) -> str:
+    """The adapt phase in one line: what it did, the rules it taught, what it cost."""
+    if a.state == "skipped":
+        return f"Adapt phase: skipped ({a.message})."
+    earlier = " (finished earlier)" if a.this_run == "done earlier" else ""
+    dollars = "unknown (unpriced model)" if a.cost_usd is None else f"${a.cost_usd:.2f}"
+    line = (
+        f"Adapt phase{earlier}: {a.state}, {a.tasks} tasks at {a.steps_per_task} steps, "
+        f"{len(a.rules_learnt)} active rules learnt or grown, {a.tokens:,} tokens, {dollars}."
+    )
+    return line + (f" {a.message}" if a.message and a.state != "finished" else "")
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
@@ -333,6 +361,21 @@ def register(sub: Subcommands) -> None:
         type=int,
         metavar="N",
         help=f"with a folder: tasks optimised at once over the one evaluator (default {TASKS_PARALLEL})",
+    )
+    p.add_argument(
+        "--adapt-steps",
+        type=int,
+        metavar="N",
+        help="with a folder: first an adapt phase (AdaExplore's Adapt: rules learnt from failures, "
+        "into the same rulebook) of N steps a task (default: the preset's, 25 as AdaExplore; 0: none; "
+        "none either with --llm none); a rerun skips a finished phase",
+    )
+    p.add_argument(
+        "--adapt-tasks",
+        type=Path,
+        metavar="DIR",
+        help="with a folder: the adapt phase's tasks (default: the level's own; AdaExplore adapts on "
+        "synthetic tasks)",
     )
     p.add_argument(
         "--seed", type=Path, help="seed kernel (ModelNew); default <task>_seed.py or seed.py beside task.py"

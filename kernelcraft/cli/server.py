@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from starlette.applications import Starlette
 
+    from kernelcraft.agent.judge import ModelJudge
     from kernelcraft.server.auth import HttpPlan
     from kernelcraft.server.state import AppState
 
@@ -78,6 +79,25 @@ def register(sub: Subcommands) -> None:
         "--public-url", default=None, help="HTTP: the base URL clients use, if not http://HOST:PORT"
     )
     add_evaluator(p)
+    j = p.add_argument_group(
+        "duplicate-rule judge",
+        "a model that decides whether a proposed rule duplicates an existing one (AdaExplore's prompt); "
+        "without one, rules merge by text alone",
+    )
+    j.add_argument(
+        "--llm",
+        choices=("anthropic", "openai", "none"),
+        default="none",
+        help="anthropic (key in $ANTHROPIC_API_KEY), openai (any OpenAI-compatible server, with "
+        "--base-url and --model) or none (default)",
+    )
+    j.add_argument("--model", help="model id (default for anthropic: claude-sonnet-5-5; required for openai)")
+    j.add_argument("--base-url", help="API base URL (openai: e.g. http://localhost:11434/v1 for Ollama)")
+    j.add_argument(
+        "--api-key-env",
+        help="variable holding the API key (default ANTHROPIC_API_KEY or OPENAI_API_KEY; 'none' for a "
+        "local server that checks none); read before the server drops secrets from its environment",
+    )
     p.set_defaults(func=run_serve)
 
 
@@ -86,6 +106,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     plan = http_plan_from_args(args) if args.transport == "http" else None
+    judge = judge_from_args(args)  # its key is read here, before the secrets leave the environment
     # The tokens are read (the verifier keeps their digests): no secret stays in the environment,
     # and no same-user process reads this one's environment or memory.
     dropped = drop_secrets()
@@ -94,10 +115,24 @@ def run_serve(args: argparse.Namespace) -> int:
         logger.info("removed %s from the server's environment", ", ".join(dropped))
     check_database(settings.db_path)
     if plan is None:
-        serve_stdio(settings)
+        serve_stdio(settings, judge)
     else:
-        serve_http(settings, plan)
+        serve_http(settings, plan, judge)
     return EXIT_OK
+
+
+def judge_from_args(args: argparse.Namespace) -> ModelJudge | None:
+    """The duplicate-rule judge `--llm` asks for (./.env read first, never overriding the
+    environment); None for `--llm none`. A missing key or model is a usage error, before serving."""
+    from kernelcraft.agent.judge import ModelJudge, judge_config
+    from kernelcraft.agent.llm import LLMConfig, load_dotenv, make_llm
+
+    if args.llm == "none":
+        return None
+    load_dotenv()
+    config = LLMConfig(kind=args.llm, model=args.model, base_url=args.base_url, api_key_env=args.api_key_env)
+    llm = make_llm(judge_config(config))
+    return ModelJudge(llm) if llm is not None else None
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -155,14 +190,14 @@ def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:
     )
 
 
-def serve_stdio(settings: Settings) -> None:
+def serve_stdio(settings: Settings, judge: ModelJudge | None = None) -> None:
     from kernelcraft.server.app import create_server
 
-    server = create_server(settings, freeze_after_start=True)
+    server = create_server(settings, freeze_after_start=True, judge=judge)
     run(server.run_stdio_async)
 
 
-def serve_http(settings: Settings, plan: HttpPlan) -> None:
+def serve_http(settings: Settings, plan: HttpPlan, judge: ModelJudge | None = None) -> None:
     import uvicorn
 
     from kernelcraft.server.app import create_server
@@ -170,7 +205,7 @@ def serve_http(settings: Settings, plan: HttpPlan) -> None:
     # The port is taken here, before anything says "serving": a port another process holds is one
     # line and exit 2, not a "ready" log followed by uvicorn's exit 3.
     sock = listen(plan.host, plan.port)
-    server = create_server(settings, auth=plan.auth, freeze_after_start=True)
+    server = create_server(settings, auth=plan.auth, freeze_after_start=True, judge=judge)
     app = asgi_app(server, plan)
     who = f"clients {', '.join(plan.auth.clients)}" if plan.auth else "no authentication (loopback only)"
     logger.info("serving MCP at %s/mcp for %s", plan.public_url, who)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errortext import error_line
+from kernelcraft.base.presets import PoolUse
 from kernelcraft.base.rules import RuleOut
 from kernelcraft.base.tree import ContextKernel
 
@@ -22,6 +23,21 @@ ANSWER_FORMAT = (
     "constructor takes the same arguments as the task's Model and whose forward computes the same "
     "outputs by launching your kernels. Do not call the task's Model, and do no PyTorch compute in "
     "forward (allocating outputs and reshaping views is fine)."
+)
+
+
+# What a large step does with its pool (`SearchConfig.pool_use`). AdaExplore's POOL_PROMPT
+# (agentprompt/proposer_prompt.py) lets the model build on the pool, the best kernel included:
+BUILD_UPON = (
+    "You may reuse, adapt, or directly build upon any kernel in the pool: combine ideas, modify "
+    "implementations, or start from the best-performing kernel and improve it further. Aim to beat "
+    "the fastest kernel in the pool with the lowest runtime you can reach."
+)
+# kernelcraft's preset asks for a different design instead, so that large steps explore:
+NEW_DESIGN = (
+    "Do not copy one and tweak it: take a different approach (a different decomposition of "
+    "the work, more fusion, a different tiling or parallelisation, a persistent kernel, "
+    "a different data layout), and keep what the pool shows is necessary for correctness."
 )
 
 
@@ -128,6 +144,7 @@ def large_step(
     rules: list[RuleOut],
     speedup_measured: bool,
     feedback: Feedback | None = None,
+    pool_use: PoolUse = "new_design",
 ) -> str:
     fb = feedback or Feedback()
     if not pool:
@@ -143,9 +160,7 @@ def large_step(
         body = (
             f"Write a NEW kernel that OUTPERFORMS every kernel in `pool`{beat}. The pool holds the best "
             f"correct kernel of each distinct design tried so far:\n{listing}\n"
-            "Do not copy one and tweak it: take a different approach (a different decomposition of "
-            "the work, more fusion, a different tiling or parallelisation, a persistent kernel, "
-            "a different data layout), and keep what the pool shows is necessary for correctness."
+            + (BUILD_UPON if pool_use == "build_upon" else NEW_DESIGN)
         )
         if not speedup_measured:
             body += " Only correctness is checked here (no GPU): above all, stay correct."

@@ -9,7 +9,8 @@ The AdaExplore policy follows the paper's released code (`agent/mcts.py`, see
 - Reward: not compiled 0, compiled but wrong 0.05, correct: speedup clipped to [0.1, 10] mapped
   linearly onto [0.4, 1.6]. Without a GPU the speedup is unknown; a correct kernel then counts as
   parity (speedup 1.0, reward ≈ 0.509), so correct still beats wrong.
-- Selection: from the root, descend by UCB1 = mean value + c·sqrt(ln N_parent / n) (c = 0.3; an
+- Selection (the value is the mean reward; `reward_alpha` blends in the max, as AdaExplore's adapt
+  run does with 1.0): from the root, descend by UCB1 = mean value + c·sqrt(ln N_parent / n) (c = 0.3; an
   unvisited child scores +inf); at each node compare with a virtual "expand" action scored
   max child mean + c_exp·sqrt(ln N / n_children²) (c_exp = 0.3; +inf with no child; no bonus
   while N = 0) and stop where expand wins strictly.
@@ -190,6 +191,12 @@ class Snapshot:
         v = self.visits(node_id)
         return self.nodes[node_id].value_sum / v if v else 0.0
 
+    def value(self, node_id: int, alpha: float = 0.0) -> float:
+        """AdaExplore's blended reward: alpha × max reward + (1 − alpha) × mean (alpha 0: the mean)."""
+        if alpha == 0.0:
+            return self.mean(node_id)
+        return alpha * self.nodes[node_id].max_reward + (1 - alpha) * self.mean(node_id)
+
     def evaluated_children(self, node_id: int) -> list[int]:
         """Children with a kernel and a verdict: those selection may descend into."""
         return [
@@ -208,34 +215,35 @@ class Snapshot:
 # --------------------------------------------------------------------------------- AdaExplore math
 
 
-def ucb1(snap: Snapshot, node_id: int, c: float) -> float:
-    """mean + c·sqrt(ln N_parent / n); +inf when unvisited; no bonus while the parent is unvisited."""
+def ucb1(snap: Snapshot, node_id: int, c: float, alpha: float = 0.0) -> float:
+    """value + c·sqrt(ln N_parent / n), value the mean (alpha 0) or blended with the max reward;
+    +inf when unvisited; no bonus while the parent is unvisited."""
     n = snap.visits(node_id)
     if n == 0:
         return math.inf
     parent = snap[node_id].parent_id
-    exploit = snap.mean(node_id)
+    exploit = snap.value(node_id, alpha)
     if parent is None or snap.visits(parent) == 0:
         return exploit
     return exploit + c * math.sqrt(math.log(snap.visits(parent)) / n)
 
 
-def expand_score(snap: Snapshot, node_id: int, c_exp: float) -> float:
-    """The virtual expand action: max child mean + c_exp·sqrt(ln N / n_children²)."""
+def expand_score(snap: Snapshot, node_id: int, c_exp: float, alpha: float = 0.0) -> float:
+    """The virtual expand action: max child value + c_exp·sqrt(ln N / n_children²)."""
     live = snap.live_children(node_id)
     if not live:
         return math.inf
     if c_exp <= 0:
         return -math.inf
     evaluated = [ch for ch in live if snap[ch].evaluated]
-    q = max((snap.mean(ch) for ch in evaluated), default=0.0)
+    q = max((snap.value(ch, alpha) for ch in evaluated), default=0.0)
     n_visits = snap.visits(node_id)
     if n_visits == 0:
         return q
     return q + c_exp * math.sqrt(math.log(n_visits) / len(live) ** 2)
 
 
-def select_node(snap: Snapshot, c: float, c_exp: float) -> int:
+def select_node(snap: Snapshot, c: float, c_exp: float, alpha: float = 0.0) -> int:
     """Descend from the root by UCB1 until the expand action wins (or no child can be entered)."""
     node = snap.root_id
     while True:
@@ -243,8 +251,8 @@ def select_node(snap: Snapshot, c: float, c_exp: float) -> int:
         if not children:
             return node
         # max() keeps the first of equal scores: the earliest child wins ties.
-        best = max(children, key=lambda ch: ucb1(snap, ch, c))
-        if expand_score(snap, node, c_exp) > ucb1(snap, best, c):
+        best = max(children, key=lambda ch: ucb1(snap, ch, c, alpha))
+        if expand_score(snap, node, c_exp, alpha) > ucb1(snap, best, c, alpha):
             return node
         node = best
 
@@ -378,7 +386,7 @@ class AdaExplore:
 
     def decide(self, snap: Snapshot, rng: random.Random) -> Decision:
         p = self.params
-        node = select_node(snap, p.c, p.c_exp)
+        node = select_node(snap, p.c, p.c_exp, p.reward_alpha)
         kind, why = choose_kind(
             snap,
             node,

@@ -20,7 +20,7 @@ import aiosqlite
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import BudgetError, NotFoundError, UsageError
 from kernelcraft.base.evaluation import EvalResult
-from kernelcraft.base.presets import CHARS_PER_TOKEN, SearchConfig
+from kernelcraft.base.presets import CHARS_PER_TOKEN, PoolUse, SearchConfig
 from kernelcraft.base.rules import RuleOut
 from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
 from kernelcraft.knowledge.docs import HwDocs
@@ -207,7 +207,9 @@ async def describe_step(
         manual_sections=manuals,
         parent_profile=ctx.parent_profile,
         speedup_measured=has_gpu,
-        instructions=_instructions(tree, row, chain, pool, to_beat, rules, feedback_text, has_gpu=has_gpu),
+        instructions=_instructions(
+            tree, row, chain, pool, to_beat, rules, feedback_text, has_gpu=has_gpu, pool_use=config.pool_use
+        ),
     )
 
 
@@ -311,6 +313,7 @@ def _instructions(
     extra: instructions.Feedback,
     *,
     has_gpu: bool,
+    pool_use: PoolUse,
 ) -> str:
     """The step's instructions, written for a model that has never seen the tree."""
     if row["kind"] == "small":
@@ -336,6 +339,7 @@ def _instructions(
             rules=rules,
             feedback=extra,
             speedup_measured=has_gpu,
+            pool_use=pool_use,
         )
     if not has_gpu:
         text += f"\n\nNote: {NO_GPU_NOTE}."

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from kernelcraft import __version__
 from kernelcraft.base.config import Settings
+from kernelcraft.knowledge.dedup import RuleJudge
 from kernelcraft.server.auth import HttpAuth
 from kernelcraft.server.cookbook_tool import register_cookbook_tool
 from kernelcraft.server.level_tool import register_level_tool
@@ -153,20 +154,22 @@ def create_server(
     *,
     auth: HttpAuth | None = None,
     freeze_after_start: bool = False,
+    judge: RuleJudge | None = None,
 ) -> MCPServer[AppState]:
     """Build the kernelcraft MCP server.
 
     `evaluator_factory(settings)` makes the evaluator when the server starts (tests may pass a
     lighter one); `auth` turns on bearer-token checks for the HTTP transport (see `auth.py`).
     `freeze_after_start` is for a process that serves until it is stopped (`kernelcraft serve`):
-    once the lifespan has started, `freeze_heap()`.
+    once the lifespan has started, `freeze_heap()`. `judge`: the model that merges near-duplicate
+    rules (`knowledge/dedup.py`); None: text similarity alone, said once in the log.
     """
     slot = StateSlot()
 
     @asynccontextmanager
     async def lifespan(server: MCPServer[AppState]) -> AsyncIterator[AppState]:
         clients = len(auth.clients) if auth else 1
-        async with open_app_state(settings, evaluator_factory, clients=clients) as state:
+        async with open_app_state(settings, evaluator_factory, clients=clients, judge=judge) as state:
             slot.stack.append(state)
             try:
                 if freeze_after_start:

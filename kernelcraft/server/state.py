@@ -20,13 +20,18 @@ from dataclasses import dataclass, field
 from kernelcraft.base.config import Settings
 from kernelcraft.engine.host.evaluator import Evaluator
 from kernelcraft.knowledge.docs import HwDocs
-from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.knowledge.rulebook import Rulebook, RuleJudge
 from kernelcraft.search.service import SearchService
 from kernelcraft.store import Store
 
 logger = logging.getLogger(__name__)
 
 EvaluatorFactory = Callable[[Settings], Evaluator]
+NO_JUDGE = (
+    "no model judges duplicate rules (none is configured: `serve --llm anthropic|openai`, or "
+    "`optimize`/`adapt` with an LLM): a proposed rule merges with an existing one only when its "
+    "normalised text is the same or lexically near it"
+)
 
 
 @dataclass
@@ -86,19 +91,22 @@ async def open_app_state(
     evaluator_factory: EvaluatorFactory = default_evaluator_factory,
     *,
     clients: int = 1,
+    judge: RuleJudge | None = None,
 ) -> AsyncIterator[AppState]:
     """Open everything a kernelcraft process serves from, and close it in reverse order.
 
     `evaluator_factory(settings)` makes the evaluator (tests may pass a lighter one, the `tree`
     commands a `LocalEvaluator` for their `--device`). `clients`: how many clients can write (the
     HTTP tokens); with more than one, only a second client corroborates a rule (`Rulebook`).
+    `judge`: the model that decides whether a proposed rule duplicates an existing one (built by the
+    caller that holds a model's key: `serve --llm`, the agent's in-process server); None: text decides.
     """
     async with AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
         stack.push_async_callback(store.aclose)
         evaluator = evaluator_factory(settings)
         stack.push_async_callback(evaluator.aclose)
-        rulebook = await _open_rulebook(store, settings, evaluated_corroborates=clients <= 1)
+        rulebook = await _open_rulebook(store, settings, evaluated_corroborates=clients <= 1, judge=judge)
         docs = await _open_docs(store)
         yield AppState(
             settings=settings,
@@ -110,13 +118,21 @@ async def open_app_state(
         )
 
 
-async def _open_rulebook(store: Store, settings: Settings, *, evaluated_corroborates: bool) -> Rulebook:
-    """The rulebook, with the seed rules imported on first start."""
+async def _open_rulebook(
+    store: Store, settings: Settings, *, evaluated_corroborates: bool, judge: RuleJudge | None
+) -> Rulebook:
+    """The rulebook, with the seed rules imported on first start; says once which way it merges
+    near-duplicate rules."""
     rulebook = Rulebook(
         store,
         activation_count=settings.rule_activation_count,
+        judge=judge,
         evaluated_corroborates=evaluated_corroborates,
     )
+    if judge is None:
+        logger.info(NO_JUDGE)
+    else:
+        logger.info("a model judges whether a proposed rule duplicates an existing one (AdaExplore's prompt)")
     added = await rulebook.import_seed()
     if added:
         logger.info("imported %d seed rules", added)
