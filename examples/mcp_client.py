@@ -4,7 +4,7 @@ rules for a task, verify a kernel and print the verdict.
     python examples/mcp_client.py      # in the repository, with kernelcraft installed
 
 The server keeps its state in $KERNELCRAFT_HOME (default ~/.kernelcraft). docs/clients.md quotes this
-file and tests/test_readme.py runs it.
+file and tests/repo/test_readme.py runs it.
 """
 
 import os

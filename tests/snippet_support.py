@@ -21,7 +21,7 @@ Which blocks are checked, by one rule:
   Triton code (`@triton.jit`, a `tl.xxx(` call): such a block is tagged `python`, so the rule
   cannot hide one.
 - A python block that does not mention Triton (an MCP client) is not a Triton claim; the tests
-  that run such files (tests/test_readme.py) cover them.
+  that run such files (tests/repo/test_readme.py) cover them.
 
 A "don't do this" snippet says so on its fence line: ```` ```python fails ```` (or
 ```` ```python fails>=3.9 ````, wrong from that Triton version on and right before it). Such a

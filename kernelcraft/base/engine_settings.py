@@ -2,7 +2,7 @@
 
 Kept out of `base/config.py`, which workers and the CLI's fast start import: pydantic-settings
 costs ~0.1 s to import, and only the processes that start an engine (the server, a command's
-evaluator, a Ray actor's driver) need it. `tests/test_engine_settings.py` checks that every
+evaluator, a Ray actor's driver) need it. `tests/base/test_engine_settings.py` checks that every
 `KERNELCRAFT_*` variable the engine reads is a field here, so no path that passes the settings
 on (a Ray actor's environment) can leave one behind.
 """

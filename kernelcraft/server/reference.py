@@ -2,7 +2,7 @@
 
     python -m kernelcraft.server.reference docs/clients.md    # rewrites the table between its markers
 
-`tests/test_readme.py` checks that docs/clients.md holds exactly what `arguments_table` writes, so
+`tests/repo/test_readme.py` checks that docs/clients.md holds exactly what `arguments_table` writes, so
 the table cannot drift from the tools. Listing tools starts nothing: no database, no evaluator.
 """
 

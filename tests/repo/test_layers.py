@@ -1,0 +1,123 @@
+"""The package's layering: import-linter's contracts in pyproject.toml, run by `lint-imports` in
+CI, are the rule; docs/development.md draws each layers contract, and this module checks that the
+drawings are the contracts and that the contracts catch an upward import."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "kernelcraft"
+
+
+def contracts() -> list[dict]:  # type: ignore[type-arg]
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return list(config["tool"]["importlinter"]["contracts"])
+
+
+def layers_contracts() -> dict[str, list[str]]:
+    """Each layers contract's rows, named without the prefix its modules share."""
+    out = {}
+    for contract in contracts():
+        if contract["type"] != "layers":
+            continue
+        names = [p.strip() for row in contract["layers"] for p in row.split("|")]
+        prefix = os.path.commonprefix(names)
+        prefix = prefix[: prefix.rfind(".") + 1]
+        out[contract["name"]] = [
+            " | ".join(part.strip().removeprefix(prefix) for part in row.split("|"))
+            for row in contract["layers"]
+        ]
+    return out
+
+
+def drawings() -> dict[str, list[str]]:
+    page = (REPO / "docs" / "development.md").read_text()
+    blocks = re.findall(r"<!-- layers: (.*?) -->\n```\n(.*?)```\n<!-- /layers -->", page, re.S)
+    return {name: [line.strip() for line in body.splitlines() if line.strip()] for name, body in blocks}
+
+
+def test_the_development_page_draws_each_layers_contract() -> None:
+    assert drawings() == layers_contracts()
+
+
+def test_every_package_is_in_a_layer_and_has_a_row_on_the_page() -> None:
+    (named,) = [set(" | ".join(rows).split(" | ")) for rows in layers_contracts().values() if "cli" in rows]
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    packages |= {"store", "entry"}
+    assert packages <= named, f"not in any layer: {sorted(packages - named)}"
+    page = (REPO / "docs" / "development.md").read_text()
+    for name in sorted(named - {"entry"}):
+        assert f"`kernelcraft/{name}" in page, (
+            f"docs/development.md's table of packages has no row for {name}"
+        )
+
+
+def test_every_engine_room_is_in_the_rooms_contract_small_and_says_what_it_may_import() -> None:
+    (rooms,) = [rows for rows in layers_contracts().values() if "host" in rows]
+    named = set(" | ".join(rooms).split(" | "))
+    engine = PACKAGE / "engine"
+    found = {p.name for p in engine.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert found == named, f"rooms on disk {sorted(found)}, in the contract {sorted(named)}"
+    assert not [p.name for p in engine.glob("*.py") if p.name != "__init__.py"], "a module outside a room"
+    for room in sorted(found):
+        modules = [p for p in (engine / room).glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= 12, f"engine/{room}/ holds {len(modules)} modules"
+        doc = (ast.get_docstring(ast.parse((engine / room / "__init__.py").read_text())) or "").lower()
+        assert "import" in doc and "called by" in doc, f"engine/{room}/__init__.py: say what it may import"
+
+
+def test_the_contracts_catch_an_upward_import_inside_a_function(tmp_path: Path) -> None:
+    """The same contracts on a two-layer copy: an import of a higher layer, written inside a
+    function and relative, breaks them (import-linter sees both)."""
+    pkg = tmp_path / "fakepkg"
+    for layer in ("low", "high"):
+        (pkg / layer).mkdir(parents=True)
+        (pkg / layer / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "high" / "a.py").write_text("from ..low import b\n")
+    (pkg / "low" / "b.py").write_text("def f():\n    from ..high import a\n    return a\n")
+    config = tmp_path / "contracts.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            [tool.importlinter]
+            root_package = "fakepkg"
+
+            [[tool.importlinter.contracts]]
+            name = "layers"
+            type = "layers"
+            layers = ["fakepkg.high", "fakepkg.low"]
+            """
+        )
+    )
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(lint), "--config", str(config), "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode != 0 and "fakepkg.low.b -> fakepkg.high.a" in done.stdout, (
+        done.stdout + done.stderr
+    )
+
+
+def test_tests_are_laid_out_like_the_package() -> None:
+    """Each test module sits in the folder of the package it tests (or security/, repo/)."""
+    tests = REPO / "tests"
+    assert not sorted(p.name for p in tests.glob("test_*.py")), "a test module outside a folder"
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    allowed = packages | {"security", "repo"}
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert folders <= allowed, f"test folders that are no package: {sorted(folders - allowed)}"
