@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -116,6 +117,18 @@ def final_words(s: dict[str, Any]) -> str:
         f"{head}",
         f"{s['steps_done']} steps, {s['correct']} correct; stopped: {s['stopped_because']}. Run directory: {s['run_dir']}",
         *([f"Report: {s['report']} (open it in a browser)"] if s.get("report") else []),
+        *(
+            [
+                "Step times: "
+                + "; ".join(
+                    f"{who} {v['steps']:g} steps, median {v['median']:.1f} s (writing {v['median_writing']:.1f} s), "
+                    f"longest {v['max']:.1f} s"
+                    for who, v in s["step_seconds"].items()
+                )
+            ]
+            if s.get("step_seconds")
+            else []
+        ),
     ]
     if s.get("gpu_note"):
         lines.append(s["gpu_note"])
@@ -256,6 +269,7 @@ class Explorer:
         if writer is not None:
             writer.begin_step()
         outcome, fallback = await self._write(step, writer)
+        outcome.info["write_seconds"] = round(time.monotonic() - t0, 3)
         pending = {**outcome.info, "outcome": "pending"}
         self.pending.append(pending)
         try:
@@ -375,6 +389,7 @@ class Explorer:
             "failures_by_class": dict(self.failures),
             "driver_failures": sum(1 for r in self.records if r.get("driver_failure")),
             "steps_by_proposer": dict(Counter(r.get("proposer", r.get("mode")) for r in self.records)),
+            "step_seconds": step_seconds(self.records),
             "best": None
             if best is None
             else {
@@ -430,3 +445,22 @@ class Explorer:
         ):
             return f"dollar budget spent (${total.cost_usd:.4f} of ${self.opts.max_dollars:.2f})"
         return None
+
+
+def step_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per proposer ('tuner', 'llm'): steps, and the median and longest seconds a step took in
+    all and in writing its candidate (the rest is the evaluation and the rule)."""
+    out: dict[str, dict[str, float]] = {}
+    for who in dict.fromkeys(str(r.get("proposer", r.get("mode"))) for r in records):
+        mine = [r for r in records if str(r.get("proposer", r.get("mode"))) == who and "seconds" in r]
+        if not mine:
+            continue
+        total = [float(r["seconds"]) for r in mine]
+        write = [float(r.get("write_seconds", 0.0)) for r in mine]
+        out[who] = {
+            "steps": len(mine),
+            "median": round(statistics.median(total), 3),
+            "max": round(max(total), 3),
+            "median_writing": round(statistics.median(write), 3),
+        }
+    return out

@@ -27,7 +27,7 @@ from kernelcraft.agent.session import open_session
 from kernelcraft.base.errors import LLMError, UsageError
 from kernelcraft.base.tree import ContextKernel, NextStep
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "elementwise" / "task.py"
 SEED = (ROOT / "examples" / "elementwise" / "seed.py").read_text()
 BROKEN = SEED.replace("g * 0.5 + x", "g * 0.25 + x")
@@ -222,6 +222,12 @@ async def test_with_claude_the_offline_tuner_takes_its_turn_at_a_small_step_and_
     assert tuned["outcome"] == "correct" and tuned["tuner"]["changed"] and tuned["tuner_fallback"] is None
     assert len(script.requests) == summary["usage"]["calls"] == 3
     assert summary["steps_by_proposer"] == {"llm": 2, "tuner": 1}
+    # issue 27: the time each proposer's steps take, writing and in all, in the summary
+    times = summary["step_seconds"]
+    assert {k: v["steps"] for k, v in times.items()} == {"llm": 2, "tuner": 1}
+    for who, v in times.items():
+        mine = [s for s in steps if s["proposer"] == who]
+        assert v["max"] == max(s["seconds"] for s in mine) and 0 <= v["median_writing"] <= v["median"]
 
 
 def test_the_small_step_proposer_alternates_only_on_correct_tunable_kernels(tmp_path: Path) -> None:
