@@ -323,6 +323,11 @@ class JobWorkers:
         if sized.shrunk_source is not None:
             self.task_source = sized.shrunk_source
             self.notes.append(shrink.describe(sized.shrunk, sized.shapes))
+        if sized.probe is not None:
+            # A warning that the trials cannot tell a kernel from one that ignores its inputs
+            # comes first: a reader of a passing verdict must not miss it.
+            at = 0 if sized.probe.startswith("warning:") else len(self.notes)
+            self.notes.insert(at, sized.probe[:800])
         self.sized.set_result(sized)
 
     async def start_candidate(self) -> WorkerProcess:

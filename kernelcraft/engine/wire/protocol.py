@@ -303,7 +303,12 @@ class Sized(Reply):
     shrunk: dict[str, list[int]] = Field(default_factory=dict)
     shrunk_source: str | None = None
     not_shrunk: str | None = None
-    """Why a task too big for the interpreter was left at its own sizes (its structure)."""
+    """Why a task too big for the interpreter was left at its own sizes (its structure, or a
+    reference whose output ignores its inputs at the shrunk sizes)."""
+    probe: str | None = None
+    """For the verdict's notes: why the trials run at sizes larger than the interpreter's limit,
+    or a warning that at the trials' sizes the reference's output does not depend on its inputs
+    (`sizing.shrink_for_interpreter`)."""
     error: str | None = None
     """Why the task could not be measured on meta (the job goes on without the figures)."""
 

@@ -115,20 +115,22 @@ class ReferenceWorker(Worker):
             sizes = sizing.measure(self.task, job.interpret, quick=True)
         except Exception as e:
             return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
-        shrunk, source, unshrunk = self.task, None, None
-        changes: dict[str, list[int]] = {}
+        plan = sizing.Shrunk(self.task, sizes)
         if job.interpret and not job.full_size:
             try:
-                shrunk, sizes, source, changes, unshrunk = sizing.shrink_for_interpreter(
+                plan = sizing.shrink_for_interpreter(
                     job.task_source,
                     self.task,
                     sizes,
                     lambda src, tag: import_source(src, workdir, f"kernelcraft_task_{tag}"),
+                    job.model_mode,
+                    job.correctness,
                 )
             except Exception:  # the task as given still runs (or is refused for its size)
-                shrunk, source, changes = self.task, None, {}
-        if source is not None:
-            self.full_task, self.task = self.task, shrunk
+                plan = sizing.Shrunk(self.task, sizes)
+        sizes = plan.sizes
+        if plan.source is not None:
+            self.full_task, self.task = self.task, plan.task
         return Sized(
             inputs_bytes=sizes["inputs"],
             params_bytes=sizes["params"],
@@ -139,9 +141,10 @@ class ReferenceWorker(Worker):
             device_free=free,
             device_total=total,
             has_cpu_inputs=hasattr(self.task, "get_cpu_inputs"),
-            shrunk=changes,
-            shrunk_source=source,
-            not_shrunk=unshrunk,
+            shrunk=plan.changes,
+            shrunk_source=plan.source,
+            not_shrunk=plan.not_shrunk,
+            probe=plan.probe,
         )
 
     def make_trial(self, req: MakeInputs) -> bool:
