@@ -159,6 +159,8 @@ class JobWorkers:
         self.untrusted: set[int] = set()
         """id() of each worker that said it is importing the candidate: its word is not the task's."""
         self.notes: list[str] = []
+        self.candidate_parameters: list[list[Any]] = []
+        """ModelNew's float parameters and buffers, as its worker said when it loaded."""
         self.spans: list[tuple[str, float, float]] = []
         """(stage, start, end) of each stage as it ran; `partition` turns them into seconds."""
         self.fraction = 0.0
@@ -398,8 +400,11 @@ class JobWorkers:
         return frame
 
     def loaded(self, frame: Frame) -> None:
-        """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set."""
-        note = self.read(frame, Loaded).sandbox_unavailable
+        """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set
+        and keeps what ModelNew says its parameters are (`Job.fresh_parameters`)."""
+        loaded = self.read(frame, Loaded)
+        self.candidate_parameters = loaded.parameters
+        note = loaded.sandbox_unavailable
         if note and note[:300] not in self.notes:
             self.notes.append(note[:300])
 

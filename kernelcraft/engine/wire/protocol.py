@@ -44,6 +44,8 @@ class Op(str, Enum):
     TIME_CANDIDATE = "time_candidate"
     USE_INPUTS = "use_inputs"
     KNOCKOUT = "knockout"
+    # both
+    PERTURB = "perturb"
 
 
 class Msg(str, Enum):
@@ -148,6 +150,14 @@ class NextJob(Request):
     """Reference: drop this job's state and rebuild `Model` for the next job on the task."""
 
     TAG = Op.NEXT
+
+
+class Perturb(Request):
+    """Both workers: overwrite the model's float parameters and buffers with fresh values from
+    `seed` (`perturb.py`), once the job has found that Model's and ModelNew's agree; answered `ok`."""
+
+    TAG = Op.PERTURB
+    seed: int
 
 
 class MakeInputs(Request):
@@ -261,6 +271,7 @@ REQUESTS: dict[str, type[Request]] = {
         Warmup,
         TimeCandidate,
         UseInputs,
+        Perturb,
     )
 }
 
@@ -320,6 +331,10 @@ class TaskReady(Reply):
     input_sets: int = 1
     mode_sensitive: list[str] = Field(default_factory=list)
     """The kinds of Model's modules that compute differently in training and eval mode."""
+    parameters: list[list[Any]] = Field(default_factory=list)
+    """Model's float parameters and buffers, [kind, name, shape, dtype] each (`perturb.named_signature`)."""
+    perturb_allowed: bool = True
+    """False when the task opts out of fresh parameter values (`KERNELCRAFT_PERTURB_PARAMETERS`)."""
 
 
 class TaskFailed(Reply):
@@ -414,6 +429,8 @@ class Loaded(Reply):
 
     TAG = Msg.LOADED
     sandbox_unavailable: str | None = None
+    parameters: list[list[Any]] = Field(default_factory=list)
+    """ModelNew's float parameters and buffers, as `TaskReady.parameters` (the candidate's word)."""
 
 
 class Verdict(Reply):
@@ -454,7 +471,7 @@ class Compiled(Reply):
 
 
 class Ok(Reply):
-    """Candidate: done (`use_inputs`)."""
+    """Done (the candidate's `use_inputs`, either worker's `perturb`)."""
 
     TAG = Msg.OK
 

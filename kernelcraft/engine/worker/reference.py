@@ -25,6 +25,8 @@ from kernelcraft.engine.wire.protocol import (
     Load,
     MakeInputs,
     NextJob,
+    Ok,
+    Perturb,
     Reply,
     RooflineCounted,
     Samples,
@@ -98,6 +100,13 @@ class ReferenceWorker(Worker):
                 self.send(self.compile_reference())
             elif isinstance(req, TimeReference):
                 self.send(self.time_reference(req))
+            elif isinstance(req, Perturb):
+                try:
+                    self.perturb_model(self.model, req.seed)
+                except Exception as e:
+                    self.task_error(e, "the reference gave Model fresh parameter values")
+                    return
+                self.send(Ok())
             elif isinstance(req, NextJob):
                 if not self.next_job():
                     return
@@ -192,6 +201,8 @@ class ReferenceWorker(Worker):
         and build Model afresh from the same seed, exactly as a new process would. False when that
         failed. The first comes once the job has checked the task's sizes; the next when the job
         parks this worker (so it idles without the last job's tensors)."""
+        from kernelcraft.engine.checks import perturb
+
         assert self.job is not None
         self.private_inputs, self.ref_out, self.shared = [], None, None
         self.compiled, self.model = None, None
@@ -199,14 +210,19 @@ class ReferenceWorker(Worker):
             if self.device.startswith("cuda"):
                 self.torch.cuda.empty_cache()
             init = self.init_inputs(self.task, self.job.seed0)
-            self.model = self.build(self.task.Model, init, self.job.seed0, self.task, self.job.model_mode)
+            self.model = self.build(self.task.Model, init, self.job.seed0, self.job.model_mode)
             if self.input_sets == 0:
                 self.input_sets = self.count_input_sets(self.task, self.job.interpret)
         except Exception as e:
             self.task_error(e)
             return False
         self.send(
-            TaskReady(input_sets=self.input_sets, mode_sensitive=mode_sensitive(self.torch, self.model))
+            TaskReady(
+                input_sets=self.input_sets,
+                mode_sensitive=mode_sensitive(self.torch, self.model),
+                parameters=perturb.named_signature(self.model),
+                perturb_allowed=perturb.task_allows(self.task),
+            )
         )
         return True
 
