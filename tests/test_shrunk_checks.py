@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.engine.checks import reach
 from kernelcraft.engine.worker import sizing
 
 SHRUNK = Path(__file__).resolve().parent / "fixtures" / "shrunk"
@@ -70,3 +71,64 @@ def test_a_pass_that_cannot_tell_a_kernel_from_one_ignoring_its_inputs_says_so_f
     v = r.verify
     assert v is not None and v.correct, v
     assert v.notes[0].startswith("warning:") and "ignores its inputs" in v.notes[0], v.notes
+
+
+CANDIDATE_WITH_SIZE_BRANCHES = """
+import torch
+import triton
+
+
+@triton.heuristics({"EVEN": lambda args: args["N"] % 4096 == 0})
+@triton.jit
+def kernel(x_ptr, N, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    if N > 4096:  # inside a kernel: not host control flow
+        pass
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        M, N = x.shape
+        BLOCK = min(1024, triton.next_power_of_2(N))
+        if N <= 4096:
+            pass
+        for k in range(triton.cdiv(N, 2048)):
+            pass
+        if self.dim % 3 == 0:
+            pass
+        if M > N:
+            pass
+        if x.dim() == 2:
+            pass
+        return x
+"""
+
+
+def test_branches_on_sizes_that_the_full_size_would_take_another_way_are_named_with_the_sizes() -> None:
+    warnings, unknown = reach.unreached(CANDIDATE_WITH_SIZE_BRANCHES, [("dim", 256, 8192), ("batch", 16, 16)])
+    text = "\n".join(warnings)
+    assert "line 20 `min(1024, triton.next_power_of_2(N))`: takes argument 2 at the trials' dim = 256" in text
+    assert "line 21 `N <= 4096`: is True at the trials' dim = 256 and False at the task's 8192" in text
+    assert "line 23 `range(triton.cdiv(N, 2048))`: runs 1 time(s)" in text
+    assert "line 6" in text  # the heuristics lambda: args["N"] % 4096 == 0
+    assert len(warnings) == 4, warnings  # not the kernel's own `if`, not self.dim % 3, not x.dim()
+    assert unknown == ["line 27 `M > N`"]
+    assert reach.unreached(CANDIDATE_WITH_SIZE_BRANCHES, [("batch", 16, 16)]) == ([], [])
+
+
+@pytest.mark.slow
+def test_a_verdict_at_shrunk_sizes_names_the_host_branch_the_task_sizes_would_take(
+    evaluator, job_for
+) -> None:
+    task = SHRUNK.parent / "large" / "gelu_task.py"
+    r = evaluator.submit(job_for(task, SHRUNK / "gelu_branches_on_size_triton.py", timeout_s=60))
+    v = r.verify
+    assert v is not None and v.correct, v
+    note = next(n for n in v.notes if "may take another way" in n)
+    assert (
+        "line 23 `n <= 1 << 20`: is True at the trials' input 1's numel = 65536" in note
+        and "and False at the task's" in note
+    ), note

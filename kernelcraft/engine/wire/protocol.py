@@ -316,6 +316,9 @@ class Sized(Reply):
     not_shrunk: str | None = None
     """Why a task too big for the interpreter was left at its own sizes (its structure, or a
     reference whose output ignores its inputs at the shrunk sizes)."""
+    trial_dims: list[list[int]] = Field(default_factory=list)
+    full_dims: list[list[int]] = Field(default_factory=list)
+    """The inputs' shapes in the trials and at the task's own sizes, when they were shrunk."""
     probe: str | None = None
     """For the verdict's notes: why the trials run at sizes larger than the interpreter's limit,
     or a warning that at the trials' sizes the reference's output does not depend on its inputs

@@ -124,6 +124,7 @@ class ReferenceWorker(Worker):
             sizes = sizing.measure(self.task, job.interpret, quick=True)
         except Exception as e:
             return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
+        full_dims = sizes["dims"]
         plan = sizing.Shrunk(self.task, sizes)
         if job.interpret and not job.full_size:
             try:
@@ -154,6 +155,8 @@ class ReferenceWorker(Worker):
             shrunk_source=plan.source,
             not_shrunk=plan.not_shrunk,
             probe=plan.probe,
+            trial_dims=sizes["dims"] if plan.source is not None else [],
+            full_dims=full_dims if plan.source is not None else [],
         )
 
     def make_trial(self, req: MakeInputs) -> bool:

@@ -78,6 +78,7 @@ def measure(task: Any, interpret: bool, quick: bool = False) -> dict[str, Any]:
         "outputs_measured": outputs_measured,
         "elements": elements,
         "shapes": shape_text(ins)[:500],
+        "dims": [list(t.shape) for t in ins][:16],
     }
 
 
