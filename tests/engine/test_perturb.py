@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 
-from kernelcraft.engine.checks.perturb import perturb, signature, task_allows
+from kernelcraft.engine.checks.perturb import (
+    differences,
+    named_signature,
+    not_perturbed,
+    perturb,
+    signature,
+    task_allows,
+)
+
+PARAMS = Path(__file__).resolve().parents[1] / "fixtures" / "params"
 
 
 class Ref(torch.nn.Module):
@@ -69,3 +81,34 @@ def test_a_task_can_opt_out():
         KERNELCRAFT_PERTURB_PARAMETERS = False
 
     assert task_allows(object()) and not task_allows(Task())
+
+
+def test_the_job_compares_kind_shape_and_dtype_by_order_and_names_what_differs():
+    ref = named_signature(Ref())
+    assert differences(ref, named_signature(Ref())) == (None, None)
+    renamed = named_signature(IgnoresAffine())  # norm.weight -> weight, norm.bias -> bias
+    assert differences(ref, renamed) == (None, "norm.weight -> weight, norm.bias -> bias")
+    transposed = [list(e) for e in ref]
+    transposed[0] = ["parameter", "w", [1, 16], "float32"]
+    why, _ = differences(ref, transposed)
+    assert (
+        why is not None
+        and "position 1" in why
+        and "norm.weight float32[16]" in why
+        and "w float32[1, 16]" in why
+    )
+    why, _ = differences(ref, ref[:-1])
+    assert why is not None and why.startswith("Model has 1 more float tensor(s) (buffer bn.running_var")
+    assert "not perturbed" in not_perturbed("x") and "initial values" in not_perturbed("x")
+
+
+@pytest.mark.slow
+def test_a_model_new_whose_parameters_differ_from_models_is_checked_on_initial_values_and_says_so(
+    evaluator, job_for
+) -> None:
+    # Its weight is Model's transposed: given fresh values by position, the two would differ
+    # (it failed before), and no other values can be the same in both.
+    v = evaluator.submit(job_for(PARAMS / "linear_task.py", PARAMS / "linear_transposed_triton.py")).verify
+    assert v is not None and v.correct, v
+    note = next(n for n in v.notes if n.startswith("parameters not perturbed"))
+    assert "linear.weight float32[16, 32]" in note and "weight_t float32[32, 16]" in note, note

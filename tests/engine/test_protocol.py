@@ -51,6 +51,7 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
     ),
     (p.NextJob(), {"op": "next"}),
     (p.MakeInputs(input_set=1, seed=123), {"op": "inputs", "set": 1, "seed": 123}),
+    (p.Perturb(seed=7), {"op": "perturb", "seed": 7}),
     (
         p.Compare(outputs=[REC], inputs_after=[REC]),
         {"op": "compare", "outputs": [REC], "inputs_after": [REC]},
@@ -150,7 +151,7 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 
 def test_every_op_and_message_type_has_one_model() -> None:
-    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 12
+    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 13
     assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 16
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above

@@ -131,7 +131,8 @@ def test_the_shrink_keeps_the_smallest_sizes_the_task_itself_accepts() -> None:
 
     task = load(src, "task")
     sizes = sizing.measure(task, interpret=True)
-    _small, small_sizes, shrunk, changes, _ = sizing.shrink_for_interpreter(src, task, sizes, load)
+    plan = sizing.shrink_for_interpreter(src, task, sizes, load)
+    small_sizes, shrunk, changes = plan.sizes, plan.source, plan.changes
     # At 256 (one factor of 16: 4096 channels -> 256) the task accepts its sizes and the work
     # is under the limit; its assert refuses the smaller ones, which are never tried.
     assert shrunk is not None and changes == {

@@ -14,6 +14,7 @@ compiled without the lock, verification shares the GPU, and timing has it alone.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Awaitable
 from typing import Any, cast
@@ -26,7 +27,7 @@ from kernelcraft.base.evaluation import (
     VerifyResult,
 )
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.checks import scaled
+from kernelcraft.engine.checks import perturb, scaled
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.jobtiming import JobTiming
@@ -53,6 +54,7 @@ from kernelcraft.engine.wire.protocol import (
     Knockout,
     Msg,
     Outputs,
+    Perturb,
     Run,
     TaskReady,
     Warmup,
@@ -88,6 +90,8 @@ class Job:
         """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
         """The tolerances the reference applied (`compare.describe`), from the last comparison."""
         self.compile_worker: WorkerProcess | None = None
+        self.ready: TaskReady | None = None
+        """The reference's word once Model is built (its parameters among it)."""
 
     @property
     def wants_candidate(self) -> bool:
@@ -145,12 +149,15 @@ class Job:
                 raise o
         ready = outcome[0]
         assert isinstance(ready, TaskReady)
+        self.ready = ready
         self.input_sets = int(ready.input_sets)
         if ready.mode_sensitive:
             self.workers.notes.append(mode_note(self.spec.model_mode, ready.mode_sensitive))
         return cast("WorkerProcess | None", outcome[1] if len(outcome) > 1 else None)
 
     async def candidate_stages(self, result: EvalResult, cand: WorkerProcess) -> None:
+        if "verify" in self.spec.stages:
+            await self.fresh_parameters(cand)
         if not self.workers.interpret:
             t = time.perf_counter()
             await self.warm_up(cand)
@@ -168,6 +175,27 @@ class Job:
                     t = time.perf_counter()
                     result.profile = await self.timing.profile(cand, self.input_sets)
                     self.workers.stage("profile", t)
+
+    async def fresh_parameters(self, cand: WorkerProcess) -> None:
+        """Before the trials, fresh values for the float parameters and buffers of both models,
+        from one secret seed (`perturb.py`), when Model's (the reference's word) and ModelNew's
+        (the candidate's) agree in order, kind, shape and dtype; when they do not, the harness
+        cannot give both the same values: neither is perturbed and the notes say so."""
+        ready = self.ready
+        if ready is None or not ready.perturb_allowed:
+            return
+        why, renamed = perturb.differences(ready.parameters, self.workers.candidate_parameters)
+        if why is not None:
+            self.workers.notes.append(perturb.not_perturbed(why)[:800])
+            return
+        if renamed is not None:
+            self.workers.notes.append(perturb.renamed_note(renamed)[:600])
+        if not ready.parameters:
+            return
+        request = Perturb(seed=secrets.randbits(62))
+        self.workers.task_error(await self.workers.ask_ref(request))
+        await cand.send(request.to_header())
+        self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
 
     # ---- compile ----
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -32,6 +33,7 @@ from typing import Any, Literal
 from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
+from kernelcraft.engine.checks import reach
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.memory import IDLE_REFERENCE_SHARE, TaskSize, host_available, refusal
@@ -88,6 +90,20 @@ def add_up(stages: dict[str, float], seconds: float) -> dict[str, float]:
     if rest <= 0:
         return dict(stages)
     return {**stages, "other": round(stages.get("other", 0.0) + rest, 3)}
+
+
+def size_pairs(sized: Sized) -> list[reach.Pair]:
+    """The sizes a shrink changed, trial and full: its constants, the inputs' dimensions and
+    element counts (what `reach.py` tries the candidate's branches on)."""
+    pairs: list[reach.Pair] = [(name, new, old) for name, (old, new) in sized.shrunk.items()]
+    for i, (small, full) in enumerate(zip(sized.trial_dims, sized.full_dims, strict=False)):
+        if len(small) != len(full) or small == full:
+            continue
+        pairs += [
+            (f"input {i + 1}'s dim {j}", a, b) for j, (a, b) in enumerate(zip(small, full, strict=True))
+        ]
+        pairs.append((f"input {i + 1}'s numel", math.prod(small), math.prod(full)))
+    return [p for p in pairs if p[1] != p[2]]
 
 
 SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
@@ -163,6 +179,8 @@ class JobWorkers:
         self.found_launches = ""
         """The candidate's last word on the launches its compile discovery found (shown when the
         compile runs out of time; the candidate's own words, never believed)."""
+        self.candidate_parameters: list[list[Any]] = []
+        """ModelNew's float parameters and buffers, as its worker said when it loaded."""
         self.spans: list[tuple[str, float, float]] = []
         """(stage, start, end) of each stage as it ran; `partition` turns them into seconds."""
         self.fraction = 0.0
@@ -327,6 +345,12 @@ class JobWorkers:
         if sized.shrunk_source is not None:
             self.task_source = sized.shrunk_source
             self.notes.append(shrink.describe(sized.shrunk, sized.shapes))
+            self.notes.extend(reach.note(self.spec.candidate_source, size_pairs(sized)))
+        if sized.probe is not None:
+            # A warning that the trials cannot tell a kernel from one that ignores its inputs
+            # comes first: a reader of a passing verdict must not miss it.
+            at = 0 if sized.probe.startswith("warning:") else len(self.notes)
+            self.notes.insert(at, sized.probe[:800])
         self.sized.set_result(sized)
 
     async def start_candidate(self) -> WorkerProcess:
@@ -397,8 +421,11 @@ class JobWorkers:
         return frame
 
     def loaded(self, frame: Frame) -> None:
-        """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set."""
-        note = self.read(frame, Loaded).sandbox_unavailable
+        """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set
+        and keeps what ModelNew says its parameters are (`Job.fresh_parameters`)."""
+        loaded = self.read(frame, Loaded)
+        self.candidate_parameters = loaded.parameters
+        note = loaded.sandbox_unavailable
         if note and note[:300] not in self.notes:
             self.notes.append(note[:300])
 

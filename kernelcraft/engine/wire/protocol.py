@@ -44,6 +44,8 @@ class Op(str, Enum):
     TIME_CANDIDATE = "time_candidate"
     USE_INPUTS = "use_inputs"
     KNOCKOUT = "knockout"
+    # both
+    PERTURB = "perturb"
 
 
 class Msg(str, Enum):
@@ -150,6 +152,14 @@ class NextJob(Request):
     """Reference: drop this job's state and rebuild `Model` for the next job on the task."""
 
     TAG = Op.NEXT
+
+
+class Perturb(Request):
+    """Both workers: overwrite the model's float parameters and buffers with fresh values from
+    `seed` (`perturb.py`), once the job has found that Model's and ModelNew's agree; answered `ok`."""
+
+    TAG = Op.PERTURB
+    seed: int
 
 
 class MakeInputs(Request):
@@ -263,6 +273,7 @@ REQUESTS: dict[str, type[Request]] = {
         Warmup,
         TimeCandidate,
         UseInputs,
+        Perturb,
     )
 }
 
@@ -305,7 +316,15 @@ class Sized(Reply):
     shrunk: dict[str, list[int]] = Field(default_factory=dict)
     shrunk_source: str | None = None
     not_shrunk: str | None = None
-    """Why a task too big for the interpreter was left at its own sizes (its structure)."""
+    """Why a task too big for the interpreter was left at its own sizes (its structure, or a
+    reference whose output ignores its inputs at the shrunk sizes)."""
+    trial_dims: list[list[int]] = Field(default_factory=list)
+    full_dims: list[list[int]] = Field(default_factory=list)
+    """The inputs' shapes in the trials and at the task's own sizes, when they were shrunk."""
+    probe: str | None = None
+    """For the verdict's notes: why the trials run at sizes larger than the interpreter's limit,
+    or a warning that at the trials' sizes the reference's output does not depend on its inputs
+    (`sizing.shrink_for_interpreter`)."""
     error: str | None = None
     """Why the task could not be measured on meta (the job goes on without the figures)."""
 
@@ -317,6 +336,10 @@ class TaskReady(Reply):
     input_sets: int = 1
     mode_sensitive: list[str] = Field(default_factory=list)
     """The kinds of Model's modules that compute differently in training and eval mode."""
+    parameters: list[list[Any]] = Field(default_factory=list)
+    """Model's float parameters and buffers, [kind, name, shape, dtype] each (`perturb.named_signature`)."""
+    perturb_allowed: bool = True
+    """False when the task opts out of fresh parameter values (`KERNELCRAFT_PERTURB_PARAMETERS`)."""
 
 
 class TaskFailed(Reply):
@@ -411,6 +434,8 @@ class Loaded(Reply):
 
     TAG = Msg.LOADED
     sandbox_unavailable: str | None = None
+    parameters: list[list[Any]] = Field(default_factory=list)
+    """ModelNew's float parameters and buffers, as `TaskReady.parameters` (the candidate's word)."""
 
 
 class Verdict(Reply):
@@ -451,7 +476,7 @@ class Compiled(Reply):
 
 
 class Ok(Reply):
-    """Candidate: done (`use_inputs`)."""
+    """Done (the candidate's `use_inputs`, either worker's `perturb`)."""
 
     TAG = Msg.OK
 

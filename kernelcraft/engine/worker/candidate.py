@@ -31,6 +31,7 @@ from kernelcraft.engine.wire.protocol import (
     Loaded,
     Ok,
     Outputs,
+    Perturb,
     Reply,
     Run,
     Samples,
@@ -95,6 +96,13 @@ class CandidateWorker(Worker):
             elif isinstance(req, Knockout):
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(*self.knockout())
+            elif isinstance(req, Perturb):
+                try:
+                    self.perturb_model(self.model, req.seed)
+                except BaseException as e:
+                    self.fail_exception(e, "load")
+                    return
+                self.send(Ok())
             elif isinstance(req, UseInputs):  # profile times on the task's main input set
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(Ok())
@@ -106,6 +114,7 @@ class CandidateWorker(Worker):
         `loaded`. False when something failed (reported)."""
         import threading
 
+        from kernelcraft.engine.checks import perturb
         from kernelcraft.engine.watch import guard
         from kernelcraft.engine.worker.loading import import_source
 
@@ -146,7 +155,8 @@ class CandidateWorker(Worker):
         try:
             module = import_source(job.candidate_source, workdir, CANDIDATE_MODULE)
             self.model_class = module.ModelNew
-            self.model = self.build(module.ModelNew, init, job.seed0, task, job.model_mode)
+            self.model = self.build(module.ModelNew, init, job.seed0, job.model_mode)
+            parameters = perturb.named_signature(self.model)
         except BaseException as e:
             self.fail_exception(e, "load")
             return False
@@ -159,7 +169,7 @@ class CandidateWorker(Worker):
                 op="torch.cuda.set_stream",
             )
             return False
-        self.send(Loaded(sandbox_unavailable=sandbox_note))
+        self.send(Loaded(sandbox_unavailable=sandbox_note, parameters=parameters))
         return True
 
     def run_forward(self, req: Run, blobs: list[bytes]) -> bool:

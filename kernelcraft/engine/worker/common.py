@@ -112,21 +112,26 @@ class Worker:
         self.torch.manual_seed(seed0)
         return list(task.get_init_inputs())
 
-    def build(self, cls: Any, init: list[Any], seed0: int, task: Any = None, mode: str = "train") -> Any:
+    def build(self, cls: Any, init: list[Any], seed0: int, mode: str = "train") -> Any:
         """`cls(*init)` after seeding the RNG with `seed0` (KernelBench's convention), on the
         device, left in the mode it was constructed in (training, as KernelBench's harness runs
-        it) unless `mode` is "eval"; then, unless the task opts out, its parameters and buffers
-        get fresh values drawn from `seed0`, the same in Model and ModelNew (`perturb.py`)."""
-        from kernelcraft.engine.checks import perturb
-
+        it) unless `mode` is "eval". Fresh parameter values come later, when the job has compared
+        Model's with ModelNew's (`perturb_model`)."""
         self.torch.manual_seed(seed0)
         model = cls(*init)
         model = model.to(self.device) if hasattr(model, "to") else model
         if mode == "eval" and hasattr(model, "eval"):
             model = model.eval()
-        if task is not None and isinstance(model, self.torch.nn.Module) and perturb.task_allows(task):
-            perturb.perturb(model, seed0 ^ perturb.SALT)
         return model
+
+    def perturb_model(self, model: Any, seed: int) -> None:
+        """The `perturb` request: fresh values for the model's float parameters and buffers,
+        the same in Model and ModelNew (`perturb.py`)."""
+        from kernelcraft.engine.checks import perturb
+
+        if isinstance(model, self.torch.nn.Module):
+            perturb.perturb(model, seed)
+        self.sync()
 
     def make_inputs(self, task: Any, job: Load, input_set: int, seed: int) -> list[Any]:
         """Inputs of one trial, created on the device (no host copies of big tensors)."""

@@ -25,6 +25,8 @@ from kernelcraft.engine.wire.protocol import (
     Load,
     MakeInputs,
     NextJob,
+    Ok,
+    Perturb,
     Reply,
     RooflineCounted,
     Samples,
@@ -98,6 +100,13 @@ class ReferenceWorker(Worker):
                 self.send(self.compile_reference())
             elif isinstance(req, TimeReference):
                 self.send(self.time_reference(req))
+            elif isinstance(req, Perturb):
+                try:
+                    self.perturb_model(self.model, req.seed)
+                except Exception as e:
+                    self.task_error(e, "the reference gave Model fresh parameter values")
+                    return
+                self.send(Ok())
             elif isinstance(req, NextJob):
                 if not self.next_job():
                     return
@@ -115,20 +124,23 @@ class ReferenceWorker(Worker):
             sizes = sizing.measure(self.task, job.interpret, quick=True)
         except Exception as e:
             return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
-        shrunk, source, unshrunk = self.task, None, None
-        changes: dict[str, list[int]] = {}
+        full_dims = sizes["dims"]
+        plan = sizing.Shrunk(self.task, sizes)
         if job.interpret and not job.full_size:
             try:
-                shrunk, sizes, source, changes, unshrunk = sizing.shrink_for_interpreter(
+                plan = sizing.shrink_for_interpreter(
                     job.task_source,
                     self.task,
                     sizes,
                     lambda src, tag: import_source(src, workdir, f"kernelcraft_task_{tag}"),
+                    job.model_mode,
+                    job.correctness,
                 )
             except Exception:  # the task as given still runs (or is refused for its size)
-                shrunk, source, changes = self.task, None, {}
-        if source is not None:
-            self.full_task, self.task = self.task, shrunk
+                plan = sizing.Shrunk(self.task, sizes)
+        sizes = plan.sizes
+        if plan.source is not None:
+            self.full_task, self.task = self.task, plan.task
         return Sized(
             inputs_bytes=sizes["inputs"],
             params_bytes=sizes["params"],
@@ -139,9 +151,12 @@ class ReferenceWorker(Worker):
             device_free=free,
             device_total=total,
             has_cpu_inputs=hasattr(self.task, "get_cpu_inputs"),
-            shrunk=changes,
-            shrunk_source=source,
-            not_shrunk=unshrunk,
+            shrunk=plan.changes,
+            shrunk_source=plan.source,
+            not_shrunk=plan.not_shrunk,
+            probe=plan.probe,
+            trial_dims=sizes["dims"] if plan.source is not None else [],
+            full_dims=full_dims if plan.source is not None else [],
         )
 
     def make_trial(self, req: MakeInputs) -> bool:
@@ -189,6 +204,8 @@ class ReferenceWorker(Worker):
         and build Model afresh from the same seed, exactly as a new process would. False when that
         failed. The first comes once the job has checked the task's sizes; the next when the job
         parks this worker (so it idles without the last job's tensors)."""
+        from kernelcraft.engine.checks import perturb
+
         assert self.job is not None
         self.private_inputs, self.ref_out, self.shared = [], None, None
         self.compiled, self.model = None, None
@@ -196,14 +213,19 @@ class ReferenceWorker(Worker):
             if self.device.startswith("cuda"):
                 self.torch.cuda.empty_cache()
             init = self.init_inputs(self.task, self.job.seed0)
-            self.model = self.build(self.task.Model, init, self.job.seed0, self.task, self.job.model_mode)
+            self.model = self.build(self.task.Model, init, self.job.seed0, self.job.model_mode)
             if self.input_sets == 0:
                 self.input_sets = self.count_input_sets(self.task, self.job.interpret)
         except Exception as e:
             self.task_error(e)
             return False
         self.send(
-            TaskReady(input_sets=self.input_sets, mode_sensitive=mode_sensitive(self.torch, self.model))
+            TaskReady(
+                input_sets=self.input_sets,
+                mode_sensitive=mode_sensitive(self.torch, self.model),
+                parameters=perturb.named_signature(self.model),
+                perturb_allowed=perturb.task_allows(self.task),
+            )
         )
         return True
 

@@ -17,6 +17,7 @@ Runs in the worker process only.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,7 @@ def measure(task: Any, interpret: bool, quick: bool = False) -> dict[str, Any]:
         "outputs_measured": outputs_measured,
         "elements": elements,
         "shapes": shape_text(ins)[:500],
+        "dims": [list(t.shape) for t in ins][:16],
     }
 
 
@@ -95,18 +97,54 @@ def device_memory(device: str) -> tuple[int, int]:
     return kib.get("MemAvailable", 0) * 1024, kib.get("MemTotal", 0) * 1024
 
 
+@dataclass
+class Shrunk:
+    """What the trials run on in the interpreter (`shrink_for_interpreter`)."""
+
+    task: Any
+    sizes: dict[str, Any]
+    source: str | None = None
+    """The shrunk source, or None: the task runs at its own sizes."""
+    changes: dict[str, list[int]] = field(default_factory=dict)
+    """{constant: [old, new]}."""
+    not_shrunk: str | None = None
+    """Why a task over the limit was left at its own sizes."""
+    probe: str | None = None
+    """What the probe of the reference's output found (`depends_on_inputs`), when the verdict
+    must say it: why larger sizes were chosen, or that the trials cannot tell a kernel from one
+    that ignores its inputs (`INPUTS_IGNORED`)."""
+
+
+PROBE_MAX_ELEMENTS = 1 << 23
+"""The largest work (elements of inputs and parameters) at which the reference is run to find
+sizes where its output depends on its inputs, when the shrunk sizes gave none."""
+
+INPUTS_IGNORED = (
+    "warning: at the trials' sizes ({sizes}) the reference's output does not depend on its inputs "
+    "(two draws of get_inputs() gave the same output), so this verdict cannot tell a kernel from one "
+    "that ignores its inputs; {why}; run --full-size, or on a GPU, to check it"
+)
+
+
 def shrink_for_interpreter(
-    source: str, task: Any, sizes: dict[str, Any], load: Any
-) -> tuple[Any, dict[str, Any], str | None, dict[str, list[int]], str | None]:
+    source: str, task: Any, sizes: dict[str, Any], load: Any, mode: str = "train", rule: str = "kernelcraft"
+) -> Shrunk:
     """The task at sizes the interpreter runs in seconds, when it has no get_cpu_inputs and its
     work is over `shrink.SHRINK_ABOVE_ELEMENTS`: each smaller `shrink.LIMITS` in turn until the
     work is under it, or until forward stops running on meta at the smaller sizes (a convolution
     whose kernel outgrew its image). A limit whose rewrite would break the task's structure
-    (`shrink.structure_broken`) is skipped. `load(source, tag)` imports a source. Returns (task,
-    sizes, the shrunk source or None, {constant: [old, new]}, why it was not shrunk or None)."""
+    (`shrink.structure_broken`) is skipped. `load(source, tag)` imports a source.
+
+    Then the reference runs on two draws of its inputs at the sizes found (`depends_on_inputs`):
+    where its output is the same (GroupNorm with one channel a group outputs its bias), the
+    trials could not tell a kernel from one that ignores its inputs, so the larger sizes tried,
+    then the task's own, are probed in turn (up to `PROBE_MAX_ELEMENTS`) and the first whose
+    output depends on the inputs is taken; when none does, the shrunk sizes stay and `probe`
+    says the verdict cannot tell (`INPUTS_IGNORED`)."""
     if hasattr(task, "get_cpu_inputs") or sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
-        return task, sizes, None, {}, None
-    best: tuple[Any, dict[str, Any], str | None, dict[str, list[int]]] = (task, sizes, None, {})
+        return Shrunk(task, sizes)
+    best = Shrunk(task, sizes)
+    tried: list[Shrunk] = []
     broken: list[str] = []
     for limit in shrink.LIMITS:
         small, changes, breaks = shrink.shrunk_source(source, limit)
@@ -120,11 +158,93 @@ def shrink_for_interpreter(
             break
         if sizes["outputs_measured"] and not small_sizes["outputs_measured"]:
             break  # forward no longer runs at these sizes (a kernel larger than the image, ...)
-        if small_sizes["elements"] < best[1]["elements"]:
-            best = (small_task, small_sizes, small, {k: [o, n] for k, (o, n) in changes.items()})
+        tried.append(Shrunk(small_task, small_sizes, small, {k: [o, n] for k, (o, n) in changes.items()}))
+        if small_sizes["elements"] < best.sizes["elements"]:
+            best = tried[-1]
         if small_sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
             break
-    why = None
-    if best[2] is None and broken:
-        why = "shrinking its sizes would break its structure: " + "; ".join(broken[:4])
-    return (*best, why)
+    if best.source is None:
+        if broken:
+            best.not_shrunk = "shrinking its sizes would break its structure: " + "; ".join(broken[:4])
+        return best
+    if depends_on_inputs(best.task, mode, rule) is not False:
+        return best
+    at = ", ".join(f"{k} {o} -> {n}" for k, (o, n) in best.changes.items())
+    larger = [s for s in tried if s.sizes["elements"] > best.sizes["elements"]]
+    larger.append(Shrunk(task, sizes))
+    for option in sorted(larger, key=lambda s: int(s.sizes["elements"])):
+        if option.sizes["elements"] > PROBE_MAX_ELEMENTS:
+            break
+        if depends_on_inputs(option.task, mode, rule) is not False:
+            why = f"at smaller sizes ({at}) the reference's output does not depend on its inputs"
+            if option.source is None:
+                option.not_shrunk = why
+            else:
+                option.probe = f"ran at larger sizes than the interpreter's limit: {why}"
+            return option
+    why = (
+        f"nor did it at the larger sizes probed (work up to {PROBE_MAX_ELEMENTS:.3g} elements), and it "
+        "may not at the task's own sizes either (a row's max minus its mean is zero at any size)"
+    )
+    best.probe = INPUTS_IGNORED.format(sizes=at, why=why)
+    return best
+
+
+def depends_on_inputs(task: Any, mode: str = "train", rule: str = "kernelcraft") -> bool | None:
+    """Whether `Model`'s output changes with its inputs by more than the trials' tolerance
+    (`compare.py` under `rule`): `Model` built as the trials build it (seeded, its parameters
+    perturbed unless the task opts out: `perturb.py`) runs on two draws of `get_inputs()` (seeds
+    1 and 2, the RNG reset before each forward so that dropout draws alike); when the two outputs
+    pass for each other, a kernel that ignores its inputs passes too. None when it cannot tell:
+    forward failed, or the two draws gave equal inputs."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from kernelcraft.engine.checks import perturb
+    from kernelcraft.engine.checks.compare import compare_outputs
+
+    try:
+        torch.manual_seed(0)
+        model = task.Model(*task.get_init_inputs())
+        if isinstance(model, torch.nn.Module):
+            if mode == "eval":
+                model.eval()
+            if perturb.task_allows(task):
+                perturb.perturb(model, perturb.SALT)
+        draws, outs = [], []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed)
+            inputs = list(task.get_inputs())
+            draws.append(inputs)
+            torch.manual_seed(0)
+            with torch.no_grad():
+                outs.append(model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+    except Exception:
+        return None
+    if _same(draws[0], draws[1], torch):
+        return None
+    return compare_outputs(outs[0], outs[1], rule) is not None
+
+
+def _same(a: Any, b: Any, torch: Any) -> bool:
+    """Exactly equal (NaN equal to NaN), through lists, tuples and dicts."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (a.isnan() & b.isnan())).all())
+        return bool(torch.equal(a, b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y, torch) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], torch) for k in a)
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
