@@ -263,10 +263,8 @@ class LocalEvaluator:
         log.info("%s ran out of memory %s: running it again alone", spec.task_name, why)
         again = Job(spec, device, self._references, self._candidates, self._active, progress, alone=True)
         result = await again.run()
-        note = (
-            f"run again with the device's memory to itself ({_gib(again.workers.memory_limit)} for the "
-            f"candidate): it ran out of memory {why}"
-        )
+        room = "" if spec.baseline_only else f" ({_gib(again.workers.memory_limit)} for the candidate)"
+        note = f"run again with the device's memory to itself{room}: it ran out of memory {why}"
         if result.verify is not None:
             result.verify.notes.append(note)
         for timed in (result.profile, result.baseline):
