@@ -112,3 +112,23 @@ def test_a_model_new_whose_parameters_differ_from_models_is_checked_on_initial_v
     assert v is not None and v.correct, v
     note = next(n for n in v.notes if n.startswith("parameters not perturbed"))
     assert "linear.weight float32[16, 32]" in note and "weight_t float32[32, 16]" in note, note
+
+
+@pytest.mark.slow
+def test_a_model_new_drawing_in_another_order_is_told_why_its_outputs_differ(evaluator, job_for) -> None:
+    """Issue 26: VanillaRNN's ModelNew drew its hidden state first and got an unexplained '65515
+    of 65536 differ'. A mismatch where a tensor ModelNew holds as built differs from the same-named
+    Model's names the tensor; the same kernel drawing in Model's order passes, without the note."""
+    from kernelcraft.engine.host.job import RNG_ORDER_NOTE
+
+    source = (PARAMS / "drawn_state_triton.py").read_text()
+    swapped = evaluator.submit(
+        job_for(
+            PARAMS / "drawn_state_task.py", source.replace('ORDER = "same"', 'ORDER = "swapped"'), trials=1
+        )
+    ).verify
+    assert swapped is not None and swapped.status == "numerical_mismatch", swapped
+    assert RNG_ORDER_NOTE.format(names="h") in swapped.notes, swapped.notes
+    same = evaluator.submit(job_for(PARAMS / "drawn_state_task.py", source, trials=1)).verify
+    assert same is not None and same.correct, same
+    assert not [n for n in same.notes if "other initial values" in n]

@@ -91,6 +91,8 @@ class Job:
         """The tolerances the reference applied (`compare.describe`), from the last comparison."""
         self.compile_worker: WorkerProcess | None = None
         self.ready: TaskReady | None = None
+        self.refreshed: set[str] = set()
+        """Model's parameters and buffers both models got the same fresh values for (`fresh_parameters`)."""
         """The reference's word once Model is built (its parameters among it)."""
 
     @property
@@ -196,6 +198,7 @@ class Job:
         self.workers.task_error(await self.workers.ask_ref(request))
         await cand.send(request.to_header())
         self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
+        self.refreshed = {str(p[1]) for p in ready.parameters}
 
     # ---- compile ----
 
@@ -390,6 +393,14 @@ class Job:
     ) -> VerifyResult:
         kw.setdefault("notes", list(self.workers.notes))  # a shrunk task's note, on any verdict
         kw.setdefault("tolerance", self.tolerance)
+        if cls is FailureClass.NUMERICAL_MISMATCH and self.ready is not None:
+            drawn = [
+                name
+                for name in drawn_otherwise(self.ready.initial_values, self.workers.candidate_initial)
+                if name not in self.refreshed  # both got the same fresh values since
+            ]
+            if drawn:
+                kw["notes"] = [*kw["notes"], RNG_ORDER_NOTE.format(names=", ".join(drawn[:5]))]
         return verify_result(
             self.spec,
             self.device,
@@ -401,6 +412,20 @@ class Job:
             device_label=device_label(self.device, cand.info),
             **kw,
         )
+
+
+RNG_ORDER_NOTE = (
+    "ModelNew was built holding other initial values than Model in {names}. Both are built after the "
+    "same seed, as in KernelBench, so a tensor drawn in another order (parameters created in another "
+    "order, a hidden state drawn in __init__) gets other values: draw in the order Model does; the "
+    "harness gives fresh values only to parameters and buffers that match Model's"
+)
+"""On a mismatch only: why outputs can differ that no kernel computes wrongly (issue 26)."""
+
+
+def drawn_otherwise(model: dict[str, str], model_new: dict[str, str]) -> list[str]:
+    """Names both models hold whose initial values differ (by digest)."""
+    return [name for name, digest in model.items() if name in model_new and model_new[name] != digest]
 
 
 GPU_CHECK_MAX_PARAMS = 512 * 1024**2

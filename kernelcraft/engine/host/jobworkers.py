@@ -179,6 +179,8 @@ class JobWorkers:
         self.found_launches = ""
         """The candidate's last word on the launches its compile discovery found (shown when the
         compile runs out of time; the candidate's own words, never believed)."""
+        self.candidate_initial: dict[str, str] = {}
+        """A digest of each tensor ModelNew held as built, by name, as its worker said."""
         self.candidate_parameters: list[list[Any]] = []
         """ModelNew's float parameters and buffers, as its worker said when it loaded."""
         self.spans: list[tuple[str, float, float]] = []
@@ -425,6 +427,7 @@ class JobWorkers:
         and keeps what ModelNew says its parameters are (`Job.fresh_parameters`)."""
         loaded = self.read(frame, Loaded)
         self.candidate_parameters = loaded.parameters
+        self.candidate_initial = loaded.initial_values
         note = loaded.sandbox_unavailable
         if note and note[:300] not in self.notes:
             self.notes.append(note[:300])

@@ -338,6 +338,8 @@ class TaskReady(Reply):
     """The kinds of Model's modules that compute differently in training and eval mode."""
     parameters: list[list[Any]] = Field(default_factory=list)
     """Model's float parameters and buffers, [kind, name, shape, dtype] each (`perturb.named_signature`)."""
+    initial_values: dict[str, str] = Field(default_factory=dict)
+    """A digest of each tensor `Model` holds, by name, as built (`Worker.build`)."""
     perturb_allowed: bool = True
     """False when the task opts out of fresh parameter values (`KERNELCRAFT_PERTURB_PARAMETERS`)."""
 
@@ -436,6 +438,8 @@ class Loaded(Reply):
     sandbox_unavailable: str | None = None
     parameters: list[list[Any]] = Field(default_factory=list)
     """ModelNew's float parameters and buffers, as `TaskReady.parameters` (the candidate's word)."""
+    initial_values: dict[str, str] = Field(default_factory=dict)
+    """As `TaskReady.initial_values`, for `ModelNew` (the candidate's word: it only explains)."""
 
 
 class Verdict(Reply):

@@ -169,7 +169,11 @@ class CandidateWorker(Worker):
                 op="torch.cuda.set_stream",
             )
             return False
-        self.send(Loaded(sandbox_unavailable=sandbox_note, parameters=parameters))
+        self.send(
+            Loaded(
+                sandbox_unavailable=sandbox_note, parameters=parameters, initial_values=self.initial_values
+            )
+        )
         return True
 
     def run_forward(self, req: Run, blobs: list[bytes]) -> bool:

@@ -8,6 +8,7 @@ roles subclass it: `ReferenceWorker` (`worker/reference.py`) and `CandidateWorke
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import traceback
 from pathlib import Path
@@ -58,6 +59,8 @@ class Worker:
 
         self.sock = sock
         self.torch = torch
+        self.initial_values: dict[str, str] = {}
+        """A digest of each tensor the model held as built, by name (`build`)."""
         self.channel = channel
         self.tensors = tensors
         self.device = device
@@ -119,6 +122,7 @@ class Worker:
         Model's with ModelNew's (`perturb_model`)."""
         self.torch.manual_seed(seed0)
         model = cls(*init)
+        self.initial_values = initial_digests(self.torch, model)
         model = model.to(self.device) if hasattr(model, "to") else model
         if mode == "eval" and hasattr(model, "eval"):
             model = model.eval()
@@ -161,3 +165,29 @@ class Worker:
             return 1
         with self.torch.device(self.device):
             return 1 + len(list(fn()))
+
+
+INITIAL_DIGEST_ELEMENTS = 4096
+INITIAL_DIGEST_TENSORS = 256
+
+
+def initial_digests(torch: Any, model: Any) -> dict[str, str]:
+    """A digest of the first `INITIAL_DIGEST_ELEMENTS` values of each floating tensor a model holds
+    as built (parameters, buffers and plain tensor attributes such as a hidden state), by name: what
+    tells that two models built after the same seed drew their random numbers in another order.
+    Sampled, so a multi-GB model costs microseconds."""
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    out: dict[str, str] = {}
+    for prefix, module in model.named_modules():
+        for name, value in vars(module).items():
+            tensors = value.items() if name in ("_parameters", "_buffers") else [(name, value)]
+            for key, tensor in tensors:
+                if len(out) >= INITIAL_DIGEST_TENSORS:
+                    return out
+                if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+                    continue
+                head = tensor.detach().flatten()[:INITIAL_DIGEST_ELEMENTS].to("cpu", torch.float64)
+                digest = hashlib.sha256(head.numpy().tobytes()).hexdigest()[:16]
+                out[f"{prefix}.{key}" if prefix else key] = digest
+    return out

@@ -224,6 +224,7 @@ class ReferenceWorker(Worker):
                 input_sets=self.input_sets,
                 mode_sensitive=mode_sensitive(self.torch, self.model),
                 parameters=perturb.named_signature(self.model),
+                initial_values=self.initial_values,
                 perturb_allowed=perturb.task_allows(self.task),
             )
         )
