@@ -600,3 +600,30 @@ def test_a_task_whose_parameters_outgrow_the_machine_is_refused_up_front_with_it
     (error,) = [line for line in p.stderr.splitlines() if line.startswith("kernelcraft: error:")]
     assert "too big for Triton's CPU interpreter" in error and "parameters 64 GiB" in error, error
     assert "inputs float32[16, 131072]" in error and "refused before anything was allocated" in error
+
+
+@pytest.mark.slow
+def test_a_kernel_needing_more_than_the_limit_we_sized_runs_again_with_room_and_passes(job_for) -> None:
+    """Issue 26: a limit we set never becomes the candidate's verdict. A kernel with a 3 GiB
+    workspace on a tiny task exceeds the 2 GiB limit sized from the task; run again alone with the
+    machine's room it passes, and the verdict says what happened."""
+    from kernelcraft.engine.host.local import LocalEvaluator
+
+    good = (CHEATS / "good.py").read_text()
+    workspace = good.replace(
+        "        y = torch.empty_like(x)",
+        "        workspace = torch.empty(3 * 1024**3, dtype=torch.uint8)  # reserved, never touched\n"
+        "        y = torch.empty_like(x)",
+    )
+    assert workspace != good
+
+    async def run() -> Any:
+        async with LocalEvaluator(workers=2, device="cpu", protect_environ=False) as ev:
+            return await ev.submit(job_for(CHEATS / "task_scale.py", workspace, trials=1, timeout_s=120))
+
+    v = asyncio.run(run()).verify
+    assert v is not None and v.correct, v
+    assert any(
+        "run again with the device's memory to itself" in n and "under its 2.0 GiB limit" in n
+        for n in v.notes
+    ), v.notes

@@ -249,10 +249,10 @@ class LocalEvaluator:
             result: EvalResult | TaskError = await job.run()
         except TaskError as e:
             result = e
-        # A limit of ours (other jobs beside it, or on a GPU the candidate's limit sized to the
-        # task) is never the candidate's verdict: run it once more with the device to itself, the
-        # candidate allowed the room beside the reference (at most half the host's free RAM).
-        ours = job.workers.shared or (device.kind == "cuda" and not self._candidates.memory_limit_bytes)
+        # A limit of ours (other jobs beside it, or the candidate's limit sized to the task) is
+        # never the candidate's verdict: run it once more with the device to itself, the candidate
+        # allowed the room beside the reference (at most half the host's available RAM).
+        ours = job.workers.shared or not self._candidates.memory_limit_bytes
         if not (ours and ran_out(result)):
             if isinstance(result, TaskError):
                 raise result

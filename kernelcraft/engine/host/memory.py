@@ -24,10 +24,11 @@ MemAvailable on the CPU) in its `Sized` message. From those figures:
 - **A job alone**: the estimates are estimates (cuDNN's workspaces, torch.compile's autotuning,
   the allocator's cache), so a job that ran out of memory while other jobs of ours held the
   device is run once more with the device to itself (`LocalEvaluator._run`): it reserves
-  everything, waits for the running jobs to end, and no new job starts until it is done. On a
-  GPU, so is a job whose candidate ran out of the limit sized here (not the user's): run alone,
-  the candidate may use the device's room beside the reference (at most half the host's
-  available RAM, which the watchdog holds it to as well). A limit of ours is never a verdict.
+  everything, waits for the running jobs to end, and no new job starts until it is done. So is
+  a job whose candidate ran out of the limit sized here (not the user's `--memory-limit-gb`):
+  run alone, the candidate may use the device's room beside the reference (at most half the
+  host's available RAM, which the watchdog holds it to as well). A limit of ours is never a
+  verdict; what the candidate does with all that room is.
 - **A job's memory is ours until its processes are gone**: a killed worker frees the GPU's memory
   only when it exits, so the reservation is released after the reaping, not at the kill; a job
   that measures the device in between counts it as ours and waits, instead of being refused.
