@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelcraft.agent.tuner_params import NUM_STAGES, NUM_WARPS, Param, find_params
+from kernelcraft.agent.tuner_params import NUM_STAGES, NUM_WARPS, PRECISIONS, Param, find_params
 
 Config = dict[str, int]
 
@@ -60,7 +60,7 @@ def apply_config(source: str, params: list[Param], config: Config) -> str:
     for p in sorted(params, key=lambda p: p.start):
         if p.key in config and config[p.key] != p.value:
             out.append(source[pos : p.start])
-            out.append(str(config[p.key]))
+            out.append(p.text(config[p.key]))
             pos = p.end
     out.append(source[pos:])
     return "".join(out)
@@ -101,6 +101,8 @@ class Space:
                 values[p.key] = list(NUM_WARPS)
             elif p.kind == "num_stages":
                 values[p.key] = list(NUM_STAGES)
+            elif p.kind == "precision":
+                values[p.key] = list(range(len(PRECISIONS)))
             else:
                 lo = max(p.floor, p.value // META_FACTOR)
                 hi = min(META_MAX, p.value * META_FACTOR)

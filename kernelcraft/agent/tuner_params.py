@@ -14,9 +14,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
-ParamKind = Literal["num_warps", "num_stages", "meta"]
+ParamKind = Literal["num_warps", "num_stages", "meta", "precision"]
 Assignments = dict[str, list[ast.Assign]]  # name -> every plain `name = ...` of one scope
 
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -24,6 +24,11 @@ NUM_STAGES = (1, 2, 3, 4, 5)
 META_MIN = 2  # 1 is a flag value, not a tile: find_params skips it
 MIN_DOT_DIM = 16  # tl.dot rejects an operand dimension under 16 ("Input shapes should have M >= 16...")
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
+PRECISIONS = ("ieee", "tf32x3", "tf32")
+"""A `tl.dot`'s input_precision values, from exact to loosest, as a precision param's values index
+them: IEEE fp32 (CUDA cores), 3xTF32 (near fp32 on tensor cores), TF32 (10 mantissa bits: Triton's
+default for fp32 operands on NVIDIA). Verify decides which the task's tolerance allows."""
+DEFAULT_PRECISION = 2  # a tl.dot without input_precision (or allow_tf32) runs TF32 on NVIDIA
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,14 @@ class Param:
     line: int
     launch: str  # the kernel whose launch it configures ("" for a constant used by several)
     floor: int = META_MIN  # the least value proposed (MIN_DOT_DIM in a kernel that calls tl.dot)
+    insert: str | None = None  # precision only, none given yet: what goes before the added keyword
+
+    def text(self, value: int) -> str:
+        """The source text `value` stands for in this param's span."""
+        if self.kind != "precision":
+            return str(value)
+        name = f'"{PRECISIONS[value]}"' if 0 <= value < len(PRECISIONS) else '"?"'
+        return name if self.insert is None else f"{self.insert}input_precision={name}"
 
 
 @dataclass
@@ -306,4 +319,40 @@ def find_params(source: str) -> list[Param]:
                 found.add(const_value, key, name, configures, launch.kernel)
     for kernel, name, default in unpassed_defaults(jit, passed):
         found.add(default, f"{kernel}.{name}", name, kernel, kernel)
-    return sorted(found.params.values(), key=lambda p: p.start)
+    params = list(found.params.values()) + precision_params(tree, found.offsets, source)
+    return sorted(params, key=lambda p: p.start)
+
+
+def precision_params(tree: ast.Module, offsets: Any, source: str) -> list[Param]:
+    """Each `tl.dot` in a `@triton.jit` function whose precision the tuner may choose: its
+    `input_precision="..."` string, or the point before the call's closing parenthesis where one
+    is added (the default, TF32). A dot given `allow_tf32=` (deprecated), a precision that is not a
+    string literal, or `out_dtype=` of an integer dot is left alone."""
+    out: list[Param] = []
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef) or "jit" not in {
+            _decorator_name(d) for d in fn.decorator_list
+        }:
+            continue
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Call) and _decorator_name(node.func) == "dot"):
+                continue
+            kw = {k.arg: k.value for k in node.keywords if k.arg}
+            if "allow_tf32" in kw or "out_dtype" in kw or any(k.arg is None for k in node.keywords):
+                continue
+            key = f"{fn.name}.dot@{node.lineno}:{node.col_offset}.input_precision"
+            given = kw.get("input_precision")
+            if given is None:
+                end = offsets.at(node.end_lineno or node.lineno, (node.end_col_offset or 1) - 1)
+                comma = "" if source[:end].rstrip().endswith(",") else ", "
+                out.append(
+                    Param(key, "precision", DEFAULT_PRECISION, end, end, node.lineno, fn.name, 0, comma)
+                )
+            elif isinstance(given, ast.Constant) and given.value in PRECISIONS:
+                start, end = offsets.span(given)
+                out.append(
+                    Param(
+                        key, "precision", PRECISIONS.index(given.value), start, end, node.lineno, fn.name, 0
+                    )
+                )
+    return out

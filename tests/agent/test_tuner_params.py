@@ -212,6 +212,7 @@ def test_find_params_gives_a_constant_shared_with_a_dot_kernel_the_dot_floor_and
     found = [(p.key, p.value, p.launch, p.floor) for p in find_params(src)]
     assert found == [
         ("mm_kernel.BLOCK_K", 32, "mm_kernel", 16),
+        ("mm_kernel.dot@7:10.input_precision", 2, "mm_kernel", 0),  # its tl.dot: TF32, the default
         ("add_kernel.GROUP", 8, "add_kernel", 2),
         ("SHARED", 32, "", 16),
         ("add_kernel.num_warps", 4, "add_kernel", 2),
@@ -219,3 +220,47 @@ def test_find_params_gives_a_constant_shared_with_a_dot_kernel_the_dot_floor_and
         ("add_kernel.BLOCK", 64, "add_kernel", 2),
         ("add_kernel.num_warps#2", 2, "add_kernel", 2),
     ]
+
+
+PRECISION_SRC = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    a = tl.load(a_ptr + tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :])
+    b = tl.load(b_ptr + tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :])
+    c = tl.dot(a, b, input_precision="ieee")
+    d = tl.dot(a, b)
+    e = tl.dot(
+        a,
+        b,
+    )
+    f = tl.dot(a, b, allow_tf32=False)
+    tl.store(c_ptr + tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :], c + d + e + f)
+
+
+def run(a, b, c):
+    k[(1,)](a, b, c, BLOCK=16)
+"""
+
+
+def test_a_dots_input_precision_is_a_tunable_choice_from_exact_to_tf32() -> None:
+    """Issue 29, item 3: the tuner searches precision modes (IEEE, 3xTF32, TF32); verify decides
+    which the task's tolerance allows. A dot given allow_tf32 (deprecated) is left alone."""
+    from kernelcraft.agent.tuner import Space, apply_config
+    from kernelcraft.agent.tuner_params import PRECISIONS
+
+    params = find_params(PRECISION_SRC)
+    dots = [p for p in params if p.kind == "precision"]
+    assert [(p.line, p.value) for p in dots] == [(10, 0), (11, 2), (12, 2)]  # ieee, default, default
+    assert Space.of(params).values[dots[0].key] == [0, 1, 2] and PRECISIONS == ("ieee", "tf32x3", "tf32")
+    config = {dots[0].key: 1, dots[1].key: 1, dots[2].key: 0}
+    lines = apply_config(PRECISION_SRC, params, config).splitlines()
+    assert '    c = tl.dot(a, b, input_precision="tf32x3")' in lines
+    assert '    d = tl.dot(a, b, input_precision="tf32x3")' in lines
+    assert '        b,\n    input_precision="ieee")' in "\n".join(lines)  # after the trailing comma
+    assert "    f = tl.dot(a, b, allow_tf32=False)" in lines
+    ast.parse(apply_config(PRECISION_SRC, params, config))
+    assert apply_config(PRECISION_SRC, params, {p.key: p.value for p in params}) == PRECISION_SRC
