@@ -12,6 +12,10 @@ a row softmax, out = P V (a batched GEMM). The scores take B*H*S^2*4 bytes (1 Gi
 next to the 4*B*H*S^2*D FLOPs, which run on tensor cores.
 
 Precision: every dot is 3xTF32 (`input_precision="tf32x3"`), near fp32.
+Layout: Hopper's wgmma takes TF32 operands K-major only. K^T is K-major as K is stored (D
+contiguous); V, the B operand of P V, is K-major only with S contiguous, so V is copied once
+transposed ((B, H, D, S) storage read through (B, H, S, D) strides) unless it already is. The
+`gemm` entry's probe on the H200 shows what an N-major B costs: twice the time.
 Conditions: fp32 (B, H, S, D) (any strides), no attention mask, not causal, no dropout, the
 default scale 1/sqrt(D); the D > 128 path needs S_k <= 16384.
 """
@@ -153,6 +157,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     SK = k.shape[2]
     out = torch.empty((B, H, SQ, D), device=q.device, dtype=torch.float32)
     qk_scale = 1.0 / math.sqrt(D) * 1.4426950408889634  # exp2 units
+    if v.stride(2) != 1:
+        v = v.transpose(2, 3).contiguous().transpose(2, 3)  # S contiguous: P V's B operand K-major
     if D <= 128:
         grid = lambda meta: (triton.cdiv(SQ, meta["BLOCK_M"]), B * H)
         flash_attention_kernel[grid](

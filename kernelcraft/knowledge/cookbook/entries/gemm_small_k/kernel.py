@@ -5,7 +5,9 @@ input: the store, not the math, sets the time. So each program computes one wide
 a single K step (BLOCK_K >= K: no loop-carried pipeline to fill), and the grid walks C in row
 groups so that consecutive programs reuse the same B columns from L2.
 
-Precision: 3xTF32 (`input_precision="tf32x3"`), near-fp32 on tensor cores.
+Precision: 3xTF32 (`input_precision="tf32x3"`), near-fp32 on tensor cores. Layout: Hopper's wgmma
+takes TF32 operands K-major only, so B (K, N) is copied once to (N, K) storage (K*N*4 bytes,
+nothing beside the output) unless it already is; A (M, K) row-major is K-major as stored.
 Bytes 4*(M*K + K*N + M*N) ~ 4*M*N; FLOPs 2*M*N*K.
 Conditions: 2-D fp32, any strides, K <= 64 (larger K: use the `gemm` entry); M, N any size.
 """
@@ -68,6 +70,8 @@ def small_k_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     N = b.shape[1]
     if K > 64:
         raise ValueError(f"K = {K}: this kernel takes K <= 64 in one step; use a K-looping GEMM")
+    if b.stride(0) != 1:
+        b = b.t().contiguous().t()  # a (K, N) view of (N, K) storage: K contiguous
     c = torch.empty((M, N), device=a.device, dtype=torch.float32)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
     small_k_matmul_kernel[grid](
