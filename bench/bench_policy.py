@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernelcraft.agent.tuner import Config, apply_config, config_key, current_config, find_params  # noqa: E402
+from kernelcraft.agent.tuner_params import Param  # noqa: E402
 from kernelcraft.base.evaluation import (  # noqa: E402
     CompileResult,
     EvalJob,
@@ -104,6 +105,12 @@ class Landscape:
         self.verdicts.setdefault(key, verdict)  # the grid's do_bench timing wins over a run's
 
 
+def launch_params(source: str) -> list[Param]:
+    """The tuner's params of `source` that the landscapes span: launch configurations. A tl.dot's
+    input precision (a tuner axis added after they were measured) keeps the seed's value."""
+    return [p for p in find_params(source) if p.kind != "precision"]
+
+
 def load_landscapes(names: list[str] | None) -> list[Landscape]:
     """Every example with a recorded grid (and its optimize runs' verdicts), or those `names`."""
     out: dict[str, Landscape] = {}
@@ -144,7 +151,7 @@ class RecordedEvaluator:
         self.land = land
 
     async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
-        verdict = self.land.verdicts[config_key(current_config(find_params(job.candidate_source)))]
+        verdict = self.land.verdicts[config_key(current_config(launch_params(job.candidate_source)))]
         if verdict.speedup is None:
             cls = FailureClass(verdict.failure_class or "compile_error")
             evidence = Evidence(message="recorded: did not compile on the H200", error_text=cls.value)
@@ -172,14 +179,14 @@ class ScriptedProposer:
     def __init__(self, land: Landscape, seed: int) -> None:
         self.land = land
         self.seed = seed
-        self.params = find_params(land.seed)
+        self.params = launch_params(land.seed)
         self.tried = {config_key(current_config(self.params))}
 
     def propose(self, step: NextStep) -> str | None:
         """A candidate for the step, or None when there is nothing left to try (abandon it)."""
         rng = random.Random(f"{self.seed}:{step.step_index}")
         if step.kind == "small":
-            parent = current_config(find_params(step.start_code or ""))
+            parent = current_config(launch_params(step.start_code or ""))
             pool = [k for k, c in self.land.configs.items() if k not in self.tried and _one_apart(c, parent)]
         else:
             pool = [k for k in self.land.configs if k not in self.tried]

@@ -96,6 +96,12 @@ DEVICE = "cpu" if ARGS.cpu_smoke else "cuda"
 _modules = 0
 
 
+def launch_params(source: str) -> list[Any]:
+    """The tuner's params of `source` that the grids span: launch configurations. A tl.dot's input
+    precision (a tuner axis added after the recorded grids were measured) keeps the seed's value."""
+    return [p for p in find_params(source) if p.kind != "precision"]
+
+
 def load_module(source: str, name: str, folder: Path) -> Any:
     """Import `source` from a file (Triton reads kernel source from files), under a fresh name."""
     global _modules
@@ -181,7 +187,7 @@ def narrowed(space: Space, params: list[Any], limit: int) -> Space:
 def bench_example(folder: Path, scratch: Path) -> dict[str, Any]:
     task = load_module((folder / "task.py").read_text(), f"{folder.name}_task", scratch)
     seed_source = (folder / "seed.py").read_text()
-    params = find_params(seed_source)
+    params = launch_params(seed_source)
     full = Space.of(params)
     space = narrowed(full, params, ARGS.max_grid)
     inputs = inputs_of(task)
@@ -235,7 +241,8 @@ def tuner_row(
     asked: list[str] = []
 
     async def objective(source: str, config: dict[str, int]) -> Observation:
-        key = config_key(config)
+        # the grid spans launch configurations; a dot's precision stays the seed's (not in `space`)
+        key = config_key({k: v for k, v in config.items() if k in space.values})
         asked.append(key)
         if key in measured or measure is None:
             return measured.get(key) or Observation(config, ok=False, failure_class="not in the grid")
@@ -293,7 +300,7 @@ def replay(path: Path, seed: int | None = None) -> list[dict[str, Any]]:
         if not old.get("grid") or (ARGS.examples and old["example"] not in ARGS.examples):
             continue
         seed_source = (ROOT / "examples" / old["example"] / "seed.py").read_text()
-        params = find_params(seed_source)
+        params = launch_params(seed_source)
         values: dict[str, list[int]] = {p.key: [] for p in params}
         measured: dict[str, Observation] = {}
         for config, us, failure in old["grid"]:
