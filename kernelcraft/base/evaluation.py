@@ -59,6 +59,7 @@ class KernelCompileInfo(BaseModel):
     num_warps: int | None = None
     num_stages: int | None = None
     constexprs: dict[str, int | float | bool | str | None] = Field(default_factory=dict)
+    dots: str | None = Field(default=None, description="tl.dot on: wgmma|mma.sync|mfma|fma")
 
 
 class TargetCompileResult(BaseModel):

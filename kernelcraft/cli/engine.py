@@ -233,6 +233,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         lines.extend(
             f"    {k.name}: registers={k.registers} spills={k.spills} shared={k.shared_bytes} B "
             f"warps={k.num_warps} stages={k.num_stages}"
+            + (f" dots={k.dots}" if k.dots else "")
             + (
                 f", {occ}"
                 if (occ := describe(occupancy(t.target, k.registers, k.shared_bytes, k.num_warps)))

@@ -261,9 +261,9 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         allowed_ops: AllowedOps = None,
         eval_mode: EvalMode = False,
     ) -> VerifyResult:
-        """Check in an isolated process that ModelNew computes what Model does: fresh secret inputs,
-        dtype-aware tolerances, Triton kernels doing the work, no PyTorch compute unless allowed.
-        A failure is a verdict, not an error."""
+        """Check in an isolated process that ModelNew computes what Model does: secret inputs,
+        tolerances by dtype, Triton doing the work, no PyTorch compute unless allowed. A failure is
+        a verdict."""
         job = EvalJob(
             task_source=reference_code,
             candidate_source=candidate_code,
@@ -290,7 +290,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         eval_mode: EvalMode = False,
     ) -> ProfileResult:
         """Time the candidate against the reference, eager and under torch.compile: speedups,
-        bandwidth, FLOP rate, roofline fraction. Verify first. Without a GPU: the roofline floor only."""
+        roofline fraction, each side's kernels. No GPU: the roofline floor only."""
         job = EvalJob(
             task_source=reference_code,
             candidate_source=candidate_code,
@@ -335,9 +335,8 @@ def register_docs_tool(mcp: MCPServer[AppState]) -> None:
             Field(ge=1, le=MAX_INT64, description="Instead of a query: a section's id, for its whole text."),
         ] = None,
     ) -> DocResults:
-        """Search the hardware manuals (A100, L40S, H100/H200, B200, MI300X, Triton, performance)
-        for memory sizes, bandwidths, tensor-core instructions, occupancy limits and failing Triton
-        constructs, with sources."""
+        """Search the hardware manuals (A100, L40S, H100/H200, B200, MI300X, Triton, performance):
+        memory, bandwidth, tensor cores, occupancy, failing Triton constructs."""
         state = app_state(ctx)
         if (query is None or not query.strip()) == (section_id is None):
             raise ToolError("pass either query (words to search for) or section_id (from an earlier result)")

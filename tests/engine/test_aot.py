@@ -99,6 +99,37 @@ def test_a_matmul_reports_shared_memory_and_honours_num_warps_and_stages(k: Any)
         assert (info.num_warps, info.num_stages) == (8, 2)
 
 
+def test_each_kernel_says_what_its_dots_compiled_to_and_feedback_names_the_slow_paths(k: Any) -> None:
+    """Issue 29: a profile says why. wgmma on Hopper needs a multiple of 4 warps; an IEEE fp32 dot
+    never reaches the tensor cores; a kernel without tl.dot says nothing."""
+    from kernelcraft.search.feedback import dots_words
+
+    a = torch.ones(64, 64, dtype=torch.float16)
+    c = torch.empty(64, 64, dtype=torch.float32)
+
+    def mm(warps: int) -> LaunchRecord:
+        return _record(
+            lambda: k.matmul_kernel[(1, 1)](
+                a, a, c, 64, 64, 64, 64, 64, 64, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=warps
+            )
+        )
+
+    four, two = mm(4), mm(2)
+    assert compile_launch(four, "sm_90a").dots == "wgmma"
+    assert compile_launch(two, "sm_90a").dots == "mma.sync"
+    assert compile_launch(four, "sm_80").dots == "mma.sync"
+    assert compile_launch(four, "gfx942").dots == "mfma"
+    x = torch.ones(32, 32)
+    ieee = compile_launch(_record(lambda: k.ieee_dot_kernel[(1,)](x, x, BLOCK=32)), "sm_90a")
+    assert ieee.dots == "fma"
+    plain = compile_launch(_record(lambda: k.add_kernel[(4,)](x, x, x, 100, BLOCK=32)), "sm_90a")
+    assert plain.dots is None
+    assert "CUDA cores" in (dots_words("fma", "sm_90a") or "")
+    assert "pre-Hopper" in (dots_words("mma.sync", "sm_90a") or "")
+    assert dots_words("mma.sync", "sm_80") == "its tl.dot runs as mma.sync"
+    assert dots_words(None, "sm_90a") is None
+
+
 def test_a_kernel_calling_a_jit_helper_compiles(k: Any) -> None:
     x = torch.ones(100)
     record = _record(lambda: k.double_kernel[(1,)](x, x, 100, BLOCK=128))

@@ -202,6 +202,7 @@ def _resource_usage(compiled: Any, spec: TargetSpec) -> KernelCompileInfo:
         num_warps=int(md.num_warps),
         num_stages=int(md.num_stages),
     )
+    info.dots = dot_units(compiled.asm)
     if spec.backend == "hip":
         fields = _amdgcn_fields(compiled.asm.get("amdgcn", ""))
         info.registers = fields.get("vgpr_count")
@@ -217,6 +218,25 @@ def _resource_usage(compiled: Any, spec: TargetSpec) -> KernelCompileInfo:
         if "LOCAL" in usage:
             info.spills = usage["LOCAL"] // 4
     return info
+
+
+def dot_units(asm: dict[str, Any]) -> str | None:
+    """What a compiled kernel's `tl.dot`s run on, from its Triton IR and assembly: `wgmma`
+    (Hopper's warpgroup MMA), `mma.sync` (the Ampere-style MMA: on Hopper, the slower path),
+    `mfma` (AMD's matrix cores) or `fma` (no matrix unit: an fp32 dot with input_precision="ieee",
+    or a tile the MMA does not take). None: the kernel has no dot."""
+    ttir = asm.get("ttir", "")
+    if not isinstance(ttir, str) or "tt.dot" not in ttir:
+        return None
+    ptx = asm.get("ptx", "")
+    amdgcn = asm.get("amdgcn", "")
+    if isinstance(ptx, str) and "wgmma.mma_async" in ptx:
+        return "wgmma"
+    if isinstance(ptx, str) and "mma.sync" in ptx:
+        return "mma.sync"
+    if isinstance(amdgcn, str) and "v_mfma" in amdgcn:
+        return "mfma"
+    return "fma"
 
 
 _AMD_FIELD = re.compile(
@@ -338,6 +358,7 @@ def _host_kernel_info(record: LaunchRecord) -> KernelCompileInfo:
         num_warps=int(md.num_warps),
         num_stages=int(md.num_stages),
         constexprs=dict(record.launch.constexprs),
+        dots=dot_units(getattr(kernel, "asm", {}) or {}),
     )
 
 
