@@ -252,8 +252,9 @@ def read_inputs(opts: OptimizeOptions) -> RunInputs:
         if not tunable:
             raise UsageError(
                 f"the seed kernel {seed_path} has no launch parameters the offline tuner can change (integer "
-                "BLOCK_*/num_warps/num_stages literals at a launch, or constants passed to one); give them "
-                "literal values, or use an LLM (--llm anthropic|openai)"
+                "BLOCK_*/num_warps/num_stages literals at a launch or in an autotuned kernel's triton.Config, "
+                "or constants passed to a launch); give them literal values, or use an LLM "
+                "(--llm anthropic|openai)"
             )
     if opts.steps < 1:
         raise UsageError("--steps must be at least 1")

@@ -3,14 +3,19 @@
 1. `find_params(source)` (`tuner_params.py`, one named function per decision) reads the module with
    `ast` and finds the integer literals that set a launch configuration: `num_warps=`/`num_stages=`
    and UPPERCASE (or `tl.constexpr`) meta-parameters at launch sites `kernel[grid](..., BLOCK_SIZE=128, num_warps=4)`, constexpr arguments passed by
-   position, `tl.constexpr` defaults of `@triton.jit` functions that no launch overrides, and integer
-   constants (module-level or local to the launching function) that a launch passes by name.
-   Only powers of two are tuned: a non-power-of-two constexpr is a shape, not a tile.
+   position, `tl.constexpr` defaults of `@triton.jit` functions that no launch overrides, integer
+   constants (module-level or local to the launching function) that a launch passes by name, and,
+   in a kernel under `@triton.autotune(configs=...)`, each `triton.Config({"BLOCK_M": 128, ...},
+   num_warps=8, num_stages=3)`'s constexpr entries and options (key `kernel.configs[i].BLOCK_M`), from
+   a list written in the decorator or assigned once to a module-level name (a list built by a
+   comprehension or a call is left alone). Only powers of two are tuned: a non-power-of-two
+   constexpr is a shape, not a tile.
 2. `Space` gives each parameter its candidate values: num_warps in {1, 2, 4, 8, 16}, num_stages in
    1..5, meta-parameters the powers of two within a factor 8 of the current value (2 .. 65536), the
-   product of a launch's meta-parameters at most 2**20 elements (Triton's tensor limit); in a kernel
-   that calls `tl.dot`, none below 16 (the least dot dimension Triton compiles) unless the kernel
-   already uses a smaller one.
+   product of a launch's meta-parameters (of each autotune config on its own) at most 2**20 elements
+   (Triton's tensor limit), or the kernel's own product where that is larger; in a kernel that calls
+   `tl.dot`, none below 16 (the least dot dimension Triton compiles) unless the kernel already uses
+   a smaller one.
 3. `Observation`s (a configuration, its time or its failure, the compile results' shared-memory use)
    bound the space: a failed configuration prunes the values at and beyond it in the direction it
    moved away from a working one (out of shared memory at BLOCK=256 → nothing ≥ 256), and a config
@@ -120,11 +125,19 @@ class Space:
         return [c for c in configs if self.structurally_valid(c)]
 
     def structurally_valid(self, config: Config) -> bool:
-        per_launch: dict[str, int] = {}
+        """Each launch's tile, the product of its meta-parameters taken per autotune config (config
+        0's tile and config 1's are never live together), stays within Triton's tensor limit, or
+        within the product the kernel already has where that is larger: a GEMM config's
+        BLOCK_M*BLOCK_N*BLOCK_K*GROUP_M is no one tensor, and the kernel the params were read from
+        stays a configuration the tuner may propose around."""
+        product: dict[tuple[str, int | None], int] = {}
+        start: dict[tuple[str, int | None], int] = {}
         for p in self.params:
             if p.kind == "meta" and p.launch:
-                per_launch[p.launch] = per_launch.get(p.launch, 1) * config.get(p.key, p.value)
-        return all(n <= MAX_TENSOR_NUMEL for n in per_launch.values())
+                tile = (p.launch, p.config)
+                product[tile] = product.get(tile, 1) * config.get(p.key, p.value)
+                start[tile] = start.get(tile, 1) * p.value
+        return all(n <= max(MAX_TENSOR_NUMEL, start[tile]) for tile, n in product.items())
 
 
 def _step(values: list[int], current: int, delta: int) -> int | None:

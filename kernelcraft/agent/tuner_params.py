@@ -5,8 +5,10 @@ configuration. It is built from small named decisions, each with its rationale i
 where the launches are (`launches`), which argument binds to which kernel parameter
 (`launch_arguments`), which parameters configure a launch (`is_launch_parameter`), which values are
 tuned (`is_tunable`), which names passed to a launch are constants (`constant_for`), the least tile
-a `tl.dot` kernel may be given (`dot_floor`), and the constexpr defaults no launch overrides
-(`unpassed_defaults`). `tuner.py` searches the values; this module only finds them.
+a `tl.dot` kernel may be given (`dot_floor`), the constexpr defaults no launch overrides
+(`unpassed_defaults`), and, for a kernel under `@triton.autotune`, which `triton.Config`s it is given
+(`autotune_configs`) and what each sets (`config_arguments`). `tuner.py` searches the values; this
+module only finds them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from itertools import takewhile
 from typing import Any, Literal
 
 ParamKind = Literal["num_warps", "num_stages", "meta", "precision"]
@@ -24,6 +27,7 @@ NUM_STAGES = (1, 2, 3, 4, 5)
 META_MIN = 2  # 1 is a flag value, not a tile: find_params skips it
 MIN_DOT_DIM = 16  # tl.dot rejects an operand dimension under 16 ("Input shapes should have M >= 16...")
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
+CONFIG_PARAMETERS = ("kwargs", "num_warps", "num_stages")  # triton.Config's first three, in order
 PRECISIONS = ("ieee", "tf32x3", "tf32")
 """A `tl.dot`'s input_precision values, from exact to loosest, as a precision param's values index
 them: IEEE fp32 (CUDA cores), 3xTF32 (near fp32 on tensor cores), TF32 (10 mantissa bits: Triton's
@@ -44,6 +48,7 @@ class Param:
     launch: str  # the kernel whose launch it configures ("" for a constant used by several)
     floor: int = META_MIN  # the least value proposed (MIN_DOT_DIM in a kernel that calls tl.dot)
     insert: str | None = None  # precision only, none given yet: what goes before the added keyword
+    config: int | None = None  # in an autotuned kernel's i-th triton.Config: its tile is limited alone
 
     def text(self, value: int) -> str:
         """The source text `value` stands for in this param's span."""
@@ -62,6 +67,7 @@ class JitFn:
     defaults: dict[str, ast.expr]
     autotuned: bool
     uses_dot: bool
+    configs: ast.expr | None = None  # what @triton.autotune is given as configs
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,15 @@ def _is_constexpr_annotation(node: ast.AST | None) -> bool:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value.endswith("constexpr")
     return False
+
+
+def _argument(call: ast.Call, position: int, name: str) -> ast.expr | None:
+    """The argument `call` passes as `name=`, or at `position` before any `*args`."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    args = list(takewhile(lambda a: not isinstance(a, ast.Starred), call.args))
+    return args[position] if position < len(args) else None
 
 
 def _decorator_name(node: ast.AST) -> str:
@@ -133,6 +148,9 @@ def jit_functions(tree: ast.Module) -> dict[str, JitFn]:
         if "jit" not in names:
             continue
         args = node.args.posonlyargs + node.args.args
+        autotune = [
+            d for d in node.decorator_list if isinstance(d, ast.Call) and _decorator_name(d) == "autotune"
+        ]
         defaults = dict(
             zip([a.arg for a in args][len(args) - len(node.args.defaults) :], node.args.defaults, strict=True)
         )
@@ -145,6 +163,7 @@ def jit_functions(tree: ast.Module) -> dict[str, JitFn]:
                 isinstance(n, ast.Call) and _decorator_name(n.func) in ("dot", "dot_scaled")
                 for n in ast.walk(node)
             ),
+            configs=_argument(autotune[0], 0, "configs") if autotune else None,
         )
     return out
 
@@ -271,6 +290,43 @@ def unpassed_defaults(
                 yield kernel, name, fn.defaults[name]
 
 
+def autotune_configs(fn: JitFn, module: Assignments) -> list[tuple[int, ast.Call]]:
+    """(index, call) of each `triton.Config(...)` an autotuned kernel is given, in a list or tuple
+    written in the decorator or assigned once to a module-level name. Configs built any other way (a
+    comprehension, `+`, a function's result, a name assigned twice) are left alone: no literal there
+    is one config's own value."""
+    configs = fn.configs
+    if isinstance(configs, ast.Name):
+        defs = module.get(configs.id, [])
+        configs = defs[0].value if len(defs) == 1 else None
+    if not isinstance(configs, ast.List | ast.Tuple):
+        return []
+    return [
+        (i, c)
+        for i, c in enumerate(configs.elts)
+        if isinstance(c, ast.Call) and _decorator_name(c.func) == "Config"
+    ]
+
+
+def config_arguments(config: ast.Call, fn: JitFn) -> list[tuple[str, ast.expr]]:
+    """(name, value) pairs of one `triton.Config`: each entry of its dict literal whose key names a
+    constexpr of the kernel (the autotuner passes them as the launch would), then num_warps and
+    num_stages, by keyword or position. A dict that is not a literal gives no entries, and
+    `**other` in one is skipped."""
+    pairs: list[tuple[str, ast.expr]] = []
+    meta = _argument(config, 0, "kwargs")
+    if isinstance(meta, ast.Dict):
+        pairs += [
+            (key.value, value)
+            for key, value in zip(meta.keys, meta.values, strict=True)
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in fn.constexpr
+        ]
+    for position, name in enumerate(CONFIG_PARAMETERS[1:], start=1):
+        if (value := _argument(config, position, name)) is not None:
+            pairs.append((name, value))
+    return pairs
+
+
 class _Found:
     """The params found so far, one per literal (by its span), keyed in the order found."""
 
@@ -285,8 +341,11 @@ class _Found:
         self.used_keys[base] = n
         return base if n == 1 else f"{base}#{n}"
 
-    def add(self, node: ast.expr, base: str, name: str, launch: str, kernel: str) -> None:
-        """Add `node` if it is a tunable literal for parameter `name` of `kernel`'s launch."""
+    def add(
+        self, node: ast.expr, base: str, name: str, launch: str, kernel: str, config: int | None = None
+    ) -> None:
+        """Add `node` if it is a tunable literal for parameter `name` of `kernel`'s launch (or of its
+        `config`-th autotune config). A literal found again keeps its first key, launch and config."""
         value = _int_const(node)
         kind = kind_of(name)
         if value is None or not is_tunable(kind, value):
@@ -294,8 +353,9 @@ class _Found:
         floor = dot_floor(kind, value, self.jit.get(kernel))
         span = self.offsets.span(node)
         if span not in self.params:
-            self.params[span] = Param(self.key_for(base), kind, value, *span, node.lineno, launch, floor)
-        elif floor > self.params[span].floor:  # a constant shared with a dot kernel
+            key = self.key_for(base)
+            self.params[span] = Param(key, kind, value, *span, node.lineno, launch, floor, config=config)
+        elif floor > self.params[span].floor:  # a constant or config list shared with a dot kernel
             self.params[span] = replace(self.params[span], floor=floor)
 
 
@@ -319,6 +379,10 @@ def find_params(source: str) -> list[Param]:
                 found.add(const_value, key, name, configures, launch.kernel)
     for kernel, name, default in unpassed_defaults(jit, passed):
         found.add(default, f"{kernel}.{name}", name, kernel, kernel)
+    for kernel, fn in jit.items():  # a config list shared by kernels is keyed by the first
+        for index, config in autotune_configs(fn, module):
+            for name, value in config_arguments(config, fn):
+                found.add(value, f"{kernel}.configs[{index}].{name}", name, kernel, kernel, index)
     params = list(found.params.values()) + precision_params(tree, found.offsets, source)
     return sorted(params, key=lambda p: p.start)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import pytest
 
@@ -57,19 +59,20 @@ class ModelNew(torch.nn.Module):
 """
 
 
-def test_tuner_finds_launch_options_constexpr_defaults_and_constants_but_not_shapes_or_autotuned_kernels() -> (
+def test_tuner_finds_launch_options_constexpr_defaults_constants_and_autotune_configs_but_not_shapes() -> (
     None
 ):
     found = [(p.key, p.kind, p.value, p.line) for p in find_params(SAMPLE)]
     assert found == [
         ("ROWS_PER_PROGRAM", "meta", 4, 5),  # module constant passed by position to a constexpr
         ("scale_kernel.GROUP", "meta", 8, 9),  # constexpr default no launch overrides
+        ("tuned_kernel.configs[0].BLOCK", "meta", 64, 21),  # a triton.Config the autotuner passes
         ("scale_kernel.BLOCK_SIZE", "meta", 1024, 32),
         ("scale_kernel.num_warps", "num_warps", 4, 32),
         ("rows_kernel.num_stages", "num_stages", 2, 34),
     ]
     # not found: EVEN=1 (a flag), N_COLS=784 (a shape, not a power of two), TILE (no launch uses it),
-    # tuned_kernel's BLOCK (@triton.autotune chooses it)
+    # anything at tuned_kernel's launch (@triton.autotune passes its configs' values)
 
 
 def test_tuner_first_proposals_are_exactly_the_one_step_neighbours_within_valid_ranges() -> None:
@@ -81,7 +84,7 @@ def test_tuner_first_proposals_are_exactly_the_one_step_neighbours_within_valid_
     assert space.values["scale_kernel.BLOCK_SIZE"] == [128, 256, 512, 1024, 2048, 4096, 8192]
     observations: list[Observation] = [Observation(start, ok=True)]
     proposed = []
-    for _ in range(10):
+    for _ in range(12):
         c = next_config(space, start, observations, seed=7)
         assert c is not None
         observations.append(Observation(c, ok=True))  # on a CPU: correct, but no time
@@ -91,6 +94,8 @@ def test_tuner_first_proposals_are_exactly_the_one_step_neighbours_within_valid_
         (("ROWS_PER_PROGRAM", 2),),
         (("scale_kernel.GROUP", 16),),
         (("scale_kernel.GROUP", 4),),
+        (("tuned_kernel.configs[0].BLOCK", 128),),
+        (("tuned_kernel.configs[0].BLOCK", 32),),
         (("scale_kernel.BLOCK_SIZE", 2048),),
         (("scale_kernel.BLOCK_SIZE", 512),),
         (("scale_kernel.num_warps", 8),),
@@ -165,6 +170,7 @@ async def test_tune_finds_the_grid_optimum_of_a_smooth_objective_with_a_quarter_
     optimum = {
         "ROWS_PER_PROGRAM": 16,
         "scale_kernel.GROUP": 4,
+        "tuned_kernel.configs[0].BLOCK": 32,
         "scale_kernel.BLOCK_SIZE": 256,
         "scale_kernel.num_warps": 8,
         "rows_kernel.num_stages": 4,
@@ -181,8 +187,9 @@ async def test_tune_finds_the_grid_optimum_of_a_smooth_objective_with_a_quarter_
     result = await tune(SAMPLE, objective, budget=len(grid) // 4, seed=0)
     assert result.best is not None
     assert result.best.time_us == min(time_of(c) for c in grid)
-    # it stops at the optimum once no neighbour or pair move improves: far under the budget
-    assert result.evaluations < 100 < len(grid) // 4
+    # it stops at the optimum once no neighbour or pair move improves (6 parameters: 12 neighbours
+    # and 60 pair moves a center): far under the budget
+    assert result.evaluations < 150 < len(grid) // 4
 
 
 def test_edits_apply_in_order_and_a_missing_or_ambiguous_old_text_says_why() -> None:
@@ -234,3 +241,66 @@ def test_a_kernel_that_calls_tl_dot_gets_no_tile_under_16_unless_it_already_uses
     assert values["mm_kernel.BLOCK_K"] == [16, 32, 64, 128, 256]
     assert values["TILE"] == [16, 32, 64, 128, 256]  # a constant that also feeds the matmul
     assert values["mm_kernel.GROUP_M"] == [8, 16, 32, 64]  # the seed's own 8 stays possible
+
+
+COOKBOOK = Path(__file__).resolve().parents[2] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
+GEMM = (COOKBOOK / "gemm" / "kernel.py").read_text()
+GEMM_CONFIG_1 = """triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3)"""
+GEMM_CONFIG_2 = """triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=4)"""
+
+
+def test_applying_a_config_to_an_autotuned_kernel_rewrites_only_that_configs_literals() -> None:
+    params = find_params(GEMM)
+    assert apply_config(GEMM, params, current_config(params)) == GEMM
+    config = {"matmul_kernel.configs[1].BLOCK_N": 64, "matmul_kernel.configs[2].num_stages": 2}
+    new = apply_config(GEMM, params, config)
+    assert new == GEMM.replace(
+        GEMM_CONFIG_1, GEMM_CONFIG_1.replace('"BLOCK_N": 256', '"BLOCK_N": 64')
+    ).replace(GEMM_CONFIG_2, GEMM_CONFIG_2.replace("num_stages=4", "num_stages=2"))
+    ast.parse(new)
+    assert current_config(find_params(new)) == {**current_config(params), **config}  # same keys, new values
+    assert family_of(new, find_params(new)) == family_of(GEMM, params)
+
+
+TILES = """import triton
+import triton.language as tl
+
+CONFIGS = [
+    triton.Config({"BLOCK_M": 1024, "BLOCK_N": 1024}, num_warps=8),
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4),
+]
+
+
+@triton.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def tile_kernel(x_ptr, n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pass
+"""
+
+
+def test_the_tile_limit_holds_per_autotune_config_and_a_start_over_it_may_trade_tiles() -> None:
+    space = Space.of(find_params(TILES))
+    start = current_config(space.params)
+    assert space.structurally_valid(start)  # 2**20 and 2**8 elements, never multiplied together
+    assert space.structurally_valid({**start, "tile_kernel.configs[1].BLOCK_M": 128})
+    assert not space.structurally_valid({**start, "tile_kernel.configs[0].BLOCK_M": 2048})
+    # a GEMM config's BLOCK_M*BLOCK_N*BLOCK_K*GROUP_M is 2**22, over 2**20 from the start: its own
+    # product is its limit, so the tuner may trade one tile for another but not grow them all
+    gemm = Space.of(find_params(GEMM))
+    gemm_start = current_config(gemm.params)
+    assert gemm.structurally_valid(gemm_start)
+    assert not gemm.structurally_valid({**gemm_start, "matmul_kernel.configs[0].BLOCK_K": 64})
+    traded = {**gemm_start, "matmul_kernel.configs[0].BLOCK_K": 64, "matmul_kernel.configs[0].BLOCK_M": 64}
+    assert gemm.structurally_valid(traded)
+
+
+@pytest.mark.anyio
+async def test_tune_searches_an_autotuned_kernels_configs_through_the_rewritten_source() -> None:
+    optimum = {"matmul_kernel.configs[0].BLOCK_M": 64, "matmul_kernel.configs[0].BLOCK_K": 64}
+
+    async def objective(source: str, config: dict[str, int]) -> Observation:
+        assert current_config(find_params(source)) == config
+        return Observation(config, ok=True, time_us=10.0 + sum(config[k] != v for k, v in optimum.items()))
+
+    result = await tune(GEMM, objective, budget=100, seed=0)
+    assert result.best is not None and result.best.time_us == 10.0

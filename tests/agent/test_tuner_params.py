@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from kernelcraft.agent.tuner_params import (
     JitFn,
     Launch,
     assignments,
+    autotune_configs,
+    config_arguments,
     constant_for,
     dot_floor,
     find_params,
@@ -71,6 +74,7 @@ def test_jit_functions_read_constexpr_annotations_defaults_autotune_and_dot() ->
     assert mm.constexpr == {"BLOCK_M", "BLOCK_K", "EVEN"}  # tl.constexpr, "tl.constexpr", constexpr
     assert set(mm.defaults) == {"BLOCK_K", "EVEN"} and mm.uses_dot and not mm.autotuned
     assert jit["tuned_kernel"].autotuned and not jit["add_kernel"].uses_dot
+    assert isinstance(jit["tuned_kernel"].configs, ast.List) and mm.configs is None  # autotune's configs=
 
 
 @pytest.mark.parametrize(
@@ -264,3 +268,152 @@ def test_a_dots_input_precision_is_a_tunable_choice_from_exact_to_tf32() -> None
     assert "    f = tl.dot(a, b, allow_tf32=False)" in lines
     ast.parse(apply_config(PRECISION_SRC, params, config))
     assert apply_config(PRECISION_SRC, params, {p.key: p.value for p in params}) == PRECISION_SRC
+
+
+COOKBOOK = Path(__file__).resolve().parents[2] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
+
+AUTOTUNED = """import triton
+import triton.language as tl
+
+CONFIGS = [
+    triton.Config({"BLOCK": 64, "EVEN": 1}, num_warps=4),
+    make_config(128),
+    triton.Config({"BLOCK": 128}, 8, 2),
+]
+TWICE = [triton.Config({"BLOCK": 64})]
+TWICE = [triton.Config({"BLOCK": 128})]
+BLOCK = 256
+
+
+@triton.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def named_kernel(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    pass
+
+
+@triton.autotune([triton.Config({"BLOCK": 32}, num_stages=4)], key=["n"])
+@triton.jit
+def inline_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+@triton.jit
+def built_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+@triton.autotune(configs=TWICE, key=["n"])
+@triton.jit
+def twice_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+@triton.autotune(configs=CONFIGS + [triton.Config({"BLOCK": 512})], key=["n"])
+@triton.jit
+def sum_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": BLOCK}, num_warps=4)], key=["n"])
+@triton.jit
+def named_values_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+"""
+
+
+def test_autotune_configs_are_the_config_calls_of_a_list_in_the_decorator_or_assigned_once() -> None:
+    tree = ast.parse(AUTOTUNED)
+    jit, module = jit_functions(tree), assignments(tree.body)
+    found = {kernel: [(i, c.lineno) for i, c in autotune_configs(fn, module)] for kernel, fn in jit.items()}
+    assert found == {
+        "named_kernel": [(0, 5), (2, 7)],  # make_config(128) is no triton.Config: index 1 is skipped
+        "inline_kernel": [(0, 20)],  # configs passed by position
+        "built_kernel": [],  # a comprehension: one literal stands for several configs
+        "twice_kernel": [],  # a name assigned twice is no constant
+        "sum_kernel": [],  # CONFIGS + [...]: not a list literal
+        "named_values_kernel": [(0, 44)],
+    }
+
+
+def test_a_config_sets_its_dict_entries_that_are_constexprs_and_its_num_warps_and_num_stages() -> None:
+    fn = jit_of()["mm_kernel"]
+
+    def names(src: str) -> list[tuple[str, int]]:
+        return [(name, ast.literal_eval(value)) for name, value in config_arguments(call(src), fn)]
+
+    every = 'triton.Config({"BLOCK_M": 128, "EVEN": 1, "n": 64, "X": 32, **more}, 8, num_stages=3)\n'
+    assert names(every) == [
+        ("BLOCK_M", 128),
+        ("EVEN", 1),  # a flag: is_tunable leaves it out later
+        ("num_warps", 8),  # by position, as triton.Config(kwargs, num_warps, num_stages) takes it
+        ("num_stages", 3),
+    ]  # "n" is no constexpr, "X" no parameter, **more no name
+    assert names("Config(kwargs=META, num_stages=2)\n") == [("num_stages", 2)]  # a dict not written here
+    assert names('triton.Config({"BLOCK_K": 32}, *options)\n') == [("BLOCK_K", 32)]  # nothing after *
+
+
+def test_find_params_tunes_each_triton_config_of_the_gemm_cookbook_entry() -> None:
+    source = (COOKBOOK / "gemm" / "kernel.py").read_text()
+    found = [
+        (p.key, p.value, p.line, p.launch, p.floor, p.config) for p in find_params(source) if p.config == 1
+    ]
+    assert found == [
+        ("matmul_kernel.configs[1].BLOCK_M", 128, 24, "matmul_kernel", MIN_DOT_DIM, 1),
+        ("matmul_kernel.configs[1].BLOCK_N", 256, 24, "matmul_kernel", MIN_DOT_DIM, 1),
+        ("matmul_kernel.configs[1].BLOCK_K", 32, 24, "matmul_kernel", MIN_DOT_DIM, 1),
+        ("matmul_kernel.configs[1].GROUP_M", 8, 24, "matmul_kernel", 8, 1),  # under 16 already: kept
+        ("matmul_kernel.configs[1].num_warps", 8, 24, "matmul_kernel", 2, 1),
+        ("matmul_kernel.configs[1].num_stages", 3, 24, "matmul_kernel", 2, 1),
+    ]
+    params = find_params(source)
+    assert [sum(p.config == i for p in params) for i in (0, 1, 2)] == [6, 6, 6]  # 4 tiles, warps, stages
+
+
+@pytest.mark.parametrize("entry", ["gemm", "bmm", "linear_epilogue", "attention", "gemm_small_k"])
+def test_every_triton_config_of_an_autotuned_cookbook_entry_gives_unique_keys_over_its_own_literals(
+    entry: str,
+) -> None:
+    source = (COOKBOOK / entry / "kernel.py").read_text()
+    params = [p for p in find_params(source) if p.config is not None]
+    config_lines = {i + 1 for i, line in enumerate(source.splitlines()) if "triton.Config(" in line}
+    assert {p.line for p in params} == config_lines
+    assert len({p.key for p in params}) == len(params)
+    for p in params:
+        assert source[p.start : p.end] == str(p.value)
+        assert f".configs[{p.config}]." in p.key and p.key.startswith(f"{p.launch}.")
+
+
+def test_find_params_tunes_only_the_literal_values_of_a_config_list_written_out() -> None:
+    found = [(p.key, p.kind, p.value, p.line, p.config) for p in find_params(AUTOTUNED)]
+    assert found == [
+        ("named_kernel.configs[0].BLOCK", "meta", 64, 5, 0),  # EVEN=1 is a flag
+        ("named_kernel.configs[0].num_warps", "num_warps", 4, 5, 0),
+        ("named_kernel.configs[2].BLOCK", "meta", 128, 7, 2),
+        ("named_kernel.configs[2].num_warps", "num_warps", 8, 7, 2),
+        ("named_kernel.configs[2].num_stages", "num_stages", 2, 7, 2),
+        ("inline_kernel.configs[0].BLOCK", "meta", 32, 20, 0),
+        ("inline_kernel.configs[0].num_stages", "num_stages", 4, 20, 0),
+        ("named_values_kernel.configs[0].num_warps", "num_warps", 4, 44, 0),  # BLOCK: a name, no literal
+    ]  # nothing of built_kernel, twice_kernel, sum_kernel; BLOCK = 256 is passed by no launch
+
+
+def test_a_config_list_shared_by_two_kernels_is_keyed_by_the_first_and_floored_by_the_dot_kernel() -> None:
+    src = (
+        "import triton\nimport triton.language as tl\n\n"
+        'CONFIGS = [triton.Config({"BLOCK": 8}, num_warps=4), triton.Config({"BLOCK": 64})]\n\n\n'
+        '@triton.autotune(configs=CONFIGS, key=["n"])\n'
+        "@triton.jit\n"
+        "def copy_kernel(x_ptr, n, BLOCK: tl.constexpr):\n"
+        "    pass\n\n\n"
+        '@triton.autotune(configs=CONFIGS, key=["n"])\n'
+        "@triton.jit\n"
+        "def mm_kernel(a_ptr, n, BLOCK: tl.constexpr):\n"
+        '    acc = tl.dot(a_ptr, a_ptr, input_precision="ieee")\n'
+    )
+    found = [(p.key, p.value, p.launch, p.floor, p.config) for p in find_params(src) if p.kind != "precision"]
+    assert found == [
+        ("copy_kernel.configs[0].BLOCK", 8, "copy_kernel", 8, 0),  # mm_kernel's dot floor, but 8 is given
+        ("copy_kernel.configs[0].num_warps", 4, "copy_kernel", 2, 0),
+        ("copy_kernel.configs[1].BLOCK", 64, "copy_kernel", MIN_DOT_DIM, 1),  # once, mm_kernel's floor
+    ]
