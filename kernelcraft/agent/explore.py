@@ -97,6 +97,8 @@ class OptimizeOptions:
     db_path: Path | None = None
     max_total_tokens: int | None = None
     max_dollars: float | None = None
+    stall: int | None = None  # stop after this many steps in a row without a new best (KernelEvolve)
+    roofline_stop: float | None = None  # stop once the best kernel runs at this fraction of the roofline
     search_seed: int = 0
     progress: bool = True
     compile_check: bool = True

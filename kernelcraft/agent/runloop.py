@@ -165,6 +165,7 @@ class Explorer:
         )
         self.pending: list[dict[str, Any]] = []  # steps being evaluated (--parallel): their proposals
         self._tuner_lock = asyncio.Lock()
+        self.best_roofline: float | None = None  # the best kernel's roofline fraction (roofline_stop)
         self.best = started.best
         self.best_code = started.best_code
         self.measured = started.measured
@@ -243,6 +244,9 @@ class Explorer:
                 return (
                     spent + f"; rerun with the same --out and a larger budget to continue tree {self.tree_id}"
                 )
+            done = self._search_stop()
+            if done:
+                return done
             self._show(len(self.records) + 1, f"{step.kind} step on node {step.parent_id}")
             result = await self.step_once(step, writer)
             self._show(len(self.records), f"node {result.node.id}: {result.node.outcome}")
@@ -313,6 +317,12 @@ class Explorer:
         self.records.append(record)
         if result.new_best and outcome.code is not None:
             self._update_best(result.best or node, outcome.code)
+            if self.opts.roofline_stop is not None and self.measured:
+                best = (await self.session.status(self.tree_id)).best
+                prof = best.verdict.profile if best is not None and best.verdict is not None else None
+                if prof is not None and prof.roofline_fraction is not None:
+                    self.best_roofline = prof.roofline_fraction
+                    record["roofline_fraction"] = round(prof.roofline_fraction, 4)
         return result
 
     async def _write(self, step: NextStep, writer: LLMProposer | None) -> tuple[StepOutcome, str | None]:
@@ -433,6 +443,17 @@ class Explorer:
         self.best = best
         self.best_code = code
         save_best(self.run, self.opts, self.tree_id, best, code, self.measured)
+
+    def _search_stop(self) -> str | None:
+        """KernelEvolve's stops, where asked for: `stall` steps in a row without a new best, or the
+        best kernel at `roofline_stop` of the roofline (measured on a GPU only)."""
+        n = self.opts.stall
+        if n is not None and len(self.records) >= n and not any(r.get("new_best") for r in self.records[-n:]):
+            return f"stalled: {n} steps in a row without a new best (--stall {n})"
+        f = self.opts.roofline_stop
+        if f is not None and self.best_roofline is not None and self.best_roofline >= f:
+            return f"the best kernel runs at {self.best_roofline:.0%} of the roofline (--roofline-stop {f:g})"
+        return None
 
     def _budget_stop(self) -> str | None:
         total = self.meter.total

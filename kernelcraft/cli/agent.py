@@ -180,6 +180,8 @@ def _optimize_options(args: argparse.Namespace) -> OptimizeOptions:
         tuner_steps=args.tuner_steps,
         parallel=args.parallel,
         fresh=args.fresh,
+        stall=args.stall,
+        roofline_stop=args.roofline_stop,
         **_run_options(args),
     )
 
@@ -187,6 +189,10 @@ def _optimize_options(args: argparse.Namespace) -> OptimizeOptions:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelcraft.agent.explore import optimize
 
+    if args.stall is not None and args.stall < 1:
+        raise UsageError(f"--stall must be at least 1 step, not {args.stall}")
+    if args.roofline_stop is not None and not 0 < args.roofline_stop <= 1:
+        raise UsageError(f"--roofline-stop is a fraction of the roofline in (0, 1], not {args.roofline_stop}")
     args.steps = optimize_steps(args.steps, args.preset)
     if args.task.is_dir():
         return cmd_optimize_level(args)
@@ -408,6 +414,20 @@ def register(sub: Subcommands) -> None:
         action="store_true",
         help="a new tree without a seed does not start from the best kernel of an earlier tree of the "
         "same task in the database (the kernelcraft preset's warm start, said on the first line)",
+    )
+    p.add_argument(
+        "--stall",
+        type=int,
+        metavar="N",
+        help="stop after N steps in a row that find no faster kernel (KernelEvolve's stall stop); "
+        "default: spend the whole budget",
+    )
+    p.add_argument(
+        "--roofline-stop",
+        type=float,
+        metavar="F",
+        help="stop once the best kernel runs at fraction F (0-1] of the target's roofline (needs a GPU: "
+        "without one no speed is measured and the run spends its budget)",
     )
     p.add_argument("--search-seed", type=int, default=0, help="seed of the tree's and the tuner's choices")
     p.add_argument(

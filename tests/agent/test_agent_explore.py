@@ -498,3 +498,59 @@ async def test_parallel_lanes_of_one_run_evaluate_the_whole_budget_and_say_it_is
     assert summary["steps_done"] == 4, summary
     assert "budget is spent" in summary["stopped_because"], summary["stopped_because"]
     assert "held by" not in summary["stopped_because"]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_optimize_stops_when_stalled_and_says_so(home: Path) -> None:
+    """Issue 29, item 3: KernelEvolve's stall stop. On the CPU no step is measured faster, so a run
+    with --stall 2 stops after two steps of its budget of five, and says why."""
+    out = home / "run"
+    opts = OptimizeOptions(
+        task=TASK,
+        steps=5,
+        llm=LLMConfig(kind="none"),
+        out=out,
+        db_path=home / "kc.db",
+        progress=False,
+        stall=2,
+    )
+    summary = await optimize(opts)
+    assert summary["steps_done"] == 2 and len(read_steps(out)) == 2
+    assert summary["stopped_because"] == "stalled: 2 steps in a row without a new best (--stall 2)"
+
+
+def test_the_search_stops_name_their_limit_and_wait_for_enough_steps() -> None:
+    from types import SimpleNamespace
+
+    from kernelcraft.agent.runloop import Explorer
+
+    def stop(records: list[dict], roofline: float | None, **opts: object) -> str | None:
+        run = SimpleNamespace(opts=SimpleNamespace(**{"stall": None, "roofline_stop": None, **opts}))
+        run.records, run.best_roofline = records, roofline
+        return Explorer._search_stop(run)  # type: ignore[arg-type]
+
+    flat = [{"new_best": False}] * 3
+    assert stop(flat, None) is None  # neither asked for
+    assert stop(flat, None, stall=4) is None  # not yet four steps
+    assert stop([{"new_best": True}] + flat[:2], None, stall=3) is None
+    assert stop(flat, None, stall=3) == "stalled: 3 steps in a row without a new best (--stall 3)"
+    assert stop([], 0.79, roofline_stop=0.8) is None
+    assert (
+        stop([], 0.85, roofline_stop=0.8)
+        == "the best kernel runs at 85% of the roofline (--roofline-stop 0.8)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [("--stall", "0", "--stall must be at least 1"), ("--roofline-stop", "1.5", "fraction of the roofline")],
+)
+def test_optimize_refuses_a_stop_it_cannot_meet(home: Path, flag: str, value: str, says: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", flag, value],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2 and says in run.stderr, run.stderr

@@ -1,7 +1,7 @@
 """The command line's interface — every command, option, default and choice — against a snapshot.
 
 Restructuring the code must not change what a user types. When a change to the interface is
-intended, regenerate the snapshot: `python -m tests.test_cli_snapshot > tests/snapshots/cli.json`.
+intended, regenerate the snapshot: `python tests/cli/test_cli_snapshot.py > tests/snapshots/cli.json`.
 """
 
 from __future__ import annotations
