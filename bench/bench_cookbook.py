@@ -1,4 +1,4 @@
-"""The cookbook on KernelBench: 32 level-1/level-2 tasks, each against a cookbook kernel, timed in one
+"""The cookbook on KernelBench: 33 level-1/level-2 tasks, each against a cookbook kernel, timed in one
 run against eager and torch.compile through kernelcraft's own level path (issue 29, item 5).
 
     python bench/bench_cookbook.py .kb/KernelBench --out runs/bench-cookbook            # H200
@@ -132,6 +132,7 @@ BENCH: list[BenchTask] = [
     BenchTask("level1", "1_Square_matrix_multiplication_", "gemm"),
     BenchTask("level1", "2_Standard_matrix_multiplication_", "gemm"),
     BenchTask("level1", "8_Matmul_with_irregular_shapes_", "gemm"),
+    BenchTask("level1", "6_Matmul_with_large_K_dimension_", "gemm"),
     BenchTask("level1", "9_Tall_skinny_matrix_multiplication_", "gemm_small_k"),
     BenchTask("level1", "4_Matrix_vector_multiplication_", "gemv"),
     BenchTask("level1", "3_Batched_matrix_multiplication", "bmm"),

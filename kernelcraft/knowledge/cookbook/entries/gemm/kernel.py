@@ -18,6 +18,11 @@ small beside 2*M*N*K FLOPs. On the H200 (bench/probe_gemm_layout.py) this took K
 product from 3.95 ms to 1.86 ms (cuBLAS fp32: 2.68 ms) and its 8205x2949x5921 one from 14.3 ms to
 4.0 ms (cuBLAS: 6.5 ms).
 
+Split-K: an output of few tiles (fewer than half the SMs) from a long K (>= 8192) leaves the GPU
+idle with one program per tile, so `matmul_split_k_kernel` gives each tile SPLIT_K programs, each
+summing one slice of K, and adds the slices into a zeroed C with fp32 atomics (the order of the
+adds varies run to run: results agree within the fp32 tolerance, not bit for bit).
+
 FLOPs 2*M*N*K; bytes 4*(M*K + K*N + M*N) at best (L2 reuse within a group).
 Conditions: 2-D fp32 inputs of any strides; M, N, K any size (edges masked); offsets in int64;
 memory for a K-major copy of an operand that is not already one.
@@ -35,6 +40,14 @@ CONFIGS = [
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=4),
 ]
 PAD_K = 32  # K is padded to a multiple of this when it leaves an operand's rows unaligned
+# Split-K, for outputs of few tiles and a long K (KernelBench 6: 256x256 from K = 524288): each
+# program sums one K slice of one tile and adds it into C (zeroed first) with an atomic add.
+SPLIT_K_CONFIGS = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_K": 16}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_K": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_K": 64}, num_warps=4, num_stages=4),
+]
+SPLIT_K_MIN = 8192  # split K only from this long, and only when the tiles leave most SMs idle
 
 
 @triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
@@ -78,6 +91,48 @@ def matmul_kernel(
     tl.store(c_ptrs, acc, mask=mask)  # BLOCK_M*BLOCK_N*4 bytes
 
 
+@triton.autotune(configs=SPLIT_K_CONFIGS, key=["M", "N", "K"], reset_to_zero=["c_ptr"])
+@triton.jit
+def matmul_split_k_kernel(
+    a_ptr, b_ptr, c_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)  # which K slice
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    per_slice = tl.cdiv(k_blocks, SPLIT_K)
+    k_first = pid_k * per_slice
+    k_last = tl.minimum(k_first + per_slice, k_blocks)
+
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + (k_first * BLOCK_K + offs_k[None, :]).to(tl.int64) * stride_ak
+    b_ptrs = b_ptr + (k_first * BLOCK_K + offs_k[:, None]).to(tl.int64) * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_first, k_last):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + offs_cm[:, None].to(tl.int64) * stride_cm + offs_cn[None, :] * stride_cn
+    tl.atomic_add(c_ptrs, acc, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
 def _k_major(x: torch.Tensor, k_dim: int) -> bool:
     """Whether 2-D `x` is read best as it is: K (dimension `k_dim`) contiguous, the row stride a
     multiple of 16 elements, the base 16-byte aligned."""
@@ -108,6 +163,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if kp != K or not _k_major(b, 0):
             b = _packed(b, 0, kp).t()  # a (kp, N) view of an (N, kp) row-major buffer
         K = kp
+    tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128)
+    if K >= SPLIT_K_MIN and tiles * 2 <= _sm_count(a.device):
+        c = torch.zeros((M, N), device=a.device, dtype=torch.float32)
+        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"])
+        matmul_split_k_kernel[grid](
+            a, b, c, M, N, K,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        )
+        return c
     c = torch.empty((M, N), device=a.device, dtype=torch.float32)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
     matmul_kernel[grid](

@@ -24,7 +24,8 @@ def get_inputs():
 
 def get_input_sets():
     # a transposed (non-contiguous) A, as in KernelBench's 16_Matmul_with_transposed_A
-    return [[torch.rand(72, 130).T, torch.rand(72, 40)]]
+    # and a long K under an output of one tile: the split-K path (KernelBench's 6_Matmul_with_large_K)
+    return [[torch.rand(72, 130).T, torch.rand(72, 40)], [torch.rand(40, 8200), torch.rand(8200, 24)]]
 
 
 def get_init_inputs():
