@@ -45,7 +45,7 @@ for step in "$@"; do
         | python3 -c "import json, sys; v = json.load(sys.stdin); print('task_grabs_server_state', v['status'], v.get('notes'))" ;;
     capture) run capture python3 tests/fixtures/errors/capture.py; tar czf "$OUT/errors-3.6.tgz" tests/fixtures/errors/triton-3.6 2>/dev/null ;;
     eval) run bench_eval python3 bench/bench_eval.py ${EVAL_ARGS:-} ;;
-    cookbook)  # bench_cookbook.py: 32 KernelBench tasks against the cookbook (needs .kb/); resumable: repeat until done
+    cookbook)  # bench_cookbook.py: 33 KernelBench tasks against the cookbook (needs .kb/); resumable: repeat until done
       run bench_cookbook python3 bench/bench_cookbook.py .kb/KernelBench --out runs/bench-cookbook ${COOKBOOK_ARGS:-}
       cp runs/bench-cookbook/bench_cookbook.json runs/bench-cookbook/bench_cookbook.md "$OUT/" 2>/dev/null ;;
     evalbox)  # the box's cost: the same benchmark with the box on and off
