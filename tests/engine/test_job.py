@@ -286,3 +286,35 @@ def test_stage_seconds_add_up_to_the_job_when_stages_overlap() -> None:
     assert sum(got.values()) == 9.0
     assert add_up({"verify": 2.0}, 2.5) == {"verify": 2.0, "other": 0.5}
     assert add_up({"verify": 2.0}, 1.9) == {"verify": 2.0}
+
+
+@pytest.mark.anyio
+async def test_a_timed_verdicts_first_trial_holds_the_gpu_alone_the_others_share_it() -> None:
+    """The first call of a candidate runs each @triton.autotune's benchmarks; when the verdict is
+    timed, the config they keep must not be chosen under other jobs' load: trial 1 holds the GPU
+    alone, later trials and the knockout share it, and timing holds it alone."""
+    lock = GpuLock()
+    held: list[tuple[str, str]] = []
+    send = ScriptedWorker.send
+
+    async def watched(self: ScriptedWorker, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        if header.get("op") in ("run", "knockout", "time_candidate"):
+            held.append((header["op"], "alone" if lock._writer else "shared" if lock._readers else "none"))
+        await send(self, header, blobs)
+
+    pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
+    device = Device("cuda", 0, pool, lock)  # type: ignore[arg-type]
+    spec = EvalJob(task_source="task", candidate_source="candidate", stages=["verify", "profile"], trials=2)
+    settings = CandidateSettings(memory_limit_bytes=None, sandbox=True)
+    ScriptedWorker.send = watched  # type: ignore[method-assign]
+    try:
+        result = await Job(spec, device, refs, settings, set(), None).run()
+    finally:
+        ScriptedWorker.send = send  # type: ignore[method-assign]
+    assert result.verify is not None and result.verify.correct and not lock.busy()
+    assert held == [
+        ("run", "alone"),
+        ("run", "shared"),
+        ("knockout", "shared"),
+        *[("time_candidate", "alone")] * MIN_PROFILE_ROUNDS,
+    ]

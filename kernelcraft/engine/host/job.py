@@ -165,10 +165,9 @@ class Job:
             await self.warm_up(cand)
             self.workers.stage("kernels", t)
         if "verify" in self.spec.stages:
-            async with self.workers.gpu_lock(exclusive=False):
-                t = time.perf_counter()
-                result.verify = await self.verify_stage(cand)
-                self.workers.stage("verify", t)
+            t = time.perf_counter()
+            result.verify = await self.verify_stage(cand, alone_first="profile" in self.spec.stages)
+            self.workers.stage("verify", t)
         if "profile" in self.spec.stages:
             if result.verify is not None and not result.verify.correct:
                 result.profile = not_profiled_after(result.verify)
@@ -294,7 +293,11 @@ class Job:
 
     # ---- verify ----
 
-    async def verify_stage(self, cand: WorkerProcess) -> VerifyResult:
+    async def verify_stage(self, cand: WorkerProcess, *, alone_first: bool = False) -> VerifyResult:
+        """The trials, then the knockout, each holding the GPU beside other jobs' verifications.
+        With `alone_first` (the verdict will be timed) the first trial holds it alone: that first
+        call runs each `@triton.autotune`'s benchmarks, and the config they keep, which the timing
+        then measures, must not be picked under other jobs' load."""
         total = self.input_sets * self.spec.trials
         done = 0
         try:
@@ -304,13 +307,15 @@ class Job:
                     await self.workers.progress(
                         0.1 + 0.8 * done / total, f"trial {done + 1} of {total}{where}"
                     )
-                    failed = await self.trial(cand, s, t)
+                    async with self.workers.gpu_lock(exclusive=alone_first and done == 0):
+                        failed = await self.trial(cand, s, t)
                     if failed is not None:
                         return self.verified(cand, done, *failed)
                     done += 1
             if self.spec.correctness == "kernelcraft":  # AdaExplore's rule has no knockout
                 await self.workers.progress(0.88, "knockout: forward without its kernels")
-                decoy = await self.knockout(cand)
+                async with self.workers.gpu_lock(exclusive=False):
+                    decoy = await self.knockout(cand)
                 if decoy is not None:
                     return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, decoy)
         except Stop as stop:
