@@ -355,19 +355,26 @@ def test_a_config_sets_its_dict_entries_that_are_constexprs_and_its_num_warps_an
 
 def test_find_params_tunes_each_triton_config_of_the_gemm_cookbook_entry() -> None:
     source = (COOKBOOK / "gemm" / "kernel.py").read_text()
+    line = [i + 1 for i, text in enumerate(source.splitlines()) if "triton.Config(" in text][1]  # CONFIGS[1]
     found = [
-        (p.key, p.value, p.line, p.launch, p.floor, p.config) for p in find_params(source) if p.config == 1
+        (p.key, p.value, p.line, p.launch, p.floor, p.config)
+        for p in find_params(source)
+        if p.config == 1 and p.launch == "matmul_kernel"
     ]
     assert found == [
-        ("matmul_kernel.configs[1].BLOCK_M", 128, 24, "matmul_kernel", MIN_DOT_DIM, 1),
-        ("matmul_kernel.configs[1].BLOCK_N", 256, 24, "matmul_kernel", MIN_DOT_DIM, 1),
-        ("matmul_kernel.configs[1].BLOCK_K", 32, 24, "matmul_kernel", MIN_DOT_DIM, 1),
-        ("matmul_kernel.configs[1].GROUP_M", 8, 24, "matmul_kernel", 8, 1),  # under 16 already: kept
-        ("matmul_kernel.configs[1].num_warps", 8, 24, "matmul_kernel", 2, 1),
-        ("matmul_kernel.configs[1].num_stages", 3, 24, "matmul_kernel", 2, 1),
+        ("matmul_kernel.configs[1].BLOCK_M", 128, line, "matmul_kernel", MIN_DOT_DIM, 1),
+        ("matmul_kernel.configs[1].BLOCK_N", 256, line, "matmul_kernel", MIN_DOT_DIM, 1),
+        ("matmul_kernel.configs[1].BLOCK_K", 32, line, "matmul_kernel", MIN_DOT_DIM, 1),
+        ("matmul_kernel.configs[1].GROUP_M", 8, line, "matmul_kernel", 8, 1),  # under 16 already: kept
+        ("matmul_kernel.configs[1].num_warps", 8, line, "matmul_kernel", 2, 1),
+        ("matmul_kernel.configs[1].num_stages", 3, line, "matmul_kernel", 2, 1),
     ]
     params = find_params(source)
-    assert [sum(p.config == i for p in params) for i in (0, 1, 2)] == [6, 6, 6]  # 4 tiles, warps, stages
+    for kernel in ("matmul_kernel", "matmul_split_k_kernel"):  # 4 tiles (or 3 and SPLIT_K), warps, stages
+        assert [sum(p.config == i and p.launch == kernel for p in params) for i in (0, 1, 2)] == [6, 6, 6]
+    assert {p.key for p in params if p.launch == "matmul_split_k_kernel" and p.config == 0} >= {
+        "matmul_split_k_kernel.configs[0].SPLIT_K"  # split-K is a tuner axis where a kernel has one
+    }
 
 
 @pytest.mark.parametrize("entry", ["gemm", "bmm", "linear_epilogue", "attention", "gemm_small_k"])
