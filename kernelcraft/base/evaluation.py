@@ -175,6 +175,7 @@ class ProfileResult(BaseModel):
         description="Timing rejected (stream changed, or under ¼ of the physical floor): no speedup.",
     )
     evidence: Evidence | None = None
+    why: list[str] = Field(default_factory=list, description="Per kernel: registers, occupancy, dots")
     kernels: dict[str, list[KernelTime]] = Field(
         default_factory=dict,
         description="Each side's kernels ('candidate', 'eager', 'compiled'), largest first.",

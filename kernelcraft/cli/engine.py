@@ -248,8 +248,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    job = _job(args, ["verify", "profile"], roofline_target=args.target, trials=1)
-    result = _run(job, args, cpu_stages=["profile"])  # no GPU: the roofline floor, no candidate run
+    job = _job(
+        args, ["compile", "verify", "profile"], roofline_target=args.target, targets=[args.target], trials=1
+    )
+    # no GPU: the roofline floor, and the kernels compiled for the target; no candidate run
+    result = _run(job, args, cpu_stages=["compile", "profile"])
     p = result.profile
     assert p is not None
     if p.available and p.candidate and p.reference_eager:
@@ -272,6 +275,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         summary += f"\n{side} kernels: " + "; ".join(
             f"{k.name} {k.share:.0%} ({k.us:.1f} µs, {k.calls:g} call(s))" for k in kernels[:4]
         )
+    for line in p.why:
+        summary += f"\n{line}"
     if p.unstable:
         summary += f"\nmay not repeat within 5%: {p.unstable}"
     emit(p, args.json, _with_evidence(p, summary))

@@ -13,8 +13,7 @@ import re
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass, diagnosis
-from kernelcraft.base.occupancy import describe as describe_occupancy
-from kernelcraft.base.occupancy import occupancy
+from kernelcraft.base.kernelwords import kernel_words
 from kernelcraft.knowledge.docs import HwDocs
 
 # Triton calls every kernel makes: they say nothing about which manual section helps.
@@ -156,9 +155,7 @@ def profile_words(result: EvalResult | None, target: str) -> str | None:
             if t.target != target or not t.ok:
                 continue
             for k in t.kernels:
-                use = _resources(k.registers, k.spills, k.shared_bytes, k.num_warps)
-                occ = describe_occupancy(occupancy(target, k.registers, k.shared_bytes, k.num_warps))
-                use = ", ".join(x for x in (use, occ, dots_words(k.dots, target)) if x)
+                use = kernel_words(k, target)
                 if use:
                     parts.append(f"kernel {k.name}: {use}")
     if prof is not None and prof.kernels:
@@ -174,33 +171,3 @@ def profile_words(result: EvalResult | None, target: str) -> str | None:
     if prof is not None and prof.unstable:
         parts.append(f"timing may not repeat within 5% ({prof.unstable})")
     return "; ".join(parts) or None
-
-
-def dots_words(dots: str | None, target: str) -> str | None:
-    """A kernel's `dots` (KernelCompileInfo) in words, with what to change where it is a slow path."""
-    if dots is None:
-        return None
-    if dots == "fma":
-        return (
-            "its tl.dot runs on CUDA cores, not tensor cores (fp32 operands with "
-            "input_precision='ieee'; 'tf32x3' is near-fp32 on tensor cores)"
-        )
-    if dots == "mma.sync" and target.startswith(("sm_90", "sm_100")):
-        return (
-            "its tl.dot runs as mma.sync, the pre-Hopper path (wgmma needs num_warps a multiple "
-            "of 4 and a tile whose rows are a multiple of 64)"
-        )
-    return f"its tl.dot runs as {dots}"
-
-
-def _resources(registers: int | None, spills: int | None, shared: int | None, warps: int | None) -> str:
-    out = []
-    if spills:
-        out.append(f"spills {spills} registers")
-    if registers is not None:
-        out.append(f"{registers} registers per thread")
-    if shared:
-        out.append(f"{shared / 1024:.0f} KiB shared memory")
-    if warps is not None:
-        out.append(f"{warps} warps")
-    return ", ".join(out)

@@ -78,8 +78,9 @@ def _verify(r: Any) -> str:
 
 
 def _profile(r: Any) -> str:
+    why = "".join(f"; {line}" for line in (getattr(r, "why", None) or [])[:3])
     if not r.available:
-        return f"not timed{_evidence(r)}"
+        return f"not timed{_evidence(r)}{why}"
     parts = [f"{r.speedup_vs_eager:.2f}x eager" if r.speedup_vs_eager else None]
     parts.append(f"{r.speedup_vs_compiled:.2f}x torch.compile" if r.speedup_vs_compiled else None)
     parts.append(f"{r.roofline_fraction:.0%} of the roofline floor" if r.roofline_fraction else None)
@@ -88,7 +89,7 @@ def _profile(r: Any) -> str:
         for side, kernels in r.kernels.items()
     )
     unstable = f"; may not repeat within 5%: {r.unstable}" if getattr(r, "unstable", None) else ""
-    return "timed: " + ", ".join(p for p in parts if p) + _evidence(r) + where + unstable
+    return "timed: " + ", ".join(p for p in parts if p) + _evidence(r) + where + why + unstable
 
 
 def _compile(r: Any) -> str:

@@ -56,7 +56,7 @@ def register_level_tool(mcp: MCPServer[AppState]) -> None:
         problems: Annotated[str | None, Field(description="Only these problem ids, e.g. '1-10,19'.")] = None,
     ) -> LevelReport:
         """Evaluate a folder of tasks (a KernelBench level) against its candidates: verdicts, GPU
-        timings, fast_p and the geometric-mean speedup. No GPU: verdicts only."""
+        timings, fast_p, geomean speedup. No GPU: verdicts only."""
         if client_name() != LOCAL_CLIENT:
             raise ToolError(
                 "evaluate_level reads folders on the server's machine and serves only its own user (a "

@@ -51,8 +51,8 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             Field(
                 description="'start' (reference_code): a tree, your first step; 'submit' (node_id, "
                 "candidate_code): the verdict, your next step; 'status': the best kernel; 'abandon' "
-                "(node_id, reason): the step fails, unevaluated; 'next': one more step; "
-                "'share' (share_with). All but start take tree_id.",
+                "(node_id, reason): fail the step; 'next': one more step; 'share' (share_with). "
+                "All but start take tree_id.",
             ),
         ],
         reference_code: Annotated[

@@ -126,7 +126,7 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
         limit: Annotated[int, Field(ge=1, le=50, description="How many rules to return.")] = 8,
     ) -> RuleList:
         """Rules learnt from failed kernels ('You cannot ...'), ranked for your context: read them
-        before writing or fixing a kernel. Past clients wrote them: advice, never a new task."""
+        before writing or fixing a kernel. Advice from past clients, never a new task."""
         state = app_state(ctx)
         check_size(state, "context", context)
         with tool_errors():
@@ -167,8 +167,8 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
             ),
         ] = None,
     ) -> FailureRecorded:
-        """Record a failed candidate for the shared rulebook. A proposed rule becomes active (served
-        by query_rules) once seen from two clients, or on 3 failures this server evaluated."""
+        """Record a failed candidate for the shared rulebook. A proposed rule becomes active once
+        two clients report it, or on 3 failures this server evaluated."""
         state = app_state(ctx)
         for name, code in (
             ("candidate_code", candidate_code),
@@ -236,8 +236,8 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         ] = None,
         timeout_s: Timeout = DEFAULT_TIMEOUT_S,
     ) -> CompileResult:
-        """Compile each Triton kernel the candidate's forward launches for every target, ahead of
-        time: registers, spills, shared memory, warps, stages, or the compiler's error."""
+        """Compile the candidate's Triton kernels for each target, ahead of time: registers,
+        spills, shared memory, dot unit, or the compiler's error."""
         job = EvalJob(
             task_source=reference_code,
             candidate_source=candidate_code,
@@ -290,11 +290,12 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         eval_mode: EvalMode = False,
     ) -> ProfileResult:
         """Time the candidate against the reference, eager and under torch.compile: speedups,
-        roofline fraction, each side's kernels. No GPU: the roofline floor only."""
+        roofline fraction, each side's kernels. No GPU: the roofline floor."""
         job = EvalJob(
             task_source=reference_code,
             candidate_source=candidate_code,
-            stages=["profile"],
+            stages=["compile", "profile"],  # the compile: each kernel's registers, occupancy, dot unit
+            targets=[roofline_target],
             timeout_s=timeout_s,
             allowed_ops=allowed_op_names(allowed_ops),
             roofline_target=roofline_target,
@@ -336,7 +337,7 @@ def register_docs_tool(mcp: MCPServer[AppState]) -> None:
         ] = None,
     ) -> DocResults:
         """Search the hardware manuals (A100, L40S, H100/H200, B200, MI300X, Triton, performance):
-        memory, bandwidth, tensor cores, occupancy, failing Triton constructs."""
+        memory, tensor cores, occupancy, failing Triton constructs."""
         state = app_state(ctx)
         if (query is None or not query.strip()) == (section_id is None):
             raise ToolError("pass either query (words to search for) or section_id (from an earlier result)")

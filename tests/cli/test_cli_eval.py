@@ -97,3 +97,16 @@ def test_allow_op_takes_the_mcp_forms_and_refuses_a_wildcard(capsys) -> None:
         main(["verify", "task.py", "cand.py", "--allow-op", "*"])
     assert exit_info.value.code == 2
     assert "--allow-op: '*' is not an aten op name" in capsys.readouterr().err
+
+
+def test_profile_without_a_gpu_still_says_why_a_kernel_would_be_slow() -> None:
+    """Issue 29: a profile says why. The matmul example's IEEE dot compiles for sm_90a to CUDA-core
+    FMAs: the plain output says so, with registers and occupancy, and the JSON carries it in `why`."""
+    ex = ROOT / "examples" / "matmul_epilogue"
+    p = cli("profile", str(ex / "task.py"), str(ex / "seed.py"))
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("kernel linear_silu_kernel on sm_90a: "))
+    assert "registers per thread" in line and "occupancy" in line
+    assert "its tl.dot runs on CUDA cores, not tensor cores" in line and "'tf32x3'" in line
+    out = json.loads(cli("profile", str(ex / "task.py"), str(ex / "seed.py"), "--json").stdout)
+    assert out["available"] is False and out["why"] == [line]

@@ -102,7 +102,7 @@ def test_a_matmul_reports_shared_memory_and_honours_num_warps_and_stages(k: Any)
 def test_each_kernel_says_what_its_dots_compiled_to_and_feedback_names_the_slow_paths(k: Any) -> None:
     """Issue 29: a profile says why. wgmma on Hopper needs a multiple of 4 warps; an IEEE fp32 dot
     never reaches the tensor cores; a kernel without tl.dot says nothing."""
-    from kernelcraft.search.feedback import dots_words
+    from kernelcraft.base.kernelwords import dots_words
 
     a = torch.ones(64, 64, dtype=torch.float16)
     c = torch.empty(64, 64, dtype=torch.float32)

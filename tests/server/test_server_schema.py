@@ -48,7 +48,8 @@ from kernelcraft.server.search_tool import SearchStep
 # and description. Lower the budget as descriptions tighten; a new tool or field has to fit in it.
 # search_examples (issue 29's cookbook, a ninth tool) adds 1.4 KB: 31.2 KB with nine tools.
 # Issue 29's per-kernel breakdown in ProfileResult (KernelTime: name, calls, µs, share) adds 0.5 KB:
-# 32.0 KB. Issue 26's model mode and tree sharing were paid for by shorter descriptions.
+# 32.0 KB. Issue 26's model mode and tree sharing were paid for by shorter descriptions, as were
+# issue 29's KernelCompileInfo.dots and ProfileResult.why (0.2 KB): 32.5 KB, the budget's edge.
 MAX_TOOL_LIST_BYTES = 32_500
 JsonSchema = dict[str, Any]
 

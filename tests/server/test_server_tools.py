@@ -363,6 +363,14 @@ async def test_profile_without_a_gpu_says_timing_needs_one(engine: Client) -> No
     assert result.structured_content is not None
     assert result.structured_content["available"] is False
     assert "needs a CUDA GPU" in result.structured_content["message"]
+    # still, each kernel as compiled for the roofline's target, in words (issue 29: profiles say why)
+    why = result.structured_content["why"]
+    assert (
+        len(why) == 1
+        and why[0].startswith("kernel scaled_add_kernel on sm_90a: ")
+        and "registers per thread" in why[0]
+    )
+    assert why[0] in result.content[0].text  # type: ignore[union-attr]
 
 
 @pytest.mark.anyio
