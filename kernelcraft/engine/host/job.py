@@ -131,10 +131,10 @@ class Job:
             fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
         finally:
             await self.workers.release()
+            result.stage_seconds = self.workers.partition(started, time.perf_counter())
         if result.profile is not None and result.compile is not None:
             target = self.spec.roofline_target or (self.spec.targets[0] if self.spec.targets else "")
             result.profile.why = compiled_words(result.compile, target)
-            result.stage_seconds = self.workers.partition(started, time.perf_counter())
         failed = result.failure_class
         await self.workers.progress(1.0, f"done: {failed.value}" if failed is not None else "done")
         return result
