@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import ProfileResult
+from kernelcraft.base.kernelwords import compiled_words
 from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.report.model import ReportNode, RunReport, TokenUsage, Verdict
 
@@ -122,7 +123,19 @@ def from_tree(view: TreeView, *, seed_code: str | None, best_code: str | None) -
         failures_by_class=failures_by_class(nodes),
         seed_code=seed_code,
         best_code=best_code,
+        best_why=_why(next((n for n in view.nodes if n.id == view.best_node_id), None), view.tree.target),
     )
+
+
+def _why(best: NodeInfo | None, target: str) -> list[str]:
+    """The best kernel's compiled kernels in words: its profile's (`ProfileResult.why`), or made
+    from its compile result where an older verdict has none."""
+    verdict = best.verdict if best is not None else None
+    if verdict is None:
+        return []
+    if verdict.profile is not None and verdict.profile.why:
+        return list(verdict.profile.why)
+    return compiled_words(verdict.compile, target)
 
 
 def _usage(data: Any) -> TokenUsage | None:

@@ -123,6 +123,8 @@ def facts(report: RunReport) -> str:
             )
         )
     rows.append(("best", _best_words(report)))
+    if report.best_why:
+        rows.append(("why it runs as it does", "; ".join(report.best_why)))
     if proposers:
         rows.append(("written by", ", ".join(f"{k}: {v} steps" for k, v in sorted(proposers.items()))))
     if report.llm is not None:

@@ -88,6 +88,11 @@ class RunReport(BaseModel):
     )
     seed_code: str | None = Field(default=None, description="The tree's seed kernel, if it had one.")
     best_code: str | None = Field(default=None, description="The best kernel's code.")
+    best_why: list[str] = Field(
+        default_factory=list,
+        description="The best kernel's compiled kernels in words: registers, occupancy, what its "
+        "tl.dot ran on (from its verdict; a GPU run's).",
+    )
     # The driver's part: only the run directory knows it.
     llm: str | None = Field(default=None, description="The run's --llm ('anthropic', 'openai', 'none').")
     model: str | None = None

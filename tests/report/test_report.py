@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import shutil
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,31 @@ def test_optimize_writes_tree_json_and_the_report_and_names_the_report_in_its_la
     assert report.seed_code == (task.parent / "seed.py").read_text()
     page = (out / "report.html").read_text()
     assert page == render_html(report)  # the command redraws exactly what optimize wrote
+
+
+def test_the_page_says_why_the_best_kernel_runs_as_it_does_from_its_verdict() -> None:
+    """Issue 29: the report says why too. The best node's verdict on a GPU carries its compiled
+    kernels (compile stage) and the profile's words; an older verdict without the words gets them
+    made from its compile result."""
+    from kernelcraft.base.evaluation import CompileResult, KernelCompileInfo, TargetCompileResult
+
+    view = gpu_view()
+    best = next(n for n in view.nodes if n.id == 3)
+    assert best.verdict is not None
+    kernel = KernelCompileInfo(name="add_kernel", registers=40, shared_bytes=0, num_warps=4, dots="fma")
+    best.verdict.compile = CompileResult(
+        ok=True, targets=[TargetCompileResult(target="sm_90a", ok=True, kernels=[kernel])]
+    )
+    report = from_tree(view, seed_code=SEED, best_code=BEST)
+    assert len(report.best_why) == 1
+    line = report.best_why[0]
+    assert (
+        line.startswith("kernel add_kernel on sm_90a: 40 registers per thread, 4 warps")
+        and "CUDA cores" in line
+    )
+    assert escape(line) in render_html(report) and "why it runs as it does" in render_html(report)
+    best.verdict.profile.why = ["kernel add_kernel on sm_90a: as the profile said"]  # type: ignore[union-attr]
+    assert from_tree(view, seed_code=SEED, best_code=BEST).best_why == [
+        "kernel add_kernel on sm_90a: as the profile said"
+    ]
+    assert from_tree(gpu_view(), seed_code=SEED, best_code=BEST).best_why == []  # no compile: nothing said
