@@ -52,8 +52,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernelcraft.agent.tuner import Config, apply_config, config_key, current_config, find_params  # noqa: E402
-from kernelcraft.agent.tuner_params import Param  # noqa: E402
+from kernelcraft.agent.tuner import Config, apply_config, config_key, current_config  # noqa: E402
+from kernelcraft.agent.tuner_params import launch_params  # noqa: E402
 from kernelcraft.base.evaluation import (  # noqa: E402
     CompileResult,
     EvalJob,
@@ -103,12 +103,6 @@ class Landscape:
         key = config_key(config)
         self.configs.setdefault(key, config)
         self.verdicts.setdefault(key, verdict)  # the grid's do_bench timing wins over a run's
-
-
-def launch_params(source: str) -> list[Param]:
-    """The tuner's params of `source` that the landscapes span: launch configurations. A tl.dot's
-    input precision (a tuner axis added after they were measured) keeps the seed's value."""
-    return [p for p in find_params(source) if p.kind != "precision"]
 
 
 def load_landscapes(names: list[str] | None) -> list[Landscape]:

@@ -87,19 +87,13 @@ from kernelcraft.agent.tuner import (  # noqa: E402
     apply_config,
     config_key,
     current_config,
-    find_params,
     tune,
 )
+from kernelcraft.agent.tuner_params import launch_params  # noqa: E402
 from kernelcraft.base.failures import classify  # noqa: E402
 
 DEVICE = "cpu" if ARGS.cpu_smoke else "cuda"
 _modules = 0
-
-
-def launch_params(source: str) -> list[Any]:
-    """The tuner's params of `source` that the grids span: launch configurations. A tl.dot's input
-    precision (a tuner axis added after the recorded grids were measured) keeps the seed's value."""
-    return [p for p in find_params(source) if p.kind != "precision"]
 
 
 def load_module(source: str, name: str, folder: Path) -> Any:

@@ -420,3 +420,9 @@ def precision_params(tree: ast.Module, offsets: Any, source: str) -> list[Param]
                     )
                 )
     return out
+
+
+def launch_params(source: str) -> list[Param]:
+    """`find_params` without the dots' input precisions: the launch configurations alone (what
+    the recorded H200 grids and landscapes of bench_tuner and bench_policy span)."""
+    return [p for p in find_params(source) if p.kind != "precision"]
