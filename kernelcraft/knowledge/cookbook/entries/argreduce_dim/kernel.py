@@ -23,8 +23,11 @@ def argreduce_dim_kernel(
     R, INNER,
     IS_MAX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
 ):
-    outer = tl.program_id(0).to(tl.int64)
-    offs_i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    # the INNER blocks of one OUTER index are adjacent programs: running together, they read
+    # each R row of its slab whole (DRAM pages stay open), not 1/num_blocks of many slabs' rows
+    blocks = tl.cdiv(INNER, BLOCK_I)
+    outer = (tl.program_id(0) // blocks).to(tl.int64)
+    offs_i = (tl.program_id(0) % blocks) * BLOCK_I + tl.arange(0, BLOCK_I)
     offs_r = tl.arange(0, BLOCK_R)
     i_mask = offs_i < INNER
     base = x_ptr + outer * R * INNER
@@ -70,9 +73,10 @@ def argreduce_dim(x: torch.Tensor, dim: int, largest: bool = True, keepdim: bool
     if inner == 1:
         block_i, block_r = 1, 2048
     else:
-        block_i = min(128, triton.next_power_of_2(inner))
+        # a 16 x 256 tile: 2.15 ms on KernelBench 51 on the H200, against 2.73 for 32 x 128
+        block_i = min(256, triton.next_power_of_2(inner))
         block_r = max(1, 4096 // block_i)
-    grid = (outer, triton.cdiv(inner, block_i))
+    grid = (outer * triton.cdiv(inner, block_i),)
     argreduce_dim_kernel[grid](x, y, R, inner, IS_MAX=largest, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=8)
     return y
 

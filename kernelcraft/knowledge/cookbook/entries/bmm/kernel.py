@@ -78,11 +78,29 @@ def _k_major(x: torch.Tensor, k_dim: int) -> bool:
     )
 
 
+@triton.jit
+def transpose_kernel(x_ptr, y_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_yb, stride_yc, BLOCK: tl.constexpr):
+    """y[b, c, r] = x[b, r, c]: a BLOCK x BLOCK tile read along c and written along r (Triton turns
+    the tile around in shared memory, so both sides stay coalesced)."""
+    b = tl.program_id(2).to(tl.int64)
+    offs_r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
+    tile = tl.load(x_ptr + b * stride_xb + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask)
+    tl.store(y_ptr + b * stride_yb + offs_c[None, :].to(tl.int64) * stride_yc + offs_r[:, None], tile, mask=mask)
+
+
 def _packed(x: torch.Tensor, k_dim: int, kp: int) -> torch.Tensor:
-    """`x` copied K-major: a contiguous (batch, rows, kp) buffer, its columns past K zero."""
+    """`x` copied K-major: a contiguous (batch, rows, kp) buffer, its columns past K zero. B (K
+    major = dimension 1) goes through `transpose_kernel`: PyTorch's strided copy ran KernelBench
+    3's 1 GiB B at 1.1 TB/s on the H200, a third of what a tiled transpose reaches."""
     batch, rows, k = x.shape[0], x.shape[3 - k_dim], x.shape[k_dim]
     out = torch.empty((batch, rows, kp), device=x.device, dtype=x.dtype)
-    out[:, :, :k].copy_(x if k_dim == 2 else x.transpose(1, 2))
+    if k_dim == 2 or batch > 65535:
+        out[:, :, :k].copy_(x if k_dim == 2 else x.transpose(1, 2))
+    else:
+        grid = (triton.cdiv(k, 64), triton.cdiv(rows, 64), batch)
+        transpose_kernel[grid](x, out, k, rows, x.stride(0), x.stride(1), x.stride(2), out.stride(0), out.stride(1), BLOCK=64)
     out[:, :, k:].zero_()
     return out
 

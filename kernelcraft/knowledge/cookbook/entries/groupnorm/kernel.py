@@ -8,6 +8,17 @@ CHUNK elements: one kernel, one program per segment, x read once from memory. Lo
   3. per (segment, chunk): y = (x - mean) * rstd * weight[c] + bias[c].
 12 bytes an element (x read twice, y written once), against 8 for the fused short path.
 
+On a GPU, long segments take one pass instead (8 bytes an element): a segment's P chunks are
+P programs launched together; each loads its chunk into registers, writes the chunk's mean and
+M2 to a workspace, adds 1 to the segment's counter (release) and spins until all P have
+(acquire); it then combines the P partials (Chan) and normalises its chunk from registers. The
+programs of a segment wait on each other, so all P must be resident at once: the GPU starts
+programs in grid order, so that holds when P is at most the number of SMs (checked on the
+host: 16384 elements at 4 warps, else 8192 at 4 or 32768 at 16, the first that lets two
+segments run at once).
+Triton's interpreter runs programs one after another, where a wait would never end: on the CPU
+the three kernels run.
+
 Conditions: float input; C divisible by G (as nn.GroupNorm requires); affine or not; a
 non-contiguous input is made contiguous first.
 """
@@ -85,6 +96,60 @@ def normalize_kernel(
     tl.store(y_ptr + seg * L + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def groupnorm_one_pass_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr, L, S, CG, G, P, eps,
+    HAS_AFFINE: tl.constexpr, ONE_CHANNEL: tl.constexpr, CHUNK: tl.constexpr, BLOCK_P: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    seg = (pid // P).to(tl.int64)
+    chunk = pid % P
+    offs = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = offs < L
+    x = tl.load(x_ptr + seg * L + offs, mask=mask, other=0.0).to(tl.float32)
+    count = tl.minimum(L - chunk * CHUNK, CHUNK).to(tl.float32)
+    mean = tl.sum(x, axis=0) / count
+    d = tl.where(mask, x - mean, 0.0)
+    part = part_ptr + (seg * P + chunk) * 2
+    tl.store(part, mean)
+    tl.store(part + 1, tl.sum(d * d, axis=0))
+    tl.debug_barrier()
+    tl.atomic_add(count_ptr + seg, 1, sem="release")
+    while tl.atomic_add(count_ptr + seg, 0, sem="acquire") < P:
+        pass
+    offs_p = tl.arange(0, BLOCK_P)
+    p_mask = offs_p < P
+    parts = part_ptr + (seg * P + offs_p) * 2
+    means = tl.load(parts, mask=p_mask, other=0.0, cache_modifier=".cg")
+    m2s = tl.load(parts + 1, mask=p_mask, other=0.0, cache_modifier=".cg")
+    counts = tl.where(p_mask, tl.minimum(L - offs_p * CHUNK, CHUNK), 0).to(tl.float32)
+    mean = tl.sum(counts * means, axis=0) / L
+    dm = means - mean
+    var = (tl.sum(m2s, axis=0) + tl.sum(counts * dm * dm, axis=0)) / L
+    y = (x - mean) / tl.sqrt(var + eps)
+    if HAS_AFFINE:
+        if ONE_CHANNEL:  # CHUNK divides S: the chunk lies in one channel
+            c = (seg % G) * CG + (chunk * CHUNK) // S
+            y = y * tl.load(w_ptr + c) + tl.load(b_ptr + c)
+        else:
+            c = (seg % G) * CG + offs // S
+            y = y * tl.load(w_ptr + c, mask=mask) + tl.load(b_ptr + c, mask=mask)
+    tl.store(y_ptr + seg * L + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _one_pass_chunk(x: torch.Tensor, L: int) -> tuple[int, int]:
+    """(CHUNK, warps) of the one-pass kernel for segments of L elements, or (0, 0) where it must not
+    run: not on a GPU (the interpreter), or more programs a segment than SMs."""
+    if x.device.type != "cuda":
+        return 0, 0
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    for room in (sms // 2, sms):  # the order measured best on the H200
+        for chunk, warps in ((16384, 4), (8192, 4), (32768, 16)):
+            if triton.cdiv(L, chunk) <= room:
+                return chunk, warps
+    return 0, 0
+
+
 def group_norm(
     x: torch.Tensor, groups: int, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
 ) -> torch.Tensor:
@@ -107,6 +172,16 @@ def group_norm(
         block = triton.next_power_of_2(L)
         groupnorm_fused_kernel[(segments,)](
             x, w, b, y, L, S, CG, groups, eps, HAS_AFFINE=affine, BLOCK=block, num_warps=min(16, max(4, block // 1024))
+        )
+        return y
+    one_chunk, warps = _one_pass_chunk(x, L)
+    if one_chunk:
+        p = triton.cdiv(L, one_chunk)
+        part = torch.empty((segments, p, 2), device=x.device, dtype=torch.float32)
+        count = torch.zeros((segments,), device=x.device, dtype=torch.int32)
+        groupnorm_one_pass_kernel[(segments * p,)](
+            x, w, b, y, part, count, L, S, CG, groups, p, eps,
+            HAS_AFFINE=affine, ONE_CHANNEL=S % one_chunk == 0, CHUNK=one_chunk, BLOCK_P=triton.next_power_of_2(p), num_warps=warps,
         )
         return y
     num_chunks = triton.cdiv(L, CHUNK)

@@ -1,0 +1,350 @@
+"""Where the cookbook's memory-bound kernels stand against torch.compile, and what moves them (H200 probe).
+
+    python bench/probe_memory_bound.py [--json OUT.json] [--only NAME ...]
+
+The cookbook bench left softmax, max pooling, the middle-dimension reductions, GroupNorm and
+InstanceNorm at 0.86-1.0x torch.compile: at the HBM roofline of the algorithm each used, and
+torch.compile at the same one. This probe times, on KernelBench's own shapes, each entry's
+kernel in its old form and its new one, against eager and torch.compile:
+
+- softmax / log-softmax (23, 24): two passes (online max and sum, then normalise: 12 bytes an
+  element) against one pass (chunks held in registers by programs that wait for each other:
+  8 bytes an element);
+- InstanceNorm (34), GroupNorm (35): three kernels (12 bytes) against one pass (8 bytes);
+- max pooling (42, 4x4 window, stride 1): the tile kernel (16 loads an output) against the rows
+  kernel (4 loads an output), over its rows a program walks;
+- sum, max and argmax over the middle dimension (47, 49, 51): the tile's shape and warps;
+- batched GEMM (3): the operand copy apart from the kernel.
+
+Every new form is checked against eager first (max abs error printed). Times: the median of
+triton.testing.do_bench (L2 flushed between runs), in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+import triton.testing
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRIES = REPO / "kernelcraft" / "knowledge" / "cookbook" / "entries"
+RESULTS: dict[str, dict[str, Any]] = {}
+
+
+def entry(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"cookbook_{name}", ENTRIES / name / "kernel.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ms(fn: Callable[[], Any]) -> float:
+    return float(triton.testing.do_bench(fn, warmup=25, rep=150, return_mode="median"))
+
+
+def record(task: str, variant: str, fn: Callable[[], Any], ref: torch.Tensor | None = None) -> None:
+    row: dict[str, Any] = {}
+    try:
+        out = fn()
+        torch.cuda.synchronize()
+        if ref is not None:
+            if out.dtype == torch.int64:
+                row["mismatches"] = int((out != ref).sum())
+            else:
+                row["max_abs_err"] = float((out.float() - ref.float()).abs().max())
+        row["ms"] = round(ms(fn), 4)
+    except Exception as e:  # noqa: BLE001 - a probe reports every variant's failure and goes on
+        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    RESULTS.setdefault(task, {})[variant] = row
+    print(f"{task:14s} {variant:34s} {row}", flush=True)
+
+
+def torch_sides(task: str, fn: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
+    ref = fn(*args)
+    record(task, "eager", lambda: fn(*args))
+    compiled = torch.compile(fn)
+    record(task, "torch.compile", lambda: compiled(*args))
+    return ref
+
+
+def probe_softmax() -> None:
+    sm = entry("softmax")
+    x = torch.rand(4096, 393216, device="cuda")
+    for log in (False, True):
+        task = "24_logsoftmax" if log else "23_softmax"
+        ref = torch_sides(
+            task, (lambda t: torch.log_softmax(t, 1)) if log else (lambda t: torch.softmax(t, 1)), x
+        )
+        record(task, "one_pass", lambda log=log: sm.softmax(x, 1, log=log), ref)
+        keep = sm._one_pass_chunk
+        for chunk, warps in ((16384, 8), (16384, 4), (32768, 16)):
+            sm._one_pass_chunk = lambda *a, c=chunk, w=warps: (c, w)
+            record(task, f"one_pass CHUNK={chunk} w={warps}", lambda log=log: sm.softmax(x, 1, log=log), ref)
+        sm._one_pass_chunk = keep
+
+        def two_pass(log: bool = log) -> torch.Tensor:
+            y = torch.empty_like(x)
+            sm.softmax_online_kernel[(x.shape[0],)](x, y, x.shape[1], LOG=log, BLOCK=sm.BLOCK, num_warps=8)
+            return y
+
+        record(task, "two_pass (old)", two_pass, ref)
+        del ref
+    torch.cuda.empty_cache()
+
+
+def probe_norms() -> None:
+    inorm, gnorm = entry("instancenorm"), entry("groupnorm")
+    x = torch.rand(112, 64, 512, 512, device="cuda")
+    w, b = torch.rand(64, device="cuda"), torch.rand(64, device="cuda")
+    ref = torch_sides("34_instancenorm", lambda t: torch.nn.functional.instance_norm(t, eps=1e-5), x)
+    record("34_instancenorm", "one_pass", lambda: inorm.instance_norm(x, None, None, 1e-5), ref)
+    keep = inorm._one_pass_chunk
+    for chunk, warps in ((16384, 8), (16384, 4)):
+        inorm._one_pass_chunk = lambda *a, c=chunk, w=warps: (c, w)
+        record(
+            "34_instancenorm",
+            f"one_pass CHUNK={chunk} w={warps}",
+            lambda: inorm.instance_norm(x, None, None, 1e-5),
+            ref,
+        )
+    inorm._one_pass_chunk = lambda *a: (0, 0)
+    record("34_instancenorm", "three_kernels (old)", lambda: inorm.instance_norm(x, None, None, 1e-5), ref)
+    inorm._one_pass_chunk = keep
+    del ref
+    ref = torch_sides("35_groupnorm", lambda t: torch.nn.functional.group_norm(t, 8, w, b, 1e-5), x)
+    record("35_groupnorm", "one_pass", lambda: gnorm.group_norm(x, 8, w, b, 1e-5), ref)
+    keep = gnorm._one_pass_chunk
+    for chunk, warps in ((16384, 8), (32768, 8)):
+        gnorm._one_pass_chunk = lambda *a, c=chunk, w=warps: (c, w)
+        record(
+            "35_groupnorm",
+            f"one_pass CHUNK={chunk} w={warps}",
+            lambda: gnorm.group_norm(x, 8, w, b, 1e-5),
+            ref,
+        )
+    gnorm._one_pass_chunk = lambda *a: (0, 0)
+    record("35_groupnorm", "three_kernels (old)", lambda: gnorm.group_norm(x, 8, w, b, 1e-5), ref)
+    gnorm._one_pass_chunk = keep
+    del ref
+    torch.cuda.empty_cache()
+    bn = torch.rand(64, 64, 512, 512, device="cuda")
+    bnm = torch.nn.BatchNorm2d(64).cuda().train()
+    torch_sides("33_batchnorm", lambda t: bnm(t), bn)
+    torch.cuda.empty_cache()
+
+
+def probe_pool() -> None:
+    pool = entry("pool2d")
+    for shape, rows in (
+        ((1, 1, 37, 41), 64),
+        ((1, 1, 37, 41), 8),
+        ((1, 1, 130, 600), 64),
+        ((2, 3, 512, 512), 64),
+    ):
+        pool.ROWS = rows
+        t = torch.rand(shape, device="cuda")
+        want = torch.nn.functional.max_pool2d(t, 4, 1, 1, 1)
+        got = pool.pool2d(t, 4, 1, 1, 1, "max")
+        N, C, H, W = t.shape
+        OH, OW = want.shape[2], want.shape[3]
+        for stages in (1, 2):
+            y1 = torch.zeros_like(want)
+            pool.pool2d_rows_kernel[(N * C, triton.cdiv(OW, 512), triton.cdiv(OH, rows))](
+                t,
+                y1,
+                C,
+                H,
+                W,
+                OH,
+                OW,
+                *t.stride(),
+                1,
+                1,
+                1,
+                1,
+                rows,
+                KH=4,
+                KW=4,
+                IS_MAX=True,
+                BLOCK_W=512,
+                num_warps=4,
+                num_stages=stages,
+            )
+            print(f"  stages={stages}: bad {int(((y1 - want).abs() > 1e-6).sum())}", flush=True)
+        bad = (got - want).abs() > 1e-6
+        where = bad.nonzero()[:8].tolist()
+        rows_bad = sorted(set(bad.nonzero()[:, 2].tolist()))[:20]
+        cols_bad = sorted(set(bad.nonzero()[:, 3].tolist()))[:20]
+        print(
+            f"pool debug {shape} ROWS={rows}: {int(bad.sum())} bad of {bad.numel()}; first {where}; rows {rows_bad}; cols {cols_bad}",
+            flush=True,
+        )
+        RESULTS.setdefault("pool_debug", {})[f"{shape} ROWS={rows}"] = {"bad": int(bad.sum()), "first": where}
+    x = torch.rand(32, 64, 512, 512, device="cuda")
+    task = "42_maxpool"
+    ref = torch_sides(task, lambda t: torch.nn.functional.max_pool2d(t, 4, 1, 1, 1), x)
+    for rows in (32, 64, 128):
+        pool.ROWS = rows
+        record(task, f"rows kernel ROWS={rows}", lambda: pool.pool2d(x, 4, 1, 1, 1, "max"), ref)
+    for rows, block_w, warps in ((64, 256, 4), (64, 512, 8), (128, 256, 2)):
+
+        def rows_kernel(rows: int = rows, block_w: int = block_w, warps: int = warps) -> torch.Tensor:
+            N, C, H, W = x.shape
+            y = torch.empty((N, C, 511, 511), device="cuda")
+            grid = (N * C, triton.cdiv(511, block_w), triton.cdiv(511, rows))
+            pool.pool2d_rows_kernel[grid](
+                x,
+                y,
+                C,
+                H,
+                W,
+                511,
+                511,
+                *x.stride(),
+                1,
+                1,
+                1,
+                1,
+                rows,
+                KH=4,
+                KW=4,
+                IS_MAX=True,
+                BLOCK_W=block_w,
+                num_warps=warps,
+            )
+            return y
+
+        record(task, f"rows ROWS={rows} BLOCK_W={block_w} w={warps}", rows_kernel, ref)
+
+    def tile_kernel() -> torch.Tensor:
+        N, C, H, W = x.shape
+        y = torch.empty((N, C, 511, 511), device="cuda")
+        grid = (N * C, triton.cdiv(511, 8), triton.cdiv(511, 256))
+        pool.pool2d_kernel[grid](
+            x,
+            y,
+            C,
+            H,
+            W,
+            511,
+            511,
+            *x.stride(),
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            KH=4,
+            KW=4,
+            IS_MAX=True,
+            BLOCK_H=8,
+            BLOCK_W=256,
+            num_warps=4,
+        )
+        return y
+
+    record(task, "tile kernel (old)", tile_kernel, ref)
+    del ref
+    torch.cuda.empty_cache()
+
+
+REDUCE_CONFIGS = [  # (BLOCK_I, BLOCK_R, warps); the first is the entry's
+    (128, 32, 8),
+    (256, 16, 8),
+    (256, 32, 8),
+    (128, 64, 8),
+    (64, 64, 8),
+    (128, 32, 16),
+    (128, 64, 16),
+    (512, 16, 8),
+]
+
+
+def probe_reduce() -> None:
+    red, arg = entry("reduce_dim"), entry("argreduce_dim")
+    x = torch.rand(128, 4096, 4095, device="cuda")
+    outer, R, inner = 128, 4096, 4095
+    for task, op in (("47_sum", "sum"), ("49_max", "max"), ("51_argmax", "argmax")):
+        if op == "argmax":
+            ref = torch_sides(task, lambda t: torch.argmax(t, 1), x)
+        elif op == "max":
+            ref = torch_sides(task, lambda t: torch.max(t, 1)[0], x)
+        else:
+            ref = torch_sides(task, lambda t: torch.sum(t, 1), x)
+        for bi, br, warps in REDUCE_CONFIGS:
+
+            def run(bi: int = bi, br: int = br, warps: int = warps, op: str = op) -> torch.Tensor:
+                grid = (outer * triton.cdiv(inner, bi),)
+                if op == "argmax":
+                    y = torch.empty((outer, inner), device="cuda", dtype=torch.int64)
+                    arg.argreduce_dim_kernel[grid](
+                        x, y, R, inner, IS_MAX=True, BLOCK_R=br, BLOCK_I=bi, num_warps=warps
+                    )
+                else:
+                    y = torch.empty((outer, inner), device="cuda")
+                    red.reduce_dim_kernel[grid](
+                        x, y, R, inner, 1.0, OP=op, BLOCK_R=br, BLOCK_I=bi, num_warps=warps
+                    )
+                return y
+
+            record(task, f"BLOCK_I={bi} BLOCK_R={br} w={warps}", run, ref)
+        del ref
+    torch.cuda.empty_cache()
+
+
+def probe_bmm() -> None:
+    bmm = entry("bmm")
+    a = torch.rand(128, 512, 1024, device="cuda")
+    b = torch.rand(128, 1024, 2048, device="cuda")
+    task = "3_bmm"
+    ref = torch_sides(task, torch.bmm, a, b)
+    record(task, "entry (copy + kernel)", lambda: bmm.bmm(a, b), ref)
+    record(task, "copy of B only (transpose kernel)", lambda: bmm._packed(b, 1, 1024))
+    packed = bmm._packed(b, 1, 1024).transpose(1, 2)
+    record(task, "kernel only (B K-major)", lambda: bmm.bmm(a, packed), ref)
+    record(task, "B.transpose(1,2).contiguous()", lambda: b.transpose(1, 2).contiguous())
+    print("bmm best config:", bmm.bmm_kernel.best_config, flush=True)
+    RESULTS[task]["best_config"] = {"config": str(bmm.bmm_kernel.best_config)}
+
+
+PROBES = {
+    "softmax": probe_softmax,
+    "norms": probe_norms,
+    "pool": probe_pool,
+    "reduce": probe_reduce,
+    "bmm": probe_bmm,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--only", nargs="*", choices=sorted(PROBES), help="these probes only")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("probe_memory_bound needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+    print(meta, flush=True)
+    for name in args.only or PROBES:
+        PROBES[name]()
+        torch.cuda.empty_cache()  # the probe's tensors died with it
+        if args.json:
+            args.json.write_text(json.dumps({"meta": meta, "results": RESULTS}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
