@@ -317,7 +317,140 @@ def probe_bmm() -> None:
     RESULTS[task]["best_config"] = {"config": str(bmm.bmm_kernel.best_config)}
 
 
+def probe_conv() -> None:
+    conv, dw = entry("conv2d"), entry("depthwise_conv2d")
+    x = torch.rand(16, 16, 1024, 1024, device="cuda")
+    w = torch.rand(128, 16, 3, 3, device="cuda") * 0.1
+    task = "63_conv2d"
+    ref = torch_sides(task, lambda t: torch.nn.functional.conv2d(t, w), x)
+    record(task, "nhwc implicit GEMM (new)", lambda: conv.conv2d(x, w), ref)
+
+    def gather(x: torch.Tensor = x, w: torch.Tensor = w) -> torch.Tensor:
+        NB, C, H, W = x.shape
+        OC, OH, OW = w.shape[0], H - 2, W - 2
+        y = torch.empty((NB, OC, OH, OW), device="cuda")
+
+        def grid(meta: dict[str, int]) -> tuple[int, int]:
+            return (triton.cdiv(NB * OH * OW, meta["BLOCK_M"]), triton.cdiv(OC, meta["BLOCK_N"]))
+
+        conv.conv2d_kernel[grid](
+            x,
+            w,
+            w,
+            w,
+            y,
+            NB,
+            C,
+            H,
+            W,
+            OC,
+            OH,
+            OW,
+            *x.stride(),
+            1,
+            1,
+            0,
+            0,
+            1,
+            1,
+            KH=3,
+            KW=3,
+            HAS_BIAS=False,
+            ACTIVATION="none",
+            HAS_POST_BIAS=False,
+            Y32=y.numel() < 2**31,
+        )
+        return y
+
+    record(task, "NCHW gather (old, int32 epilogue)", gather, ref)
+    record(task, "channels_last copy of x", lambda: x.contiguous(memory_format=torch.channels_last))
+    del ref
+    x2 = torch.rand(128, 64, 128, 128, device="cuda")
+    w2 = torch.rand(128, 64, 3, 3, device="cuda") * 0.05
+    b2, pb2 = torch.rand(128, device="cuda"), torch.rand(128, device="cuda")
+    task = "L2_1_conv_relu_bias"
+    ref = torch_sides(
+        task, lambda t: torch.relu(torch.nn.functional.conv2d(t, w2, b2)) + pb2.view(1, -1, 1, 1), x2
+    )
+    record(
+        task,
+        "nhwc implicit GEMM (new)",
+        lambda: conv.conv2d(x2, w2, b2, activation="relu", post_bias=pb2),
+        ref,
+    )
+    record(task, "NCHW gather (old, int32 epilogue)", lambda: gather(x2, w2), None)
+    del ref
+    x3 = torch.rand(16, 64, 512, 512, device="cuda")
+    w3 = torch.rand(64, 1, 3, 3, device="cuda")
+    task = "82_depthwise"
+    ref = torch_sides(task, lambda t: torch.nn.functional.conv2d(t, w3, groups=64), x3)
+    record(task, "rows kernel (new)", lambda: dw.depthwise_conv2d(x3, w3), ref)
+    for rows, block_w, warps in ((32, 512, 8), (128, 512, 8), (64, 512, 4), (64, 256, 4)):
+
+        def rows_kernel(rows: int = rows, block_w: int = block_w, warps: int = warps) -> torch.Tensor:
+            y = torch.empty((16, 64, 510, 510), device="cuda")
+            grid = (16 * 64, triton.cdiv(510, block_w), triton.cdiv(510, rows))
+            dw.depthwise_conv2d_rows_kernel[grid](
+                x3,
+                w3,
+                w3,
+                y,
+                64,
+                512,
+                512,
+                510,
+                510,
+                *x3.stride(),
+                1,
+                0,
+                0,
+                1,
+                rows,
+                KH=3,
+                KW=3,
+                HAS_BIAS=False,
+                BLOCK_W=block_w,
+                num_warps=warps,
+            )
+            return y
+
+        record(task, f"rows ROWS={rows} BLOCK_W={block_w} w={warps}", rows_kernel, ref)
+
+    def tile() -> torch.Tensor:
+        y = torch.empty((16, 64, 510, 510), device="cuda")
+        grid = (16 * 64, triton.cdiv(510, 16), triton.cdiv(510, 128))
+        dw.depthwise_conv2d_kernel[grid](
+            x3,
+            w3,
+            w3,
+            y,
+            64,
+            512,
+            512,
+            510,
+            510,
+            *x3.stride(),
+            1,
+            1,
+            0,
+            0,
+            1,
+            1,
+            KH=3,
+            KW=3,
+            HAS_BIAS=False,
+            BLOCK_H=16,
+            BLOCK_W=128,
+            num_warps=4,
+        )
+        return y
+
+    record(task, "tile kernel (old)", tile, ref)
+    del ref
+
+
 PROBES = {
+    "conv": probe_conv,
     "softmax": probe_softmax,
     "norms": probe_norms,
     "pool": probe_pool,
