@@ -14,7 +14,9 @@ kernel in its old form and its new one, against eager and torch.compile:
 - max pooling (42, 4x4 window, stride 1): the tile kernel (16 loads an output) against the rows
   kernel (4 loads an output), over its rows a program walks;
 - sum, max and argmax over the middle dimension (47, 49, 51): the tile's shape and warps;
-- batched GEMM (3): the operand copy apart from the kernel.
+- batched GEMM (3): the operand copy apart from the kernel;
+- convolutions (63, level 2's 1, depthwise 82): the NCHW gather against the channels-last implicit
+  GEMM, the depthwise tile kernel against its rows kernel.
 
 Every new form is checked against eager first (max abs error printed). Times: the median of
 triton.testing.do_bench (L2 flushed between runs), in ms.

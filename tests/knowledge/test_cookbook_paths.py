@@ -1,11 +1,13 @@
-"""The cookbook's GPU-only paths, checked where no GPU is: the one-pass kernels (softmax, InstanceNorm,
-GroupNorm: programs of a row that wait on each other) and max pooling's rows kernel.
+"""The cookbook's paths its own tasks do not take, checked where no GPU is: the one-pass kernels
+(softmax, InstanceNorm, GroupNorm: programs of a row that wait on each other, GPU only), the rows
+kernels of max pooling and depthwise convolution, and the channels-last convolution.
 
 The evaluator test in test_cookbook.py runs each entry on its own task in the interpreter, which takes
 the CPU paths. Here: the one-pass kernels run in the interpreter with one program a row (where no
 program waits), agree with PyTorch, and compile for sm_90a to a release add and an acquire spin;
-the host never picks them off the GPU; the rows kernel agrees with PyTorch over strides, paddings,
-dilations and window sizes, across several row blocks.
+the host never picks them off the GPU; the rows kernels agree with PyTorch over strides, paddings,
+dilations and window sizes, across several row blocks; the channels-last convolution agrees with
+PyTorch with and without its epilogue.
 """
 
 from __future__ import annotations
@@ -70,6 +72,37 @@ for ks, st, pad, dil in ((4, 1, 1, 1), (3, 1, 1, 2), (2, 1, 0, 1), (1, 1, 0, 1),
         ref = F.max_pool2d(img, ks, st, pad, dil) if mode == "max" else F.avg_pool2d(img, ks, st, pad)
         errors[f"{ks} {st} {pad} {dil} {mode}"] = float((got - ref).abs().max()) if got.shape == ref.shape else -1.0
 out["pool"] = errors
+conv, dw = entry("conv2d"), entry("depthwise_conv2d")
+for kernel in (conv.conv2d_kernel, conv.conv2d_nhwc_kernel):
+    kernel.configs = kernel.configs[:1]  # one config: the autotuner runs it without timing
+errors = {}
+for C, OC, ks, st, pad, dil, act, bias, post in (
+    (16, 24, 3, 1, 0, 1, "none", False, False), (32, 40, 3, 1, 1, 1, "relu", True, True),
+    (16, 8, (2, 3), (2, 1), (1, 2), (1, 2), "none", True, False), (48, 16, 1, 1, 0, 1, "relu", False, True),
+):
+    x = torch.randn(2, C, 11, 13)
+    w = torch.randn(OC, C, *((ks, ks) if isinstance(ks, int) else ks)) * 0.1
+    b = torch.randn(OC) if bias else None
+    pb = torch.randn(OC) if post else None
+    got = conv.conv2d(x, w, b, st, pad, dil, activation=act, post_bias=pb)
+    ref = F.conv2d(x, w, b, st, pad, dil)
+    ref = ref.clamp_min(0) if act == "relu" else ref
+    ref = ref + pb.view(1, -1, 1, 1) if post else ref
+    errors[f"{C} {OC} {ks} {st} {pad} {dil} {act}"] = float((got - ref).abs().max()) if got.shape == ref.shape else -1.0
+out["conv nhwc"] = errors
+dw.ROWS = 5
+errors = {}
+x = torch.randn(2, 3, 23, 29)
+for kh, kw, st, pad, dil, bias in (
+    (3, 3, 1, 0, 1, False), (3, 3, 1, 1, 1, True), (1, 1, 1, 0, 1, True), (2, 3, 1, (1, 0), 1, False),
+    (4, 2, (1, 2), 1, (1, 2), True),
+):
+    w = torch.randn(3, 1, kh, kw)
+    b = torch.randn(3) if bias else None
+    got = dw.depthwise_conv2d(x, w, b, st, pad, dil)
+    ref = F.conv2d(x, w, b, st, pad, dil, groups=3)
+    errors[f"{kh} {kw} {st} {pad} {dil} {bias}"] = float((got - ref).abs().max()) if got.shape == ref.shape else -1.0
+out["depthwise rows"] = errors
 print(json.dumps(out))
 """
 
@@ -108,6 +141,19 @@ def test_off_the_gpu_the_host_never_picks_a_kernel_whose_programs_wait(interpret
 def test_the_rows_pooling_kernel_agrees_with_pytorch_across_row_blocks(interpreted: dict[str, Any]) -> None:
     errors = interpreted["pool"]
     assert len(errors) == 11
+    assert {k: e for k, e in errors.items() if not 0 <= e < 1e-5} == {}
+
+
+def test_the_channels_last_convolution_agrees_with_pytorch(interpreted: dict[str, Any]) -> None:
+    # C a multiple of 16 takes the channels-last implicit GEMM (the entry's own task, C = 5, does not)
+    errors = interpreted["conv nhwc"]
+    assert len(errors) == 4
+    assert {k: e for k, e in errors.items() if not 0 <= e < 1e-4} == {}
+
+
+def test_the_rows_depthwise_kernel_agrees_with_pytorch_across_row_blocks(interpreted: dict[str, Any]) -> None:
+    errors = interpreted["depthwise rows"]
+    assert len(errors) == 5
     assert {k: e for k, e in errors.items() if not 0 <= e < 1e-5} == {}
 
 
