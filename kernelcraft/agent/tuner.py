@@ -37,7 +37,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelcraft.agent.tuner_params import NUM_STAGES, NUM_WARPS, PRECISIONS, Param, find_params
+from kernelcraft.agent.tuner_params import (
+    NUM_STAGES,
+    NUM_WARPS,
+    PRECISIONS,
+    PROGRAMS_PER_SM,
+    Param,
+    find_params,
+)
 
 Config = dict[str, int]
 
@@ -108,6 +115,8 @@ class Space:
                 values[p.key] = list(NUM_STAGES)
             elif p.kind == "precision":
                 values[p.key] = list(range(len(PRECISIONS)))
+            elif p.kind == "persistent":
+                values[p.key] = list(PROGRAMS_PER_SM)
             else:
                 lo = max(p.floor, p.value // META_FACTOR)
                 hi = min(META_MAX, p.value * META_FACTOR)

@@ -7,8 +7,9 @@ where the launches are (`launches`), which argument binds to which kernel parame
 tuned (`is_tunable`), which names passed to a launch are constants (`constant_for`), the least tile
 a `tl.dot` kernel may be given (`dot_floor`), the constexpr defaults no launch overrides
 (`unpassed_defaults`), and, for a kernel under `@triton.autotune`, which `triton.Config`s it is given
-(`autotune_configs`) and what each sets (`config_arguments`). `tuner.py` searches the values; this
-module only finds them.
+(`autotune_configs`) and what each sets (`config_arguments`), and, for a persistent launch, how many
+programs an SM its grid asks for (`persistent_params`). `tuner.py` searches the values; this module
+only finds them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from itertools import takewhile
 from typing import Any, Literal
 
-ParamKind = Literal["num_warps", "num_stages", "meta", "precision"]
+ParamKind = Literal["num_warps", "num_stages", "meta", "precision", "persistent"]
 Assignments = dict[str, list[ast.Assign]]  # name -> every plain `name = ...` of one scope
 
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -33,6 +34,11 @@ PRECISIONS = ("ieee", "tf32x3", "tf32")
 them: IEEE fp32 (CUDA cores), 3xTF32 (near fp32 on tensor cores), TF32 (10 mantissa bits: Triton's
 default for fp32 operands on NVIDIA). Verify decides which the task's tolerance allows."""
 DEFAULT_PRECISION = 2  # a tl.dot without input_precision (or allow_tf32) runs TF32 on NVIDIA
+PROGRAMS_PER_SM = (1, 2, 3, 4, 6, 8)
+"""A persistent launch's programs per SM, the values a persistent param takes: one program an SM
+is the textbook persistent kernel; more hide a program's prologue and epilogue behind another's
+main loop, as long as registers and shared memory let them share an SM."""
+SM_COUNT = "multi_processor_count"  # torch.cuda.get_device_properties(...).multi_processor_count
 
 
 @dataclass(frozen=True)
@@ -47,11 +53,15 @@ class Param:
     line: int
     launch: str  # the kernel whose launch it configures ("" for a constant used by several)
     floor: int = META_MIN  # the least value proposed (MIN_DOT_DIM in a kernel that calls tl.dot)
-    insert: str | None = None  # precision only, none given yet: what goes before the added keyword
+    insert: str | None = (
+        None  # precision: what goes before the added keyword; persistent: the SM count's text
+    )
     config: int | None = None  # in an autotuned kernel's i-th triton.Config: its tile is limited alone
 
     def text(self, value: int) -> str:
         """The source text `value` stands for in this param's span."""
+        if self.kind == "persistent" and self.insert is not None:  # an SM count with no factor yet
+            return self.insert if value == 1 else f"({self.insert} * {value})"
         if self.kind != "precision":
             return str(value)
         name = f'"{PRECISIONS[value]}"' if 0 <= value < len(PRECISIONS) else '"?"'
@@ -384,6 +394,7 @@ def find_params(source: str) -> list[Param]:
             for name, value in config_arguments(config, fn):
                 found.add(value, f"{kernel}.configs[{index}].{name}", name, kernel, kernel, index)
     params = list(found.params.values()) + precision_params(tree, found.offsets, source)
+    params += persistent_params(tree, jit, module, found.offsets, source)
     return sorted(params, key=lambda p: p.start)
 
 
@@ -420,6 +431,101 @@ def precision_params(tree: ast.Module, offsets: Any, source: str) -> list[Param]
                     )
                 )
     return out
+
+
+def _mentions_sm_count(node: ast.AST, names: Assignments, helpers: set[str]) -> bool:
+    """Whether `node` reads the SM count: `.multi_processor_count`, a name assigned once from an
+    expression that does, or a call of a module function whose body does (`_sm_count(device)`)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr == SM_COUNT:
+            return True
+        if isinstance(n, ast.Name) and len(defs := names.get(n.id, [])) == 1:
+            if _mentions_sm_count(defs[0].value, {k: v for k, v in names.items() if k != n.id}, helpers):
+                return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in helpers:
+            return True
+    return False
+
+
+def _sm_factor(node: ast.BinOp, names: Assignments, helpers: set[str]) -> ast.expr | None:
+    """The integer literal of `SM count * k` (or `k * SM count`), else None."""
+    if not isinstance(node.op, ast.Mult):
+        return None
+    for literal, other in ((node.right, node.left), (node.left, node.right)):
+        if _int_const(literal) is not None and _mentions_sm_count(other, names, helpers):
+            return literal
+    return None
+
+
+def persistent_params(
+    tree: ast.Module, jit: dict[str, JitFn], module: Assignments, offsets: Any, source: str
+) -> list[Param]:
+    """How many programs an SM each persistent launch's grid asks for. A launch is persistent when
+    its grid (followed through names assigned once, lambdas included) reads the SM count. Its
+    factor is the literal of `SM count * k`; where the grid reads the SM count with no factor, the
+    param spans that read and, set to k > 1, writes it as `(read * k)`. Uses of the SM count outside
+    a grid (a heuristic that compares it with a tile count) are left alone."""
+    helpers = {
+        fn.name
+        for fn in tree.body
+        if isinstance(fn, ast.FunctionDef)
+        and fn.name not in jit
+        and any(isinstance(n, ast.Attribute) and n.attr == SM_COUNT for n in ast.walk(fn))
+    }
+    out: dict[tuple[int, int], Param] = {}
+    for launch in launches(tree, jit):
+        names = {**module, **launch.local}
+        grid = launch.call.func.slice if isinstance(launch.call.func, ast.Subscript) else None
+        if grid is None or not _mentions_sm_count(grid, names, helpers):
+            continue
+        todo: list[ast.AST] = [grid]
+        seen: set[str] = set()
+        while todo:
+            node = todo.pop()
+            factors = [
+                b for b in ast.walk(node) if isinstance(b, ast.BinOp) and _sm_factor(b, names, helpers)
+            ]
+            covered = {id(n) for b in factors for n in ast.walk(b)}
+            for b in factors:
+                literal = _sm_factor(b, names, helpers)
+                value = _int_const(literal)
+                if literal is not None and value in PROGRAMS_PER_SM:
+                    start, end = offsets.span(literal)
+                    key = f"{launch.kernel}.programs_per_sm@{literal.lineno}"
+                    param = Param(
+                        key, "persistent", value, start, end, literal.lineno, launch.kernel, floor=1
+                    )
+                    out.setdefault((start, end), param)
+            for n in ast.walk(node):
+                if id(n) in covered:
+                    continue
+                if isinstance(n, ast.Name) and n.id not in seen and len(names.get(n.id, [])) == 1:
+                    seen.add(n.id)
+                    if _mentions_sm_count(names[n.id][0].value, names, helpers):
+                        todo.append(names[n.id][0].value)
+                    continue
+                bare = (isinstance(n, ast.Attribute) and n.attr == SM_COUNT) or (
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in helpers
+                )
+                if bare and isinstance(n, ast.expr):
+                    start, end = offsets.span(n)
+                    key = f"{launch.kernel}.programs_per_sm@{n.lineno}"
+                    out.setdefault(
+                        (start, end),
+                        Param(
+                            key,
+                            "persistent",
+                            1,
+                            start,
+                            end,
+                            n.lineno,
+                            launch.kernel,
+                            floor=1,
+                            insert=source[start:end],
+                        ),
+                    )
+                    covered |= {id(m) for m in ast.walk(n)}
+    return list(out.values())
 
 
 def launch_params(source: str) -> list[Param]:

@@ -424,3 +424,93 @@ def test_a_config_list_shared_by_two_kernels_is_keyed_by_the_first_and_floored_b
         ("copy_kernel.configs[0].num_warps", 4, "copy_kernel", 2, 0),
         ("copy_kernel.configs[1].BLOCK", 64, "copy_kernel", MIN_DOT_DIM, 1),  # once, mm_kernel's floor
     ]
+
+
+PERSISTENT = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def _sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+def add(x):
+    y = torch.empty_like(x)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+    grid = lambda meta: (min(sms * 2, triton.cdiv(x.numel(), meta["BLOCK"])),)
+    add_kernel[grid](x, y, x.numel(), BLOCK=64)
+    return y
+
+
+def add_bare(x):
+    y = torch.empty_like(x)
+    add_kernel[(min(_sm_count(x.device), triton.cdiv(x.numel(), 64)),)](x, y, x.numel(), BLOCK=64)
+    return y
+
+
+def split(x):
+    return 4 * 128 <= _sm_count(x.device) * 2
+"""
+
+
+def test_a_persistent_launch_gets_its_programs_per_sm_as_a_tunable_factor() -> None:
+    """Issue 29, item 3: the tuner searches persistent launches. A grid that reads the SM count
+    (through a name, a lambda or a helper function) is persistent; its factor is a param."""
+    from kernelcraft.agent.tuner import Space, apply_config
+    from kernelcraft.agent.tuner_params import PROGRAMS_PER_SM
+
+    params = find_params(PERSISTENT)
+    factors = [p for p in params if p.kind == "persistent"]
+    assert [(p.line, p.value, PERSISTENT[p.start : p.end]) for p in factors] == [
+        (20, 2, "2"),  # sms * 2 in the lambda
+        (27, 1, "_sm_count(x.device)"),  # a bare read: no factor written yet
+    ]
+    # the heuristic in split() compares the SM count with a tile count: no grid, no param
+    assert all(p.line != 32 for p in params)
+    space = Space.of(params)
+    assert all(space.values[p.key] == list(PROGRAMS_PER_SM) for p in factors)
+    out = apply_config(PERSISTENT, params, {factors[0].key: 4, factors[1].key: 3})
+    assert "(min(sms * 4, triton.cdiv" in out
+    assert "add_kernel[(min((_sm_count(x.device) * 3), triton.cdiv" in out
+    assert "return 4 * 128 <= _sm_count(x.device) * 2" in out
+    assert apply_config(PERSISTENT, params, {p.key: p.value for p in params}) == PERSISTENT
+    ast.parse(out)
+
+
+def test_every_programs_per_sm_the_tuner_proposes_runs_right_in_the_interpreter(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from kernelcraft.agent.tuner import apply_config
+    from kernelcraft.agent.tuner_params import PROGRAMS_PER_SM
+
+    params = find_params(PERSISTENT)
+    factors = [p for p in params if p.kind == "persistent"]
+    for k in PROGRAMS_PER_SM:
+        (tmp_path / f"k{k}.py").write_text(apply_config(PERSISTENT, params, {p.key: k for p in factors}))
+    script = (
+        "import importlib.util, json, sys, torch\n"
+        "out = {}\n"
+        f"for k in {list(PROGRAMS_PER_SM)}:\n"
+        f"    spec = importlib.util.spec_from_file_location(f'k{{k}}', {str(tmp_path)!r} + f'/k{{k}}.py')\n"
+        "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "    x = torch.arange(1000, dtype=torch.float32)\n"
+        "    out[k] = [bool(torch.equal(m.add(x), x + 1)), bool(torch.equal(m.add_bare(x), x + 1))]\n"
+        "print(json.dumps(out))\n"
+    )
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {str(k): [True, True] for k in PROGRAMS_PER_SM}
