@@ -14,7 +14,8 @@ next to the 4*B*H*S^2*D FLOPs, which run on tensor cores.
 Precision: every dot is 3xTF32 (`input_precision="tf32x3"`), near fp32.
 Layout: Hopper's wgmma takes TF32 operands K-major only. K^T is K-major as K is stored (D
 contiguous); V, the B operand of P V, is K-major only with S contiguous, so V is copied once
-transposed ((B, H, D, S) storage read through (B, H, S, D) strides) unless it already is. The
+transposed ((B, H, D, S) storage read through (B, H, S, D) strides, by a tiled transpose kernel)
+unless it already is. The
 `gemm` entry's probe on the H200 shows what an N-major B costs: twice the time.
 Conditions: fp32 (B, H, S, D) (any strides), no attention mask, not causal, no dropout, the
 default scale 1/sqrt(D); the D > 128 path needs S_k <= 16384.
@@ -143,6 +144,31 @@ def softmax_rows_kernel(s_ptr, N, BLOCK_N: tl.constexpr):
     tl.store(s_ptr + row * N + offs, e / tl.sum(e, axis=0), mask=mask)
 
 
+@triton.jit
+def transpose_kernel(x_ptr, y_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_yb, stride_yc, BLOCK: tl.constexpr):
+    """y[b, c, r] = x[b, r, c]: a BLOCK x BLOCK tile read along c and written along r (Triton turns
+    the tile around in shared memory, so both sides stay coalesced)."""
+    b = tl.program_id(2).to(tl.int64)
+    offs_r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
+    tile = tl.load(x_ptr + b * stride_xb + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask)
+    tl.store(y_ptr + b * stride_yb + offs_c[None, :].to(tl.int64) * stride_yc + offs_r[:, None], tile, mask=mask)
+
+
+def _s_contiguous(v: torch.Tensor) -> torch.Tensor:
+    """v (B, H, S, D) as a view of (B, H, D, S) storage: S contiguous, so P V's B operand is K-major.
+    A contiguous v goes through `transpose_kernel`: PyTorch's strided copy of a transposed operand
+    ran at a third of the bandwidth or less on the H200 (KernelBench 3's B: 1.94 ms against 0.52)."""
+    B, H, S, D = v.shape
+    if not v.is_contiguous() or B * H > 65535:
+        return v.transpose(2, 3).contiguous().transpose(2, 3)
+    out = torch.empty((B, H, D, S), device=v.device, dtype=v.dtype)
+    grid = (triton.cdiv(S, 64), triton.cdiv(D, 64), B * H)
+    transpose_kernel[grid](v, out, S, D, S * D, D, 1, S * D, S, BLOCK=64)
+    return out.transpose(2, 3)
+
+
 def _strides(t: torch.Tensor) -> tuple[int, int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2), t.stride(3)
 
@@ -158,7 +184,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     out = torch.empty((B, H, SQ, D), device=q.device, dtype=torch.float32)
     qk_scale = 1.0 / math.sqrt(D) * 1.4426950408889634  # exp2 units
     if v.stride(2) != 1:
-        v = v.transpose(2, 3).contiguous().transpose(2, 3)  # S contiguous: P V's B operand K-major
+        v = _s_contiguous(v)
     if D <= 128:
         grid = lambda meta: (triton.cdiv(SQ, meta["BLOCK_M"]), B * H)
         flash_attention_kernel[grid](
