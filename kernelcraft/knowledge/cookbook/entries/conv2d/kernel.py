@@ -31,6 +31,27 @@ CONFIGS = [
 ACTIVATIONS = ("none", "relu")
 
 
+@triton.jit
+def _epilogue(
+    acc, bias_ptr, post_bias_ptr, y_ptr, offs_n, m_mask, n_mask, nb32, oh, ow, OC, OH, OW,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_POST_BIAS: tl.constexpr, Y32: tl.constexpr,
+):
+    """Both kernels' end: conv bias, activation, the second per-channel bias, then the store into
+    NCHW y (element (nb, oc, oh, ow); along m it is contiguous within a row of ow)."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if ACTIVATION == "relu":
+        acc = tl.maximum(acc, 0.0)
+    if HAS_POST_BIAS:
+        acc += tl.load(post_bias_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+    if Y32:  # int32 offsets: an int64 offset a tile element made the kernels spill ~1 KB a thread
+        y_off = ((nb32 * OC * OH + oh) * OW + ow)[:, None] + (offs_n * (OH * OW))[None, :]
+    else:
+        nb = nb32.to(tl.int64)
+        y_off = ((nb[:, None] * OC + offs_n[None, :]) * OH + oh[:, None]) * OW + ow[:, None]
+    tl.store(y_ptr + y_off, acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
 @triton.autotune(configs=CONFIGS, key=["C", "OC", "OH", "OW", "KH", "KW"])
 @triton.jit
 def conv2d_kernel(
@@ -75,18 +96,10 @@ def conv2d_kernel(
             other=0.0,
         )
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
-    if ACTIVATION == "relu":
-        acc = tl.maximum(acc, 0.0)
-    if HAS_POST_BIAS:
-        acc += tl.load(post_bias_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
-    # y is NCHW: element (nb, oc, oh, ow); along m it is contiguous within a row of ow
-    if Y32:  # int32 offsets: an int64 offset a tile element made this kernel spill ~1 KB a thread
-        y_off = ((nb32 * OC * OH + oh) * OW + ow)[:, None] + (offs_n * (OH * OW))[None, :]
-    else:
-        y_off = ((nb[:, None] * OC + offs_n[None, :]) * OH + oh[:, None]) * OW + ow[:, None]
-    tl.store(y_ptr + y_off, acc, mask=m_mask[:, None] & n_mask[None, :])
+    _epilogue(
+        acc, bias_ptr, post_bias_ptr, y_ptr, offs_n, m_mask, n_mask, nb32, oh, ow, OC, OH, OW,
+        HAS_BIAS, ACTIVATION, HAS_POST_BIAS, Y32,
+    )
 
 
 NHWC_CONFIGS = [
@@ -140,17 +153,10 @@ def conv2d_nhwc_kernel(
         a = tl.load(row_base[:, None] + (dh * stride_xh + dw * stride_xw + c0 + offs_c)[None, :], mask=row_ok[:, None], other=0.0)
         b = tl.load(w_ptr + offs_n[None, :].to(tl.int64) * K + (tap * C + c0 + offs_c)[:, None], mask=n_mask[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
-    if ACTIVATION == "relu":
-        acc = tl.maximum(acc, 0.0)
-    if HAS_POST_BIAS:
-        acc += tl.load(post_bias_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
-    if Y32:  # int32 offsets: an int64 offset a tile element made this kernel spill ~1 KB a thread
-        y_off = ((nb32 * OC * OH + oh) * OW + ow)[:, None] + (offs_n * (OH * OW))[None, :]
-    else:
-        y_off = ((nb[:, None] * OC + offs_n[None, :]) * OH + oh[:, None]) * OW + ow[:, None]
-    tl.store(y_ptr + y_off, acc, mask=m_mask[:, None] & n_mask[None, :])
+    _epilogue(
+        acc, bias_ptr, post_bias_ptr, y_ptr, offs_n, m_mask, n_mask, nb32, oh, ow, OC, OH, OW,
+        HAS_BIAS, ACTIVATION, HAS_POST_BIAS, Y32,
+    )
 
 
 @triton.jit
