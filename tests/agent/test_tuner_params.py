@@ -1,5 +1,6 @@
 """What the offline tuner counts as a tunable launch parameter: each named decision of
-`agent/tuner_params.py` on its own, then `find_params` putting them together."""
+`agent/tuner_params.py` (and the source reading of `agent/tuner_source.py`) on its own, then
+`find_params` putting them together, with `agent/tuner_axes.py`'s precisions and persistent grids."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ from pathlib import Path
 import pytest
 
 from kernelcraft.agent.tuner_params import (
-    MIN_DOT_DIM,
-    JitFn,
-    Launch,
-    assignments,
     autotune_configs,
     config_arguments,
     constant_for,
@@ -20,12 +17,18 @@ from kernelcraft.agent.tuner_params import (
     find_params,
     is_launch_parameter,
     is_tunable,
-    jit_functions,
     kind_of,
+    unpassed_defaults,
+)
+from kernelcraft.agent.tuner_source import (
+    MIN_DOT_DIM,
+    JitFn,
+    Launch,
+    assignments,
+    jit_functions,
     launch_arguments,
     launch_name,
     launches,
-    unpassed_defaults,
 )
 
 KERNELS = """import triton
@@ -254,7 +257,7 @@ def test_a_dots_input_precision_is_a_tunable_choice_from_exact_to_tf32() -> None
     """Issue 29, item 3: the tuner searches precision modes (IEEE, 3xTF32, TF32); verify decides
     which the task's tolerance allows. A dot given allow_tf32 (deprecated) is left alone."""
     from kernelcraft.agent.tuner import Space, apply_config
-    from kernelcraft.agent.tuner_params import PRECISIONS
+    from kernelcraft.agent.tuner_source import PRECISIONS
 
     params = find_params(PRECISION_SRC)
     dots = [p for p in params if p.kind == "precision"]
@@ -465,7 +468,7 @@ def test_a_persistent_launch_gets_its_programs_per_sm_as_a_tunable_factor() -> N
     """Issue 29, item 3: the tuner searches persistent launches. A grid that reads the SM count
     (through a name, a lambda or a helper function) is persistent; its factor is a param."""
     from kernelcraft.agent.tuner import Space, apply_config
-    from kernelcraft.agent.tuner_params import PROGRAMS_PER_SM
+    from kernelcraft.agent.tuner_axes import PROGRAMS_PER_SM
 
     params = find_params(PERSISTENT)
     factors = [p for p in params if p.kind == "persistent"]
@@ -492,7 +495,7 @@ def test_every_programs_per_sm_the_tuner_proposes_runs_right_in_the_interpreter(
     import sys
 
     from kernelcraft.agent.tuner import apply_config
-    from kernelcraft.agent.tuner_params import PROGRAMS_PER_SM
+    from kernelcraft.agent.tuner_axes import PROGRAMS_PER_SM
 
     params = find_params(PERSISTENT)
     factors = [p for p in params if p.kind == "persistent"]
