@@ -378,14 +378,25 @@ def _whole(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
 
 
+_SUM_CHUNK = 1 << 24  # elements summed at once: torch.sum(dtype=int64) widens its input first
+
+
 def _fingerprint(t: torch.Tensor) -> tuple[int, int, bytes]:
     """Cheap evidence that a (large) parameter's bytes did not change, without a full-size copy:
-    the sums of its bytes and of its 32-bit words, and a strided sample of its bytes."""
+    the sums of its bytes and of its 32-bit words, and a strided sample of its bytes. The sums go
+    chunk by chunk: summed whole, the int64 widening of a 256 MB buffer took 2 GB and ran a
+    candidate within its memory limit out of memory in the harness's own check."""
     data = _whole(t)
     words = data.view(torch.int32) if data.numel() % 4 == 0 else data
     step = max(1, data.numel() // 4096)
-    sums = int(torch.sum(data, dtype=torch.int64)), int(torch.sum(words, dtype=torch.int64))
-    return sums[0], sums[1], data[::step].cpu().numpy().tobytes()
+    return _sum(data), _sum(words), data[::step].cpu().numpy().tobytes()
+
+
+def _sum(flat: torch.Tensor) -> int:
+    return sum(
+        int(torch.sum(flat[i : i + _SUM_CHUNK], dtype=torch.int64))
+        for i in range(0, flat.numel(), _SUM_CHUNK)
+    )
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
