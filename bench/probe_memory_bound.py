@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import triton
+import triton.language as tl
 import triton.testing
 
 REPO = Path(__file__).resolve().parent.parent
@@ -451,6 +452,109 @@ def probe_conv() -> None:
     del ref
 
 
+@triton.jit
+def _act(x, ACT: tl.constexpr):
+    if ACT == "copy":
+        return x
+    if ACT == "gelu":
+        return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    e = tl.exp(-2.0 * tl.abs(inner))
+    t = (1.0 - e) / (1.0 + e)
+    return 0.5 * x * (1.0 + tl.where(inner >= 0, t, -t))
+
+
+@triton.jit
+def elementwise_variant_kernel(
+    x_ptr, y_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr, STREAM: tl.constexpr, PROGRAMS: tl.constexpr
+):
+    """y = act(x): one BLOCK a program (PROGRAMS = 0), or PROGRAMS programs striding over the
+    blocks; STREAM marks loads evict-first and stores streaming (.cs)."""
+    if PROGRAMS == 0:
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        if STREAM:
+            x = tl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first")
+            tl.store(y_ptr + offs, _act(x, ACT), mask=mask, cache_modifier=".cs")
+        else:
+            tl.store(y_ptr + offs, _act(tl.load(x_ptr + offs, mask=mask), ACT), mask=mask)
+    else:
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, n, PROGRAMS * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n
+            if STREAM:
+                x = tl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first")
+                tl.store(y_ptr + offs, _act(x, ACT), mask=mask, cache_modifier=".cs")
+            else:
+                tl.store(y_ptr + offs, _act(tl.load(x_ptr + offs, mask=mask), ACT), mask=mask)
+
+
+def probe_elementwise() -> None:
+    for task, shape, name in (
+        ("26_gelu", (4096, 393216), "gelu"),
+        ("88_mingpt_gelu", (8192, 8192), "gelu_tanh"),
+    ):
+        elementwise_task(task, shape, name)
+        torch.cuda.empty_cache()
+
+
+def elementwise_task(task: str, shape: tuple[int, int], name: str) -> None:
+    act = entry("activation")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    x = torch.rand(*shape, device="cuda")
+    n = x.numel()
+
+    def mingpt(t: torch.Tensor) -> torch.Tensor:
+        return 0.5 * t * (1.0 + torch.tanh(0.7978845608028654 * (t + 0.044715 * torch.pow(t, 3.0))))
+
+    ref = torch_sides(task, torch.nn.functional.gelu if name == "gelu" else mingpt, x)
+    record(task, "entry", lambda: act.activation(x, name), ref)
+    record(task, "torch clone (copy bound)", lambda: x.clone())
+
+    def run(kind: str, block: int, warps: int, stream: bool, programs: int) -> torch.Tensor:
+        y = torch.empty_like(x)
+        grid = (programs,) if programs else (triton.cdiv(n, block),)
+        elementwise_variant_kernel[grid](
+            x, y, n, ACT=kind, BLOCK=block, STREAM=stream, PROGRAMS=programs, num_warps=warps
+        )
+        return y
+
+    record(task, "copy kernel BLOCK=4096 w=8", lambda: run("copy", 4096, 8, False, 0))
+    for block, warps in ((1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)):
+        for stream in (False, True):
+            record(
+                task,
+                f"BLOCK={block} w={warps} stream={stream}",
+                lambda b=block, w=warps, s=stream: run(name, b, w, s, 0),
+                ref,
+            )
+    for block, warps, per_sm in ((4096, 8, 4), (4096, 8, 8), (8192, 8, 4), (2048, 4, 16)):
+        for stream in (False, True):
+            record(
+                task,
+                f"persistent {per_sm}/SM BLOCK={block} w={warps} stream={stream}",
+                lambda b=block, w=warps, s=stream, p=per_sm: run(name, b, w, s, p * sms),
+                ref,
+            )
+
+
+def probe_batchnorm() -> None:
+    bn_entry = entry("batchnorm")
+    x = torch.rand(64, 64, 512, 512, device="cuda")
+    bnm = torch.nn.BatchNorm2d(64).cuda().train()
+    ref = torch_sides("33_batchnorm", lambda t: bnm(t), x)
+    keep = bn_entry.CHUNK
+    for chunk in (4096, 8192, 16384, 32768):
+        bn_entry.CHUNK = chunk
+        record(
+            "33_batchnorm",
+            f"entry CHUNK={chunk}",
+            lambda: bn_entry.batch_norm(x, bnm.weight, bnm.bias, 1e-5, training=True),
+            ref,
+        )
+    bn_entry.CHUNK = keep
+
+
 PROBES = {
     "conv": probe_conv,
     "softmax": probe_softmax,
@@ -458,6 +562,8 @@ PROBES = {
     "pool": probe_pool,
     "reduce": probe_reduce,
     "bmm": probe_bmm,
+    "elementwise": probe_elementwise,
+    "batchnorm": probe_batchnorm,
 }
 
 

@@ -19,7 +19,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-CHUNK = 8192
+CHUNK = 16384  # 16384 ran 3.12 ms, 8192 3.20 (KernelBench 33, H200)
 
 
 @triton.jit

@@ -1,18 +1,21 @@
-"""Batched GEMM, fp32: C[b] = A[b] @ B[b] on tensor cores with 3xTF32 (near-fp32 accuracy).
+"""Batched GEMM, fp32: C[b] = A[b] @ B[b] on bf16 tensor cores, each operand split once (bf16x3).
 
-The tiled GEMM of the `gemm` entry with the batch on the grid's second axis: each program
-computes one BLOCK_M x BLOCK_N tile of one batch's product, the tiles of a batch grouped
-GROUP_M rows at a time for L2 reuse. Any strides.
+The GEMM of the `gemm` entry with the batch on the grid's second axis: each program computes one
+BLOCK_M x BLOCK_N tile of one batch's product, the tiles of a batch grouped GROUP_M rows at a
+time for L2 reuse. Any strides.
 
-Layout: Hopper's wgmma takes TF32 operands K-major only, and Triton vectorizes loads only over rows
-it knows are aligned (a row stride a multiple of 16 elements, a 16-byte aligned base). So an
-operand that is not so is copied once, K-major (B (batch, K, N) as (batch, N, K)), K zero-padded
-to a multiple of 32 when it leaves rows unaligned: as the `gemm` entry does, where this halved
-the time of KernelBench's square product on the H200.
+Precision (PRECISION, as the `gemm` entry, which says why and what was measured): A and B are
+each split once into two bfloat16 parts (hi = bf16(v), lo = bf16(v - hi)), written K-major with K
+padded to 64 (B (batch, K, N) as (batch, N, Kp): the split kernel turns the tile around in shared
+memory), and each K block's three bf16 products (lo hi + hi lo + hi hi) go into a fresh
+accumulator added into the fp32 total. About twice the speed of `tl.dot(input_precision=
+"tf32x3")` with the same error on KernelBench's inputs; for zero-mean inputs with K in the
+thousands set PRECISION = "tf32x3" (TF32 parts in fp32, half the speed).
 
-FLOPs 2*B*M*N*K; bytes 4*B*(M*K + K*N + M*N) at best.
-Conditions: 3-D fp32 (B, M, K) @ (B, K, N); any sizes (edges masked); offsets in int64; memory for
-a K-major copy of an operand that is not already one.
+FLOPs 2*B*M*N*K; bytes: the split reads and writes 4*B*(M+N)*K, the product reads the parts and
+writes 4*B*M*N.
+Conditions: 3-D fp32 (B, M, K) @ (B, K, N); any sizes (edges masked); offsets in int64; memory
+for the parts (an fp32 copy of A and B).
 """
 
 import torch
@@ -20,22 +23,77 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
+PRECISION = "bf16x3"  # or "tf32x3": near-fp32 for zero-mean inputs and a long K, half the speed
+K_ALIGN = 64  # the parts' K is padded to a multiple of this (every BLOCK_K divides it)
+# Two warpgroups hold a 128x128 tile's two fp32 accumulators; configs whose stages do not fit in
+# shared memory for the parts' dtype are dropped before tuning (`_fits`).
 CONFIGS = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=5),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=4),
 ]
-PAD_K = 32  # K is padded to a multiple of this when it leaves an operand's rows unaligned
+SHARED_BYTES = 227 * 1024  # an H100/H200 block's shared memory
 
 
-@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
+def _fits(configs, named_args, **kwargs):
+    """The configs whose pipeline stages fit in shared memory: stages x (BLOCK_M + BLOCK_N) x
+    BLOCK_K x 2 parts x the parts' element size."""
+    size = named_args["a_hi"].element_size()
+    kept = [
+        c
+        for c in configs
+        if c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * 2 * size <= SHARED_BYTES
+    ]
+    return kept or configs[-1:]
+
+
+@triton.jit
+def _tf32_rna(x):
+    """x rounded to the nearest TF32 value (10 mantissa bits, ties away from zero)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16_rne(x):
+    """x rounded to the nearest bfloat16 value (ties to even), still fp32: done on the bits, so
+    the later cast to bfloat16 is exact wherever it runs (Triton's CPU interpreter truncates)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def split_kernel(
+    x_ptr, hi_ptr, lo_ptr, ROWS, K, KP, stride_xb, stride_xr, stride_xk, BF16: tl.constexpr, BLOCK: tl.constexpr
+):
+    """hi[b, r, k] + lo[b, r, k] = x[b, r, k] for the (batch, ROWS, KP) contiguous parts, zero past
+    K. x is read through any strides; when its contiguous dimension is the rows (B's parts),
+    Triton turns the tile around in shared memory, so both sides stay coalesced."""
+    b = tl.program_id(2).to(tl.int64)
+    offs_r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_x = (offs_r[:, None] < ROWS) & (offs_k[None, :] < K)
+    x_offs = b * stride_xb + offs_r[:, None].to(tl.int64) * stride_xr + offs_k[None, :].to(tl.int64) * stride_xk
+    x = tl.load(x_ptr + x_offs, mask=in_x, other=0.0)
+    if BF16:
+        hi_f = _bf16_rne(x)
+        hi = hi_f.to(tl.bfloat16)
+        lo = _bf16_rne(x - hi_f).to(tl.bfloat16)
+    else:
+        hi = _tf32_rna(x)
+        lo = _tf32_rna(x - hi)
+    out = (b * ROWS + offs_r[:, None]) * KP + offs_k[None, :]
+    in_parts = (offs_r[:, None] < ROWS) & (offs_k[None, :] < KP)
+    tl.store(hi_ptr + out, hi, mask=in_parts)
+    tl.store(lo_ptr + out, lo, mask=in_parts)
+
+
+@triton.autotune(configs=CONFIGS, key=["M", "N", "KP"], prune_configs_by={"early_config_prune": _fits})
 @triton.jit
 def bmm_kernel(
-    a_ptr, b_ptr, c_ptr,
-    M, N, K,
-    stride_ab, stride_am, stride_ak,
-    stride_bb, stride_bk, stride_bn,
-    stride_cb, stride_cm, stride_cn,
+    a_hi, a_lo, b_hi, b_lo, c_ptr,
+    M, N, KP, stride_cb, stride_cm, stride_cn, PREC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -52,57 +110,39 @@ def bmm_kernel(
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + batch * stride_ab + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    a_offs = (batch * M + offs_m[:, None]) * KP + offs_k[None, :]
+    b_offs = (batch * N + offs_n[None, :]) * KP + offs_k[:, None]  # K-major B tiles
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="tf32x3")
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+    for _ in range(0, KP // BLOCK_K):
+        # each K block's three products in a fresh accumulator, added on the CUDA cores: wgmma's
+        # accumulation truncates (the `gemm` entry's docstring has the figures)
+        ah = tl.load(a_hi + a_offs)
+        bh = tl.load(b_hi + b_offs)
+        part = tl.dot(tl.load(a_lo + a_offs), bh, input_precision=PREC)
+        part = tl.dot(ah, tl.load(b_lo + b_offs), part, input_precision=PREC)
+        acc += tl.dot(ah, bh, part, input_precision=PREC)
+        a_offs += BLOCK_K
+        b_offs += BLOCK_K
 
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + batch * stride_cb + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
+    c_ptrs = c_ptr + batch * stride_cb + offs_cm[:, None].to(tl.int64) * stride_cm + offs_cn[None, :] * stride_cn
     tl.store(c_ptrs, acc, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def _k_major(x: torch.Tensor, k_dim: int) -> bool:
-    """Whether 3-D `x` is read best as it is: K (dimension `k_dim`, 1 or 2) contiguous, the row and
-    batch strides multiples of 16 elements, the base 16-byte aligned."""
-    row_dim = 3 - k_dim
-    return (
-        x.stride(k_dim) == 1 and x.stride(row_dim) % 16 == 0 and x.stride(0) % 16 == 0 and x.data_ptr() % 16 == 0
-    )
-
-
-@triton.jit
-def transpose_kernel(x_ptr, y_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_yb, stride_yc, BLOCK: tl.constexpr):
-    """y[b, c, r] = x[b, r, c]: a BLOCK x BLOCK tile read along c and written along r (Triton turns
-    the tile around in shared memory, so both sides stay coalesced)."""
-    b = tl.program_id(2).to(tl.int64)
-    offs_r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    offs_c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
-    tile = tl.load(x_ptr + b * stride_xb + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask)
-    tl.store(y_ptr + b * stride_yb + offs_c[None, :].to(tl.int64) * stride_yc + offs_r[:, None], tile, mask=mask)
-
-
-def _packed(x: torch.Tensor, k_dim: int, kp: int) -> torch.Tensor:
-    """`x` copied K-major: a contiguous (batch, rows, kp) buffer, its columns past K zero. B (K
-    major = dimension 1) goes through `transpose_kernel`: PyTorch's strided copy ran KernelBench
-    3's 1 GiB B at 1.1 TB/s on the H200, a third of what a tiled transpose reaches."""
+def split(x: torch.Tensor, k_dim: int, kp: int, precision: str = PRECISION) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (hi, lo) parts of 3-D fp32 `x` whose K is dimension `k_dim` (1 or 2): two contiguous
+    (batch, rows, kp) buffers, bfloat16 for "bf16x3", TF32 values in fp32 for "tf32x3", zero past K."""
+    if precision not in ("bf16x3", "tf32x3"):
+        raise ValueError(f"precision {precision!r}: use 'bf16x3' or 'tf32x3'")
     batch, rows, k = x.shape[0], x.shape[3 - k_dim], x.shape[k_dim]
-    out = torch.empty((batch, rows, kp), device=x.device, dtype=x.dtype)
-    if k_dim == 2 or batch > 65535:
-        out[:, :, :k].copy_(x if k_dim == 2 else x.transpose(1, 2))
-    else:
-        grid = (triton.cdiv(k, 64), triton.cdiv(rows, 64), batch)
-        transpose_kernel[grid](x, out, k, rows, x.stride(0), x.stride(1), x.stride(2), out.stride(0), out.stride(1), BLOCK=64)
-    out[:, :, k:].zero_()
-    return out
+    hi = torch.empty((batch, rows, kp), device=x.device, dtype=torch.bfloat16 if precision == "bf16x3" else torch.float32)
+    lo = torch.empty_like(hi)
+    grid = (triton.cdiv(rows, 64), triton.cdiv(kp, 64), batch)
+    split_kernel[grid](
+        x, hi, lo, rows, k, kp, x.stride(0), x.stride(3 - k_dim), x.stride(k_dim), BF16=precision == "bf16x3", BLOCK=64
+    )
+    return hi, lo
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -113,20 +153,16 @@ def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"this kernel is fp32 only, got {a.dtype} and {b.dtype}")
     batch, M, K = a.shape
     N = b.shape[2]
-    if not (_k_major(a, 2) and _k_major(b, 1)):
-        kp = K if K % 16 == 0 else triton.cdiv(K, PAD_K) * PAD_K
-        if kp != K or not _k_major(a, 2):
-            a = _packed(a, 2, kp)
-        if kp != K or not _k_major(b, 1):
-            b = _packed(b, 1, kp).transpose(1, 2)  # a (batch, kp, N) view of (batch, N, kp)
-        K = kp
+    if batch > 65535:
+        raise ValueError(f"a batch of {batch} is over the grid's 65535; split the batch")
+    kp = max(triton.cdiv(K, K_ALIGN), 1) * K_ALIGN
+    a_hi, a_lo = split(a, 2, kp)
+    b_hi, b_lo = split(b, 1, kp)  # (batch, N, kp): B's columns as K-major rows
     c = torch.empty((batch, M, N), device=a.device, dtype=torch.float32)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), batch)
     bmm_kernel[grid](
-        a, b, c, M, N, K,
-        a.stride(0), a.stride(1), a.stride(2),
-        b.stride(0), b.stride(1), b.stride(2),
-        c.stride(0), c.stride(1), c.stride(2),
+        a_hi, a_lo, b_hi, b_lo, c, M, N, kp, c.stride(0), c.stride(1), c.stride(2),
+        PREC="ieee" if PRECISION == "bf16x3" else "tf32",
     )
     return c
 

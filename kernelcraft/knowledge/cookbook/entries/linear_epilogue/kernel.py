@@ -2,16 +2,22 @@
 
 `nn.Linear` followed by elementwise ops (KernelBench level 2's Gemm_*/Matmul_* tasks): the
 epilogue runs on the accumulator in registers, so the output is written once instead of once
-per op. W is read as stored by nn.Linear, (N, K) row-major, which is the K-major layout the
-tensor cores want for the B operand: no transpose is made.
+per op.
 
 The affine part folds the level-2 variants: `* m` is scale=m; `/ d` is scale=1/d; `- s) * m` is
 scale=m, shift=-s*m; `y * s + y` (a residual of itself) is scale=1+s. ACTIVATION: none, relu,
 leaky_relu (SLOPE), gelu (erf), gelu_tanh, sigmoid, silu, tanh.
 
-Precision: 3xTF32 (`input_precision="tf32x3"`), near-fp32 on tensor cores.
-FLOPs 2*M*N*K; bytes 4*(M*K + N*K + M*N).
-Conditions: fp32; x (M, K) with any strides; bias of N elements or None.
+Precision (PRECISION, as the `gemm` entry, which says why and what was measured): x and W are
+each split once into two bfloat16 parts (hi = bf16(v), lo = bf16(v - hi)), K-major and K padded
+to 64, and each K block's three bf16 products (lo hi + hi lo + hi hi) go into a fresh
+accumulator added into the fp32 total. About twice the speed of `tl.dot(input_precision=
+"tf32x3")` with the same error on KernelBench's inputs; for zero-mean inputs with K in the
+thousands set PRECISION = "tf32x3" (TF32 parts in fp32, half the speed).
+FLOPs 2*M*N*K; bytes: the split reads and writes 4*(M+N)*K, the product reads the parts and
+writes 4*M*N.
+Conditions: fp32; x (M, K) and W (N, K) with any strides; bias of N elements or None; memory for
+the parts (an fp32 copy of x and W).
 """
 
 import torch
@@ -19,12 +25,68 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
+PRECISION = "bf16x3"  # or "tf32x3": near-fp32 for zero-mean inputs and a long K, half the speed
+K_ALIGN = 64  # the parts' K is padded to a multiple of this (every BLOCK_K divides it)
+# Two warpgroups hold a 128x128 tile's two fp32 accumulators; configs whose stages do not fit in
+# shared memory for the parts' dtype are dropped before tuning (`_fits`).
 CONFIGS = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=5),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=4),
 ]
+SHARED_BYTES = 227 * 1024  # an H100/H200 block's shared memory
 ACTIVATIONS = ("none", "relu", "leaky_relu", "gelu", "gelu_tanh", "sigmoid", "silu", "tanh")
+
+
+def _fits(configs, named_args, **kwargs):
+    """The configs whose pipeline stages fit in shared memory: stages x (BLOCK_M + BLOCK_N) x
+    BLOCK_K x 2 parts x the parts' element size."""
+    size = named_args["x_hi"].element_size()
+    kept = [
+        c
+        for c in configs
+        if c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * 2 * size <= SHARED_BYTES
+    ]
+    return kept or configs[-1:]
+
+
+@triton.jit
+def _tf32_rna(x):
+    """x rounded to the nearest TF32 value (10 mantissa bits, ties away from zero)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16_rne(x):
+    """x rounded to the nearest bfloat16 value (ties to even), still fp32: done on the bits, so
+    the later cast to bfloat16 is exact wherever it runs (Triton's CPU interpreter truncates)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def split_kernel(
+    x_ptr, hi_ptr, lo_ptr, ROWS, K, KP, stride_xr, stride_xk, BF16: tl.constexpr, BLOCK: tl.constexpr
+):
+    """hi[r, k] + lo[r, k] = x[r, k] for the (ROWS, KP) row-major parts, zero past K."""
+    offs_r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_x = (offs_r[:, None] < ROWS) & (offs_k[None, :] < K)
+    x_offs = offs_r[:, None].to(tl.int64) * stride_xr + offs_k[None, :].to(tl.int64) * stride_xk
+    x = tl.load(x_ptr + x_offs, mask=in_x, other=0.0)
+    if BF16:
+        hi_f = _bf16_rne(x)
+        hi = hi_f.to(tl.bfloat16)
+        lo = _bf16_rne(x - hi_f).to(tl.bfloat16)
+    else:
+        hi = _tf32_rna(x)
+        lo = _tf32_rna(x - hi)
+    out = offs_r[:, None].to(tl.int64) * KP + offs_k[None, :]
+    in_parts = (offs_r[:, None] < ROWS) & (offs_k[None, :] < KP)
+    tl.store(hi_ptr + out, hi, mask=in_parts)
+    tl.store(lo_ptr + out, lo, mask=in_parts)
 
 
 @triton.jit
@@ -54,14 +116,13 @@ def _activation(y, ACTIVATION: tl.constexpr, SLOPE: tl.constexpr):
     return y
 
 
-@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
+@triton.autotune(configs=CONFIGS, key=["M", "N", "KP"], prune_configs_by={"early_config_prune": _fits})
 @triton.jit
 def linear_epilogue_kernel(
-    x_ptr, w_ptr, bias_ptr, y_ptr,
-    M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    x_hi, x_lo, w_hi, w_lo, bias_ptr, y_ptr,
+    M, N, KP, stride_ym, stride_yn,
     scale, shift,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, SLOPE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, SLOPE: tl.constexpr, PREC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -77,16 +138,19 @@ def linear_epilogue_kernel(
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
-    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :] * stride_xk
-    w_ptrs = w_ptr + offs_n[None, :].to(tl.int64) * stride_wn + offs_k[:, None] * stride_wk
+    x_offs = offs_m[:, None].to(tl.int64) * KP + offs_k[None, :]
+    w_offs = offs_n[None, :].to(tl.int64) * KP + offs_k[:, None]  # W^T tiles, K-major
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)  # W^T tile, K-major
-        acc = tl.dot(a, b, acc, input_precision="tf32x3")
-        x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += BLOCK_K * stride_wk
+    for _ in range(0, KP // BLOCK_K):
+        # each K block's three products in a fresh accumulator, added on the CUDA cores: wgmma's
+        # accumulation truncates (the `gemm` entry's docstring has the figures)
+        xh = tl.load(x_hi + x_offs)
+        wh = tl.load(w_hi + w_offs)
+        part = tl.dot(tl.load(x_lo + x_offs), wh, input_precision=PREC)
+        part = tl.dot(xh, tl.load(w_lo + w_offs), part, input_precision=PREC)
+        acc += tl.dot(xh, wh, part, input_precision=PREC)
+        x_offs += BLOCK_K
+        w_offs += BLOCK_K
 
     offs_ym = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_yn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -118,15 +182,31 @@ def linear_epilogue(
     N = weight.shape[0]
     if bias is not None and bias.numel() != N:
         raise ValueError(f"bias has {bias.numel()} elements; the output has {N} columns")
+    kp = max(triton.cdiv(K, K_ALIGN), 1) * K_ALIGN
+    x_hi, x_lo = split(x, kp)
+    w_hi, w_lo = split(weight, kp)
     y = torch.empty((M, N), device=x.device, dtype=torch.float32)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
     linear_epilogue_kernel[grid](
-        x, weight, bias if bias is not None else y, y, M, N, K,
-        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0), y.stride(1),
+        x_hi, x_lo, w_hi, w_lo, bias if bias is not None else y, y, M, N, kp, y.stride(0), y.stride(1),
         float(scale), float(shift),
         HAS_BIAS=bias is not None, ACTIVATION=activation, SLOPE=float(slope),
+        PREC="ieee" if PRECISION == "bf16x3" else "tf32",
     )
     return y
+
+
+def split(v: torch.Tensor, kp: int, precision: str = PRECISION) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (hi, lo) parts of 2-D fp32 `v` (rows, K): two (rows, kp) row-major buffers, bfloat16
+    for "bf16x3", TF32 values in fp32 for "tf32x3", zero past K."""
+    if precision not in ("bf16x3", "tf32x3"):
+        raise ValueError(f"precision {precision!r}: use 'bf16x3' or 'tf32x3'")
+    rows, k = v.shape
+    hi = torch.empty((rows, kp), device=v.device, dtype=torch.bfloat16 if precision == "bf16x3" else torch.float32)
+    lo = torch.empty_like(hi)
+    grid = (triton.cdiv(rows, 64), triton.cdiv(kp, 64))
+    split_kernel[grid](v, hi, lo, rows, k, kp, v.stride(0), v.stride(1), BF16=precision == "bf16x3", BLOCK=64)
+    return hi, lo
 
 
 class ModelNew(nn.Module):
