@@ -40,7 +40,7 @@ from typing import Any
 
 from kernelcraft.agent.tuner_axes import PROGRAMS_PER_SM
 from kernelcraft.agent.tuner_params import find_params
-from kernelcraft.agent.tuner_source import NUM_STAGES, NUM_WARPS, PRECISIONS, Param
+from kernelcraft.agent.tuner_source import NUM_STAGES, NUM_WARPS, PRECISIONS, SPLIT_PRECISIONS, Param
 
 Config = dict[str, int]
 
@@ -111,6 +111,8 @@ class Space:
                 values[p.key] = list(NUM_STAGES)
             elif p.kind == "precision":
                 values[p.key] = list(range(len(PRECISIONS)))
+            elif p.kind == "split":
+                values[p.key] = list(range(len(SPLIT_PRECISIONS)))
             elif p.kind == "persistent":
                 values[p.key] = list(PROGRAMS_PER_SM)
             else:

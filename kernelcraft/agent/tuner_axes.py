@@ -1,6 +1,7 @@
 """The tuner's axes that are not a launch's integer literals: each `tl.dot`'s input precision
-(`precision_params`) and a persistent launch's programs per SM (`persistent_params`). `find_params`
-in `tuner_params.py` adds them to the launch literals it finds.
+(`precision_params`), a module's split precision (`split_params`) and a persistent launch's programs
+per SM (`persistent_params`). `find_params` in `tuner_params.py` adds them to the launch literals it
+finds.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from kernelcraft.agent.tuner_source import (
     DEFAULT_PRECISION,
     PRECISIONS,
+    SPLIT_PRECISIONS,
     Assignments,
     JitFn,
     Param,
@@ -58,6 +60,27 @@ def precision_params(tree: ast.Module, offsets: Any, source: str) -> list[Param]
                         key, "precision", PRECISIONS.index(given.value), start, end, node.lineno, fn.name, 0
                     )
                 )
+    return out
+
+
+def split_params(tree: ast.Module, offsets: Any) -> list[Param]:
+    """A module constant whose name says PRECISION and whose value is one of `SPLIT_PRECISIONS`
+    (the cookbook GEMMs' `PRECISION = "bf16x3"`): how the kernel splits its fp32 operands before
+    its dots. Assigned once, at module level, as a string literal; anything else is left alone."""
+    assigned: dict[str, list[ast.Assign]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned.setdefault(node.targets[0].id, []).append(node)
+    out: list[Param] = []
+    for name, nodes in assigned.items():
+        value = nodes[0].value
+        if "PRECISION" not in name.upper() or len(nodes) != 1 or not isinstance(value, ast.Constant):
+            continue
+        if value.value in SPLIT_PRECISIONS:
+            start, end = offsets.span(value)
+            out.append(
+                Param(name, "split", SPLIT_PRECISIONS.index(value.value), start, end, value.lineno, "", 0)
+            )
     return out
 
 

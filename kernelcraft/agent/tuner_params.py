@@ -18,7 +18,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import replace
 
-from kernelcraft.agent.tuner_axes import persistent_params, precision_params
+from kernelcraft.agent.tuner_axes import persistent_params, precision_params, split_params
 from kernelcraft.agent.tuner_source import (
     CONFIG_PARAMETERS,
     LAUNCH_OPTIONS,
@@ -196,11 +196,13 @@ def find_params(source: str) -> list[Param]:
             for name, value in config_arguments(config, fn):
                 found.add(value, f"{kernel}.configs[{index}].{name}", name, kernel, kernel, index)
     params = list(found.params.values()) + precision_params(tree, found.offsets, source)
+    params += split_params(tree, found.offsets)
     params += persistent_params(tree, jit, module, found.offsets, source)
     return sorted(params, key=lambda p: p.start)
 
 
 def launch_params(source: str) -> list[Param]:
-    """`find_params` without the dots' input precisions: the launch configurations alone (what
-    the recorded H200 grids and landscapes of bench_tuner and bench_policy span)."""
-    return [p for p in find_params(source) if p.kind != "precision"]
+    """`find_params` without the dots' input precisions and the operands' split precision: the
+    launch configurations alone (what the recorded H200 grids and landscapes of bench_tuner and
+    bench_policy span)."""
+    return [p for p in find_params(source) if p.kind not in ("precision", "split")]

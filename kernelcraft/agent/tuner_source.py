@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import takewhile
 from typing import Literal
 
-ParamKind = Literal["num_warps", "num_stages", "meta", "precision", "persistent"]
+ParamKind = Literal["num_warps", "num_stages", "meta", "precision", "split", "persistent"]
 Assignments = dict[str, list[ast.Assign]]  # name -> every plain `name = ...` of one scope
 
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -27,6 +27,10 @@ PRECISIONS = ("ieee", "tf32x3", "tf32")
 them: IEEE fp32 (CUDA cores), 3xTF32 (near fp32 on tensor cores), TF32 (10 mantissa bits: Triton's
 default for fp32 operands on NVIDIA). Verify decides which the task's tolerance allows."""
 DEFAULT_PRECISION = 2  # a tl.dot without input_precision (or allow_tf32) runs TF32 on NVIDIA
+SPLIT_PRECISIONS = ("tf32x3", "bf16x3")
+"""The values of a module constant naming how a kernel splits its fp32 operands before its dots (the
+cookbook GEMMs' `PRECISION`): TF32 parts (22 bits, near fp32) or bfloat16 parts (16 bits, twice as
+fast). Verify decides which the task's tolerance allows."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class Param:
         """The source text `value` stands for in this param's span."""
         if self.kind == "persistent" and self.insert is not None:  # an SM count with no factor yet
             return self.insert if value == 1 else f"({self.insert} * {value})"
+        if self.kind == "split":
+            return f'"{SPLIT_PRECISIONS[value]}"' if 0 <= value < len(SPLIT_PRECISIONS) else '"?"'
         if self.kind != "precision":
             return str(value)
         name = f'"{PRECISIONS[value]}"' if 0 <= value < len(PRECISIONS) else '"?"'
@@ -137,8 +143,11 @@ class _Offsets:
 
 
 def jit_functions(tree: ast.Module) -> dict[str, JitFn]:
-    """The module-level `@triton.jit` functions: only their signatures say which arguments are constexpr."""
+    """The module-level `@triton.jit` functions: only their signatures say which arguments are
+    constexpr. A function uses a dot when it calls `tl.dot` or a module jit function that does (a
+    GEMM whose main loop is a helper's)."""
     out: dict[str, JitFn] = {}
+    calls: dict[str, set[str]] = {}
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef):
             continue
@@ -163,6 +172,16 @@ def jit_functions(tree: ast.Module) -> dict[str, JitFn]:
             ),
             configs=_argument(autotune[0], 0, "configs") if autotune else None,
         )
+        calls[node.name] = {
+            n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+    changed = True
+    while changed:
+        changed = False
+        for name, fn in out.items():
+            if not fn.uses_dot and any(out[c].uses_dot for c in calls[name] if c in out):
+                out[name] = replace(fn, uses_dot=True)
+                changed = True
     return out
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.agent.tuner import Space
 from kernelcraft.agent.tuner_params import (
     autotune_configs,
     config_arguments,
@@ -366,7 +367,7 @@ def test_find_params_tunes_each_triton_config_of_the_gemm_cookbook_entry() -> No
     ]
     assert found == [
         ("matmul_kernel.configs[1].BLOCK_M", 128, line, "matmul_kernel", MIN_DOT_DIM, 1),
-        ("matmul_kernel.configs[1].BLOCK_N", 256, line, "matmul_kernel", MIN_DOT_DIM, 1),
+        ("matmul_kernel.configs[1].BLOCK_N", 128, line, "matmul_kernel", MIN_DOT_DIM, 1),
         ("matmul_kernel.configs[1].BLOCK_K", 32, line, "matmul_kernel", MIN_DOT_DIM, 1),
         ("matmul_kernel.configs[1].GROUP_M", 8, line, "matmul_kernel", 8, 1),  # under 16 already: kept
         ("matmul_kernel.configs[1].num_warps", 8, line, "matmul_kernel", 2, 1),
@@ -378,6 +379,27 @@ def test_find_params_tunes_each_triton_config_of_the_gemm_cookbook_entry() -> No
     assert {p.key for p in params if p.launch == "matmul_split_k_kernel" and p.config == 0} >= {
         "matmul_split_k_kernel.configs[0].SPLIT_K"  # split-K is a tuner axis where a kernel has one
     }
+    (split,) = [p for p in params if p.kind == "split"]  # the operands' split: bf16 or TF32 parts
+    assert (split.key, source[split.start : split.end], split.text(0)) == (
+        "PRECISION",
+        '"bf16x3"',
+        '"tf32x3"',
+    )
+    assert Space.of(params).values["PRECISION"] == [0, 1]  # the tuner proposes both; verify decides
+
+
+def test_a_split_precision_is_a_module_constant_named_so_assigned_once_to_a_split_it_knows() -> None:
+    def splits(src: str) -> list[tuple[str, int]]:
+        return [(p.key, p.value) for p in find_params(src) if p.kind == "split"]
+
+    assert splits('PRECISION = "tf32x3"\nDOT_PRECISION = "bf16x3"\n') == [
+        ("PRECISION", 0),
+        ("DOT_PRECISION", 1),
+    ]
+    assert splits('MODE = "bf16x3"\n') == []  # the name does not say precision
+    assert splits('PRECISION = "ieee"\n') == []  # not a split this axis knows
+    assert splits('PRECISION = "bf16x3"\nPRECISION = "tf32x3"\n') == []  # assigned twice: not a constant
+    assert splits('def f():\n    PRECISION = "bf16x3"\n') == []  # not at module level
 
 
 @pytest.mark.parametrize("entry", ["gemm", "bmm", "linear_epilogue", "attention", "gemm_small_k"])
