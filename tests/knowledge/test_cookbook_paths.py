@@ -1,6 +1,7 @@
 """The cookbook's paths its own tasks do not take, checked where no GPU is: the one-pass kernels
 (softmax, InstanceNorm, GroupNorm: programs of a row that wait on each other, GPU only), the rows
-kernels of max pooling and depthwise convolution, and the channels-last convolution.
+kernels of max pooling and depthwise convolution, the channels-last convolution, and the split
+GEMMs (gemm, bmm, linear_epilogue) with TF32 parts as well as bfloat16 ones.
 
 The evaluator test in test_cookbook.py runs each entry on its own task in the interpreter, which takes
 the CPU paths. Here: the one-pass kernels run in the interpreter with one program a row (where no
@@ -103,6 +104,25 @@ for kh, kw, st, pad, dil, bias in (
     ref = F.conv2d(x, w, b, st, pad, dil, groups=3)
     errors[f"{kh} {kw} {st} {pad} {dil} {bias}"] = float((got - ref).abs().max()) if got.shape == ref.shape else -1.0
 out["depthwise rows"] = errors
+from kernelcraft.engine.watch.tf32 import emulate_tf32
+emulate_tf32()  # bfloat16 dots as the GPU computes them (Triton's interpreter alone gets them wrong)
+gemm, bmm, lin = entry("gemm"), entry("bmm"), entry("linear_epilogue")
+for kernel in (gemm.matmul_kernel, bmm.bmm_kernel, lin.linear_epilogue_kernel):
+    kernel.configs = kernel.configs[:1]
+errors = {}
+for precision in ("bf16x3", "tf32x3"):
+    a, b = torch.rand(70, 130), torch.rand(50, 130).T  # B read through its strides (N-major)
+    ref = a.double() @ b.double()
+    errors[f"gemm {precision}"] = float(((gemm.matmul(a, b, precision) - ref).abs() / (1e-4 + 1e-4 * ref.abs())).max())
+    bmm.PRECISION = lin.PRECISION = precision
+    a, b = torch.rand(2, 40, 70), torch.rand(2, 70, 30)
+    ref = a.double() @ b.double()
+    errors[f"bmm {precision}"] = float(((bmm.bmm(a, b) - ref).abs() / (1e-4 + 1e-4 * ref.abs())).max())
+    x, w, bias = torch.rand(30, 70), torch.rand(50, 70), torch.rand(50)
+    ref = torch.relu(x.double() @ w.double().T + bias.double())
+    got = lin.linear_epilogue(x, w, bias, activation="relu")
+    errors[f"linear {precision}"] = float(((got - ref).abs() / (1e-4 + 1e-4 * ref.abs())).max())
+out["split gemms"] = errors
 print(json.dumps(out))
 """
 
@@ -149,6 +169,12 @@ def test_the_channels_last_convolution_agrees_with_pytorch(interpreted: dict[str
     errors = interpreted["conv nhwc"]
     assert len(errors) == 4
     assert {k: e for k, e in errors.items() if not 0 <= e < 1e-4} == {}
+
+
+def test_the_split_gemms_agree_with_an_exact_product_in_both_precisions(interpreted: dict[str, Any]) -> None:
+    errors = interpreted["split gemms"]  # max |out - exact| / (1e-4 + 1e-4 |exact|): verify's test
+    assert set(errors) == {f"{e} {p}" for e in ("gemm", "bmm", "linear") for p in ("bf16x3", "tf32x3")}
+    assert all(0 <= err < 0.2 for err in errors.values()), errors
 
 
 def test_the_rows_depthwise_kernel_agrees_with_pytorch_across_row_blocks(interpreted: dict[str, Any]) -> None:
