@@ -28,6 +28,8 @@ from kernelcraft.knowledge.cookbook.book import ENTRIES
 INTERPRETED = r"""
 import importlib.util, json, torch
 import torch.nn.functional as F
+from kernelcraft.engine.watch.tf32 import emulate_tf32
+emulate_tf32()  # bfloat16 dots as the GPU computes them (Triton's interpreter alone gets them wrong)
 
 def entry(name):
     spec = importlib.util.spec_from_file_location(name, f"{ENTRIES}/{name}/kernel.py")
@@ -82,6 +84,8 @@ for C, OC, ks, st, pad, dil, act, bias, post in (
     (16, 8, (2, 3), (2, 1), (1, 2), (1, 2), "none", True, False), (48, 16, 1, 1, 0, 1, "relu", False, True),
 ):
     x = torch.randn(1, C, 8, 9)
+    if C == 32:  # an input already channels-last: the parts are read through its strides
+        x = x.contiguous(memory_format=torch.channels_last)
     w = torch.randn(OC, C, *((ks, ks) if isinstance(ks, int) else ks)) * 0.1
     b = torch.randn(OC) if bias else None
     pb = torch.randn(OC) if post else None
@@ -104,8 +108,6 @@ for kh, kw, st, pad, dil, bias in (
     ref = F.conv2d(x, w, b, st, pad, dil, groups=3)
     errors[f"{kh} {kw} {st} {pad} {dil} {bias}"] = float((got - ref).abs().max()) if got.shape == ref.shape else -1.0
 out["depthwise rows"] = errors
-from kernelcraft.engine.watch.tf32 import emulate_tf32
-emulate_tf32()  # bfloat16 dots as the GPU computes them (Triton's interpreter alone gets them wrong)
 gemm, bmm, lin = entry("gemm"), entry("bmm"), entry("linear_epilogue")
 for kernel in (gemm.matmul_kernel, bmm.bmm_kernel, lin.linear_epilogue_kernel):
     kernel.configs = kernel.configs[:1]
