@@ -245,8 +245,8 @@ def test_a_kernel_that_calls_tl_dot_gets_no_tile_under_16_unless_it_already_uses
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
 GEMM = (COOKBOOK / "gemm" / "kernel.py").read_text()
-GEMM_CONFIG_1 = """triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3)"""
-GEMM_CONFIG_2 = """triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=4)"""
+GEMM_CONFIG_1 = """triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3)"""
+GEMM_CONFIG_2 = """triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=5)"""
 
 
 def test_applying_a_config_to_an_autotuned_kernel_rewrites_only_that_configs_literals() -> None:
@@ -255,8 +255,8 @@ def test_applying_a_config_to_an_autotuned_kernel_rewrites_only_that_configs_lit
     config = {"matmul_kernel.configs[1].BLOCK_N": 64, "matmul_kernel.configs[2].num_stages": 2}
     new = apply_config(GEMM, params, config)
     assert new == GEMM.replace(
-        GEMM_CONFIG_1, GEMM_CONFIG_1.replace('"BLOCK_N": 256', '"BLOCK_N": 64')
-    ).replace(GEMM_CONFIG_2, GEMM_CONFIG_2.replace("num_stages=4", "num_stages=2"))
+        GEMM_CONFIG_1, GEMM_CONFIG_1.replace('"BLOCK_N": 128', '"BLOCK_N": 64')
+    ).replace(GEMM_CONFIG_2, GEMM_CONFIG_2.replace("num_stages=5", "num_stages=2"))
     ast.parse(new)
     assert current_config(find_params(new)) == {**current_config(params), **config}  # same keys, new values
     assert family_of(new, find_params(new)) == family_of(GEMM, params)
@@ -284,13 +284,14 @@ def test_the_tile_limit_holds_per_autotune_config_and_a_start_over_it_may_trade_
     assert space.structurally_valid(start)  # 2**20 and 2**8 elements, never multiplied together
     assert space.structurally_valid({**start, "tile_kernel.configs[1].BLOCK_M": 128})
     assert not space.structurally_valid({**start, "tile_kernel.configs[0].BLOCK_M": 2048})
-    # a GEMM config's BLOCK_M*BLOCK_N*BLOCK_K*GROUP_M is 2**22, over 2**20 from the start: its own
+    # a GEMM config's BLOCK_M*BLOCK_N*BLOCK_K*GROUP_M is 2**23, over 2**20 from the start: its own
     # product is its limit, so the tuner may trade one tile for another but not grow them all
     gemm = Space.of(find_params(GEMM))
     gemm_start = current_config(gemm.params)
+    assert gemm_start["matmul_kernel.configs[0].BLOCK_K"] == 64
     assert gemm.structurally_valid(gemm_start)
-    assert not gemm.structurally_valid({**gemm_start, "matmul_kernel.configs[0].BLOCK_K": 64})
-    traded = {**gemm_start, "matmul_kernel.configs[0].BLOCK_K": 64, "matmul_kernel.configs[0].BLOCK_M": 64}
+    assert not gemm.structurally_valid({**gemm_start, "matmul_kernel.configs[0].BLOCK_K": 128})
+    traded = {**gemm_start, "matmul_kernel.configs[0].BLOCK_K": 128, "matmul_kernel.configs[0].BLOCK_M": 64}
     assert gemm.structurally_valid(traded)
 
 
