@@ -7,6 +7,9 @@ rule that found it. `check_candidate_source` reads the module once for what the 
 then walks it twice, the import statements first and every other node after, in `ast.walk` order,
 and sorts the findings by line.
 
+The lists of what is forbidden are `forbidden.py`'s; the candidate's own modules that it imports
+are found by `local_imports.py` and checked here as the candidate is.
+
 The dynamic checks in the worker back these up for what the source hides: `guard.py` (patching,
 threads, exits, the environment) and `timing.py` (forward leaving another stream current).
 Written by the evaluation engine only.
@@ -15,105 +18,24 @@ Written by the evaluation engine only.
 from __future__ import annotations
 
 import ast
-import os
-import site
-import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib.machinery import PathFinder
 from pathlib import Path
 
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.checks.forbidden import (
+    BANNED_MODULES,
+    DYNAMIC_BUILTINS,
+    ENV_ATTRS,
+    EXIT_ATTRS,
+    FRAME_ATTRS,
+    INTERNAL_MODULES,
+    INTROSPECTION_ATTRS,
+    REFERENCE_MODULES,
+    STREAM_ATTRS,
+)
+from kernelcraft.engine.checks.local_imports import local_imports, local_search_path
 
-BANNED_MODULES = (
-    "threading",
-    "_thread",
-    "multiprocessing",
-    "concurrent",
-    "subprocess",
-    "gc",
-    "builtins",
-    "importlib",
-    "kernelcraft",
-    # introspection: frames, code objects, raw memory, forged functions
-    "inspect",
-    "types",
-    "marshal",
-    "ctypes",
-    "_ctypes",
-    "cffi",
-    "dis",
-    "code",
-    "codeop",
-    "runpy",
-    "pkgutil",
-)
-# Modules (and everything under them) that reach past PyTorch's and Triton's public behaviour:
-# the dispatcher's switches (`torch._C._DisableTorchDispatch`), the mode stacks the harness's
-# recorder sits on, and Triton's interpreter and native bindings.
-INTERNAL_MODULES = (
-    "torch._C",
-    "torch.utils._python_dispatch",
-    "torch.overrides",
-    "torch._dispatch",
-    "torch._ops",
-    "triton._C",
-    "triton.runtime.interpreter",
-)
-# Attributes that reach a function's globals and closure, frames, class internals or raw
-# namespaces: the way from a candidate's code to the harness's state.
-INTROSPECTION_ATTRS = frozenset(
-    {
-        "__globals__",
-        "__closure__",
-        "cell_contents",
-        "__code__",
-        "__defaults__",
-        "__kwdefaults__",
-        "__wrapped__",
-        "__func__",
-        "__dict__",
-        "__subclasses__",
-        "__getattribute__",
-        "__mro__",
-        "__bases__",
-        "__base__",
-        "f_back",
-        "f_globals",
-        "f_locals",
-        "f_builtins",
-        "f_code",
-        "gi_frame",
-        "cr_frame",
-        "ag_frame",
-        "tb_frame",
-        "attrgetter",
-        "methodcaller",
-        "settrace",
-        "setprofile",
-        "addaudithook",
-        "meta_path",
-        "path_hooks",
-    }
-)
-STREAM_ATTRS = ("Stream", "stream", "set_stream", "ExternalStream", "StreamContext")
-FRAME_ATTRS = ("_getframe", "currentframe", "stack", "getouterframes", "modules")
-EXIT_ATTRS = {("os", "_exit"), ("sys", "exit"), ("os", "kill"), ("os", "abort")}
-ENV_ATTRS = {("os", "environ"), ("os", "environb"), ("os", "getenv"), ("os", "getenvb"), ("os", "putenv")}
-DYNAMIC_BUILTINS = (
-    "__import__",
-    "__builtins__",
-    "exit",
-    "quit",
-    "exec",
-    "eval",
-    "compile",
-    "globals",
-    "vars",
-    "locals",
-    "breakpoint",
-)
-REFERENCE_MODULES = ("task", "reference", "__main__")
 # `try` and, from Python 3.11, `try: ... except* ...`: both can hide a fallback.
 TRY_NODES: tuple[type[ast.AST], ...] = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))
 # How deep the check follows a candidate's imports of its own (not installed) modules.
@@ -525,7 +447,7 @@ def _check_module(tree: ast.Module, search_path: list[str], depth: int, seen: se
     findings = _check_nodes(tree)
     if depth >= MAX_IMPORT_DEPTH:
         return findings
-    for line, name, file in _local_imports(tree, search_path):
+    for line, name, file in local_imports(tree, search_path):
         if file in seen:
             continue
         seen.add(file)
@@ -546,51 +468,6 @@ def _check_module(tree: ast.Module, search_path: list[str], depth: int, seen: se
             findings.append(Finding(line, f.construct, message, f.rule))
     findings.sort(key=lambda f: f.line)
     return findings
-
-
-def local_search_path() -> list[str]:
-    """Where a worker finds modules that are not installed: the directory above the kernelcraft
-    package (an editable install's checkout) and the PYTHONPATH it inherits, minus the standard
-    library and site-packages (whose modules are packages, not the candidate's own code)."""
-    installed = {Path(p).resolve() for p in site.getsitepackages() + [site.getusersitepackages()]}
-    installed |= {
-        Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")
-    }
-    entries = [str(Path(__file__).resolve().parents[3]), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    out = []
-    for e in entries:
-        if e and Path(e).resolve() not in installed and e not in out:
-            out.append(e)
-    return out
-
-
-def _local_imports(tree: ast.Module, search_path: list[str]) -> Iterator[tuple[int, str, Path]]:
-    """(line, module, file) for each import that resolves to a source file on `search_path`.
-    Resolution reads directories only: nothing is imported."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-        else:
-            continue
-        for name in names:
-            file = _find_source(name, search_path)
-            if file is not None:
-                yield node.lineno, name, file
-
-
-def _find_source(dotted: str, search_path: list[str]) -> Path | None:
-    """The .py file `dotted` names on `search_path` (a package's `__init__.py`), if any."""
-    parts = dotted.split(".")
-    spec = PathFinder.find_spec(parts[0], search_path)
-    for part in parts[1:]:
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        spec = PathFinder.find_spec(part, list(spec.submodule_search_locations))
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    return Path(spec.origin)
 
 
 def _check_nodes(tree: ast.Module) -> list[Finding]:
