@@ -318,6 +318,36 @@ def errors(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
     }
 
 
+def gemm_inputs(M: int, K: int, N: int) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
+    """KernelBench's inputs (rand) and zero-mean ones (randn), cuBLAS fp32's products, the FLOPs."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    inputs = {
+        dist: (draw(M, K, device="cuda", generator=gen), draw(K, N, device="cuda", generator=gen))
+        for dist, draw in (("rand", torch.rand), ("randn", torch.randn))
+    }
+    return inputs, {k: torch.matmul(*v) for k, v in inputs.items()}, 2.0 * M * N * K
+
+
+def measure(
+    name: str, runs: dict[str, Any], inputs: dict[str, Any], refs: dict[str, torch.Tensor], flop: float
+) -> None:
+    """Each run's errors on both inputs (not for a run named "split ...", which makes no product)
+    and its time on KernelBench's, into RESULTS[name]."""
+    for variant, fn in runs.items():
+        row: dict[str, Any] = {}
+        try:
+            if not variant.startswith("split"):
+                for dist, (a, b) in inputs.items():
+                    row[dist] = errors(fn(a, b), refs[dist])
+            a, b = inputs["rand"]
+            row["ms"] = round(ms(lambda fn=fn, a=a, b=b: fn(a, b)), 4)
+            row["tflops"] = round(flop / row["ms"] / 1e9, 1)
+        except Exception as e:  # noqa: BLE001 - a probe reports every variant's failure and goes on
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        RESULTS.setdefault(name, {})[variant] = row
+        print(f"{name:22s} {variant:44s} {row}", flush=True)
+
+
 def variants(configs: dict[str, list[tuple[int, ...]]]) -> dict[str, Any]:
     """name -> fn(a, b)"""
     gemm = entry("gemm")
@@ -337,31 +367,8 @@ def variants(configs: dict[str, list[tuple[int, ...]]]) -> dict[str, Any]:
 
 
 def probe_shape(name: str, M: int, K: int, N: int, configs: dict[str, list[tuple[int, ...]]]) -> None:
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    inputs = {
-        "rand": (
-            torch.rand(M, K, device="cuda", generator=gen),
-            torch.rand(K, N, device="cuda", generator=gen),
-        ),
-        "randn": (
-            torch.randn(M, K, device="cuda", generator=gen),
-            torch.randn(K, N, device="cuda", generator=gen),
-        ),
-    }
-    refs = {k: torch.matmul(*v) for k, v in inputs.items()}
-    flop = 2.0 * M * N * K
-    for variant, fn in variants(configs).items():
-        row: dict[str, Any] = {}
-        try:
-            for dist, (a, b) in inputs.items():
-                row[dist] = errors(fn(a, b), refs[dist])
-            a, b = inputs["rand"]
-            row["ms"] = round(ms(lambda fn=fn, a=a, b=b: fn(a, b)), 4)
-            row["tflops"] = round(flop / row["ms"] / 1e9, 1)
-        except Exception as e:  # noqa: BLE001 - a probe reports every variant's failure and goes on
-            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        RESULTS.setdefault(name, {})[variant] = row
-        print(f"{name:22s} {variant:44s} {row}", flush=True)
+    inputs, refs, flop = gemm_inputs(M, K, N)
+    measure(name, variants(configs), inputs, refs, flop)
 
 
 @triton.jit
@@ -429,21 +436,10 @@ FLUSH_CONFIGS = [(128, 128, 64, 8, 3), (128, 128, 32, 8, 5), (64, 128, 32, 4, 4)
 
 
 def probe_flush(name: str, M: int, K: int, N: int) -> None:
-    """The flush variants against the entry's two accumulators."""
+    """The flush variants against the entry as it stands (its results file was written when the entry
+    kept two accumulators: probe_gemm_flush_h200.json)."""
     gemm = entry("gemm")
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    inputs = {
-        "rand": (
-            torch.rand(M, K, device="cuda", generator=gen),
-            torch.rand(K, N, device="cuda", generator=gen),
-        ),
-        "randn": (
-            torch.randn(M, K, device="cuda", generator=gen),
-            torch.randn(K, N, device="cuda", generator=gen),
-        ),
-    }
-    refs = {k: torch.matmul(*v) for k, v in inputs.items()}
-    flop = 2.0 * M * N * K
+    inputs, refs, flop = gemm_inputs(M, K, N)
     kp = triton.cdiv(K, gemm.K_ALIGN) * gemm.K_ALIGN
 
     def one(flush: int, cfg: tuple[int, ...]):
@@ -475,25 +471,14 @@ def probe_flush(name: str, M: int, K: int, N: int) -> None:
 
         return fn
 
-    runs = {"entry bf16x3 two accumulators (autotuned)": lambda a, b: gemm.matmul(a, b)}
+    runs = {"entry bf16x3 (autotuned)": lambda a, b: gemm.matmul(a, b)}
     for cfg in FLUSH_CONFIGS:
         for flush in (1, 2, 4, 8):
             runs[f"flush every {flush} {cfg}"] = one(flush, cfg)
-    for variant, fn in runs.items():
-        row: dict[str, Any] = {}
-        try:
-            for dist, (a, b) in inputs.items():
-                row[dist] = errors(fn(a, b), refs[dist])
-            a, b = inputs["rand"]
-            row["ms"] = round(ms(lambda fn=fn, a=a, b=b: fn(a, b)), 4)
-            row["tflops"] = round(flop / row["ms"] / 1e9, 1)
-        except Exception as e:  # noqa: BLE001 - a probe reports every variant's failure and goes on
-            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        RESULTS.setdefault(name, {})[variant] = row
-        print(f"{name:22s} {variant:44s} {row}", flush=True)
+    measure(name, runs, inputs, refs, flop)
 
 
-# The entry's two-accumulator kernel, config by config: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages).
+# The entry's kernel, config by config: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages).
 ENTRY_CONFIGS = [
     (128, 128, 64, 8, 3),
     (128, 256, 32, 8, 4),
@@ -509,21 +494,9 @@ ENTRY_CONFIGS = [
 
 
 def probe_entry(name: str, M: int, K: int, N: int) -> None:
-    """The gemm entry (bf16x3 split once, two accumulators): autotuned, then each config alone."""
+    """The gemm entry (bf16x3 split once): autotuned, then each config alone."""
     gemm = entry("gemm")
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    inputs = {
-        "rand": (
-            torch.rand(M, K, device="cuda", generator=gen),
-            torch.rand(K, N, device="cuda", generator=gen),
-        ),
-        "randn": (
-            torch.randn(M, K, device="cuda", generator=gen),
-            torch.randn(K, N, device="cuda", generator=gen),
-        ),
-    }
-    refs = {k: torch.matmul(*v) for k, v in inputs.items()}
-    flop = 2.0 * M * N * K
+    inputs, refs, flop = gemm_inputs(M, K, N)
 
     def one(precision: str, cfg: tuple[int, ...] | None):
         def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -568,19 +541,7 @@ def probe_entry(name: str, M: int, K: int, N: int) -> None:
         kp = triton.cdiv(K, gemm.K_ALIGN) * gemm.K_ALIGN
         a = inputs["rand"][0]
         runs["split of A alone"] = lambda a_, b_: gemm.split(a, 1, kp)[0]
-    for variant, fn in runs.items():
-        row: dict[str, Any] = {}
-        try:
-            if not variant.startswith("split"):
-                for dist, (a, b) in inputs.items():
-                    row[dist] = errors(fn(a, b), refs[dist])
-            a, b = inputs["rand"]
-            row["ms"] = round(ms(lambda fn=fn, a=a, b=b: fn(a, b)), 4)
-            row["tflops"] = round(flop / row["ms"] / 1e9, 1)
-        except Exception as e:  # noqa: BLE001 - a probe reports every variant's failure and goes on
-            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        RESULTS.setdefault(name, {})[variant] = row
-        print(f"{name:22s} {variant:44s} {row}", flush=True)
+    measure(name, runs, inputs, refs, flop)
 
 
 SHAPES = {
