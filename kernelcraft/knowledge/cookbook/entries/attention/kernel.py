@@ -24,7 +24,7 @@ unless it already is. The
 `gemm` entry's probe on the H200 shows what an N-major B costs: twice the time.
 Conditions: fp32 (B, H, S, D) (any strides), no attention mask, not causal, no dropout, the
 default scale 1/sqrt(D); the D > 128 path needs S_k <= 16384, B*H <= 65535 and memory for the
-parts (an fp32 copy of Q, K and V) and the scores.
+parts (an fp32 copy of Q, K and V) and the scores, and finite inputs (an inf meets a zero part in a small product: NaN where PyTorch gives inf).
 """
 
 import math

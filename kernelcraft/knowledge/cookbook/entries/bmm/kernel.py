@@ -15,7 +15,7 @@ thousands set PRECISION = "tf32x3" (TF32 parts in fp32, half the speed).
 FLOPs 2*B*M*N*K; bytes: the split reads and writes 4*B*(M+N)*K, the product reads the parts and
 writes 4*B*M*N.
 Conditions: 3-D fp32 (B, M, K) @ (B, K, N); any sizes (edges masked); offsets in int64; memory
-for the parts (an fp32 copy of A and B).
+for the parts (an fp32 copy of A and B); finite inputs (an inf meets a zero part in a small product: NaN where PyTorch gives inf).
 """
 
 import torch

@@ -20,7 +20,7 @@ Other C, or PRECISION = "tf32x3" (TF32 parts: near fp32, for zero-mean inputs wi
 the gather kernel, whose dots are `input_precision="tf32x3"`.
 
 Conditions: fp32 NCHW input (any strides), groups = 1, any stride, padding (zeros), dilation;
-square or rectangular kernels; offsets in int64.
+square or rectangular kernels; offsets in int64; on the channels-last path, finite inputs (an inf meets a zero part in a small product: NaN where PyTorch gives inf).
 """
 
 import torch

@@ -32,7 +32,7 @@ adds varies run to run: results agree within the fp32 tolerance, not bit for bit
 FLOPs 2*M*N*K (3 bf16 products each); bytes: the split reads 4*(M+N)*K and writes as much, the
 product reads the parts (L2 reuse within a group) and writes 4*M*N.
 Conditions: 2-D fp32 inputs of any strides; M, N, K any size (edges masked); offsets in int64;
-memory for the parts (the size of an fp32 copy of A and B).
+memory for the parts (the size of an fp32 copy of A and B); finite inputs (an inf meets a zero part in a small product: NaN where PyTorch gives inf).
 """
 
 import torch

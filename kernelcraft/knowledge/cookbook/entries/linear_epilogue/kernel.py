@@ -17,7 +17,7 @@ thousands set PRECISION = "tf32x3" (TF32 parts in fp32, half the speed).
 FLOPs 2*M*N*K; bytes: the split reads and writes 4*(M+N)*K, the product reads the parts and
 writes 4*M*N.
 Conditions: fp32; x (M, K) and W (N, K) with any strides; bias of N elements or None; memory for
-the parts (an fp32 copy of x and W).
+the parts (an fp32 copy of x and W); finite inputs (an inf meets a zero part in a small product: NaN where PyTorch gives inf).
 """
 
 import torch
