@@ -27,7 +27,10 @@ GROUP_M-row groups so that the tiles running at once share rows of A and columns
 Split-K: an output of few tiles (fewer than half the SMs) from a long K (>= 8192) leaves the GPU
 idle with one program per tile, so `matmul_split_k_kernel` gives each tile SPLIT_K programs, each
 summing one slice of K, and adds the slices into a zeroed C with fp32 atomics (the order of the
-adds varies run to run: results agree within the fp32 tolerance, not bit for bit).
+adds varies run to run: results agree within the fp32 tolerance, not bit for bit). There the
+product reads each operand about once, so a split pass would move as many bytes again: the kernel
+reads the fp32 operands as they are and lets Triton split each tile in registers
+(`input_precision="bf16x3"`, or "tf32x3"), each K block into a fresh accumulator.
 
 FLOPs 2*M*N*K (3 bf16 products each); bytes: the split reads 4*(M+N)*K and writes as much, the
 product reads the parts (L2 reuse within a group) and writes 4*M*N.
@@ -55,7 +58,7 @@ CONFIGS = [
 # Split-K, for outputs of few tiles and a long K (KernelBench 6: 256x256 from K = 524288): each
 # program sums one K slice of one tile and adds it into C (zeroed first) with an atomic add.
 SPLIT_K_CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": 16}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_K": 16}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_K": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "SPLIT_K": 64}, num_warps=4, num_stages=4),
 ]
@@ -167,27 +170,40 @@ def matmul_kernel(
     tl.store(c_ptrs, acc, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))  # BLOCK_M*BLOCK_N*4 bytes
 
 
-@triton.autotune(
-    configs=SPLIT_K_CONFIGS, key=["M", "N", "KP"], reset_to_zero=["c_ptr"], prune_configs_by={"early_config_prune": _fits}
-)
+@triton.autotune(configs=SPLIT_K_CONFIGS, key=["M", "N", "K"], reset_to_zero=["c_ptr"])
 @triton.jit
 def matmul_split_k_kernel(
-    a_hi, a_lo, b_hi, b_lo, c_ptr, M, N, KP, stride_cm, stride_cn, PREC: tl.constexpr,
+    a_ptr, b_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, PREC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
+    """Few tiles, a long K: each program sums one K slice of one tile straight from the fp32
+    operands (any strides), each K block's dot split in registers by Triton
+    (`input_precision=PREC`) into a fresh accumulator added into the total. No split pass: here
+    it would move as many bytes as the product reads."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)  # which K slice
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_pid_n
     pid_n = pid % num_pid_n
-    k_blocks = KP // BLOCK_K
+    k_blocks = tl.cdiv(K, BLOCK_K)
     per_slice = tl.cdiv(k_blocks, SPLIT_K)
     k_first = pid_k * per_slice
     k_last = tl.minimum(k_first + per_slice, k_blocks)
 
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    acc = _tile_product(a_hi, a_lo, b_hi, b_lo, offs_m, offs_n, k_first, k_last, KP, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + (k_first * BLOCK_K + offs_k[None, :]).to(tl.int64) * stride_ak
+    b_ptrs = b_ptr + (k_first * BLOCK_K + offs_k[:, None]).to(tl.int64) * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_first, k_last):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc += tl.dot(a, b, input_precision=PREC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
 
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -223,16 +239,19 @@ def matmul(a: torch.Tensor, b: torch.Tensor, precision: str = PRECISION) -> torc
         raise ValueError(f"precision {precision!r}: use 'bf16x3' or 'tf32x3'")
     M, K = a.shape
     N = b.shape[1]
-    kp = max(triton.cdiv(K, K_ALIGN), 1) * K_ALIGN
-    a_hi, a_lo = split(a, 1, kp, precision)
-    b_hi, b_lo = split(b, 0, kp, precision)  # (N, kp): B's columns as K-major rows
-    prec = "ieee" if precision == "bf16x3" else "tf32"  # bf16 products are exact; TF32 parts too
     tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128)
     if K >= SPLIT_K_MIN and tiles * 2 <= _sm_count(a.device):
         c = torch.zeros((M, N), device=a.device, dtype=torch.float32)
         grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"])
-        matmul_split_k_kernel[grid](a_hi, a_lo, b_hi, b_lo, c, M, N, kp, c.stride(0), c.stride(1), PREC=prec)
+        matmul_split_k_kernel[grid](
+            a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+            PREC=precision,
+        )
         return c
+    kp = max(triton.cdiv(K, K_ALIGN), 1) * K_ALIGN
+    a_hi, a_lo = split(a, 1, kp, precision)
+    b_hi, b_lo = split(b, 0, kp, precision)  # (N, kp): B's columns as K-major rows
+    prec = "ieee" if precision == "bf16x3" else "tf32"  # bf16 products are exact; TF32 parts too
     c = torch.empty((M, N), device=a.device, dtype=torch.float32)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
     matmul_kernel[grid](a_hi, a_lo, b_hi, b_lo, c, M, N, kp, c.stride(0), c.stride(1), PREC=prec)
