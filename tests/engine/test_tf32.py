@@ -134,3 +134,12 @@ def test_interpreted_bf16_dots_are_right_and_bf16x3_splits_fp32_operands_as_the_
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["bf16", "True", "bf16x3", "True", "True", "bf16x6", "True", "True"]
+
+
+def test_the_guard_holds_the_bf16_emulations_terms_by_value() -> None:
+    from kernelcraft.engine.watch import guard, tf32
+
+    assert isinstance(tf32._BF16_TERMS, tuple)  # no part of it can be changed in place
+    watched = guard._watched()
+    assert "kernelcraft.engine.watch.tf32._BF16_TERMS" in watched  # and rebinding it is seen
+    assert "kernelcraft.engine.watch.tf32.split_bf16" in watched

@@ -143,7 +143,11 @@ def split_bf16(values: np.ndarray, parts: int) -> list[np.ndarray]:
 
 # The part products Triton's F32DotTC pass sums for each precision: (a part, b part) pairs,
 # smallest first (the order it accumulates in).
-_BF16_TERMS = {"BF16X3": ((1, 0), (0, 1), (0, 0)), "BF16X6": ((1, 1), (0, 2), (2, 0), (1, 0), (0, 1), (0, 0))}
+# Tuples, not a dict: an UPPERCASE tuple is one of the constants the guard holds by value.
+_BF16_TERMS = (
+    ("BF16X3", ((1, 0), (0, 1), (0, 0))),
+    ("BF16X6", ((1, 1), (0, 2), (2, 0), (1, 0), (0, 1), (0, 0))),
+)
 
 
 def _precision(input_precision: Any) -> str:
@@ -163,8 +167,7 @@ def _create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num
             _rounded[0] += 1
             a = handle(to_tf32(a.data), a.dtype.scalar)
             b = handle(to_tf32(b.data), b.dtype.scalar)
-        elif precision in _BF16_TERMS:
-            terms = _BF16_TERMS[precision]
+        elif (terms := dict(_BF16_TERMS).get(precision)) is not None:
             parts = 1 + max(max(t) for t in terms)
             a_parts, b_parts = split_bf16(a.data, parts), split_bf16(b.data, parts)
             # One product over K stacked: sum_t A_t B_t is [A_1 .. A_T] @ [B_1; ..; B_T].
