@@ -172,6 +172,7 @@ HARNESS_MODULES = (
     "kernelcraft.engine.watch.knockout",
     "kernelcraft.engine.watch.tf32",
     "kernelcraft.engine.watch.replay",
+    "kernelcraft.engine.watch.storage",
     "kernelcraft.engine.measure.rotation",
     "kernelcraft.engine.measure.samples",
 )

@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from kernelcraft.engine.watch import storage
+
 # Ops whose output holds values that came from the host, not from their tensor arguments.
 _FROM_HOST = frozenset({"lift_fresh", "lift_fresh_copy"})
 # Ops with nothing to do in a replay: host reads, size queries, stream bookkeeping.
@@ -138,19 +140,19 @@ class Tape:
         parameters (fingerprinted: forward must not change them) and every other tensor reachable
         from the model or from `scopes` (the candidate's module globals), copied now."""
         for t, p in zip(inputs, pristine, strict=True):
-            self.kept[_key(t)] = t
-            self._pristine[_key(t)] = p
+            self.kept[storage.key(t)] = t
+            self._pristine[storage.key(t)] = p
         params = dict(model.named_parameters()) if isinstance(model, torch.nn.Module) else {}
         for name, p in params.items():
-            k = _key(p)
+            k = storage.key(p)
             if k not in self.kept:
                 self.kept[k] = p
-                self._params[k] = (name, _fingerprint(p))
+                self._params[k] = (name, storage.fingerprint(p))
         for t in _reachable([model, *scopes]):
-            k = _key(t)
+            k = storage.key(t)
             if k not in self.kept and t.untyped_storage().nbytes() > 0:
                 self.kept[k] = t
-                self._saved[k] = _whole(t).clone()
+                self._saved[k] = storage.whole(t).clone()
 
     # ----------------------------------------------------------------------------------------
     # During forward
@@ -158,7 +160,7 @@ class Tape:
     def op(self, func: Any, name: str, args: Any, kwargs: Any, run: Callable[[], Any]) -> Any:
         """Record one PyTorch op and run it (`run`): what it read, before; what it made, after."""
         rng = _rng_state(func)
-        read = {_key(t) for t in _tensors((args, kwargs))}
+        read = {storage.key(t) for t in _tensors((args, kwargs))}
         frozen_args, frozen_kwargs = self._freeze(args), self._freeze(kwargs)
         out = run()
         made = list(_tensors(out))
@@ -168,7 +170,7 @@ class Tape:
             return out
         created = []
         for i, t in enumerate(made):
-            k = _key(t)
+            k = storage.key(t)
             if k not in read and k not in self.kept:
                 self._gen[k] = self._gen.get(k, -1) + 1
                 self._created.add((k, self._gen[k]))
@@ -200,7 +202,7 @@ class Tape:
         else why not (the verdict's message). The kept storages end as forward left them."""
         out_refs = [self._ref(t) for t in outputs]
         for k, (name, before) in self._params.items():
-            if _fingerprint(self.kept[k]) != before:
+            if storage.fingerprint(self.kept[k]) != before:
                 return f"forward changed the parameter {name!r}; a forward must leave its parameters alone"
         unexplained = self.unexplained(out_refs)
         rng = _rng_state(None)
@@ -280,9 +282,9 @@ class Tape:
         return ref.nbytes == 0 or ref.key in self.kept or ref.storage_id in self._created
 
     def _ref(self, t: torch.Tensor) -> Ref:
-        k = _key(t)
+        k = storage.key(t)
         gen = self._gen.get(k, 0)
-        extent = _extent(t)
+        extent = storage.extent(t)
         sid = (k, gen)
         if sid not in self._created and k not in self.kept:
             self._sizes[sid] = max(self._sizes.get(sid, 0), t.untyped_storage().nbytes(), extent)
@@ -316,7 +318,7 @@ class _Memory:
                 return tape._saved[ref.key].untyped_storage()
             if ref.key in tape._pristine:
                 if ref.key not in self.inputs:
-                    self.inputs[ref.key] = _whole(tape._pristine[ref.key]).clone()
+                    self.inputs[ref.key] = storage.whole(tape._pristine[ref.key]).clone()
                 return self.inputs[ref.key].untyped_storage()
             return tape.kept[ref.key].untyped_storage()  # a parameter (fingerprinted)
         buf = self.fresh.get(ref.storage_id)
@@ -358,45 +360,6 @@ def _replay_op(op: _Op, memory: _Memory) -> None:
 
 # --------------------------------------------------------------------------------------------
 # Helpers
-
-
-def _key(t: torch.Tensor) -> tuple[str, int]:
-    return str(t.device), t.untyped_storage().data_ptr()
-
-
-def _extent(t: torch.Tensor) -> int:
-    """Bytes of the storage the view reaches, from its start."""
-    if t.numel() == 0:
-        return 0
-    last = int(t.storage_offset()) + sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
-    return int((last + 1) * t.element_size())
-
-
-def _whole(t: torch.Tensor) -> torch.Tensor:
-    """The whole storage under `t`, as bytes."""
-    storage = t.untyped_storage()
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
-
-
-_SUM_CHUNK = 1 << 24  # elements summed at once: torch.sum(dtype=int64) widens its input first
-
-
-def _fingerprint(t: torch.Tensor) -> tuple[int, int, bytes]:
-    """Cheap evidence that a (large) parameter's bytes did not change, without a full-size copy:
-    the sums of its bytes and of its 32-bit words, and a strided sample of its bytes. The sums go
-    chunk by chunk: summed whole, the int64 widening of a 256 MB buffer took 2 GB and ran a
-    candidate within its memory limit out of memory in the harness's own check."""
-    data = _whole(t)
-    words = data.view(torch.int32) if data.numel() % 4 == 0 else data
-    step = max(1, data.numel() // 4096)
-    return _sum(data), _sum(words), data[::step].cpu().numpy().tobytes()
-
-
-def _sum(flat: torch.Tensor) -> int:
-    return sum(
-        int(torch.sum(flat[i : i + _SUM_CHUNK], dtype=torch.int64))
-        for i in range(0, flat.numel(), _SUM_CHUNK)
-    )
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
