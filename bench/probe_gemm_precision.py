@@ -89,6 +89,17 @@ def split_kernel(
 
 
 @triton.jit
+def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The (row, column) tile of program `pid`, in GROUP_M-row groups (Triton tutorial 03)."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    return first_pid_m + ((pid % num_pid_in_group) % group_size_m), (pid % num_pid_in_group) // group_size_m
+
+
+@triton.jit
 def split_matmul_kernel(
     a0,
     a1,
@@ -113,15 +124,7 @@ def split_matmul_kernel(
     """C = sum of the TERMS largest products of the parts: 1 (p0 p0), 3 (+ p0 p1, p1 p0) or 6
     (+ p0 p2, p2 p0, p1 p1). A's parts are (M, K) row-major, B's (N, K) row-major (K-major),
     K a multiple of BLOCK_K (zero-padded by the host)."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
@@ -167,15 +170,7 @@ def builtin_matmul_kernel(
     GROUP_M: tl.constexpr,
 ):
     """fp32 A (M, K), B as (N, K) K-major, K a multiple of BLOCK_K: one tl.dot at PREC."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
@@ -392,15 +387,7 @@ def flush_matmul_kernel(
     """bf16x3 from split parts, all three products into one tensor-core accumulator that is added
     into an fp32 total (CUDA cores, round to nearest) and restarted every FLUSH K blocks: the
     truncating accumulation then only ever sees FLUSH * BLOCK_K products' worth of magnitude."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
