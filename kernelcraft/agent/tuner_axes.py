@@ -63,16 +63,13 @@ def precision_params(tree: ast.Module, offsets: Any, source: str) -> list[Param]
     return out
 
 
-def split_params(tree: ast.Module, offsets: Any) -> list[Param]:
+def split_params(module: Assignments, offsets: Any) -> list[Param]:
     """A module constant whose name says PRECISION and whose value is one of `SPLIT_PRECISIONS`
     (the cookbook GEMMs' `PRECISION = "bf16x3"`): how the kernel splits its fp32 operands before
-    its dots. Assigned once, at module level, as a string literal; anything else is left alone."""
-    assigned: dict[str, list[ast.Assign]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            assigned.setdefault(node.targets[0].id, []).append(node)
+    its dots. Assigned once in the module's scope (`module`, from `assignments`), as a string
+    literal; anything else is left alone."""
     out: list[Param] = []
-    for name, nodes in assigned.items():
+    for name, nodes in module.items():
         value = nodes[0].value
         if "PRECISION" not in name.upper() or len(nodes) != 1 or not isinstance(value, ast.Constant):
             continue

@@ -196,7 +196,7 @@ def find_params(source: str) -> list[Param]:
             for name, value in config_arguments(config, fn):
                 found.add(value, f"{kernel}.configs[{index}].{name}", name, kernel, kernel, index)
     params = list(found.params.values()) + precision_params(tree, found.offsets, source)
-    params += split_params(tree, found.offsets)
+    params += split_params(module, found.offsets)
     params += persistent_params(tree, jit, module, found.offsets, source)
     return sorted(params, key=lambda p: p.start)
 
