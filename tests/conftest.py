@@ -20,6 +20,10 @@ PLANTED_SECRETS = {
     "KC_TEST_API_KEY": "sk-planted-secret-1f9a",
     "ANTHROPIC_BASE_URL": "https://planted-secret-2b7c.example",
     "KC_TEST_DB_PASSWORD": "planted-secret-3c1d",
+    # Names no denylist would catch: the worker's environment is an allowlist (box/environment.py).
+    "DATABASE_URL": "postgres://kc:planted-secret-4d2e@db.internal/kc",
+    "KC_TEST_SETTINGS_BLOB": "planted-secret-5e3f",
+    "AWS_SESSION": "planted-secret-6f40",
 }
 
 

@@ -21,10 +21,10 @@ Progress: an actor cannot call the driver's coroutine, so it keeps each job's la
 
 Secrets: the driver (the server or `optimize`) holds the tokens and API keys; candidate code
 never runs in it. A cluster started here is started with an environment without them (the
-names `pool.scrubbed_env` drops; the engine's own KERNELCRAFT_SANDBOX/ZYGOTE/PERTURB settings
+names outside `box/environment.py`'s allowlist, beside Ray's own and a home); the engine's own KERNELCRAFT_SANDBOX/ZYGOTE/PERTURB settings
 are passed to the actors explicitly), so Ray's processes and the actors never hold them. On a
 cluster started elsewhere (`ray start`), an actor whose environment holds the server's secrets
-(`SERVER_SECRETS`) refuses to start and says so; other secret-like names are removed from its
+(`SERVER_SECRETS`) refuses to start and says so; every name outside the allowlist is removed from its
 `os.environ`. Candidates run, as locally, in workers with a scrubbed environment and the box.
 
 Ray is imported here only, and only when a `RayEvaluator` is made (`pip install 'kernelcraft[ray]'`).
@@ -59,6 +59,14 @@ SERVER_SECRETS = ("KERNELCRAFT_TOKENS", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 # The engine's settings, passed to the actors explicitly (the scrub drops every KERNELCRAFT_*): every
 # field of EngineSettings, so that none is left behind (an actor ran with the defaults of five).
 ENGINE_SETTINGS = tuple(EngineSettings.env_names())
+# What Ray's own processes need beyond a worker's allowlist (`box/environment.py`): a home, a
+# user and a temporary directory, and Ray's settings. The workers an actor starts get the
+# allowlist alone (`pool.py`).
+RAY_KEPT = ("HOME", "USER", "LOGNAME", "TMPDIR")
+
+
+def _kept_for_ray(name: str) -> bool:
+    return name in ENGINE_SETTINGS or name in RAY_KEPT or name.startswith("RAY_")
 
 
 def actor_env() -> dict[str, str]:
@@ -89,7 +97,7 @@ class EvalActor:
                 "so restart the node (`ray start`) from an environment without them"
             )
         clean = scrubbed_env()
-        for name in [n for n in os.environ if n not in clean and n not in ENGINE_SETTINGS]:
+        for name in [n for n in os.environ if n not in clean and not _kept_for_ray(n)]:
             del os.environ[name]
         from kernelcraft.engine.host.local import LocalEvaluator
 
@@ -140,7 +148,7 @@ def _environment_for_ray() -> Iterator[None]:
     """While a local cluster starts (its processes inherit this environment): no secrets, the
     engine's settings kept, and this package importable first."""
     clean = scrubbed_env()
-    removed = {k: v for k, v in os.environ.items() if k not in clean and k not in ENGINE_SETTINGS}
+    removed = {k: v for k, v in os.environ.items() if k not in clean and not _kept_for_ray(k)}
     old_path = os.environ.get("PYTHONPATH")
     root = str(Path(__file__).resolve().parents[3])
     try:

@@ -49,6 +49,7 @@ from kernelcraft.engine.host.replies import (
     raise_if_task_failed,
     read_candidate,
 )
+from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     FOUND_LAUNCHES,
@@ -164,6 +165,8 @@ class JobWorkers:
         self.memory_limit: int | None = settings.memory_limit_bytes
         """The candidate's memory limit, sized to the task (`memory.py`)."""
         self.limits: dict[int, int | None] = {}
+        self.bounds = frame_bounds.starting()
+        """What the job's workers' frames may carry, from the task's measured sizes (`wire/bounds.py`)."""
         """id() of each candidate worker -> its memory limit (the watchdog's)."""
         self.held_when_idle = 0
         self.ref_reading_candidate = False
@@ -315,6 +318,7 @@ class JobWorkers:
         kind, override = self.device.kind, self.settings.memory_limit_bytes
         if sized is None or sized.error is not None:
             self.memory_limit = override or (sized.device_free // 2 if sized and sized.device_free else None)
+            self.bound_frames(sized)
             self.sized.set_result(sized)
             return
         if self.interpret and not self.full_size and not sized.has_cpu_inputs:
@@ -353,7 +357,17 @@ class JobWorkers:
             # comes first: a reader of a passing verdict must not miss it.
             at = 0 if sized.probe.startswith("warning:") else len(self.notes)
             self.notes.insert(at, sized.probe[:800])
+        self.bound_frames(sized)
         self.sized.set_result(sized)
+
+    def bound_frames(self, sized: Sized | None) -> None:
+        """Bound what the job's workers may send by the task's measured sizes (`wire/bounds.py`)."""
+        if sized is None or sized.error is not None or not sized.outputs_measured:
+            self.bounds = frame_bounds.unsized(self.memory_limit)
+        else:
+            self.bounds = frame_bounds.for_task(sized.inputs_bytes, sized.outputs_bytes)
+        if self.ref is not None:
+            self.ref.bounds = self.bounds
 
     async def start_candidate(self) -> WorkerProcess:
         """A candidate worker with the candidate imported; `Stop` when that fails. It is loaded
@@ -406,6 +420,8 @@ class JobWorkers:
         load = Load(
             role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
         )
+        if role == "candidate":
+            w.bounds = self.bounds
         if role == "candidate" and settings.sandbox:
             w.limit_processes(box.CANDIDATE_TASKS)  # before it imports the candidate
         await w.send(load.to_header())

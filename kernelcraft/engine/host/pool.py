@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -33,29 +32,22 @@ from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine import box
-from kernelcraft.engine.box import pidlimit, shmsweep
+from kernelcraft.engine.box import environment, pidlimit, shmsweep
 from kernelcraft.engine.startup import prebuilt
 from kernelcraft.engine.startup.zygote import ForkedChild, Zygote, ZygoteUnavailable
-from kernelcraft.engine.wire.channel import ChannelError, Frame, read_frame, write_frame
+from kernelcraft.engine.wire import bounds as frame_bounds
+from kernelcraft.engine.wire.channel import Bounds, ChannelError, Frame, FrameRefused, read_frame, write_frame
 
 log = logging.getLogger(__name__)
 
-# KERNELCRAFT_* goes too: the database path and the server's tokens are none of a candidate's business.
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^ANTHROPIC_|^OPENAI_|^KERNELCRAFT_", re.IGNORECASE
-)
-_DROPPED = (
-    "TRITON_OVERRIDE_DIR",
-    "TRITON_DUMP_DIR",
-    "TRITON_ALWAYS_COMPILE",
-    "TRITON_KERNEL_OVERRIDE",
-    "PYTHONSTARTUP",
-)
 STARTUP_TIMEOUT_S = 180.0
 OUT_OF_MEMORY_RETRY_S = 2.0
 """A worker that could not start for want of device memory is retried after this (times the
 failures in a row): other jobs' memory frees as they end."""
 TAIL_BYTES = 4000
+FRAMES_QUEUED = 4
+"""Frames read ahead of the job: then the reader waits, the socket fills and the worker's sends
+block (backpressure: a worker cannot pile frames up in the parent's memory)."""
 
 
 class WorkerError(KernelcraftError):
@@ -64,10 +56,10 @@ class WorkerError(KernelcraftError):
 
 
 def scrubbed_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment without secrets (names holding KEY, TOKEN, SECRET, PASSWORD; ANTHROPIC_*,
-    OPENAI_*, KERNELCRAFT_*) or Triton variables that substitute or dump kernels."""
-    env = dict(os.environ if base is None else base)
-    return {k: v for k, v in env.items() if not _SECRET_NAME.search(k) and k not in _DROPPED}
+    """The variables of the environment a worker inherits: an allowlist (`box/environment.py`),
+    so no secret whatever its name (a database URL's password), no KERNELCRAFT_* setting, no
+    Triton variable that substitutes or dumps kernels."""
+    return environment.worker_env(base)
 
 
 def _package_root() -> str:
@@ -123,7 +115,8 @@ def own_env(workdir: Path) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """One worker child and its channel. Frames it sends are queued by a reader task."""
+    """One worker child and its channel. Frames it sends are read by a reader task within
+    `bounds` (which the job tightens once it knows the task's sizes) into a short queue."""
 
     def __init__(self, device: str, base_dir: Path, gpu: int | None, interpret: bool = False) -> None:
         self.device = device
@@ -131,7 +124,11 @@ class WorkerProcess:
         self.gpu = gpu
         self.dir = Path(tempfile.mkdtemp(prefix="worker-", dir=base_dir))
         self.log_path = self.dir / "output.log"
-        self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self.frames: asyncio.Queue[Frame | None] = asyncio.Queue(FRAMES_QUEUED)
+        self.bounds: Bounds = frame_bounds.starting()
+        """What its next frame may carry (`wire/bounds.py`): read for each frame."""
+        self.refused: str | None = None
+        """Why its channel was closed on a frame over its bounds (it is killed: `killed_for` "frame")."""
         self.info: dict[str, Any] = {}
         self.proc: subprocess.Popen[bytes] | ForkedChild | None = None
         self.forked = False
@@ -176,7 +173,11 @@ class WorkerProcess:
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                await self.frames.put(await read_frame(reader))
+                await self.frames.put(await read_frame(reader, self.bounds))
+        except FrameRefused as e:
+            self.refused = f"the harness refused {e}"
+            self.kill("frame")
+            log.debug("worker %s: %s", self.pid, self.refused)
         except ChannelError as e:
             log.debug("worker %s channel closed: %s", self.pid, e)
         finally:

@@ -82,6 +82,8 @@ class Exited(Protocol):
     """A worker process that is gone (`pool.WorkerProcess`)."""
 
     killed_for: str | None
+    refused: str | None
+    """Why the harness closed its channel on a frame over its bounds (`killed_for` "frame")."""
 
     def exit_description(self) -> str: ...
 
@@ -127,6 +129,18 @@ def memory_stop(limit: int, *, ours: bool) -> Stop:
 def death_stop(w: Exited, *, candidate: bool, reading_candidate: bool, task_name: str) -> Stop:
     """The verdict on a worker whose channel closed before it answered; `TaskError` when it was the
     reference at its own work and nobody killed it."""
+    if w.killed_for == "frame" and (candidate or reading_candidate):
+        who = "the candidate's process" if candidate else "the reference, reading the candidate's outputs,"
+        return Stop(
+            FailureClass.RUNTIME_CRASH,
+            Evidence(message=f"{who} sent what the job does not expect: {w.refused}; its process was killed"),
+        )
+    if w.killed_for == "frame":
+        raise TaskError(
+            f"the reference process (the task's own Model and inputs) sent what the job does not expect: "
+            f"{w.refused}; this is not the candidate's verdict",
+            path=task_name,
+        )
     if not candidate and not reading_candidate and w.killed_for is None:
         raise TaskError(
             f"the reference process (the task's own Model and inputs) {w.exit_description()}; this "

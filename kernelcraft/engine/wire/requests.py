@@ -1,0 +1,181 @@
+"""The job's messages to a worker: its one `Load`, then one `Request` model per `Op`
+(`protocol.py` describes the wire)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelcraft.engine.wire.tagged import Op, Request, TimingMethod
+
+# ---- the job -> a worker ----
+
+
+class Load(BaseModel):
+    """A worker's one job (the first frame it gets): its role and what to load."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    role: Literal["reference", "candidate"]
+    workdir: str
+    task_source: str
+    seed0: int
+    interpret: bool = False
+    # the reference only: run the task's own sizes in the interpreter (no shrink, `shrink.py`)
+    full_size: bool = False
+    # both: "train" (as constructed, KernelBench's way) or "eval" (`.eval()` on the model)
+    model_mode: str = "train"
+    # both: "kernelcraft" or "adaexplore" (PyTorch allowed in forward, AdaExplore's tolerance)
+    correctness: str = "kernelcraft"
+    # the candidate only
+    candidate_source: str = ""
+    sandbox: bool = True
+    allowed_ops: list[str] = Field(default_factory=list)
+    memory_limit_bytes: int | None = None
+    full_task_source: str | None = None
+    """The compile stage on a CPU machine: the task as given, when `task_source` is its shrunk
+    copy; `ModelNew` is built from it on the meta device only (no parameter memory)."""
+
+    def to_header(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any]) -> Load:
+        return cls.model_validate(header)
+
+
+class NextJob(Request):
+    """Reference: drop this job's state and rebuild `Model` for the next job on the task."""
+
+    TAG = Op.NEXT
+
+
+class Perturb(Request):
+    """Both workers: overwrite the model's float parameters and buffers with fresh values from
+    `seed` (`perturb.py`), once the job has found that Model's and ModelNew's agree; answered `ok`."""
+
+    TAG = Op.PERTURB
+    seed: int
+
+
+class MakeInputs(Request):
+    """Reference: make the inputs of one trial from `seed`, keep them and the outputs, share a copy."""
+
+    TAG = Op.INPUTS
+    input_set: int = Field(validation_alias="set", serialization_alias="set")
+    seed: int
+    scale: float | None = None
+    """Multiply the floating-point inputs by this (a power of two: exact) unless the task opts out
+    (`scaled.py`)."""
+
+
+class Compare(Request):
+    """Reference: compare the candidate's outputs (and its inputs after the call) with its own."""
+
+    TAG = Op.COMPARE
+    outputs: Any
+    inputs_after: Any
+
+
+class ComputeRoofline(Request):
+    """Reference: count FLOPs and bytes; `full_size`: on `get_inputs()`'s shapes (meta device)."""
+
+    TAG = Op.ROOFLINE
+    target: str
+    full_size: bool = False
+
+
+class WarmupReference(Request):
+    """Reference: torch.compile the model and run it once."""
+
+    TAG = Op.WARMUP_REFERENCE
+
+
+class TimeReference(Request):
+    """Reference: one round of timing, eager and (if `compiled`) torch.compile'd."""
+
+    TAG = Op.TIME_REFERENCE
+    budget_ms: float = 100.0
+    methods: dict[str, TimingMethod | Literal["auto"]] = Field(default_factory=dict)
+    compiled: bool = True
+    breakdown: bool = False
+    """Also profile which kernels each side launched, and for how long (kernelprof.py)."""
+
+
+class Run(Request):
+    """Candidate: run forward on the inputs (twice, over different garbage, for `determinism`)."""
+
+    TAG = Op.RUN
+    inputs: Any
+    determinism: bool = False
+
+
+class Compile(Request):
+    """Candidate: discover the launches (no kernel runs) and compile them for each target."""
+
+    TAG = Op.COMPILE
+    targets: list[str]
+    inputs: Any = None
+    full_size: bool = False
+    """Find the launches on `get_inputs()` and `ModelNew` built on the meta device (the task's
+    real shapes, no memory), falling back to `inputs` and the model built at their sizes when
+    either cannot run on meta."""
+
+
+class Warmup(Request):
+    """Candidate: JIT-compile the kernels forward launches, without running any."""
+
+    TAG = Op.WARMUP
+    inputs: Any
+
+
+class TimeCandidate(Request):
+    """Candidate: one round of timing."""
+
+    TAG = Op.TIME_CANDIDATE
+    budget_ms: float = 100.0
+    method: TimingMethod | Literal["auto"] = "auto"
+    breakdown: bool = False
+    """Also profile which kernels forward launched, and for how long (kernelprof.py)."""
+
+
+class UseInputs(Request):
+    """Candidate: time on these inputs from now on."""
+
+    TAG = Op.USE_INPUTS
+    inputs: Any
+
+
+class Knockout(Request):
+    """Candidate: forward once more with every Triton launch skipped and fresh memory poisoned
+    (`knockout.py`); its output must no longer be the reference's."""
+
+    TAG = Op.KNOCKOUT
+    inputs: Any
+
+
+REQUESTS: dict[str, type[Request]] = {
+    cls.TAG.value: cls
+    for cls in (
+        NextJob,
+        MakeInputs,
+        Knockout,
+        Compare,
+        ComputeRoofline,
+        WarmupReference,
+        TimeReference,
+        Run,
+        Compile,
+        Warmup,
+        TimeCandidate,
+        UseInputs,
+        Perturb,
+    )
+}
+
+
+def parse_request(header: dict[str, Any]) -> Request | None:
+    """The request in a header from the job; None for a header without a known op (the worker
+    stops)."""
+    cls = REQUESTS.get(str(header.get("op")))
+    return cls.from_header(header) if cls is not None else None
