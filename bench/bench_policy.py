@@ -52,8 +52,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernelcraft.agent.tuner import Config, apply_config, config_key, current_config  # noqa: E402
-from kernelcraft.agent.tuner_params import launch_params  # noqa: E402
+from kernelcraft.agent.tuner.params import launch_params  # noqa: E402
+from kernelcraft.agent.tuner.search import Config, apply_config, config_key, current_config  # noqa: E402
 from kernelcraft.base.evaluation import (  # noqa: E402
     CompileResult,
     EvalJob,

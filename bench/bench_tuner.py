@@ -7,7 +7,7 @@
     python bench/bench_tuner.py --replay results.json --seeds 0 1 2 3 4 5 6 7   # how often it holds
 
 Part 1, tuner vs grid. For each example's seed kernel, the launch-configuration space the tuner
-reads from the source (`kernelcraft.agent.tuner`) is measured exhaustively (every configuration:
+reads from the source (`kernelcraft.agent.tuner.search`) is measured exhaustively (every configuration:
 checked once against the reference, then timed), then the tuner searches the same space with the
 same seed. Claim checked: the tuner's best is within 3% of the grid's best using at most 25% of
 the grid's evaluations. The tuner reads the grid's measurements (a cache keyed by configuration)
@@ -79,7 +79,8 @@ if ARGS.cpu_smoke:
 
 import torch  # noqa: E402
 
-from kernelcraft.agent.tuner import (  # noqa: E402
+from kernelcraft.agent.tuner.params import launch_params  # noqa: E402
+from kernelcraft.agent.tuner.search import (  # noqa: E402
     NUM_STAGES,
     NUM_WARPS,
     Observation,
@@ -89,7 +90,6 @@ from kernelcraft.agent.tuner import (  # noqa: E402
     current_config,
     tune,
 )
-from kernelcraft.agent.tuner_params import launch_params  # noqa: E402
 from kernelcraft.base.failures import classify  # noqa: E402
 
 DEVICE = "cpu" if ARGS.cpu_smoke else "cuda"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelcraft.agent.llm import LLMConfig
+from kernelcraft.agent.llm.config import LLMConfig
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.presets import DEFAULT_PRESET, OPTIMIZE_STEPS, PRESET_NAMES
 from kernelcraft.base.targets import KNOWN_TARGETS
@@ -25,7 +25,7 @@ from kernelcraft.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from kernelcraft.agent.explore import OptimizeOptions
+    from kernelcraft.agent.loop.options import OptimizeOptions
     from kernelcraft.base.levelrun import AdaptPhase, LevelRunSummary
     from kernelcraft.level.tasks import LevelTask
 
@@ -126,7 +126,7 @@ def _check_steps(steps: int | None) -> None:
 
 def _check_llm(args: argparse.Namespace) -> None:
     """The language model's settings and key (./.env read first, never overriding the environment)."""
-    from kernelcraft.agent.llm import check_llm, load_dotenv
+    from kernelcraft.agent.llm.config import check_llm, load_dotenv
 
     load_dotenv()
     check_llm(llm_config(args))
@@ -136,7 +136,7 @@ def preflight_optimize(args: argparse.Namespace) -> None:
     """Every check that needs no work, before any (no run directory, no server, no worker): the
     steps, the task parses and defines Model, the seed parses and defines ModelNew, the LLM's key
     is there. Each failure is one line and exit 2."""
-    from kernelcraft.agent.explore import find_seed
+    from kernelcraft.agent.loop.explore import find_seed
     from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
 
     _check_steps(args.steps)
@@ -168,7 +168,7 @@ def _find(error: BaseException, kind: type[BaseException]) -> BaseException | No
 
 
 def _optimize_options(args: argparse.Namespace) -> OptimizeOptions:
-    from kernelcraft.agent.explore import OptimizeOptions
+    from kernelcraft.agent.loop.options import OptimizeOptions
 
     return OptimizeOptions(
         task=args.task,
@@ -187,7 +187,7 @@ def _optimize_options(args: argparse.Namespace) -> OptimizeOptions:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from kernelcraft.agent.explore import optimize
+    from kernelcraft.agent.loop.explore import optimize
 
     if args.stall is not None and args.stall < 1:
         raise UsageError(f"--stall must be at least 1 step, not {args.stall}")
@@ -208,7 +208,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     preflight_optimize(args)
     opts = _optimize_options(args)
     if args.dry_run:
-        from kernelcraft.agent.llm_wrappers import DryRunStop
+        from kernelcraft.agent.llm.wrappers import DryRunStop
 
         try:
             run(lambda: optimize(opts))
@@ -227,8 +227,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def preflight_level(args: argparse.Namespace) -> list[LevelTask]:
     """A level's checks that need no work: the folder and --problems, every task parses and
     defines Model, each seed beside a task defines ModelNew, the LLM's key is there."""
-    from kernelcraft.agent.explore import find_seed
-    from kernelcraft.agent.levelrun import find_level_tasks
+    from kernelcraft.agent.batch.levelplan import find_level_tasks
+    from kernelcraft.agent.loop.explore import find_seed
     from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
     from kernelcraft.level.tasks import parse_problems
 
@@ -244,7 +244,7 @@ def preflight_level(args: argparse.Namespace) -> list[LevelTask]:
     if args.adapt_steps is not None and args.adapt_steps < 0:
         raise UsageError(f"--adapt-steps must be 0 (no adapt phase) or more, not {args.adapt_steps}")
     if args.adapt_tasks is not None:
-        from kernelcraft.agent.adapt import discover_tasks
+        from kernelcraft.agent.batch.adapt import discover_tasks
 
         discover_tasks(args.adapt_tasks)
     tasks = find_level_tasks(args.task, parse_problems(args.problems) if args.problems else None)
@@ -260,7 +260,8 @@ def preflight_level(args: argparse.Namespace) -> list[LevelTask]:
 def cmd_optimize_level(args: argparse.Namespace) -> int:
     """`optimize FOLDER`: every task of the folder (or --problems), resumable; exit 0 when every
     task's search ran to its end, whatever it found, 1 when one was skipped or stopped short."""
-    from kernelcraft.agent.levelrun import LevelOptions, optimize_level
+    from kernelcraft.agent.batch.levelplan import LevelOptions
+    from kernelcraft.agent.batch.levelrun import optimize_level
     from kernelcraft.cli.level import LevelBar
     from kernelcraft.level.tasks import parse_problems
 
@@ -330,7 +331,7 @@ def adapt_line(a: AdaptPhase) -> str:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
-    from kernelcraft.agent.adapt import AdaptOptions, adapt, discover_tasks
+    from kernelcraft.agent.batch.adapt import AdaptOptions, adapt, discover_tasks
 
     _check_steps(args.steps)
     discover_tasks(args.tasks_dir)

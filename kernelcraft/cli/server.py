@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from starlette.applications import Starlette
 
-    from kernelcraft.agent.judge import ModelJudge
+    from kernelcraft.agent.llm.judge import ModelJudge
     from kernelcraft.server.auth import HttpPlan
     from kernelcraft.server.state import AppState
 
@@ -124,8 +124,8 @@ def run_serve(args: argparse.Namespace) -> int:
 def judge_from_args(args: argparse.Namespace) -> ModelJudge | None:
     """The duplicate-rule judge `--llm` asks for (./.env read first, never overriding the
     environment); None for `--llm none`. A missing key or model is a usage error, before serving."""
-    from kernelcraft.agent.judge import ModelJudge, judge_config
-    from kernelcraft.agent.llm import LLMConfig, load_dotenv, make_llm
+    from kernelcraft.agent.llm.config import LLMConfig, load_dotenv, make_llm
+    from kernelcraft.agent.llm.judge import ModelJudge, judge_config
 
     if args.llm == "none":
         return None

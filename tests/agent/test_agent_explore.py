@@ -18,12 +18,13 @@ import pytest
 from agent_fakes import HttpError, Reply, Script, serve
 from server_support import free_port, wait_healthy
 
-from kernelcraft.agent.adapt import AdaptOptions, adapt
-from kernelcraft.agent.explore import OptimizeOptions, optimize
-from kernelcraft.agent.llm import LLMConfig
-from kernelcraft.agent.rundir import RunDir
-from kernelcraft.agent.runloop import small_proposer
-from kernelcraft.agent.session import open_session
+from kernelcraft.agent.batch.adapt import AdaptOptions, adapt
+from kernelcraft.agent.llm.config import LLMConfig
+from kernelcraft.agent.loop.explore import optimize
+from kernelcraft.agent.loop.options import OptimizeOptions
+from kernelcraft.agent.loop.rundir import RunDir
+from kernelcraft.agent.loop.runloop import small_proposer
+from kernelcraft.agent.loop.session import open_session
 from kernelcraft.base.errors import LLMError, UsageError
 from kernelcraft.base.tree import ContextKernel, NextStep
 
@@ -523,7 +524,7 @@ async def test_optimize_stops_when_stalled_and_says_so(home: Path) -> None:
 def test_the_search_stops_name_their_limit_and_wait_for_enough_steps() -> None:
     from types import SimpleNamespace
 
-    from kernelcraft.agent.runloop import Explorer
+    from kernelcraft.agent.loop.runloop import Explorer
 
     def stop(records: list[dict], roofline: float | None, **opts: object) -> str | None:
         run = SimpleNamespace(opts=SimpleNamespace(**{"stall": None, "roofline_stop": None, **opts}))

@@ -8,20 +8,18 @@ from pathlib import Path
 import pytest
 from agent_fakes import HttpError, Reply, Script, serve
 
-from kernelcraft.agent.anthropic_backend import AnthropicLLM
-from kernelcraft.agent.llm import (
+from kernelcraft.agent.llm.anthropic_backend import AnthropicLLM
+from kernelcraft.agent.llm.config import LLMConfig, load_dotenv, make_llm
+from kernelcraft.agent.llm.core import (
     ANSWER_TOOLS,
     PROPOSE_RULE,
     SDK_MAX_RETRIES,
     SUBMIT_KERNEL,
-    LLMConfig,
     Message,
     cost_of,
-    load_dotenv,
-    make_llm,
     price_for,
 )
-from kernelcraft.agent.openai_backend import OpenAICompatibleLLM
+from kernelcraft.agent.llm.openai_backend import OpenAICompatibleLLM
 from kernelcraft.base.errors import LLMError, LLMSetupError, UsageError
 
 RETRIES = 2  # the SDK's own retries in these tests (its backoff: about 0.5 s, then 1 s)
@@ -178,7 +176,7 @@ def test_the_backends_leave_retries_to_the_sdk_clients() -> None:
     assert isinstance(llm, OpenAICompatibleLLM) and llm.client.max_retries == SDK_MAX_RETRIES >= 5
     a = AnthropicLLM.create(api_key="k", model="claude-sonnet-5-5")
     assert a.client.max_retries == SDK_MAX_RETRIES
-    import kernelcraft.agent.llm as llm_module
+    import kernelcraft.agent.llm.core as llm_module
 
     assert not hasattr(llm_module, "with_retries") and not hasattr(llm_module, "RetryPolicy")
 
@@ -219,6 +217,6 @@ def test_prices_match_dated_model_ids_and_unknown_models_have_no_price() -> None
     assert price_for("claude-haiku-4-5-20251001") == price_for("claude-haiku-4-5")
     assert price_for("claude-opus-5-5") != price_for("claude-opus-5")
     assert price_for("llama-3.1-8b") is None
-    from kernelcraft.agent.llm import Usage
+    from kernelcraft.agent.llm.core import Usage
 
     assert cost_of("llama-3.1-8b", Usage(input_tokens=10)) is None

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from agent_fakes import Reply, Script, serve
 
-import kernelcraft.agent.adapt as adapt_module
-from kernelcraft.agent import prompts
-from kernelcraft.agent.adapt import AdaptOptions, adapt
-from kernelcraft.agent.edits import Edit, apply_what_applies
-from kernelcraft.agent.explore import OptimizeOptions, optimize
-from kernelcraft.agent.llm import LLMConfig
-from kernelcraft.agent.runloop import learns_from
+import kernelcraft.agent.batch.adapt as adapt_module
+from kernelcraft.agent.batch.adapt import AdaptOptions, adapt
+from kernelcraft.agent.llm import prompts
+from kernelcraft.agent.llm.config import LLMConfig
+from kernelcraft.agent.loop.edits import Edit, apply_what_applies
+from kernelcraft.agent.loop.explore import optimize
+from kernelcraft.agent.loop.options import OptimizeOptions
+from kernelcraft.agent.loop.runloop import learns_from
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
@@ -231,7 +232,7 @@ async def test_optimize_with_the_adaexplore_preset_lets_the_llm_write_every_step
 def test_level_reaches_the_tree_and_picks_adaexplores_exploration_constant(tmp_path: Path) -> None:
     """`optimize --level 3` / `adapt --level 3` (issue 27, D9): the tree records the level, and the
     preset's c_exp for it (AdaExplore's 0.15 on level 3)."""
-    from kernelcraft.agent.explore import OptimizeOptions
+    from kernelcraft.agent.loop.options import OptimizeOptions
     from kernelcraft.base.presets import config_of, preset_values
 
     opts = OptimizeOptions(task=tmp_path / "t.py", preset="adaexplore", level=3)
@@ -245,8 +246,9 @@ def test_level_reaches_the_tree_and_picks_adaexplores_exploration_constant(tmp_p
 def test_no_seed_starts_without_the_seed_beside_the_task(tmp_path: Path) -> None:
     """`optimize --no-seed` (D8): the seed step is explicit; a seed file beside the task is ignored,
     and --llm none, which can only tune a seed, is refused with the reason."""
-    from kernelcraft.agent.explore import OptimizeOptions, read_inputs
-    from kernelcraft.agent.llm import LLMConfig
+    from kernelcraft.agent.llm.config import LLMConfig
+    from kernelcraft.agent.loop.explore import read_inputs
+    from kernelcraft.agent.loop.options import OptimizeOptions
     from kernelcraft.base.errors import UsageError
 
     task = tmp_path / "t.py"
@@ -261,7 +263,7 @@ def test_no_seed_starts_without_the_seed_beside_the_task(tmp_path: Path) -> None
 async def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example(tmp_path: Path) -> None:
     """Issue 27, D7: the GPU's name and a worked example (the cookbook kernel nearest the task), as
     AdaExplore's prompts give one; the rules once."""
-    from kernelcraft.agent.proposers import LLMProposer
+    from kernelcraft.agent.loop.proposers import LLMProposer
     from kernelcraft.base.rules import RULES_CLOSE, RuleOut, RuleScope
     from kernelcraft.base.tree import NextStep
 
@@ -270,7 +272,7 @@ async def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example(tm
     ).read_text()
     from mcp import Client
 
-    from kernelcraft.agent.session import ToolSession
+    from kernelcraft.agent.loop.session import ToolSession
     from kernelcraft.base.config import Settings
     from kernelcraft.server.app import create_server
 

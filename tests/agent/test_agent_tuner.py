@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.agent.edits import Edit, EditError, apply_edits, parse_edits
-from kernelcraft.agent.tuner import (
+from kernelcraft.agent.loop.edits import Edit, EditError, apply_edits, parse_edits
+from kernelcraft.agent.tuner.search import (
     Observation,
     Space,
     apply_config,

@@ -24,12 +24,13 @@ from agent_fakes import Reply, Script, serve
 from mcp import Client
 from search_scripted import ScriptedEvaluator, candidate
 
-from kernelcraft.agent.explore import OptimizeOptions
-from kernelcraft.agent.judge import ModelJudge, judge_for
-from kernelcraft.agent.levelrun import LevelOptions, optimize_level
-from kernelcraft.agent.llm import LLMConfig
-from kernelcraft.agent.proposers import NO_REVISER_GUIDANCE
-from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.batch.levelplan import LevelOptions
+from kernelcraft.agent.batch.levelrun import optimize_level
+from kernelcraft.agent.llm.config import LLMConfig
+from kernelcraft.agent.llm.judge import ModelJudge, judge_for
+from kernelcraft.agent.loop.options import OptimizeOptions
+from kernelcraft.agent.loop.proposers import NO_REVISER_GUIDANCE
+from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import InfrastructureError, UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult

@@ -1,6 +1,6 @@
 """What the offline tuner counts as a tunable launch parameter: each named decision of
-`agent/tuner_params.py` (and the source reading of `agent/tuner_source.py`) on its own, then
-`find_params` putting them together, with `agent/tuner_axes.py`'s precisions and persistent grids."""
+`agent/tuner/params.py` (and the source reading of `agent/tuner/source.py`) on its own, then
+`find_params` putting them together, with `agent/tuner/axes.py`'s precisions and persistent grids."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.agent.tuner import Space
-from kernelcraft.agent.tuner_params import (
+from kernelcraft.agent.tuner.params import (
     autotune_configs,
     config_arguments,
     constant_for,
@@ -21,7 +20,8 @@ from kernelcraft.agent.tuner_params import (
     kind_of,
     unpassed_defaults,
 )
-from kernelcraft.agent.tuner_source import (
+from kernelcraft.agent.tuner.search import Space
+from kernelcraft.agent.tuner.source import (
     MIN_DOT_DIM,
     JitFn,
     Launch,
@@ -257,8 +257,8 @@ def run(a, b, c):
 def test_a_dots_input_precision_is_a_tunable_choice_from_exact_to_tf32() -> None:
     """Issue 29, item 3: the tuner searches precision modes (IEEE, 3xTF32, TF32); verify decides
     which the task's tolerance allows. A dot given allow_tf32 (deprecated) is left alone."""
-    from kernelcraft.agent.tuner import Space, apply_config
-    from kernelcraft.agent.tuner_source import PRECISIONS
+    from kernelcraft.agent.tuner.search import Space, apply_config
+    from kernelcraft.agent.tuner.source import PRECISIONS
 
     params = find_params(PRECISION_SRC)
     dots = [p for p in params if p.kind == "precision"]
@@ -489,8 +489,8 @@ def split(x):
 def test_a_persistent_launch_gets_its_programs_per_sm_as_a_tunable_factor() -> None:
     """Issue 29, item 3: the tuner searches persistent launches. A grid that reads the SM count
     (through a name, a lambda or a helper function) is persistent; its factor is a param."""
-    from kernelcraft.agent.tuner import Space, apply_config
-    from kernelcraft.agent.tuner_axes import PROGRAMS_PER_SM
+    from kernelcraft.agent.tuner.axes import PROGRAMS_PER_SM
+    from kernelcraft.agent.tuner.search import Space, apply_config
 
     params = find_params(PERSISTENT)
     factors = [p for p in params if p.kind == "persistent"]
@@ -516,8 +516,8 @@ def test_every_programs_per_sm_the_tuner_proposes_runs_right_in_the_interpreter(
     import subprocess
     import sys
 
-    from kernelcraft.agent.tuner import apply_config
-    from kernelcraft.agent.tuner_axes import PROGRAMS_PER_SM
+    from kernelcraft.agent.tuner.axes import PROGRAMS_PER_SM
+    from kernelcraft.agent.tuner.search import apply_config
 
     params = find_params(PERSISTENT)
     factors = [p for p in params if p.kind == "persistent"]

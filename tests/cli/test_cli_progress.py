@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from kernelcraft.agent.rundir import Progress
+from kernelcraft.agent.loop.rundir import Progress
 from kernelcraft.cli.progress import JobProgress
 
 

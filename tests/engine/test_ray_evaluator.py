@@ -192,8 +192,9 @@ def cluster() -> Iterator[str]:
 async def test_optimize_keeps_two_steps_in_flight_on_the_ray_evaluator(
     cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernelcraft.agent.explore import OptimizeOptions, optimize
-    from kernelcraft.agent.llm import LLMConfig
+    from kernelcraft.agent.llm.config import LLMConfig
+    from kernelcraft.agent.loop.explore import optimize
+    from kernelcraft.agent.loop.options import OptimizeOptions
 
     monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
     out, db = tmp_path / "run", tmp_path / "kc.db"

@@ -15,8 +15,8 @@ import pytest
 from mcp import Client
 from server_support import NoEvaluations, settings_for
 
-from kernelcraft.agent.cookbook_seed import compatible, cookbook_seed
-from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.loop.cookbook_seed import compatible, cookbook_seed
+from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.cookbook import FAMILIES, CookbookFigure
 from kernelcraft.base.errors import UsageError
 from kernelcraft.knowledge.cookbook import load_cookbook

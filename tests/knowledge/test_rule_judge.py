@@ -17,9 +17,9 @@ from agent_fakes import Reply, Script, serve
 from mcp import Client, StdioServerParameters
 from server_support import REPO, subprocess_env
 
-from kernelcraft.agent.judge import JUDGE_MAX_TOKENS, judge_for
-from kernelcraft.agent.llm import LLMConfig
-from kernelcraft.agent.session import ToolSession, open_session
+from kernelcraft.agent.llm.config import LLMConfig
+from kernelcraft.agent.llm.judge import JUDGE_MAX_TOKENS, judge_for
+from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.knowledge.dedup import judge_prompt
 from kernelcraft.knowledge.text import is_near_duplicate, normalize_rule
 from kernelcraft.server.state import NO_JUDGE

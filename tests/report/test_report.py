@@ -21,11 +21,12 @@ from mcp import Client
 from search_scripted import TASK, ScriptedEvaluator, candidate
 from server_support import NoEvaluations, settings_for
 
-from kernelcraft.agent.explore import OptimizeOptions, optimize
-from kernelcraft.agent.llm import LLMConfig
-from kernelcraft.agent.rundir import RunDir
-from kernelcraft.agent.runreport import write_run_report
-from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.llm.config import LLMConfig
+from kernelcraft.agent.loop.explore import optimize
+from kernelcraft.agent.loop.options import OptimizeOptions
+from kernelcraft.agent.loop.rundir import RunDir
+from kernelcraft.agent.loop.runreport import write_run_report
+from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult, ProfileResult, Timing, VerifyResult
 from kernelcraft.base.failures import FailureClass

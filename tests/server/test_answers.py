@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 from search_scripted import TASK, ScriptedEvaluator, candidate
 
-from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.server.app import create_server
 

@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from search_scripted import TASK, ScriptedEvaluator, candidate
 from server_support import REPO, free_port, settings_for, subprocess_env, wait_healthy
 
-from kernelcraft.agent import prompts as agent_prompts
+from kernelcraft.agent.llm import prompts as agent_prompts
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import StoreError, UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult, VerifyResult

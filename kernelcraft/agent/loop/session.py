@@ -27,7 +27,7 @@ from kernelcraft.base.rules import FailureRecorded, RuleOut
 from kernelcraft.base.tree import NextStep, StartResult, SubmitResult, TreeStatus
 
 if TYPE_CHECKING:
-    from kernelcraft.agent.judge import ModelJudge
+    from kernelcraft.agent.llm.judge import ModelJudge
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from kernelcraft.agent.llm import SDK_MAX_RETRIES, LLMReply, Message, ToolCall, ToolSpec, Usage
+from kernelcraft.agent.llm.core import SDK_MAX_RETRIES, LLMReply, Message, ToolCall, ToolSpec, Usage
 from kernelcraft.base.errors import LLMError
 
 

@@ -15,21 +15,19 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from kernelcraft.agent.llm import LLM, Usage, UsageMeter
-from kernelcraft.agent.proposers import LLMProposer, StepOutcome, TunerProposer
-from kernelcraft.agent.rundir import Progress, RunDir
-from kernelcraft.agent.runreport import write_run_report
-from kernelcraft.agent.session import ToolSession
-from kernelcraft.agent.tuner import find_params
+from kernelcraft.agent.llm.core import LLM, Usage, UsageMeter
+from kernelcraft.agent.loop.options import OptimizeOptions
+from kernelcraft.agent.loop.proposers import LLMProposer, StepOutcome, TunerProposer
+from kernelcraft.agent.loop.rundir import Progress, RunDir
+from kernelcraft.agent.loop.runreport import write_run_report
+from kernelcraft.agent.loop.session import ToolSession
+from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import LLMError
 from kernelcraft.base.failures import WRONG_RESULT_CLASSES
 from kernelcraft.base.presets import SearchConfig, TunerSteps
 from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult, is_budget_held
-
-if TYPE_CHECKING:
-    from kernelcraft.agent.explore import OptimizeOptions
 
 GPU_NOTE = (
     "No GPU here: every candidate was verified in Triton's CPU interpreter{compiled}, so correctness "

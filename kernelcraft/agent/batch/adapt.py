@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelcraft.agent.explore import OptimizeOptions, find_seed, optimize
-from kernelcraft.agent.llm import LLMConfig, Usage, load_dotenv
-from kernelcraft.agent.session import ToolSession, open_session
+from kernelcraft.agent.llm.config import LLMConfig, load_dotenv
+from kernelcraft.agent.llm.core import Usage
+from kernelcraft.agent.loop.explore import find_seed, optimize
+from kernelcraft.agent.loop.options import OptimizeOptions
+from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.base.errors import LLMError, UsageError
 from kernelcraft.base.presets import ADAPT_PARAMS, DEFAULT_PRESET, PresetName, preset_config
 

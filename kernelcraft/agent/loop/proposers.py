@@ -22,12 +22,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelcraft.agent import prompts
-from kernelcraft.agent.cookbook_seed import cookbook_seed
-from kernelcraft.agent.edits import Edit, EditError, apply_edits, apply_what_applies, parse_edits
-from kernelcraft.agent.llm import ANSWER_TOOLS, LLM, Message, Usage, UsageMeter
-from kernelcraft.agent.session import ToolSession
-from kernelcraft.agent.tuner import (
+from kernelcraft.agent.llm import prompts
+from kernelcraft.agent.llm.core import ANSWER_TOOLS, LLM, Message, Usage, UsageMeter
+from kernelcraft.agent.loop.cookbook_seed import cookbook_seed
+from kernelcraft.agent.loop.edits import Edit, EditError, apply_edits, apply_what_applies, parse_edits
+from kernelcraft.agent.loop.session import ToolSession
+from kernelcraft.agent.tuner.search import (
     SHARED_LIMIT_BYTES,
     Observation,
     Space,

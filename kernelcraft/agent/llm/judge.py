@@ -23,8 +23,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from kernelcraft.agent.llm import LLM, LLMConfig, Message, ToolSpec, UsageMeter, make_llm
-from kernelcraft.agent.llm_wrappers import LoggedLLM
+from kernelcraft.agent.llm.config import LLMConfig, make_llm
+from kernelcraft.agent.llm.core import LLM, Message, ToolSpec, UsageMeter
+from kernelcraft.agent.llm.wrappers import LoggedLLM
 
 # AdaExplore's judge call: `max_completion_tokens=1000` (skill_memory/deduplicate_knowledge.py).
 JUDGE_MAX_TOKENS = 1000

@@ -1,7 +1,7 @@
 """Reading a candidate's source for the offline tuner: what a tunable literal is (`Param`), the
 `@triton.jit` functions (`jit_functions`), the plain assignments of a scope (`assignments`), the
 launches (`launches`) and which argument binds to which kernel parameter (`launch_arguments`).
-`tuner_params.py` decides which literals are tunable; `tuner_axes.py` finds the axes that are not
+`params.py` decides which literals are tunable; `axes.py` finds the axes that are not
 a launch's literals (a dot's precision, a persistent grid's programs per SM).
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import anthropic
 
-from kernelcraft.agent.llm import (
+from kernelcraft.agent.llm.core import (
     SDK_MAX_RETRIES,
     LLMReply,
     Message,

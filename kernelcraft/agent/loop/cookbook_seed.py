@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.cookbook import CookbookExample
 
 

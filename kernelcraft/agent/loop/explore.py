@@ -18,7 +18,7 @@ context and the active rules); the driver only writes candidates and submits the
   explore freezes them) and the failure is a compile or runtime error (a wrong result names no
   construct to avoid): a rule-proposal call (`propose_rule`: "You cannot …" or "no guidance") and
   `record_failure` with the rule, so the rulebook counts it;
-- `--llm none`: every step is the offline tuner's proposal (`tuner.py`); a large step jumps to a
+- `--llm none`: every step is the offline tuner's proposal (`tuner/search.py`); a large step jumps to a
   distant configuration of the best pool kernel. Without a GPU, each proposal is first compiled
   for the target (`compile_kernel`), and one that does not compile is recorded and replaced.
 - with an LLM, the offline tuner also writes some small steps, at no token cost
@@ -52,19 +52,21 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from kernelcraft.agent.judge import judge_for
-from kernelcraft.agent.llm import LLMConfig, Usage, UsageMeter, load_dotenv, make_llm
-from kernelcraft.agent.llm_wrappers import DryRunLLM, LoggedLLM
-from kernelcraft.agent.rundir import RunDir
-from kernelcraft.agent.runloop import Explorer, StartedRun, save_best, sha256_of
-from kernelcraft.agent.session import ToolSession, open_session
-from kernelcraft.agent.tuner import find_params
+from kernelcraft.agent.llm.config import load_dotenv, make_llm
+from kernelcraft.agent.llm.core import Usage, UsageMeter
+from kernelcraft.agent.llm.judge import judge_for
+from kernelcraft.agent.llm.wrappers import DryRunLLM, LoggedLLM
+from kernelcraft.agent.loop.options import OptimizeOptions
+from kernelcraft.agent.loop.rundir import RunDir
+from kernelcraft.agent.loop.runloop import Explorer, StartedRun, save_best, sha256_of
+from kernelcraft.agent.loop.session import ToolSession, open_session
+from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, TunerSteps, config_of
+from kernelcraft.base.presets import config_of
 from kernelcraft.base.tree import NodeInfo, WarmStart
 
 
@@ -76,58 +78,6 @@ def find_seed(task: Path) -> Path | None:
     if task.name == "task.py" and (task.parent / "seed.py").is_file():
         return task.parent / "seed.py"
     return None
-
-
-@dataclass
-class OptimizeOptions:
-    task: Path
-    seed: Path | None = None
-    no_seed: bool = False  # start without a seed even where one lies beside the task
-    steps: int = 10
-    llm: LLMConfig = field(default_factory=LLMConfig)
-    out: Path | None = None
-    target: str = "sm_90a"
-    policy: str = "adaexplore"
-    preset: PresetName = DEFAULT_PRESET
-    level: int = 0  # the task's KernelBench level (picks the preset's c_exp); 0: none
-    # Values over the preset's (the tree records them): adapt's trees set learn_rules.
-    params: dict[str, int | float | str | bool] = field(default_factory=dict)
-    server_url: str | None = None
-    token_env: str | None = None
-    db_path: Path | None = None
-    max_total_tokens: int | None = None
-    max_dollars: float | None = None
-    stall: int | None = None  # stop after this many steps in a row without a new best (KernelEvolve)
-    roofline_stop: float | None = None  # stop once the best kernel runs at this fraction of the roofline
-    search_seed: int = 0
-    progress: bool = True
-    compile_check: bool = True
-    tuner_steps: TunerSteps | None = None  # with an LLM: which small steps the tuner writes; None: the tree's
-    parallel: int = 1  # steps in flight at once
-    evaluator: Literal["local", "ray"] = "local"  # the in-process server's evaluator
-    ray_address: str | None = None
-    dry_run: bool = False  # print the first step's prompt instead of calling a model
-    dry_run_scratch: bool = False  # (a dry run's own: its throwaway run directory and database)
-    fresh: bool = False  # no warm start from an earlier tree's best kernel in the database
-
-    def tree_params(self) -> dict[str, int | float | str | bool]:
-        """The values this run puts over its preset's."""
-        given = dict(self.params)
-        if self.level:
-            given["level"] = self.level
-        if self.tuner_steps is not None:
-            given["tuner_steps"] = self.tuner_steps
-        if self.fresh:
-            given["warm_start"] = False
-        return given
-
-    def run_dir(self) -> Path:
-        """--out, else ./kernelcraft-runs/<task name> (the folder's name for a `task.py`)."""
-        if self.out is not None:
-            return self.out
-        return Path("kernelcraft-runs") / (
-            self.task.parent.name if self.task.name == "task.py" else self.task.stem
-        )
 
 
 @dataclass(frozen=True)

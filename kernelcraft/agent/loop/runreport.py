@@ -16,8 +16,8 @@ from typing import Any
 from mcp import MCPError
 from pydantic import ValidationError
 
-from kernelcraft.agent.rundir import RunDir, write_atomic
-from kernelcraft.agent.session import ToolSession
+from kernelcraft.agent.loop.rundir import RunDir, write_atomic
+from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.report.build import with_run
 from kernelcraft.report.html import render_html
 from kernelcraft.report.model import RunReport

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.agent.llm import LLM, LLMReply, Message, ToolSpec
+from kernelcraft.agent.llm.core import LLM, LLMReply, Message, ToolSpec
 from kernelcraft.base.errors import LLMError
 
 

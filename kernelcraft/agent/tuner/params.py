@@ -8,7 +8,7 @@ tuned (`is_tunable`), which names passed to a launch are constants (`constant_fo
 a `tl.dot` kernel may be given (`dot_floor`), the constexpr defaults no launch overrides
 (`unpassed_defaults`), and, for a kernel under `@triton.autotune`, which `triton.Config`s it is given
 (`autotune_configs`) and what each sets (`config_arguments`), and, for a persistent launch, how many
-programs an SM its grid asks for (`persistent_params`). `tuner.py` searches the values; this module
+programs an SM its grid asks for (`persistent_params`). `search.py` searches the values; this module
 only finds them.
 """
 
@@ -18,8 +18,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import replace
 
-from kernelcraft.agent.tuner_axes import persistent_params, precision_params, split_params
-from kernelcraft.agent.tuner_source import (
+from kernelcraft.agent.tuner.axes import persistent_params, precision_params, split_params
+from kernelcraft.agent.tuner.source import (
     CONFIG_PARAMETERS,
     LAUNCH_OPTIONS,
     META_MIN,

@@ -1,6 +1,6 @@
 """The tuner's axes that are not a launch's integer literals: each `tl.dot`'s input precision
 (`precision_params`), a module's split precision (`split_params`) and a persistent launch's programs
-per SM (`persistent_params`). `find_params` in `tuner_params.py` adds them to the launch literals it
+per SM (`persistent_params`). `find_params` in `params.py` adds them to the launch literals it
 finds.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from kernelcraft.agent.tuner_source import (
+from kernelcraft.agent.tuner.source import (
     DEFAULT_PRECISION,
     PRECISIONS,
     SPLIT_PRECISIONS,

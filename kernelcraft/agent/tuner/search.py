@@ -1,7 +1,7 @@
 """The offline tuner: launch-configuration search over a kernel's source, with no LLM.
 
-1. `find_params(source)` (`tuner_params.py`, one named function per decision; `tuner_source.py` reads
-   the source, `tuner_axes.py` adds precisions and persistent grids) reads the module with
+1. `find_params(source)` (`params.py`, one named function per decision; `source.py` reads
+   the source, `axes.py` adds precisions and persistent grids) reads the module with
    `ast` and finds the integer literals that set a launch configuration: `num_warps=`/`num_stages=`
    and UPPERCASE (or `tl.constexpr`) meta-parameters at launch sites `kernel[grid](..., BLOCK_SIZE=128, num_warps=4)`, constexpr arguments passed by
    position, `tl.constexpr` defaults of `@triton.jit` functions that no launch overrides, integer
@@ -38,9 +38,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelcraft.agent.tuner_axes import PROGRAMS_PER_SM
-from kernelcraft.agent.tuner_params import find_params
-from kernelcraft.agent.tuner_source import NUM_STAGES, NUM_WARPS, PRECISIONS, SPLIT_PRECISIONS, Param
+from kernelcraft.agent.tuner.axes import PROGRAMS_PER_SM
+from kernelcraft.agent.tuner.params import find_params
+from kernelcraft.agent.tuner.source import NUM_STAGES, NUM_WARPS, PRECISIONS, SPLIT_PRECISIONS, Param
 
 Config = dict[str, int]
 
