@@ -37,6 +37,12 @@ Taxonomy (value: meaning):
   pytorch_fallback           PyTorch compute (matmul, reductions, activations, ...) ran in forward
   no_triton_launch           forward launched no Triton kernel
   nondeterministic           two runs on the same inputs with different memory underneath differ
+  harness_limit              a limit kernelcraft set (the memory it sized for the candidate or the
+                             replay, the interpreter's time) was reached: not the candidate's failure,
+                             and not a pass. The evidence gives the figures. No rule is learnt from
+                             it and no report counts it as incorrect; the search scores it as an
+                             unverified kernel (no better than a wrong one: a candidate can always
+                             reach a limit on purpose, so reaching one must never pay)
 """
 
 from __future__ import annotations
@@ -74,18 +80,21 @@ class FailureClass(str, Enum):
     PYTORCH_FALLBACK = "pytorch_fallback"
     NO_TRITON_LAUNCH = "no_triton_launch"
     NONDETERMINISTIC = "nondeterministic"
+    HARNESS_LIMIT = "harness_limit"
 
     @property
     def stage(self) -> str:
         """'load', 'compile', 'runtime' or 'verify': where in the pipeline this class arises."""
         if self in (FailureClass.LOAD_ERROR, FailureClass.FORBIDDEN_CONSTRUCT):
             return "load"
+        if self is FailureClass.HARNESS_LIMIT:
+            return "harness"
         return self.value.split("_", 1)[0] if self.value.startswith(("compile", "runtime")) else "verify"
 
     @property
     def compiled(self) -> bool:
         """Whether a candidate failing this way had compiled (the search tree's reward needs it)."""
-        return self.stage in ("runtime", "verify")
+        return self.stage in ("runtime", "verify", "harness")
 
 
 COMPILE_CLASSES = frozenset(c for c in FailureClass if c.stage == "compile")
@@ -102,6 +111,8 @@ WRONG_RESULT_CLASSES = frozenset(
     }
 )
 RUNTIME_CLASSES = frozenset(c for c in FailureClass if c.stage == "runtime")
+# A limit of ours was reached: nothing about the candidate is known, so nothing is learnt or blamed.
+NOT_THE_CANDIDATES = frozenset({FailureClass.HARNESS_LIMIT})
 
 OUT_OF_MEMORY = r"out of memory|CUDA error: out of memory|MemoryError|Cannot allocate memory"
 """What an exhausted device (or host) says, whoever ran out."""

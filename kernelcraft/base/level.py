@@ -18,8 +18,10 @@ from kernelcraft.base.failures import FailureClass
 
 LevelMode = Literal["candidates", "baseline"]
 
-TaskStatus = Literal["correct", "incorrect", "missing", "task_error", "timed", "untimed"]
-"""candidates: correct / incorrect (a failure class says why) / missing (no candidate file) /
+TaskStatus = Literal["correct", "incorrect", "harness_limit", "missing", "task_error", "timed", "untimed"]
+"""candidates: correct / incorrect (a failure class says why) / harness_limit (a limit kernelcraft
+set was reached: neither correct nor the candidate's failure; the message has the figures) /
+missing (no candidate file) /
 task_error (the task itself is unusable). baseline: timed / untimed (no GPU, or the timing failed:
 the message says which) / task_error."""
 

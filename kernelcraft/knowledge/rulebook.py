@@ -50,7 +50,7 @@ from typing import Any
 import aiosqlite
 
 from kernelcraft.base.errors import KernelcraftError, NotFoundError, UsageError
-from kernelcraft.base.failures import WRONG_RESULT_CLASSES, FailureClass, classify
+from kernelcraft.base.failures import NOT_THE_CANDIDATES, WRONG_RESULT_CLASSES, FailureClass, classify
 from kernelcraft.base.rules import (
     FailureRecorded,
     ImportResult,
@@ -77,6 +77,10 @@ logger = logging.getLogger(__name__)
 WRONG_RESULT_NOTE = (
     "recorded; a wrong result counts toward no rule (rules are learnt from compile and runtime errors, "
     "which name a construct to avoid)"
+)
+HARNESS_LIMIT_NOTE = (
+    "recorded; a harness limit (a cap kernelcraft set was reached) says nothing about the candidate "
+    "and counts toward no rule"
 )
 
 # Distinct reporting clients that corroborate a rule learnt from clients' word alone.
@@ -169,7 +173,11 @@ class Rulebook:
         proposed = validate_rule(rule) if rule is not None else None
         # The model is asked before the write transaction, which it must not hold for seconds.
         judged = None
-        if proposed is not None and self.judge is not None and failure_class not in WRONG_RESULT_CLASSES:
+        if (
+            proposed is not None
+            and self.judge is not None
+            and failure_class not in WRONG_RESULT_CLASSES | NOT_THE_CANDIDATES
+        ):
             judged = await self._judge_duplicate(proposed)
         async with self.store.transaction() as conn:
             if failure_id is not None:
@@ -191,8 +199,10 @@ class Rulebook:
                     client=client,
                     evaluated=evaluated or witnessed is not None,
                 )
-            if proposed is None or cls in WRONG_RESULT_CLASSES:
-                note = WRONG_RESULT_NOTE if proposed is not None else None
+            if proposed is None or cls in WRONG_RESULT_CLASSES | NOT_THE_CANDIDATES:
+                note = None
+                if proposed is not None:
+                    note = HARNESS_LIMIT_NOTE if cls in NOT_THE_CANDIDATES else WRONG_RESULT_NOTE
                 return FailureRecorded(
                     failure_id=failure_id, failure_class=cls, rule_action="none", activated=False, note=note
                 )

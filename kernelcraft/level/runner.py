@@ -252,7 +252,9 @@ def from_result(base: TaskOutcome, result: EvalResult) -> TaskOutcome:
     cls = v.failure_class or (p.failure_class if p is not None else None)
     ev = v.evidence or (p.evidence if p is not None else None)
     update = {
-        "status": "correct" if cls is None else "incorrect",
+        "status": "correct"
+        if cls is None
+        else ("harness_limit" if cls is FailureClass.HARNESS_LIMIT else "incorrect"),
         "compiled": cls is None or cls.compiled,
         "failure_class": cls,
         "message": ev.message if ev is not None else (p.message if p is not None else None),

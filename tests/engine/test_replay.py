@@ -97,8 +97,16 @@ _SCRIPT = textwrap.dedent(
 
     x = torch.randn(8, 16)
     case = sys.argv[1]
-    model = globals()[case]()
-    why = run(model, x.clone())
+    if case == "OutOfMemoryInTheReplay":  # forward ran; the replay's memory ran out
+        def out_of_memory(*args, **kwargs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 576.00 MiB")
+        replay._replay_op = out_of_memory
+        try:
+            why = run(Honest(), x.clone())
+        except replay.ReplayOutOfMemory as e:
+            why = f"ReplayOutOfMemory: {e}"
+    else:
+        why = run(globals()[case](), x.clone())
     print(json.dumps({"why": why}))
     """
 )
@@ -134,3 +142,9 @@ def test_a_tensor_made_from_host_values_is_named_however_small(case: str, shape:
 def test_a_forward_that_writes_a_parameter_is_refused() -> None:
     why = _replay("WritesParameter")
     assert why is not None and "changed the parameter 'w'" in why
+
+
+def test_a_replay_that_runs_out_of_memory_says_so_instead_of_blaming_the_forward() -> None:
+    why = _replay("OutOfMemoryInTheReplay")
+    assert why is not None and why.startswith("ReplayOutOfMemory: OutOfMemoryError: CUDA out of memory"), why
+    assert "harness did not see" not in why

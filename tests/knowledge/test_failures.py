@@ -122,6 +122,6 @@ def test_classify_is_deterministic_and_total() -> None:
 
 def test_every_class_knows_its_stage() -> None:
     for cls in FailureClass:
-        assert cls.stage in ("load", "compile", "runtime", "verify")
+        assert cls.stage in ("load", "compile", "runtime", "verify", "harness")
     assert FailureClass.NUMERICAL_MISMATCH.compiled
     assert not FailureClass.COMPILE_DOT.compiled

@@ -25,7 +25,7 @@ from kernelcraft.agent.loop.runreport import write_run_report
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import LLMError
-from kernelcraft.base.failures import WRONG_RESULT_CLASSES
+from kernelcraft.base.failures import NOT_THE_CANDIDATES, WRONG_RESULT_CLASSES
 from kernelcraft.base.presets import SearchConfig, TunerSteps
 from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult, is_budget_held
 
@@ -82,7 +82,11 @@ def save_best(
 def learns_from(node: NodeInfo) -> bool:
     """Whether a rule is proposed for a failed candidate: compile and runtime errors name a construct
     to avoid; a wrong result (a mismatch, NaNs, a wrong shape) does not (AdaExplore's filter)."""
-    return node.failure_class is not None and node.failure_class not in WRONG_RESULT_CLASSES
+    return (
+        node.failure_class is not None
+        and node.failure_class not in WRONG_RESULT_CLASSES
+        and node.failure_class not in NOT_THE_CANDIDATES  # a limit of ours names no construct
+    )
 
 
 def small_proposer(step: NextStep, tuner_steps: TunerSteps, records: list[dict[str, Any]]) -> Proposer:

@@ -359,6 +359,10 @@ class Job:
         self.tf32_dots += out.tf32_dots
         self.torch_ops = list(dict.fromkeys([*self.torch_ops, *out.torch_ops]))
         if not compared.failure_class:
+            if out.replay_limit is not None:  # the replay's memory is the harness's (`worker/room.py`)
+                return FailureClass.HARNESS_LIMIT, Evidence(
+                    message=out.replay_limit[:2000], op="replay", trial=t, input_set=s
+                )
             if out.replay is None:
                 return None
             return FailureClass.FORBIDDEN_CONSTRUCT, Evidence(

@@ -36,7 +36,13 @@ from kernelcraft.engine import box
 from kernelcraft.engine.checks import reach
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
-from kernelcraft.engine.host.memory import IDLE_REFERENCE_SHARE, TaskSize, host_available, refusal
+from kernelcraft.engine.host.memory import (
+    IDLE_REFERENCE_SHARE,
+    LimitOwner,
+    TaskSize,
+    host_available,
+    refusal,
+)
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import Parked, ReferencePool, reap, task_key
 from kernelcraft.engine.host.replies import (
@@ -45,6 +51,7 @@ from kernelcraft.engine.host.replies import (
     deadline_stop,
     death_stop,
     expect_candidate,
+    limited,
     memory_stop,
     raise_if_task_failed,
     read_candidate,
@@ -164,6 +171,8 @@ class JobWorkers:
         """What the candidate loads: the task, or its shrunk copy in the interpreter."""
         self.memory_limit: int | None = settings.memory_limit_bytes
         """The candidate's memory limit, sized to the task (`memory.py`)."""
+        self.device_bound = False
+        """Run alone, the candidate's limit is all the room the device has beside the reference."""
         self.limits: dict[int, int | None] = {}
         self.bounds = frame_bounds.starting()
         """What the job's workers' frames may carry, from the task's measured sizes (`wire/bounds.py`)."""
@@ -330,7 +339,9 @@ class JobWorkers:
         size = TaskSize.of(sized)
         index, ledger = self.device.index, self.device.memory
         if fresh:
-            ledger.learn(size, self.references.idle_bytes(index))
+            ledger.learn(
+                size, self.references.idle_bytes(index), others_in_flight=max(0, self.device.jobs - 1)
+            )
         self.held_when_idle = size.held_when_idle(kind)
         candidate = not self.spec.baseline_only  # a baseline job runs the reference alone
         waited, t = time.monotonic(), time.perf_counter()
@@ -348,6 +359,7 @@ class JobWorkers:
         if self.alone and not override:  # run again with room: what the device has beside the reference
             room = ledger.reserved.get(id(self), 0) - size.working_set(kind)
             self.memory_limit = max(self.memory_limit, min(room, host_available() // 2))
+            self.device_bound = self.memory_limit >= room
         if sized.shrunk_source is not None:
             self.task_source = sized.shrunk_source
             self.notes.append(shrink.describe(sized.shrunk, sized.shapes))
@@ -468,7 +480,7 @@ class JobWorkers:
             except asyncio.TimeoutError:
                 if candidate and limit and w.rss_bytes() > limit:
                     w.kill("memory")
-                    raise memory_stop(limit, ours=not self.settings.memory_limit_bytes) from None
+                    raise memory_stop(limit, owner=self.limit_owner) from None
                 continue
             if frame is None:
                 raise await self.died(w, candidate=candidate)
@@ -484,19 +496,33 @@ class JobWorkers:
 
     async def died(self, w: WorkerProcess, *, candidate: bool) -> Stop:
         await w.wait_exit(5)
-        return death_stop(
+        stop = death_stop(
             w,
             candidate=candidate,
             reading_candidate=self.ref_reading_candidate,
             task_name=self.spec.task_name,
         )
+        return limited(stop, self.limits.get(id(w)), self.limit_owner) if candidate else stop
 
     def read(self, frame: Frame, cls: type[R]) -> R:
         """The candidate's answer of type `cls` (`replies.read_candidate`)."""
-        return read_candidate(frame, cls)
+        try:
+            return read_candidate(frame, cls)
+        except Stop as stop:
+            raise limited(stop, self.memory_limit, self.limit_owner) from None
 
     def candidate_verdict(self, frame: Frame, expected: Msg) -> None:
-        expect_candidate(frame, expected)
+        try:
+            expect_candidate(frame, expected)
+        except Stop as stop:
+            raise limited(stop, self.memory_limit, self.limit_owner) from None
+
+    @property
+    def limit_owner(self) -> LimitOwner:
+        """Who set the candidate's memory limit (`memory.LimitOwner`)."""
+        if self.settings.memory_limit_bytes:
+            return "user"
+        return "device" if self.device_bound else "ours"
 
     def task_error(self, frame: Frame) -> None:
         raise_if_task_failed(frame, self.spec.task_name)

@@ -18,17 +18,21 @@ MemAvailable on the CPU) in its `Sized` message. From those figures:
   a workspace is not.
 - **The device's capacity** for our jobs is what it has free plus what our own jobs and kept
   reference workers hold (the estimates of them), at most `USABLE_FRACTION` of its total. A job
-  that needs more than that is refused up front (`TaskError`: exit 2, one line with the
-  figures). A job that fits the capacity but not what is free now waits: first the least
-  recently used kept reference workers are evicted, then it waits for running jobs to end.
+  that needs more than `USABLE_FRACTION` of the device is refused up front (`TaskError`: exit 2,
+  one line with the figures); so is one that needs more than the capacity measured with nothing
+  of ours on the device (no job in flight, none reserved, no kept reference). A job that fits
+  the idle device is never refused because other jobs hold memory: it waits (first the least
+  recently used kept reference workers are evicted, then it waits for running jobs to end), and
+  `level --jobs N` and `optimize` queue behind each other for memory that way.
 - **A job alone**: the estimates are estimates (cuDNN's workspaces, torch.compile's autotuning,
   the allocator's cache), so a job that ran out of memory while other jobs of ours held the
   device is run once more with the device to itself (`LocalEvaluator._run`): it reserves
   everything, waits for the running jobs to end, and no new job starts until it is done. So is
   a job whose candidate ran out of the limit sized here (not the user's `--memory-limit-gb`):
   run alone, the candidate may use the device's room beside the reference (at most half the
-  host's available RAM, which the watchdog holds it to as well). A limit of ours is never a
-  verdict; what the candidate does with all that room is.
+  host's available RAM, which the watchdog holds it to as well). A limit of ours is never the
+  candidate's failure: running out of one is `harness_limit` (`LimitOwner`, `replies.limited`);
+  running out of the device's whole room, or of the user's limit, is `runtime_out_of_memory`.
 - **A job's memory is ours until its processes are gone**: a killed worker frees the GPU's memory
   only when it exits, so the reservation is released after the reaping, not at the kill; a job
   that measures the device in between counts it as ours and waits, instead of being refused.
@@ -41,6 +45,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalResult
@@ -52,6 +57,10 @@ HEADROOM = 1.25
 PROCESS_OVERHEAD = {"cuda": int(0.75 * GIB), "cpu": int(0.5 * GIB)}
 MIN_CANDIDATE_LIMIT = 2 * GIB
 USABLE_FRACTION = 0.95
+LimitOwner = Literal["ours", "device", "user"]
+"""Who set the candidate's memory limit: the harness from the task's sizes, the device (all the
+room beside the reference, run alone), or the user (`--memory-limit-gb`). Running out of "ours"
+is a harness limit; of the others, the candidate's `runtime_out_of_memory`."""
 IDLE_REFERENCE_SHARE = 0.25
 """Kept (idle) reference workers hold at most this share of a device's memory."""
 
@@ -137,7 +146,7 @@ def ran_out(outcome: EvalResult | TaskError) -> bool:
     timing, or an unusable task whose reason is memory."""
     if isinstance(outcome, TaskError):
         return is_out_of_memory(str(outcome))
-    if outcome.failure_class is FailureClass.RUNTIME_OUT_OF_MEMORY:
+    if outcome.failure_class in (FailureClass.RUNTIME_OUT_OF_MEMORY, FailureClass.HARNESS_LIMIT):
         return True
     timed = [p for p in (outcome.profile, outcome.baseline) if p is not None and not p.available]
     return any(is_out_of_memory(p.message) for p in timed)
@@ -166,14 +175,18 @@ class MemoryLedger:
         """Jobs that held a reservation while another job did."""
         self._alone_waiting = 0
 
-    def learn(self, size: TaskSize, idle_bytes: int) -> int | None:
-        """The capacity for our jobs, from a fresh measurement of the device (None: unknown)."""
+    def learn(self, size: TaskSize, idle_bytes: int, others_in_flight: int = 0) -> int | None:
+        """The capacity for our jobs, from a fresh measurement of the device (None: unknown).
+        `others_in_flight`: other jobs submitted to this device, reserved or not yet (a job still
+        measuring its task, or whose processes are still going, can hold memory no reservation
+        shows); with any, the measurement is not of the device without us, so nothing is refused
+        on it but a job larger than the device: it waits for them instead."""
         if not size.device_total:
             return self.capacity
         ours = sum(self.reserved.values()) + idle_bytes
         self.usable = int(size.device_total * USABLE_FRACTION)
         self.capacity = min(self.usable, size.device_free + ours)
-        self.measured_alone = ours == 0
+        self.measured_alone = ours == 0 and others_in_flight == 0
         return self.capacity
 
     async def admit(

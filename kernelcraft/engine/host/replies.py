@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import Evidence
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.memory import LimitOwner
 from kernelcraft.engine.host.verdicts import evidence_from
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, Reply, TaskFailed, Verdict
@@ -57,6 +58,8 @@ def expect_candidate(frame: Frame, expected: Msg) -> None:
             cls = FailureClass(verdict.failure_class)
         except ValueError:
             cls = FailureClass.RUNTIME_CRASH
+        if cls is FailureClass.HARNESS_LIMIT:  # only the host says a limit of its own was reached
+            cls = FailureClass.RUNTIME_ERROR
         raise Stop(cls, evidence_from(verdict.evidence, "the candidate failed"))
     raise Stop(
         FailureClass.RUNTIME_CRASH,
@@ -107,23 +110,39 @@ def deadline_stop(*, candidate: bool, reading_candidate: bool, timeout_s: float,
     )
 
 
-def memory_stop(limit: int, *, ours: bool) -> Stop:
-    """The verdict on a candidate the memory watchdog killed; `ours`: the limit is the one the
-    harness sized to the task (the evaluator runs such a job again with all the room the device has
-    before this verdict stands), not the user's `--memory-limit-gb`."""
+def memory_stop(limit: int, *, owner: LimitOwner) -> Stop:
+    """The verdict on a candidate the memory watchdog killed. `owner` (`memory.LimitOwner`): a
+    limit the harness sized ("ours": a harness limit, never the candidate's failure; the evaluator
+    runs the job again alone with more before it stands), the device's whole room beside the
+    reference ("device"), or the user's `--memory-limit-gb` ("user")."""
+    figures = f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory"
+    if owner == "ours":
+        return Stop(
+            FailureClass.HARNESS_LIMIT,
+            Evidence(
+                message=f"harness limit: {figures}, the limit kernelcraft sized from the task; {NOT_THEIRS}"
+            ),
+        )
     whose = (
-        "the limit kernelcraft sets from the task's sizes (with the device's room beside the reference "
-        "once it ran out of a smaller one)"
-        if ours
-        else "the --memory-limit-gb limit"
+        "the room the device has beside the reference" if owner == "device" else "the --memory-limit-gb limit"
     )
-    return Stop(
-        FailureClass.RUNTIME_OUT_OF_MEMORY,
-        Evidence(
-            message=f"the candidate's process used more than {limit / 1024**3:.1f} GiB of memory ({whose}) "
-            "and was killed"
-        ),
+    return Stop(FailureClass.RUNTIME_OUT_OF_MEMORY, Evidence(message=f"{figures} ({whose}) and was killed"))
+
+
+NOT_THEIRS = "a limit kernelcraft set, not the candidate's failure (and not a pass)"
+
+
+def limited(stop: Stop, limit: int | None, owner: LimitOwner) -> Stop:
+    """The candidate's own out-of-memory verdict under a limit of ours is a harness limit, with
+    the figures; any other verdict stands."""
+    if stop.cls is not FailureClass.RUNTIME_OUT_OF_MEMORY or owner != "ours":
+        return stop
+    cap = f" ({limit / 1024**3:.2f} GiB, sized from the task)" if limit else ""
+    ev = stop.evidence
+    ev.message = (
+        f"harness limit: memory ran out under the cap kernelcraft set{cap}; {NOT_THEIRS}: {ev.message}"[:2000]
     )
+    return Stop(FailureClass.HARNESS_LIMIT, ev)
 
 
 def death_stop(w: Exited, *, candidate: bool, reading_candidate: bool, task_name: str) -> Stop:

@@ -159,6 +159,7 @@ HARNESS_MODULES = (
     "kernelcraft.engine.worker.main",
     "kernelcraft.engine.worker.common",
     "kernelcraft.engine.worker.candidate",
+    "kernelcraft.engine.worker.room",
     "kernelcraft.engine.wire.protocol",
     "kernelcraft.engine.wire.tensors",
     "kernelcraft.engine.wire.channel",

@@ -25,6 +25,8 @@ in a kernel's scalar arguments. Parameters are not copied: forward must not chan
 fingerprint is compared). The replay never writes a storage forward left behind: it works on
 copies, fresh buffers it frees after their last use, and compares its outputs with forward's a
 chunk at a time, so it needs about one more copy of the inputs and of forward's working set.
+Memory running out in the replay is the harness's limit, not the candidate's doing: `replay`
+raises `ReplayOutOfMemory` (the worker reports it as a harness limit, with the figures).
 
 Written by the evaluation engine only.
 """
@@ -38,7 +40,13 @@ from typing import Any
 
 import torch
 
+from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine.watch import storage
+
+
+class ReplayOutOfMemory(Exception):
+    """The replay ran out of memory: a limit of the harness's (its message: torch's, with figures)."""
+
 
 # Ops whose output holds values that came from the host, not from their tensor arguments.
 _FROM_HOST = frozenset({"lift_fresh", "lift_fresh_copy"})
@@ -211,6 +219,8 @@ class Tape:
             got = self._run(out_refs, sync)
             bad = [i for i, (g, e) in enumerate(zip(got, outputs, strict=True)) if not _same(g, e)]
         except Exception as e:  # noqa: BLE001 - what the replay of a candidate's forward raises is its failure
+            if isinstance(e, (torch.OutOfMemoryError, MemoryError)) or is_out_of_memory(str(e)):
+                raise ReplayOutOfMemory(f"{type(e).__name__}: {str(e)[:600]}") from e
             error, bad = f"{type(e).__name__}: {e}", list(range(len(outputs)))
         finally:
             _rng(rng).__enter__()

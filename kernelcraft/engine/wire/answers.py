@@ -188,6 +188,8 @@ class Outputs(Reply):
     replay: str | None = None
     """Why replaying the first run from its record did not give its outputs (replay.py), or None.
     It fails a trial whose outputs the reference finds right: a wrong output fails as itself."""
+    replay_limit: str | None = None
+    """The replay ran out of memory (`worker/room.py`): a harness limit, with the figures."""
 
 
 class Compiled(Reply):

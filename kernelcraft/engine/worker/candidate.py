@@ -43,6 +43,7 @@ from kernelcraft.engine.wire.protocol import (
     Warmup,
     parse_request,
 )
+from kernelcraft.engine.worker import room
 from kernelcraft.engine.worker.common import Worker, trim
 
 
@@ -69,6 +70,8 @@ class CandidateWorker(Worker):
         """PyTorch compute forward ran outside its kernels (recorded where the rule allows it)."""
         self.replayed: str | None = None
         """Why the last replayed run did not replay to its outputs (replay.py), or None."""
+        self.replay_limit: str | None = None
+        """The harness-limit verdict's words when the replay ran out of memory (`room.py`)."""
         self.sent: Any = None
         """The last outputs sent: kept alive until the next run (the reference reads them through
         CUDA IPC handles on a GPU)."""
@@ -187,7 +190,7 @@ class CandidateWorker(Worker):
                 x.numel() * x.element_size() for x in self.inputs if isinstance(x, torch.Tensor)
             ]
         outputs = []
-        self.replayed = None
+        self.replayed = self.replay_limit = None
         after: Any = None
         names: list[str] = []
         tf32 = sys.modules.get("kernelcraft.engine.watch.tf32")
@@ -226,6 +229,7 @@ class CandidateWorker(Worker):
                 kernels=names,
                 tf32_dots=dots,
                 replay=self.replayed,
+                replay_limit=self.replay_limit,
                 torch_ops=self.torch_ops,
             ),
             out_blobs,
@@ -304,8 +308,10 @@ class CandidateWorker(Worker):
         )
         stream = self.harness_stream
         rec = None
+        peak = room.ForwardPeak(torch, self.device)
         try:
             with (
+                peak,
                 torch.no_grad(),
                 intercept_launches(
                     execute=True, autotune="first" if self.job.interpret else "benchmark", tape=tape
@@ -345,7 +351,12 @@ class CandidateWorker(Worker):
             return None
         if tape is not None:
             outputs = [x for x in self.tensors.leaves(out) if isinstance(x, torch.Tensor)]
-            self.replayed = tape.replay(outputs, self.sync)
+            limit = self.job.memory_limit_bytes
+            try:
+                with room.replay_room(torch, self.device, limit, peak.peak):
+                    self.replayed = tape.replay(outputs, self.sync)
+            except replays.ReplayOutOfMemory as e:
+                self.replay_limit = room.limit_message(str(e), limit, peak.peak)
         return out, names
 
     def check_harness(self, when: str) -> bool:
