@@ -22,7 +22,7 @@ HARNESS = FailureClass.HARNESS_LIMIT
 
 
 def test_a_harness_limit_is_its_own_class_that_no_rule_is_learnt_from() -> None:
-    from kernelcraft.agent.runloop import learns_from
+    from kernelcraft.agent.loop.runloop import learns_from
 
     assert HARNESS.value == "harness_limit" and HARNESS.stage == "harness"
     assert HARNESS in NOT_THE_CANDIDATES
