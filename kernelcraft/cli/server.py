@@ -79,6 +79,12 @@ def register(sub: Subcommands) -> None:
         "--public-url", default=None, help="HTTP: the base URL clients use, if not http://HOST:PORT"
     )
     add_evaluator(p)
+    p.add_argument(
+        "--allow-partial-box",
+        action="store_true",
+        help="HTTP: serve even where the candidates' box is partial (the start-up check names what is "
+        "missing); without it, such a team server refuses to start",
+    )
     j = p.add_argument_group(
         "duplicate-rule judge",
         "a model that decides whether a proposed rule duplicates an existing one (AdaExplore's prompt); "
@@ -114,6 +120,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if dropped:
         logger.info("removed %s from the server's environment", ", ".join(dropped))
     check_database(settings.db_path)
+    check_box(settings, http=plan is not None, allow_partial=args.allow_partial_box)
     if plan is None:
         serve_stdio(settings, judge)
     else:
@@ -163,6 +170,39 @@ def check_database(path: Path) -> None:
         run(probe)
     except StoreError as e:
         raise UsageError(str(e)) from e
+
+
+PARTIAL_BOX_BANNER = "!" * 72
+
+
+def check_box(settings: Settings, *, http: bool, allow_partial: bool) -> None:
+    """Say at start-up, loudly, when a worker here would not get the whole box (`box/preflight.py`);
+    a team server (HTTP) then refuses to start unless told `--allow-partial-box`."""
+    if settings.evaluator == "ray":
+        logger.info(
+            "the candidates' box is the Ray nodes': each verdict's notes say what of it a node lacked"
+        )
+        return
+    import tempfile
+
+    from kernelcraft.engine.box import preflight
+    from kernelcraft.engine.host.pool import base_env, reachable
+    from kernelcraft.engine.host.prestart import gpu_count
+
+    kind, gpu, interpret = ("cuda", 0, False) if gpu_count("auto") else ("cpu", None, True)
+    with tempfile.TemporaryDirectory(prefix="kernelcraft-eval-") as scratch:
+        reachable(Path(scratch))
+        report = preflight.check(base_env(kind, gpu, interpret, lazy=True), Path(scratch), kind)
+    if report.complete:
+        logger.info(report.sentence())
+        return
+    logger.warning("\n%s\n%s\n%s", PARTIAL_BOX_BANNER, report.sentence(), PARTIAL_BOX_BANNER)
+    if http and not allow_partial:
+        raise UsageError(
+            f"{report.sentence()}. A team server runs every client's code in this box: make what it names "
+            "reachable (the server's Python and package readable by other users), or pass --allow-partial-box "
+            "to serve anyway"
+        )
 
 
 def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:

@@ -414,7 +414,17 @@ async def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_nee
     base = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(server_log, "wb") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "kernelcraft", "serve", "--transport", "http", "--port", str(port)]
+            [
+                sys.executable,
+                "-m",
+                "kernelcraft",
+                "serve",
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+                "--allow-partial-box",
+            ]
             + ["--db", str(server_db)],
             env={**base, "KERNELCRAFT_TOKENS": f"{token}=alice", "KERNELCRAFT_HOME": str(home / "server")},
             stdout=log,

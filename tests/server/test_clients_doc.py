@@ -168,7 +168,17 @@ async def serving(tmp_path: Path) -> AsyncIterator[str]:
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "kernelcraft", "serve", "--transport", "http", "--host", "127.0.0.1"]
+        [
+            sys.executable,
+            "-m",
+            "kernelcraft",
+            "serve",
+            "--transport",
+            "http",
+            "--host",
+            "127.0.0.1",
+            "--allow-partial-box",
+        ]
         + ["--port", str(port), "--tokens-file", str(tokens)],
         env=subprocess_env(tmp_path / "kernelcraft.db"),
         cwd=REPO,

@@ -547,7 +547,17 @@ def test_a_serving_http_server_keeps_no_token_in_its_environment_and_still_check
     env = subprocess_env(tmp_path / "k.db", KERNELCRAFT_TOKENS=f"{ALICE}=alice,{BOB}=bob")
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "kernelcraft", "serve", "--transport", "http", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "kernelcraft",
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--allow-partial-box",
+        ],
         env=env,
         cwd=REPO,
         stdout=log,

@@ -302,6 +302,7 @@ def test_serve_on_a_port_another_process_holds_fails_before_saying_it_serves(tmp
                 "--port",
                 str(port),
                 "--no-auth",
+                "--allow-partial-box",  # (this test is about the port, not the box)
             ],
             capture_output=True,
             text=True,

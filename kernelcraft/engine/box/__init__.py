@@ -89,6 +89,8 @@ DIR_ENV = "KERNELCRAFT_WORKER_DIR"
 """The worker's own directory (set by the pool): a worker that leaves root owns it."""
 REAPER_ENV = "KERNELCRAFT_WORKER_REAPER"
 """Set to "zygote" by a zygote that kills what its workers leave behind (zygote.py)."""
+WORKER_UMASK = 0o022
+"""Every worker's umask, whatever the server's (issue 39: 077 left the box partial)."""
 CANDIDATE_TASKS = 128
 """Processes and threads a candidate may start (Triton's GPU compile runs a few: ptxas, cc)."""
 
@@ -109,6 +111,8 @@ class _Box:
     host_pid: int | None = None
     reaped: bool = False
     """Forked by a zygote that kills the orphans a worker leaves (see zygote.py)."""
+    gaps: list[tuple[str, str]] = field(default_factory=list)
+    """What `confine` found missing, by part (`gaps()`)."""
 
 
 _box = _Box()
@@ -144,6 +148,10 @@ def start() -> None:
     if setting == "off" or _box.on:
         return
     _box.on = True
+    # Whatever umask started the server (077 after the docs' tokens-file step): what this
+    # process makes for itself (the mount points of its own view, its directory's files) must be
+    # readable by the identity it takes next, so the box is the same whoever started it.
+    os.umask(WORKER_UMASK)
     _box.reaped = os.environ.get(REAPER_ENV) == "zygote"
     if not sys.platform.startswith("linux"):
         _box.missing.update(userns="not Linux", netns="not Linux", pidns="not Linux")
@@ -218,8 +226,10 @@ def _why_not_nobody() -> str | None:
     workdir = os.environ.get(DIR_ENV)
     if not workdir or not os.path.isdir(workdir):
         return "no worker directory was named"
-    needed = [os.path.dirname(os.path.realpath(workdir)), *sandbox.python_dirs()]
-    needed += [p for p in sys.path if p and os.path.isdir(p)]
+    own = os.path.realpath(workdir)
+    needed = [os.path.dirname(own), *sandbox.python_dirs()]
+    # (its own directory, on sys.path where the worker was spawned with -m in it, becomes its own)
+    needed += [p for p in sys.path if p and os.path.isdir(p) and os.path.realpath(p) != own]
     for path in needed:
         closed = mounts.closed_to_others(os.path.realpath(path))
         if closed:
@@ -363,38 +373,53 @@ def _die(signum: int) -> NoReturn:
 def confine(workdir: str | Path) -> str | None:
     """Limit processes and apply Landlock (4-5 of the module docstring) for good, before the
     worker imports a client's code (task or candidate). Returns None when the whole box is in
-    force, else one line for the verdict's notes saying what is not."""
-    notes = []
+    force, else one line for the verdict's notes saying what is not (`gaps()` lists them by part)."""
+    notes = _box.gaps
+    notes.clear()
     m = _box.missing
     if not _box.on:
-        notes.append("no namespaces (the worker was started without the box)")
+        notes.append(("namespaces", "no namespaces (the worker was started without the box)"))
     if "identity" in m:
-        notes.append(f"it runs as root ({m['identity']})")
+        notes.append(("identity", f"it runs as root ({m['identity']})"))
     if "userns" in m:
         notes.append(
-            f"no user namespace ({m['userns']})"
-            + (": it keeps root's capabilities" if os.geteuid() == 0 else "")
+            (
+                "userns",
+                f"no user namespace ({m['userns']})"
+                + (": it keeps root's capabilities" if os.geteuid() == 0 else ""),
+            )
         )
     limit = _limit_processes()
     if limit:
-        notes.append(limit)
+        notes.append(("nproc", limit))
     in_force, problem = sandbox.restrict(sandbox.candidate_rules(str(workdir)))
     if problem:
         notes.append(
-            f"{problem}: it can read and write every file its user can, and other processes' environments"
+            (
+                "landlock",
+                f"{problem}: it can read and write every file its user can, and other processes' environments",
+            )
         )
     if "netns" in m or not _box.on:
         net = "only TCP is refused" if "tcp" in in_force else "it can reach the network"
-        notes.append(f"no network namespace ({m.get('netns', 'off')}): {net}")
+        notes.append(("netns", f"no network namespace ({m.get('netns', 'off')}): {net}"))
     if "pidns" in m:
         outlive = "" if _box.reaped else ": processes it starts can outlive the job"
-        notes.append(f"no PID namespace ({m['pidns']}){outlive}")
+        notes.append(("pidns", f"no PID namespace ({m['pidns']}){outlive}"))
     if "scopes" not in in_force:
-        notes.append("it can signal its user's processes")
+        notes.append(("scopes", "it can signal its user's processes"))
     sockets = seccomp.deny_sockets()
     if sockets:
-        notes.append(sockets)
-    return ("the candidate's box is partial: " + "; ".join(notes))[:1000] if notes else None
+        notes.append(("seccomp", sockets))
+    if not notes:
+        return None
+    return ("the candidate's box is partial: " + "; ".join(text for _part, text in notes))[:1000]
+
+
+def gaps() -> list[tuple[str, str]]:
+    """What of the box the last `confine` could not give: (part, sentence) each; the parts are
+    "namespaces", "identity", "userns", "nproc", "landlock", "netns", "pidns", "scopes", "seccomp"."""
+    return list(_box.gaps)
 
 
 def _limit_processes() -> str | None:
