@@ -69,6 +69,10 @@ class TargetCompileResult(BaseModel):
     error: str | None = None
     failure_class: FailureClass | None = None
     seconds: float | None = None
+    notes: list[str] = Field(
+        default_factory=list,
+        description="@triton.autotune configs dropped for lack of resources, as Triton's autotuner drops them.",
+    )
 
 
 class CompileResult(BaseModel):

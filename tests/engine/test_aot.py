@@ -245,3 +245,35 @@ def test_the_host_target_reads_registers_spills_and_shared_from_the_jit_compiled
     )
     bad = compile_host([record(True)])
     assert not bad.ok and bad.error and "PTX" in bad.error and bad.failure_class is not None
+
+
+def _tuned_matmul(k: Any, *blocks: tuple[int, int]) -> list[LaunchRecord]:
+    """The launches an autotuned matmul records, one per config: (BLOCK, num_stages) each."""
+    configs = [
+        triton.Config({"BLOCK_M": b, "BLOCK_N": b, "BLOCK_K": b}, num_stages=stages) for b, stages in blocks
+    ]
+    tuned = triton.autotune(configs=configs, key=["M"])(k.matmul_kernel)
+    a = torch.ones(128, 128, dtype=torch.float16)
+    c = torch.empty(128, 128, dtype=torch.float32)
+    with intercept_launches() as rec:
+        tuned[(1, 1)](a, a, c, 128, 128, 128, 128, 128, 128)
+    assert len(rec.records) == len(blocks)
+    return rec.records
+
+
+def test_an_autotune_config_over_the_shared_memory_limit_is_dropped_as_tritons_autotuner_drops_it(
+    k: Any,
+) -> None:
+    # The cookbook's attention did this for head sizes 65-128: one config over the limit failed
+    # the whole verdict, while Triton's autotuner times it as infinitely slow and runs the others.
+    (result,) = compile_for_targets(_tuned_matmul(k, (32, 2), (128, 3)), ["gfx942"])
+    assert result.ok and result.failure_class is None, result.error
+    (note,) = result.notes
+    assert "BLOCK_K=128" in note and "num_stages=3" in note and "dropped" in note
+    assert "shared memory" in note
+
+
+def test_an_autotuned_kernel_whose_every_config_is_over_the_limit_still_fails(k: Any) -> None:
+    (result,) = compile_for_targets(_tuned_matmul(k, (128, 3), (128, 4)), ["gfx942"])
+    assert not result.ok and result.failure_class is FailureClass.COMPILE_OUT_OF_SHARED_MEMORY
+    assert result.notes == []

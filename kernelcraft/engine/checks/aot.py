@@ -281,20 +281,71 @@ def cubin_resource_usage(cubin: bytes) -> dict[str, int]:
     raise KernelcraftError(f"cuobjdump printed no resource usage: {proc.stdout.strip()[:500]}")
 
 
+def _key(r: LaunchRecord) -> tuple[Any, ...]:
+    """A launch's specialisation: the same kernel, types, constexprs, warps and stages."""
+    la = r.launch
+    return (
+        id(r.jit_fn),
+        tuple(sorted(la.signature.items())),
+        tuple(sorted((k, repr(v)) for k, v in la.constexprs.items())),
+        la.num_warps,
+        la.num_stages,
+    )
+
+
 def _dedupe(records: Iterable[LaunchRecord]) -> list[LaunchRecord]:
     """One record per distinct specialisation (same kernel, types, constexprs, warps, stages)."""
     seen: dict[tuple[Any, ...], LaunchRecord] = {}
     for r in records:
-        la = r.launch
-        key = (
-            id(r.jit_fn),
-            tuple(sorted(la.signature.items())),
-            tuple(sorted((k, repr(v)) for k, v in la.constexprs.items())),
-            la.num_warps,
-            la.num_stages,
-        )
-        seen.setdefault(key, r)
+        seen.setdefault(_key(r), r)
     return list(seen.values())
+
+
+RESOURCE_CLASSES = frozenset(
+    {
+        FailureClass.COMPILE_OUT_OF_SHARED_MEMORY,
+        FailureClass.COMPILE_OUT_OF_REGISTERS,
+        FailureClass.RUNTIME_OUT_OF_RESOURCES,
+    }
+)
+"""What Triton's autotuner survives in one config (`OutOfResources`, ptxas's register errors):
+it times such a config as infinitely slow and runs the others."""
+
+
+def _autotune_groups(records: list[LaunchRecord]) -> list[set[tuple[Any, ...]]]:
+    """The specialisations of each autotuner call that had several configs (in record order, a
+    call's configs are consecutive, numbered from 0)."""
+    groups: list[set[tuple[Any, ...]]] = []
+    previous = None
+    for r in records:
+        if r.autotune_config is None or (r.autotune_configs or 0) < 2:
+            previous = None
+            continue
+        if r.autotune_config == 0 or previous != id(r.jit_fn):
+            groups.append(set())
+        previous = id(r.jit_fn)
+        groups[-1].add(_key(r))
+    return groups
+
+
+def _excused(
+    records: list[LaunchRecord], errors: dict[tuple[Any, ...], AotCompileError]
+) -> dict[tuple[Any, ...], str]:
+    """The failed specialisations Triton's autotuner would drop, with a note each: an autotune
+    config that failed for lack of resources, in calls where some config of the same call
+    compiled. A call whose every config failed is not excused: nothing would be left to run."""
+    excused: dict[tuple[Any, ...], str] = {}
+    blamed: set[tuple[Any, ...]] = set()
+    for group in _autotune_groups(records):
+        left = [k for k in group if k not in errors]
+        for k in group & errors.keys():
+            if errors[k].failure_class in RESOURCE_CLASSES and left:
+                excused[k] = (
+                    errors[k].error_text.strip().splitlines()[0][:300] if errors[k].error_text else ""
+                )
+            else:
+                blamed.add(k)
+    return {k: why for k, why in excused.items() if k not in blamed}
 
 
 def _try_compile(
@@ -310,19 +361,31 @@ def compile_for_targets(records: Iterable[LaunchRecord], targets: Iterable[str])
     """Compile every distinct recorded launch for every target: one `TargetCompileResult` each.
 
     A target fails when any of its kernels fails; the first failure's text and class are reported
-    and the remaining kernels of that target are still compiled (their infos are kept)."""
+    and the remaining kernels of that target are still compiled (their infos are kept). As
+    Triton's autotuner does, an `@triton.autotune` config that cannot compile for lack of
+    resources (shared memory, registers) is dropped with a note when another config of the same
+    call compiled (`_excused`); the target fails only when none is left."""
+    records = list(records)
     unique = _dedupe(records)
     results = []
     for target in targets:
         spec = target_spec(target)
         start = time.perf_counter()
         kernels: list[KernelCompileInfo] = []
-        first_error: AotCompileError | None = None
+        errors: dict[tuple[Any, ...], AotCompileError] = {}
         for r in unique:
             info, error = _try_compile(r, spec.name)
             if info is not None:
                 kernels.append(info)
-            first_error = first_error or error
+            if error is not None:
+                errors[_key(r)] = error
+        excused = _excused(records, errors)
+        first_error = next((e for k, e in errors.items() if k not in excused), None)
+        notes = [
+            f"{errors[k].kernel}: an @triton.autotune config ({_constexprs(k)}) does not fit {spec.name} "
+            f"and is dropped, as Triton's autotuner drops it; the other configs run ({why})"
+            for k, why in excused.items()
+        ]
         results.append(
             TargetCompileResult(
                 target=spec.name,
@@ -333,9 +396,16 @@ def compile_for_targets(records: Iterable[LaunchRecord], targets: Iterable[str])
                 failure_class=(first_error.failure_class if first_error else None)
                 or (None if unique else FailureClass.NO_TRITON_LAUNCH),
                 seconds=round(time.perf_counter() - start, 3),
+                notes=[n[:600] for n in notes[:16]],
             )
         )
     return results
+
+
+def _constexprs(key: tuple[Any, ...]) -> str:
+    """A specialisation's constexprs, warps and stages, as the note names a config."""
+    values = [f"{k}={v}" for k, v in key[2]]
+    return ", ".join([*values, f"num_warps={key[3]}", f"num_stages={key[4]}"])
 
 
 def _host_kernel_info(record: LaunchRecord) -> KernelCompileInfo:
@@ -374,16 +444,26 @@ def _try_host(record: LaunchRecord) -> tuple[KernelCompileInfo | None, AotCompil
 
 def compile_host(records: Iterable[LaunchRecord]) -> TargetCompileResult:
     """The real JIT compile of every distinct recorded launch on this process's GPU, as the
-    `TargetCompileResult` with target "host" (CUDA workers only; the kernels do not run)."""
+    `TargetCompileResult` with target "host" (CUDA workers only; the kernels do not run). An
+    autotune config out of resources is dropped with a note, as in `compile_for_targets`."""
+    records = list(records)
     unique = _dedupe(records)
     start = time.perf_counter()
     kernels: list[KernelCompileInfo] = []
-    first_error: AotCompileError | None = None
+    errors: dict[tuple[Any, ...], AotCompileError] = {}
     for r in unique:
         info, error = _try_host(r)
         if info is not None:
             kernels.append(info)
-        first_error = first_error or error
+        if error is not None:
+            errors[_key(r)] = error
+    excused = _excused(records, errors)
+    first_error = next((e for k, e in errors.items() if k not in excused), None)
+    notes = [
+        f"{errors[k].kernel}: an @triton.autotune config ({_constexprs(k)}) does not fit this GPU and is "
+        f"dropped, as Triton's autotuner drops it ({why})"
+        for k, why in excused.items()
+    ]
     return TargetCompileResult(
         target="host",
         ok=first_error is None and bool(unique),
@@ -393,4 +473,5 @@ def compile_host(records: Iterable[LaunchRecord]) -> TargetCompileResult:
         failure_class=(first_error.failure_class if first_error else None)
         or (None if unique else FailureClass.NO_TRITON_LAUNCH),
         seconds=round(time.perf_counter() - start, 3),
+        notes=[n[:600] for n in notes[:16]],
     )

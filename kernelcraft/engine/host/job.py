@@ -28,7 +28,7 @@ from kernelcraft.base.evaluation import (
 )
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.kernelwords import compiled_words
-from kernelcraft.engine.checks import perturb, scaled
+from kernelcraft.engine.checks import autotune, perturb, scaled
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.jobtiming import JobTiming
@@ -86,6 +86,8 @@ class Job:
         self.kernels: list[str] = []
         self.tolerance: str | None = None
         self.tf32_dots = 0
+        self.autotune = autotune.Coverage()
+        """The interpreter's @triton.autotune configs and which the trials ran."""
         self.torch_ops: list[str] = []
         """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
         """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
@@ -228,6 +230,8 @@ class Job:
             t = time.perf_counter()
             compiled = await self.compile_stage([target])
             self.workers.stage("gpu_check", t)
+        if compiled is not None:  # autotune configs dropped for lack of resources (`aot.py`)
+            verify.notes.extend(n for t in compiled.targets if t.target == target for n in t.notes)
         if compiled is None or compiled.ok or compiled.failure_class is None:
             return
         if not compiled.failure_class.value.startswith("compile_"):
@@ -312,10 +316,18 @@ class Job:
                         0.1 + 0.8 * done / total, f"trial {done + 1} of {total}{where}"
                     )
                     async with self.workers.gpu_lock(exclusive=alone_first and done == 0):
-                        failed = await self.trial(cand, s, t)
+                        failed = await self.trial(cand, s, t, pick=done)
                     if failed is not None:
                         return self.verified(cand, done, *failed)
                     done += 1
+            # The interpreter runs one @triton.autotune config a trial: the configs left get one
+            # more trial each (`checks/autotune.py`).
+            for pick in self.autotune.picks_left(total) if self.workers.interpret else ():
+                await self.workers.progress(0.86, f"autotune config trial {pick + 1 - total}")
+                async with self.workers.gpu_lock(exclusive=False):
+                    failed = await self.trial(cand, 0, self.spec.trials + pick - total, pick=pick)
+                if failed is not None:
+                    return self.verified(cand, done, *failed)
             if self.spec.correctness == "kernelcraft":  # AdaExplore's rule has no knockout
                 await self.workers.progress(0.88, "knockout: forward without its kernels")
                 async with self.workers.gpu_lock(exclusive=False):
@@ -326,7 +338,7 @@ class Job:
             if stop.evidence.trial is None:
                 stop.evidence.trial = done % self.spec.trials
             return self.verified(cand, done, stop.cls, stop.evidence)
-        notes = list(self.workers.notes)
+        notes = [*self.workers.notes, *self.autotune.notes()]
         if self.workers.interpret:
             tf32 = (
                 f" (its {self.tf32_dots} fp32 tl.dot call(s) were rounded to TF32, as on a GPU)"
@@ -345,14 +357,19 @@ class Job:
         await self.workers.progress(0.9, "verified")
         return self.verified(cand, done, None, None, notes=notes)
 
-    async def trial(self, cand: WorkerProcess, s: int, t: int) -> tuple[FailureClass, Evidence] | None:
+    async def trial(
+        self, cand: WorkerProcess, s: int, t: int, *, pick: int = 0
+    ) -> tuple[FailureClass, Evidence] | None:
         """One trial on input set `s`: the candidate runs (twice on the first, for determinism),
-        the reference compares. The failure, if the outputs differ."""
+        the reference compares. The failure, if the outputs differ. `pick`: the interpreter's
+        `@triton.autotune` config (`checks/autotune.py`)."""
         small = scaled.is_scaled_trial(s, t, self.spec.trials)
         made, blobs = await self.workers.inputs(s, scaled.SCALE if small else None)
-        await cand.send(Run(inputs=made.inputs, determinism=s == 0 and t == 0).to_header(), blobs)
+        run = Run(inputs=made.inputs, determinism=s == 0 and t == 0, autotune_pick=pick)
+        await cand.send(run.to_header(), blobs)
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
+        configs = self.autotune.add(out.autotune)
         self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
         compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
         self.tolerance = compared.tolerance or self.tolerance
@@ -373,6 +390,8 @@ class Job:
             ev.message = f"{ev.message}. {TF32_HINT.format(n=out.tf32_dots)}"
         if small:
             ev.message = f"{ev.message} ({scaled.NOTE})"
+        if configs:
+            ev.message = f"{ev.message} (with @triton.autotune {configs})"[:4000]
         ev.trial, ev.input_set = t, s
         return FailureClass(compared.failure_class), ev
 

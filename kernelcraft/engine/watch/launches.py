@@ -50,6 +50,15 @@ LaunchCallback = Callable[["LaunchRecord"], None]
 AutotuneMode = Literal["benchmark", "first"]
 
 
+@dataclass(frozen=True)
+class AutotuneRan:
+    """One `@triton.autotune` kernel in the interpreter: the config index that ran, and every
+    config left after pruning (as `str(triton.Config)` gives them)."""
+
+    index: int
+    configs: tuple[str, ...]
+
+
 @dataclass
 class LaunchRecorder:
     """What `intercept_launches` yields. Read it after (or during) the `with` block."""
@@ -66,6 +75,11 @@ class LaunchRecorder:
     """Launches refused for their hooks (kept here too: a candidate may swallow the error)."""
     tape: Any = None
     """When executing: a `replay.Tape` each launch that runs is written to, or None."""
+    autotune_pick: int = 0
+    """autotune="first": which pruned config runs, modulo their number (a trial's index: over the
+    trials every config runs, `checks/autotune.py`)."""
+    autotune_ran: dict[str, AutotuneRan] = field(default_factory=dict)
+    """autotune="first": per autotuned kernel, the config that ran and all the pruned configs."""
 
     @property
     def launches(self) -> list[KernelLaunch]:
@@ -139,6 +153,7 @@ def intercept_launches(
     on_launch: LaunchCallback | None = None,
     autotune: AutotuneMode = "benchmark",
     tape: Any = None,
+    autotune_pick: int = 0,
 ) -> Iterator[LaunchRecorder]:
     """Record every Triton launch made inside the block.
 
@@ -150,8 +165,10 @@ def intercept_launches(
     true while one runs. `on_launch` is called with each record before the kernel runs.
 
     autotune (execute=True only): "benchmark" lets `@triton.autotune` time its configs as usual
-    (needs a GPU); "first" runs the first config left after pruning, without timing: use it in the
-    CPU interpreter, where an autotuner with several configs otherwise fails ("0 active drivers").
+    (needs a GPU); "first" runs one config left after pruning, without timing: the one at
+    `autotune_pick` modulo their number (the first by default). Use it in the CPU interpreter,
+    where an autotuner with several configs otherwise fails ("0 active drivers"); the trials pick
+    a different config each, so every config is checked (`checks/autotune.py`).
     """
     global _active
     t = triton_parts()
@@ -159,7 +176,9 @@ def intercept_launches(
     with _lock:
         if _active is not None:
             raise RuntimeError("intercept_launches is already active in this process; it is not re-entrant")
-        recorder = LaunchRecorder(execute=execute, on_launch=on_launch, autotune=autotune, tape=tape)
+        recorder = LaunchRecorder(
+            execute=execute, on_launch=on_launch, autotune=autotune, tape=tape, autotune_pick=autotune_pick
+        )
         _active = recorder
         _patch(t)
     try:
@@ -297,9 +316,11 @@ def _autotuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             with _inside():
                 configs = list(self.prune_configs(kwargs)) if len(self.configs) > 1 else list(self.configs)
-            config = configs[0]
+            index = recorder.autotune_pick % len(configs)
+            config = configs[index]
+            recorder.autotune_ran[kernel_name(self.fn)] = AutotuneRan(index, tuple(str(c) for c in configs))
             self.best_config = config
-            with _autotune_mark(0, len(configs)):
+            with _autotune_mark(index, len(configs)):
                 with _inside():
                     if config.pre_hook is not None:
                         config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})

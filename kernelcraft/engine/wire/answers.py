@@ -188,6 +188,9 @@ class Outputs(Reply):
     replay: str | None = None
     """Why replaying the first run from its record did not give its outputs (replay.py), or None.
     It fails a trial whose outputs the reference finds right: a wrong output fails as itself."""
+    autotune: list[dict[str, Any]] = Field(default_factory=list)
+    """In the interpreter: per `@triton.autotune` kernel, {"kernel", "index", "configs"}: the config
+    that ran (its index among the pruned configs) and all of them (`checks/autotune.py`)."""
     replay_limit: str | None = None
     """The replay ran out of memory (`worker/room.py`): a harness limit, with the figures."""
 

@@ -108,6 +108,8 @@ class Run(Request):
     TAG = Op.RUN
     inputs: Any
     determinism: bool = False
+    autotune_pick: int = Field(default=0, ge=0, le=1 << 20)
+    """In the interpreter: which `@triton.autotune` config runs, modulo their number (`checks/autotune.py`)."""
 
 
 class Compile(Request):

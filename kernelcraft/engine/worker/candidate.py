@@ -70,6 +70,8 @@ class CandidateWorker(Worker):
         """PyTorch compute forward ran outside its kernels (recorded where the rule allows it)."""
         self.replayed: str | None = None
         """Why the last replayed run did not replay to its outputs (replay.py), or None."""
+        self.autotune_ran: list[dict[str, Any]] = []
+        """The last call's `@triton.autotune` configs in the interpreter (`Outputs.autotune`)."""
         self.replay_limit: str | None = None
         """The harness-limit verdict's words when the replay ran out of memory (`room.py`)."""
         self.sent: Any = None
@@ -199,7 +201,7 @@ class CandidateWorker(Worker):
             call_inputs = self._map(self.inputs, lambda t: t.clone())
             # The first run is replayed from its record (replay.py); the determinism re-run must
             # then match it.
-            result = self.call(call_inputs, value, replay=run == 0)
+            result = self.call(call_inputs, value, replay=run == 0, autotune_pick=req.autotune_pick)
             if result is None:
                 return False
             out, names = result
@@ -230,6 +232,7 @@ class CandidateWorker(Worker):
                 tf32_dots=dots,
                 replay=self.replayed,
                 replay_limit=self.replay_limit,
+                autotune=self.autotune_ran,
                 torch_ops=self.torch_ops,
             ),
             out_blobs,
@@ -285,7 +288,9 @@ class CandidateWorker(Worker):
         self.sync()
         del bufs
 
-    def call(self, inputs: list[Any], value: float, replay: bool = False) -> tuple[Any, list[str]] | None:
+    def call(
+        self, inputs: list[Any], value: float, replay: bool = False, autotune_pick: int = 0
+    ) -> tuple[Any, list[str]] | None:
         """forward(*inputs) over memory poisoned with `value`, ops recorded and launches counted
         (and, with `replay`, forward replayed from that record: `replay.py`): the outputs and the
         kernels launched, or None when it failed (reported)."""
@@ -314,7 +319,10 @@ class CandidateWorker(Worker):
                 peak,
                 torch.no_grad(),
                 intercept_launches(
-                    execute=True, autotune="first" if self.job.interpret else "benchmark", tape=tape
+                    execute=True,
+                    autotune="first" if self.job.interpret else "benchmark",
+                    tape=tape,
+                    autotune_pick=autotune_pick,
                 ) as rec,
                 recorder,
             ):
@@ -334,6 +342,9 @@ class CandidateWorker(Worker):
             )
             return None
         names = list(dict.fromkeys([r.launch.name for r in rec.records]))
+        self.autotune_ran = [
+            {"kernel": k, "index": a.index, "configs": list(a.configs)} for k, a in rec.autotune_ran.items()
+        ]
         if recorder.fallbacks and self.job.correctness == "adaexplore":
             self.torch_ops = list(dict.fromkeys([*self.torch_ops, *recorder.fallbacks]))
         elif recorder.fallbacks:
