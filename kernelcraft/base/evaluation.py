@@ -33,6 +33,13 @@ class Evidence(BaseModel):
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     relative_l2_error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
+    error_over_tolerance: float | None = Field(
+        default=None, description="The worst element's |out - ref| / (atol + rtol|ref|); > 1 fails."
+    )
+    input_seed: int | None = Field(
+        default=None,
+        description="The failing trial's inputs: torch.manual_seed(input_seed); get_inputs().",
+    )
     op: str | None = Field(default=None, description="The op that fell back, or the forbidden construct.")
     line: int | None = None
 

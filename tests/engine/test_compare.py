@@ -85,3 +85,34 @@ def test_a_write_into_an_input_is_found_in_any_chunk(monkeypatch: pytest.MonkeyP
     after[5, 4] = 123.0
     ev = compare.inputs_changed([before], [after])
     assert ev is not None and ev.first_mismatch_index == [5, 4] and ev.actual == 123.0
+
+
+def test_a_mismatch_names_its_worst_element_with_both_values_and_its_error_over_tolerance() -> None:
+    _, ref, far = _cases()[1]
+    verdict = compare.compare_one(ref, far)
+    assert verdict is not None
+    ev = verdict[1]
+    tol = 1e-4 + 1e-4 * abs(float(ref[4, 2]))
+    assert ev.error_over_tolerance == pytest.approx(2.0 / tol, rel=1e-3)
+    assert f"at [4, 2]: expected {float(ref[4, 2]):.6g}, got {float(far[4, 2]):.6g}" in ev.message
+
+
+def test_a_pass_reports_its_margin_and_one_within_2x_of_the_tolerance_says_so() -> None:
+    from kernelcraft.engine.checks.margins import Worst
+
+    ref = torch.ones(4, 8)
+    out = ref.clone()
+    out[1, 3] += 0.6 * 2e-4  # 0.6 of atol + rtol * |1|
+    margins: list[compare.Margin] = []
+    assert compare.compare_outputs([ref], [out], margins=margins) is None
+    (m,) = margins
+    assert m.ratio == pytest.approx(0.6, rel=1e-3) and m.index == [1, 3]
+    worst = Worst()
+    worst.add({"ratio": 0.1, "l2_ratio": 0.0, "text": "fine"}, done=0)
+    worst.add({"ratio": m.ratio, "l2_ratio": m.l2_ratio, "text": m.text()}, done=3)
+    worst.add({"ratio": "nonsense"}, done=4)
+    (note,) = worst.notes()
+    assert note.startswith("near the tolerance") and "at [1, 3]" in note and "(trial 4)" in note
+    calm = Worst()
+    calm.add({"ratio": 0.1, "l2_ratio": 0.2, "text": "worst error 0.1x"}, done=0)
+    assert calm.notes() == ["margin: worst error 0.1x (trial 1)"]

@@ -19,10 +19,16 @@ skipped only when the reference is exactly zero. Tolerance follows the output's 
 KernelBench's `get_tolerance_for_precision` and robust-kbench do (fp32 1e-4, fp16/bf16 1e-2):
 float64 is held tighter than float32, so an fp64 task computed in fp32 fails. The verdict says
 which tolerances it applied (`describe`).
+
+Every float comparison also measures its margin (`Margin`): the worst element's error over its
+tolerance, |out - ref| / (atol + rtol * |ref|) (at most 1 on a pass), where it is and its two
+values, and the relative L2 error over its limit. A failure's message names the worst element;
+a pass reports the margin so that a verdict near the edge says so (`job.py`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -67,6 +73,35 @@ def describe(ref: Any, rule: str = "kernelcraft") -> str:
     return "; ".join(parts)
 
 
+@dataclass
+class Margin:
+    """How close one float output came to its tolerance."""
+
+    ratio: float
+    """The worst element's |out - ref| / (atol + rtol * |ref|): at most 1 passes."""
+    index: list[int]
+    expected: float
+    actual: float
+    l2_ratio: float
+    """The relative L2 error over its limit (0 without a limit)."""
+    output: int = 0
+
+    def text(self) -> str:
+        where = f"output {self.output}" if self.output else "the output"
+        if self.ratio == 0 and self.l2_ratio == 0:
+            return f"{where} equals the reference's exactly"
+        at = f"output {self.output} at {self.index}" if self.output else f"at {self.index}"
+        l2 = f"; relative L2 {_times(self.l2_ratio)} its limit" if self.l2_ratio else ""
+        return (
+            f"worst error {_times(self.ratio)} the tolerance, {at}: expected {self.expected:.6g}, "
+            f"got {self.actual:.6g}{l2}"
+        )
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.2g}x"
+
+
 def _index(flat_index: int, shape: torch.Size) -> list[int]:
     out = []
     for n in reversed(shape):
@@ -75,15 +110,23 @@ def _index(flat_index: int, shape: torch.Size) -> list[int]:
     return list(reversed(out))
 
 
-def compare_outputs(ref: Any, out: Any, rule: str = "kernelcraft") -> Verdict | None:
-    """None when `out` matches `ref`; otherwise the failure class and its evidence."""
+def compare_outputs(
+    ref: Any, out: Any, rule: str = "kernelcraft", margins: list[Margin] | None = None
+) -> Verdict | None:
+    """None when `out` matches `ref`; otherwise the failure class and its evidence. `margins`
+    gets each float output's margin compared (`Margin`)."""
     ref_leaves, out_leaves = leaves(ref), leaves(out)
     if len(ref_leaves) != len(out_leaves):
         return FailureClass.WRONG_SHAPE, Evidence(
             message=f"forward returned {len(out_leaves)} outputs; the reference returns {len(ref_leaves)}"
         )
     for i, (r, o) in enumerate(zip(ref_leaves, out_leaves, strict=True)):
-        verdict = compare_one(r, o, rule)
+        found: list[Margin] = []
+        verdict = compare_one(r, o, rule, found)
+        for m in found:
+            m.output = i
+        if margins is not None:
+            margins.extend(found)
         if verdict is not None:
             cls, ev = verdict
             ev.output_index = i
@@ -91,7 +134,9 @@ def compare_outputs(ref: Any, out: Any, rule: str = "kernelcraft") -> Verdict | 
     return None
 
 
-def compare_one(ref: Any, out: Any, rule: str = "kernelcraft") -> Verdict | None:
+def compare_one(
+    ref: Any, out: Any, rule: str = "kernelcraft", margins: list[Margin] | None = None
+) -> Verdict | None:
     if not isinstance(ref, torch.Tensor):
         if isinstance(out, torch.Tensor) or out != ref:
             return FailureClass.NUMERICAL_MISMATCH, Evidence(
@@ -114,7 +159,7 @@ def compare_one(ref: Any, out: Any, rule: str = "kernelcraft") -> Verdict | None
         return None
     if not (ref.dtype.is_floating_point or ref.dtype.is_complex):
         return _compare_exact(ref, out)
-    return _compare_close(ref, out, rule)
+    return _compare_close(ref, out, rule, margins)
 
 
 CHUNK = 1 << 24
@@ -164,13 +209,24 @@ class _Close:
         self.max_abs = 0.0
         self.at_max_abs: tuple[int, float, float] = (0, 0.0, 0.0)
         self.max_rel = 0.0
+        self.max_ratio = 0.0
+        self.at_max_ratio: tuple[int, float, float] = (0, 0.0, 0.0)
 
 
-def _compare_close(ref: torch.Tensor, out: torch.Tensor, rule: str = "kernelcraft") -> Verdict | None:
+def _compare_close(
+    ref: torch.Tensor, out: torch.Tensor, rule: str = "kernelcraft", margins: list[Margin] | None = None
+) -> Verdict | None:
     tol, l2_limit = tolerances(ref.dtype, rule)
     acc = _Close()
     for start, rc, oc in _chunks(ref, out):
         _accumulate(acc, start, rc.to(torch.float64), oc.to(torch.float64), tol)
+    k, expected, actual = acc.at_max_ratio
+    ref_norm = acc.ref_sq**0.5
+    rel_l2 = acc.err_sq**0.5 / ref_norm if ref_norm > 0 else 0.0
+    l2_ratio = rel_l2 / l2_limit if l2_limit not in (0.0, float("inf")) else 0.0
+    margin = Margin(acc.max_ratio, _index(k, ref.shape), expected, actual, l2_ratio)
+    if margins is not None and acc.first_nonfinite is None:
+        margins.append(margin)
     if acc.first_nonfinite is not None:
         k, expected, actual = acc.first_nonfinite
         return FailureClass.NAN_OR_INF, Evidence(
@@ -179,12 +235,12 @@ def _compare_close(ref: torch.Tensor, out: torch.Tensor, rule: str = "kernelcraf
             expected=expected,
             actual=actual,
         )
-    ref_norm = acc.ref_sq**0.5
-    rel_l2 = acc.err_sq**0.5 / ref_norm if ref_norm > 0 else 0.0
     if acc.first_bad is not None:
         k, expected, actual = acc.first_bad
         return FailureClass.NUMERICAL_MISMATCH, Evidence(
-            message=f"{acc.bad} of {ref.numel()} output values differ beyond atol=rtol={tol:g}",
+            message=f"{acc.bad} of {ref.numel()} output values differ beyond atol=rtol={tol:g}; "
+            f"{margin.text()}",
+            error_over_tolerance=margin.ratio,
             first_mismatch_index=_index(k, ref.shape),
             expected=expected,
             actual=actual,
@@ -197,6 +253,7 @@ def _compare_close(ref: torch.Tensor, out: torch.Tensor, rule: str = "kernelcraf
         return FailureClass.NUMERICAL_MISMATCH, Evidence(
             message=f"relative L2 error {rel_l2:.3g} exceeds {l2_limit:g} (every element is within atol, "
             "but the output does not follow the reference; near-zero outputs need the right values too)",
+            error_over_tolerance=max(margin.ratio, l2_ratio),
             first_mismatch_index=_index(k, ref.shape),
             expected=expected,
             actual=actual,
@@ -234,6 +291,12 @@ def _accumulate(acc: _Close, start: int, r: torch.Tensor, o: torch.Tensor, tol: 
         acc.max_abs, acc.at_max_abs = float(chunk_max), (start + j, float(r[j]), float(o[j]))
     rel = (diff / r.abs().clamp_min(1e-12)).masked_fill(~r_finite, 0)
     acc.max_rel = max(acc.max_rel, float(rel.max()))
+    ratio = diff / (tol + tol * r.abs().masked_fill(~r_finite, 0))
+    ratio = ratio.masked_fill(nonfinite_mismatch, float("inf"))
+    chunk_ratio, ratio_arg = ratio.max(dim=0)
+    if float(chunk_ratio) > acc.max_ratio or start == 0:
+        j = int(ratio_arg)
+        acc.max_ratio, acc.at_max_ratio = float(chunk_ratio), (start + j, float(r[j]), float(o[j]))
 
 
 def inputs_changed(before: list[Any], after: list[Any]) -> Evidence | None:

@@ -28,7 +28,7 @@ from kernelcraft.base.evaluation import (
 )
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.kernelwords import compiled_words
-from kernelcraft.engine.checks import autotune, perturb, scaled
+from kernelcraft.engine.checks import autotune, margins, perturb, scaled
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.jobtiming import JobTiming
@@ -86,6 +86,8 @@ class Job:
         self.kernels: list[str] = []
         self.tolerance: str | None = None
         self.tf32_dots = 0
+        self.margin = margins.Worst()
+        """The worst margin the passing trials had (`checks/margins.py`)."""
         self.autotune = autotune.Coverage()
         """The interpreter's @triton.autotune configs and which the trials ran."""
         self.torch_ops: list[str] = []
@@ -338,7 +340,7 @@ class Job:
             if stop.evidence.trial is None:
                 stop.evidence.trial = done % self.spec.trials
             return self.verified(cand, done, stop.cls, stop.evidence)
-        notes = [*self.workers.notes, *self.autotune.notes()]
+        notes = [*self.workers.notes, *self.autotune.notes(), *self.margin.notes()]
         if self.workers.interpret:
             tf32 = (
                 f" (its {self.tf32_dots} fp32 tl.dot call(s) were rounded to TF32, as on a GPU)"
@@ -371,8 +373,10 @@ class Job:
         out = self.workers.read(frame, Outputs)
         configs = self.autotune.add(out.autotune)
         self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
+        seed = self.workers.input_seed
         compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
         self.tolerance = compared.tolerance or self.tolerance
+        self.margin.add(compared.margin, done=pick)
         self.tf32_dots += out.tf32_dots
         self.torch_ops = list(dict.fromkeys([*self.torch_ops, *out.torch_ops]))
         if not compared.failure_class:
@@ -392,7 +396,7 @@ class Job:
             ev.message = f"{ev.message} ({scaled.NOTE})"
         if configs:
             ev.message = f"{ev.message} (with @triton.autotune {configs})"[:4000]
-        ev.trial, ev.input_set = t, s
+        ev.trial, ev.input_set, ev.input_seed = t, s, seed
         return FailureClass(compared.failure_class), ev
 
     async def compare(self, request: Compare, frame: Frame) -> Compared:

@@ -171,6 +171,8 @@ class JobWorkers:
         """What the candidate loads: the task, or its shrunk copy in the interpreter."""
         self.memory_limit: int | None = settings.memory_limit_bytes
         """The candidate's memory limit, sized to the task (`memory.py`)."""
+        self.input_seed: int | None = None
+        """The seed of the last inputs drawn (`inputs`)."""
         self.device_bound = False
         """Run alone, the candidate's limit is all the room the device has beside the reference."""
         self.limits: dict[int, int | None] = {}
@@ -549,7 +551,8 @@ class JobWorkers:
         """New inputs of one trial from the reference (a secret seed; floating-point inputs times
         `scale`, the small-magnitude trial): the message and its blobs."""
         said = {"scale": scale} if scale is not None else {}
-        frame = await self.ask_ref(MakeInputs(input_set=input_set, seed=secrets.randbits(62), **said))
+        self.input_seed = secrets.randbits(62)  # the verdict's evidence names it (a replay by hand)
+        frame = await self.ask_ref(MakeInputs(input_set=input_set, seed=self.input_seed, **said))
         self.task_error(frame)
         self.ref_has_inputs = True
         return InputsMade.from_header(frame.header), frame.blobs

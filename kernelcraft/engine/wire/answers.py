@@ -101,6 +101,8 @@ class Compared(Reply):
     error: str | None = None
     tolerance: str | None = None
     """The tolerances applied, by output dtype (`compare.describe`)."""
+    margin: dict[str, Any] | None = None
+    """On a pass: the worst float output's margin ({"ratio", "l2_ratio", "text"}: `compare.Margin`)."""
 
 
 class RooflineCounted(Reply):

@@ -233,7 +233,7 @@ class ReferenceWorker(Worker):
     def compare(self, req: Compare, blobs: list[bytes]) -> Compared:
         from kernelcraft.base.evaluation import Evidence
         from kernelcraft.base.failures import FailureClass
-        from kernelcraft.engine.checks.compare import compare_outputs, describe, inputs_changed
+        from kernelcraft.engine.checks.compare import Margin, compare_outputs, describe, inputs_changed
 
         try:
             runs = [self.unpack_cloned(rec, blobs) for rec in req.outputs]
@@ -250,8 +250,9 @@ class ReferenceWorker(Worker):
         assert self.job is not None
         rule = self.job.correctness
         tolerance = describe(self.ref_out, rule)
+        margins: list[Margin] = []
         for i, out in enumerate(runs):
-            verdict = compare_outputs(self.ref_out, out, rule)
+            verdict = compare_outputs(self.ref_out, out, rule, margins)
             if verdict is not None:
                 cls, ev = verdict
                 if i > 0:
@@ -264,7 +265,13 @@ class ReferenceWorker(Worker):
         changed = inputs_changed(self.private_inputs, list(after))
         if changed is not None:
             return Compared(failure_class=FailureClass.INPUTS_MUTATED.value, evidence=changed.model_dump())
-        return Compared(failure_class=None, tolerance=tolerance)
+        worst = max(margins, key=lambda m: max(m.ratio, m.l2_ratio), default=None)
+        margin = (
+            None
+            if worst is None
+            else {"ratio": worst.ratio, "l2_ratio": worst.l2_ratio, "text": worst.text()}
+        )
+        return Compared(failure_class=None, tolerance=tolerance, margin=margin)
 
     def roofline(self, req: ComputeRoofline) -> RooflineCounted:
         """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the
