@@ -27,11 +27,13 @@ from pathlib import Path
 import aiosqlite
 
 from kernelcraft.base.config import private
-from kernelcraft.base.errors import StoreError
+from kernelcraft.base.errors import StalledError, StoreError
 
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 10_000
+# A transaction is a few statements; one waiting this long for another is stuck behind a fault.
+TX_WAIT_S = 120.0
 
 
 def utcnow() -> str:
@@ -361,8 +363,16 @@ class Store:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Disk-full becomes a StoreError."""
-        async with self._tx_lock:
+        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Disk-full becomes a StoreError;
+        a wait of more than `TX_WAIT_S` for another request's transaction, a StalledError."""
+        try:
+            await asyncio.wait_for(self._tx_lock.acquire(), TX_WAIT_S)
+        except asyncio.TimeoutError:
+            raise StalledError(
+                f"the database {self.path or ':memory:'} was held by another request of this process for "
+                f"{TX_WAIT_S:g} s; the server's log says which. Retry the request"
+            ) from None
+        try:
             try:
                 await self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as e:
@@ -381,6 +391,8 @@ class Store:
             except sqlite3.OperationalError as e:
                 await self._rollback()
                 raise _store_error(e) from e
+        finally:
+            self._tx_lock.release()
 
     async def _rollback(self) -> None:
         # After some errors (SQLITE_FULL, SQLITE_IOERR) SQLite has already rolled back by itself.

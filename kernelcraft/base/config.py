@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.jobknobs import EVAL_GRACE_S
 
 DEFAULT_HOME = Path("~/.kernelcraft")
 
@@ -92,6 +93,9 @@ class Settings:
     ray_address: str | None = None
     memory_limit_gb: float | None = None
     """A cap on each candidate process (`serve --memory-limit-gb`); None: sized to each task."""
+    eval_grace_s: float = EVAL_GRACE_S
+    """Beyond a job's deadline, what a search step's evaluation may wait for workers and the GPU
+    before the search service calls the evaluator stuck (`base/jobknobs.py`)."""
     text_content: Literal["summary", "json"] = "summary"
     """What a tool answer's text content holds (`server/answers.py`): a summary for people, or
     the compact JSON for hosts that show their model only the text (KERNELCRAFT_TEXT_CONTENT)."""

@@ -56,3 +56,8 @@ class LLMSetupError(UsageError, LLMError):
 class InfrastructureError(KernelcraftError):
     """The evaluation machinery failed under a job (a Ray node or actor died, a worker pool could
     not start): no verdict on the candidate was reached, and the job may be submitted again."""
+
+
+class StalledError(InfrastructureError):
+    """A wait ran past its bound: a tool call that did not answer, an evaluation the evaluator did
+    not finish, the database held by another request. The message names the wait and its bound."""

@@ -29,6 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelcraft.base.jobknobs import TIMEOUT_S
+
 PresetName = Literal["adaexplore", "kernelcraft"]
 PRESET_NAMES: tuple[PresetName, ...] = ("kernelcraft", "adaexplore")
 DEFAULT_PRESET: PresetName = "kernelcraft"
@@ -132,6 +134,9 @@ class SearchConfig(BaseModel):
     )
     # the service
     lease_seconds: float = Field(default=1800.0, gt=0, le=7 * 86400, description="How long a step is held.")
+    timeout_s: float = TIMEOUT_S.field(
+        description="Seconds each candidate's evaluation may take (its deadline)."
+    )
     baseline: Literal["eager", "compiled"] = Field(default="eager", description="Speedup measured against.")
     correctness: Literal["kernelcraft", "adaexplore"] = Field(
         default="kernelcraft",
@@ -167,6 +172,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "reviser": True,
         "edit_retries": 0,
         "lease_seconds": 1800.0,
+        "timeout_s": TIMEOUT_S.default,
         "baseline": "eager",
         "correctness": "adaexplore",
     },
@@ -191,6 +197,7 @@ PRESETS: dict[PresetName, dict[str, int | float | str | bool]] = {
         "reviser": True,
         "edit_retries": 0,
         "lease_seconds": 1800.0,
+        "timeout_s": TIMEOUT_S.default,
         "baseline": "eager",
         "correctness": "kernelcraft",
     },

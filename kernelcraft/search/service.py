@@ -23,14 +23,16 @@ sentences in `messages.py`, the policies in `policy.py`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import aiosqlite
 
-from kernelcraft.base.errors import BudgetError, NotFoundError, UsageError
+from kernelcraft.base.errors import BudgetError, InfrastructureError, NotFoundError, UsageError
 from kernelcraft.base.evaluation import EvalResult
+from kernelcraft.base.jobknobs import EVAL_GRACE_S, TIMEOUT_S, eval_wait_s
 from kernelcraft.base.targets import KNOWN_TARGETS
 from kernelcraft.base.tree import (
     NextStep,
@@ -70,6 +72,7 @@ class SearchService:
         max_code_bytes: int = 1_000_000,
         trials: int = 5,
         clock: Callable[[], datetime] | None = None,
+        eval_grace_s: float = EVAL_GRACE_S,
     ) -> None:
         self.store = store
         self.evaluator = evaluator
@@ -79,6 +82,8 @@ class SearchService:
         self.max_code_bytes = max_code_bytes
         self.trials = trials
         self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self.eval_grace_s = eval_grace_s
+        self._evaluating = 0  # evaluations of this service in flight (each may wait for the others)
 
     def _now(self) -> datetime:
         return self._clock()
@@ -518,8 +523,23 @@ class SearchService:
             trials=self.trials,
             has_gpu=self.evaluator.has_gpu,
             correctness=str(params.get("correctness", "kernelcraft")),
+            timeout_s=float(params.get("timeout_s", TIMEOUT_S.default)),
         )
-        return await self.evaluator.submit(job, progress)
+        # The evaluator's deadline counts from the moment the job's workers are assigned, and a
+        # job may wait for other jobs' GPU turns first: bounded here, so no submit waits forever.
+        bound = eval_wait_s(job.timeout_s, self._evaluating, self.eval_grace_s)
+        self._evaluating += 1
+        try:
+            return await asyncio.wait_for(self.evaluator.submit(job, progress), bound)
+        except asyncio.TimeoutError:
+            raise InfrastructureError(
+                f"the evaluation did not finish within {bound:g} s (its deadline {job.timeout_s:g} s, "
+                f"{self._evaluating - 1} other evaluation(s) in flight, {self.eval_grace_s:g} s for workers "
+                "and the GPU): the evaluator is stuck; its log says on what. The step stays open: "
+                "submit it again, or rerun with the same --out to resume"
+            ) from None
+        finally:
+            self._evaluating -= 1
 
     async def _learn(
         self, tree: TreeRow, node_id: int, code: str, result: EvalResult, task_source: str, client: str

@@ -15,6 +15,7 @@ import aiosqlite
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.jobknobs import TIMEOUT_S
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search import repository
 from kernelcraft.search.policy import failure_text, outcome_of, reward_for
@@ -33,9 +34,11 @@ def eval_job(
     trials: int,
     has_gpu: bool,
     correctness: str = "kernelcraft",
+    timeout_s: float = TIMEOUT_S.default,
 ) -> EvalJob:
     """Verify on the CPU (Triton's interpreter); compile, verify and profile for `target` on a GPU;
-    by the tree's correctness rule (its preset's: AdaExplore's for `adaexplore`)."""
+    by the tree's correctness rule (its preset's: AdaExplore's for `adaexplore`), within the tree's
+    deadline per candidate (`timeout_s`)."""
     return EvalJob(
         correctness="adaexplore" if correctness == "adaexplore" else "kernelcraft",
         task_source=task_source,
@@ -45,6 +48,7 @@ def eval_job(
         targets=[target],
         trials=trials,
         roofline_target=target,
+        timeout_s=timeout_s,
     )
 
 

@@ -114,7 +114,13 @@ async def open_app_state(
             evaluator=evaluator,
             rulebook=rulebook,
             docs=docs,
-            search=SearchService(store, evaluator, rulebook, max_code_bytes=settings.max_code_bytes),
+            search=SearchService(
+                store,
+                evaluator,
+                rulebook,
+                max_code_bytes=settings.max_code_bytes,
+                eval_grace_s=settings.eval_grace_s,
+            ),
         )
 
 

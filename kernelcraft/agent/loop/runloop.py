@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -22,19 +21,14 @@ from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.proposers import LLMProposer, StepOutcome, TunerProposer
 from kernelcraft.agent.loop.rundir import Progress, RunDir
 from kernelcraft.agent.loop.runreport import write_run_report
+from kernelcraft.agent.loop.runwords import GPU_NOTE, final_words, run_stop, step_seconds
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.agent.tuner.search import find_params
-from kernelcraft.base.errors import LLMError
+from kernelcraft.base.errors import KernelcraftError, LLMError
 from kernelcraft.base.failures import NOT_THE_CANDIDATES, WRONG_RESULT_CLASSES
 from kernelcraft.base.presets import SearchConfig, TunerSteps
 from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult, is_budget_held
 
-GPU_NOTE = (
-    "No GPU here: every candidate was verified in Triton's CPU interpreter{compiled}, so correctness "
-    "is real but speed is not measured (the tree scores a correct kernel as parity). On a GPU (or "
-    "with --server pointing at a GPU server) each candidate is also timed against PyTorch eager and "
-    "torch.compile, and the search then optimises speedup."
-)
 Proposer = Literal["llm", "tuner"]
 
 
@@ -107,36 +101,6 @@ def small_proposer(step: NextStep, tuner_steps: TunerSteps, records: list[dict[s
     return "tuner" if last is not None and last.get("proposer", last.get("mode")) == "llm" else "llm"
 
 
-def final_words(s: dict[str, Any]) -> str:
-    best = s["best"]
-    if best is None:
-        head = "No correct kernel found."
-    elif best["speedup"] is not None:
-        head = f"Best: node {best['node_id']}, {best['speedup']:.2f}x vs PyTorch -> {best['path']}"
-    else:
-        head = f"Best: node {best['node_id']} (correct; speed not measured) -> {best['path']}"
-    lines = [
-        f"{head}",
-        f"{s['steps_done']} steps, {s['correct']} correct; stopped: {s['stopped_because']}. Run directory: {s['run_dir']}",
-        *([f"Report: {s['report']} (open it in a browser)"] if s.get("report") else []),
-        *(
-            [
-                "Step times: "
-                + "; ".join(
-                    f"{who} {v['steps']:g} steps, median {v['median']:.1f} s (writing {v['median_writing']:.1f} s), "
-                    f"longest {v['max']:.1f} s"
-                    for who, v in s["step_seconds"].items()
-                )
-            ]
-            if s.get("step_seconds")
-            else []
-        ),
-    ]
-    if s.get("gpu_note"):
-        lines.append(s["gpu_note"])
-    return "\n".join(lines)
-
-
 class Explorer:
     """One optimisation run: a session to the server, an optional LLM, a run directory."""
 
@@ -199,9 +163,12 @@ class Explorer:
         self.progress.message(self.started.message)
         try:
             stopped = await self.run_loop(self.started.step, self.started.note)
-        except LLMError as e:
+        except KernelcraftError as e:
+            # The run stops saying which limit or fault stopped it; its steps so far are kept and
+            # a rerun with the same --out resumes the tree (the open steps are re-offered).
             self.progress.done()
-            self.run.save_summary(self.summary(f"LLM error: {e}", started_at))
+            what = "LLM error" if isinstance(e, LLMError) else type(e).__name__
+            self.run.save_summary(self.summary(f"{what}: {e}", started_at))
             raise
         self.progress.done()
         summary = self.summary(stopped, started_at)
@@ -214,8 +181,26 @@ class Explorer:
         """Keep `--parallel` steps in flight: the first step and K-1 more (`another_step`), each a
         lane that writes, submits and takes the next step its submit returns. Lanes share the
         records, the best kernel and the meter; each LLM lane has its own writer (per-step usage)."""
+        ends = await self._lanes(step, note)
+        stopped = run_stop(ends)
+        # Lanes end early when the rest of the budget is held by open steps. When every lane has
+        # ended so, the open steps are held by no lane (a killed run's, resumed; a lease taken
+        # outside a lane): the tree re-offers them one at a time, and the run goes on until its
+        # budget is spent or a round evaluates nothing.
+        used = -1
+        while all(is_budget_held(e) for e in ends):
+            status = await self.session.status(self.tree_id)
+            if status.next_step is None or status.budget_used <= used:
+                return status.next_step_note or stopped
+            used = status.budget_used
+            ends = await self._lanes(status.next_step, status.next_step_note)
+            stopped = run_stop(ends)
+        return stopped
+
+    async def _lanes(self, step: NextStep | None, note: str | None) -> list[str]:
+        """Run `step` and up to `--parallel` - 1 more steps at once; each lane's end."""
         if step is None or self.opts.parallel <= 1:
-            return await self._lane(step, note, self.writer)
+            return [await self._lane(step, note, self.writer)]
         steps = [step]
         while len(steps) < self.opts.parallel:
             extra = (await self.session.another_step(self.tree_id)).next_step
@@ -227,17 +212,11 @@ class Explorer:
             for i, s in enumerate(steps)
         ]
         try:
-            ends = await asyncio.gather(*lanes)
+            return list(await asyncio.gather(*lanes))
         finally:
             for lane in lanes:
                 lane.cancel()
             await asyncio.gather(*lanes, return_exceptions=True)
-        # A lane that found the rest of the budget held by its sibling lanes' steps ended early; it
-        # is not why the run stopped: the run's own limit, else what a lane that ran last said.
-        return next(
-            (e for e in ends if "budget spent (" in e),
-            next((e for e in ends if not is_budget_held(e)), ends[-1]),
-        )
 
     async def _lane(self, step: NextStep | None, note: str | None, writer: LLMProposer | None) -> str:
         while step is not None:
@@ -320,8 +299,9 @@ class Explorer:
         if result.new_best and outcome.code is not None:
             self._update_best(result.best or node, outcome.code)
             if self.opts.roofline_stop is not None and self.measured:
-                best = (await self.session.status(self.tree_id)).best
-                prof = best.verdict.profile if best is not None and best.verdict is not None else None
+                # the new best is this node, whose verdict came back with it (a `status` here would
+                # hand this client a step no lane writes, holding the budget for its lease)
+                prof = node.verdict.profile if node.verdict is not None else None
                 if prof is not None and prof.roofline_fraction is not None:
                     self.best_roofline = prof.roofline_fraction
                     record["roofline_fraction"] = round(prof.roofline_fraction, 4)
@@ -468,22 +448,3 @@ class Explorer:
         ):
             return f"dollar budget spent (${total.cost_usd:.4f} of ${self.opts.max_dollars:.2f})"
         return None
-
-
-def step_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per proposer ('tuner', 'llm'): steps, and the median and longest seconds a step took in
-    all and in writing its candidate (the rest is the evaluation and the rule)."""
-    out: dict[str, dict[str, float]] = {}
-    for who in dict.fromkeys(str(r.get("proposer", r.get("mode"))) for r in records):
-        mine = [r for r in records if str(r.get("proposer", r.get("mode"))) == who and "seconds" in r]
-        if not mine:
-            continue
-        total = [float(r["seconds"]) for r in mine]
-        write = [float(r.get("write_seconds", 0.0)) for r in mine]
-        out[who] = {
-            "steps": len(mine),
-            "median": round(statistics.median(total), 3),
-            "max": round(max(total), 3),
-            "median_writing": round(statistics.median(write), 3),
-        }
-    return out

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from kernelcraft.agent.loop.rundir import RunDir, write_atomic
 from kernelcraft.agent.loop.session import ToolSession
+from kernelcraft.base.errors import StalledError
 from kernelcraft.report.build import with_run
 from kernelcraft.report.html import render_html
 from kernelcraft.report.model import RunReport
@@ -32,9 +33,8 @@ async def write_run_report(
     server could not give the tree's report."""
     uri = f"trees://{tree_id}/report"
     try:
-        result = await session.client.read_resource(uri, cache_mode="bypass")
-        tree = RunReport.model_validate_json(getattr(result.contents[0], "text", ""))
-    except (MCPError, ValidationError, IndexError) as e:
+        tree = RunReport.model_validate_json(await session.read_text(uri, cache_mode="bypass"))
+    except (MCPError, ValidationError, StalledError) as e:
         logger.warning("no report written: %s on %s could not be read (%s)", uri, session.where, e)
         return None
     write_atomic(run.tree_file, tree.model_dump_json(indent=2) + "\n")

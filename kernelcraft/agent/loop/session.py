@@ -8,6 +8,7 @@ names). Tool errors (`is_error`) become `KernelcraftError`s carrying the server'
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -20,9 +21,10 @@ from mcp import Client
 from pydantic import BaseModel
 
 from kernelcraft.base.docs import DocSection
-from kernelcraft.base.errors import BudgetError, KernelcraftError, UsageError
+from kernelcraft.base.errors import BudgetError, KernelcraftError, StalledError, UsageError
 from kernelcraft.base.evaluation import CompileResult
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.jobknobs import CALL_WAIT_S, EVALUATING_CALL_WAIT_S
 from kernelcraft.base.rules import FailureRecorded, RuleOut
 from kernelcraft.base.tree import NextStep, StartResult, SubmitResult, TreeStatus
 
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
     from kernelcraft.agent.llm.judge import ModelJudge
 
 M = TypeVar("M", bound=BaseModel)
+
+EVALUATING_TOOLS = ("verify_against_reference", "profile_kernel", "compile_kernel", "evaluate_level")
+"""Tools whose answer waits for an evaluation (as do search_tree_step's start and submit)."""
 
 
 class ServerToolError(KernelcraftError):
@@ -45,14 +50,35 @@ class ToolSession:
     active rule for the target, read once from rules://active/TARGET, when the tree's preset puts
     them all in the prompt, as AdaExplore's does) and each manual section's text."""
 
-    def __init__(self, client: Client, where: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        where: str,
+        *,
+        call_wait_s: float = CALL_WAIT_S,
+        evaluating_wait_s: float = EVALUATING_CALL_WAIT_S,
+    ) -> None:
         self.client = client
         self.where = where
         self.tree_rules: dict[int, dict[int, RuleOut]] = {}
         self.tree_sections: dict[int, dict[int, DocSection]] = {}
+        # Every call is bounded: a server that never answers stops the run with a sentence.
+        self.call_wait_s = call_wait_s
+        self.evaluating_wait_s = evaluating_wait_s
 
     async def _call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        result = await self.client.call_tool(name, {k: v for k, v in args.items() if v is not None})
+        evaluates = name in EVALUATING_TOOLS or args.get("action") in ("start", "submit")
+        wait = self.evaluating_wait_s if evaluates else self.call_wait_s
+        what = f"{name}({args['action']})" if "action" in args else name
+        try:
+            result = await asyncio.wait_for(
+                self.client.call_tool(name, {k: v for k, v in args.items() if v is not None}), wait
+            )
+        except asyncio.TimeoutError:
+            raise StalledError(
+                f"{what} on {self.where} did not answer within {wait:g} s; the server's log says what it "
+                "waits for. Rerun with the same --out to resume the run"
+            ) from None
         if result.is_error:
             text = " ".join(getattr(c, "text", "") for c in result.content).strip()
             if "budget" in text and "spent" in text:
@@ -62,6 +88,17 @@ class ToolSession:
             return dict(result.structured_content)
         text = "".join(getattr(c, "text", "") for c in result.content)
         return dict(json.loads(text))
+
+    async def read_text(self, uri: str, **kwargs: Any) -> str:
+        """A resource's text, within the call bound."""
+        try:
+            result = await asyncio.wait_for(self.client.read_resource(uri, **kwargs), self.call_wait_s)
+        except asyncio.TimeoutError:
+            raise StalledError(
+                f"reading {uri} on {self.where} did not answer within {self.call_wait_s:g} s; the "
+                "server's log says what it waits for"
+            ) from None
+        return "".join(getattr(c, "text", "") for c in result.contents)
 
     async def _model(self, name: str, args: dict[str, Any], key: str | None, model: type[M]) -> M:
         data = await self._call(name, args)
@@ -85,8 +122,7 @@ class ToolSession:
 
     async def _all_rules(self, tree_id: int, target: str) -> None:
         """Every active rule for `target`, for a tree whose preset puts them all in the prompt."""
-        result = await self.client.read_resource(f"rules://active/{target}")
-        text = "".join(getattr(c, "text", "") for c in result.contents)
+        text = await self.read_text(f"rules://active/{target}")
         rules = self.tree_rules.setdefault(tree_id, {})
         for r in json.loads(text).get("rules", []):
             rule = RuleOut.model_validate(r)
@@ -94,8 +130,7 @@ class ToolSession:
 
     async def active_rules(self) -> list[RuleOut]:
         """Every active rule of the rulebook (rules://active), most counted first."""
-        result = await self.client.read_resource("rules://active")
-        text = "".join(getattr(c, "text", "") for c in result.contents)
+        text = await self.read_text("rules://active")
         return [RuleOut.model_validate(r) for r in json.loads(text).get("rules", [])]
 
     async def start(

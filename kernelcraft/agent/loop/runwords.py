@@ -1,0 +1,75 @@
+"""What a run says about itself: why it stopped, its last lines, how long its steps took.
+
+Pure functions over the run's records and summary (`runloop.Explorer` calls them)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from kernelcraft.base.tree import is_budget_held
+
+GPU_NOTE = (
+    "No GPU here: every candidate was verified in Triton's CPU interpreter{compiled}, so correctness "
+    "is real but speed is not measured (the tree scores a correct kernel as parity). On a GPU (or "
+    "with --server pointing at a GPU server) each candidate is also timed against PyTorch eager and "
+    "torch.compile, and the search then optimises speedup."
+)
+
+
+def final_words(s: dict[str, Any]) -> str:
+    best = s["best"]
+    if best is None:
+        head = "No correct kernel found."
+    elif best["speedup"] is not None:
+        head = f"Best: node {best['node_id']}, {best['speedup']:.2f}x vs PyTorch -> {best['path']}"
+    else:
+        head = f"Best: node {best['node_id']} (correct; speed not measured) -> {best['path']}"
+    lines = [
+        f"{head}",
+        f"{s['steps_done']} steps, {s['correct']} correct; stopped: {s['stopped_because']}. Run directory: {s['run_dir']}",
+        *([f"Report: {s['report']} (open it in a browser)"] if s.get("report") else []),
+        *(
+            [
+                "Step times: "
+                + "; ".join(
+                    f"{who} {v['steps']:g} steps, median {v['median']:.1f} s (writing {v['median_writing']:.1f} s), "
+                    f"longest {v['max']:.1f} s"
+                    for who, v in s["step_seconds"].items()
+                )
+            ]
+            if s.get("step_seconds")
+            else []
+        ),
+    ]
+    if s.get("gpu_note"):
+        lines.append(s["gpu_note"])
+    return "\n".join(lines)
+
+
+def run_stop(ends: list[str]) -> str:
+    """Why the lanes stopped: the run's own limit (a budget spent), else what a lane that did not
+    end early said; a lane that found the rest of the budget held by its siblings' steps is not why."""
+    return next(
+        (e for e in ends if "budget spent (" in e),
+        next((e for e in ends if not is_budget_held(e)), ends[-1]),
+    )
+
+
+def step_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per proposer ('tuner', 'llm'): steps, and the median and longest seconds a step took in
+    all and in writing its candidate (the rest is the evaluation and the rule)."""
+    out: dict[str, dict[str, float]] = {}
+    for who in dict.fromkeys(str(r.get("proposer", r.get("mode"))) for r in records):
+        mine = [r for r in records if str(r.get("proposer", r.get("mode"))) == who and "seconds" in r]
+        if not mine:
+            continue
+        total = [float(r["seconds"]) for r in mine]
+        write = [float(r.get("write_seconds", 0.0)) for r in mine]
+        out[who] = {
+            "steps": len(mine),
+            "median": round(statistics.median(total), 3),
+            "max": round(max(total), 3),
+            "median_writing": round(statistics.median(write), 3),
+        }
+    return out
