@@ -33,7 +33,7 @@ from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine import box
 from kernelcraft.engine.box import environment, pidlimit, shmsweep
-from kernelcraft.engine.startup import prebuilt
+from kernelcraft.engine.startup import logfile, prebuilt
 from kernelcraft.engine.startup.zygote import ForkedChild, Zygote, ZygoteUnavailable
 from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.channel import Bounds, ChannelError, Frame, FrameRefused, read_frame, write_frame
@@ -124,6 +124,9 @@ class WorkerProcess:
         self.gpu = gpu
         self.dir = Path(tempfile.mkdtemp(prefix="worker-", dir=base_dir))
         self.log_path = self.dir / "output.log"
+        self.log_fd: int | None = logfile.create(self.log_path)
+        """The log as the parent opened it, before the worker started: its only way to read it
+        (`logfile.py`: the worker may replace the path with a link)."""
         self.frames: asyncio.Queue[Frame | None] = asyncio.Queue(FRAMES_QUEUED)
         self.bounds: Bounds = frame_bounds.starting()
         """What its next frame may carry (`wire/bounds.py`): read for each frame."""
@@ -148,23 +151,22 @@ class WorkerProcess:
         try:
             if zygote is not None:
                 try:
-                    self.proc = await zygote.fork(child_sock, self.dir, self.log_path, own_env(self.dir))
+                    self.proc = await zygote.fork(child_sock, self.dir, self.log_fd, own_env(self.dir))
                     self.forked = True
                 except ZygoteUnavailable:
                     pass
             if self.proc is None:
                 env = base_env(self.device, self.gpu, self.interpret) | own_env(self.dir)
-                with open(self.log_path, "wb") as out:
-                    self.proc = subprocess.Popen(
-                        [sys.executable, "-m", "kernelcraft.engine.worker.main", str(child_sock.fileno())],
-                        pass_fds=(child_sock.fileno(),),
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        cwd=self.dir,
-                        start_new_session=True,
-                    )
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "kernelcraft.engine.worker.main", str(child_sock.fileno())],
+                    pass_fds=(child_sock.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=self.log_fd,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=self.dir,
+                    start_new_session=True,
+                )
         finally:
             child_sock.close()
         reader, self._writer = await asyncio.open_unix_connection(sock=parent_sock)
@@ -262,14 +264,8 @@ class WorkerProcess:
         return f"exited with code {code}"
 
     def tail(self, limit: int = TAIL_BYTES) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - limit))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        """The end of the worker's log, read through the descriptor opened before it started."""
+        return logfile.tail(self.log_fd, limit)
 
     def limit_processes(self, extra_tasks: int) -> None:
         """Put the worker in a pids cgroup of its own (`pidlimit.py`; best effort)."""
@@ -290,6 +286,8 @@ class WorkerProcess:
             self._reader_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader_task
+        logfile.close(self.log_fd)
+        self.log_fd = None
         shutil.rmtree(self.dir, ignore_errors=True)
         # A CPU worker's /dev/shm was its own (mounts.py) unless the box could not cover it.
         await asyncio.to_thread(shmsweep.sweep, self.born)

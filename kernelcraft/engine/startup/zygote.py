@@ -10,8 +10,9 @@ What keeps this as clean as a spawned process:
 - The zygote is started with the same scrubbed environment as a spawned worker and never loads a
   task or a candidate: a forked worker inherits imported libraries and nothing else. Each fork
   gets its own session (process group), its own directory (HOME, TMPDIR, Triton cache), its log
-  file as stdout/stderr, and the channel socket the pool passed it (SCM_RIGHTS); it closes the
-  zygote's control socket before anything else runs.
+  as stdout/stderr and the channel socket, both descriptors the pool opened and passed it
+  (SCM_RIGHTS: the log is never opened by a path the worker could have replaced, `logfile.py`);
+  it closes the zygote's control socket before anything else runs.
 - CUDA is never initialised in the zygote, and it forks only while it has a single thread
   (checked before it says ready); otherwise it reports itself unavailable and the pool spawns
   workers as before.
@@ -38,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from kernelcraft.engine.startup import logfile
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,8 @@ class Zygote:
         # Workers compute on the GPU; their CPU math is only building weights and inputs.
         self._env = env | _ONE_THREAD
         self._log_path = log_path
+        self._log_fd: int | None = None
+        """The zygote's log as this process opened it (read through it, never by path)."""
         self._cuda = cuda
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -117,23 +122,23 @@ class Zygote:
             return
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            with open(self._log_path, "ab") as out:
-                self._proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "kernelcraft.engine.startup.zygote",
-                        str(child.fileno()),
-                        "cuda" if self._cuda else "cpu",
-                    ],
-                    pass_fds=(child.fileno(),),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=self._env,
-                    cwd=self._log_path.parent,
-                    start_new_session=True,
-                )
+            self._log_fd = logfile.create(self._log_path, fresh=False)
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kernelcraft.engine.startup.zygote",
+                    str(child.fileno()),
+                    "cuda" if self._cuda else "cpu",
+                ],
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_fd,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self._log_path.parent,
+                start_new_session=True,
+            )
         except OSError as e:
             parent.close()
             raise ZygoteUnavailable(f"could not start: {e}") from e
@@ -225,10 +230,13 @@ class Zygote:
                 fut.set_exception(OSError(str(msg.get("error", "fork failed"))))
 
     async def fork(
-        self, channel: socket.socket, workdir: Path, log_path: Path, env: dict[str, str]
+        self, channel: socket.socket, workdir: Path, log_fd: int | None, env: dict[str, str]
     ) -> ForkedChild:
-        """Fork a worker that serves `channel`, runs in `workdir`, logs to `log_path`, and has
-        `env` set on top of the zygote's environment."""
+        """Fork a worker that serves `channel`, runs in `workdir`, logs to the descriptor
+        `log_fd` (the pool opened it: `logfile.py`), and has `env` set on top of the zygote's
+        environment."""
+        if log_fd is None:
+            raise ZygoteUnavailable("the worker's log is closed")
         if self.broken is not None or self._sock is None:
             raise ZygoteUnavailable(self.broken or "not started")
         loop = asyncio.get_running_loop()
@@ -237,9 +245,9 @@ class Zygote:
             req = self._next_id
             fut: asyncio.Future[int] = loop.create_future()
             self._started[req] = fut
-            msg = json.dumps({"id": req, "workdir": str(workdir), "log": str(log_path), "env": env}).encode()
+            msg = json.dumps({"id": req, "workdir": str(workdir), "env": env}).encode()
             try:
-                socket.send_fds(self._sock, [msg], [channel.fileno()])
+                socket.send_fds(self._sock, [msg], [channel.fileno(), log_fd])
             except OSError as e:
                 self._started.pop(req, None)
                 self._fail(f"could not send a fork request: {e}")
@@ -269,15 +277,14 @@ class Zygote:
             await asyncio.get_running_loop().run_in_executor(None, proc.wait)
         if self._sock is not None:
             self._sock.close()
+        logfile.close(self._log_fd)
+        self._log_fd = None
         for child in self._children.values():  # the zygote is gone: nobody will report these
             child.orphaned = True
         self._children.clear()
 
     def _tail(self) -> str:
-        try:
-            return self._log_path.read_bytes()[-1500:].decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return logfile.tail(self._log_fd, 1500)
 
 
 # ---- the zygote process ----
@@ -287,7 +294,7 @@ def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
     sock.send(json.dumps(msg).encode())
 
 
-def _child(ctrl: socket.socket, wake: tuple[int, int], req: dict[str, Any], fd: int) -> None:
+def _child(ctrl: socket.socket, wake: tuple[int, int], req: dict[str, Any], fd: int, out: int) -> None:
     """In the forked worker: leave the zygote's session, files and signal handling behind, then
     serve the pool's channel exactly as a spawned worker would."""
     try:
@@ -297,8 +304,7 @@ def _child(ctrl: socket.socket, wake: tuple[int, int], req: dict[str, Any], fd: 
         for w in wake:
             os.close(w)
         os.setsid()
-        out = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(out, 1)
+        os.dup2(out, 1)  # the log the pool opened (never a path the worker could have replaced)
         os.dup2(out, 2)
         os.close(out)
         os.chdir(req["workdir"])
@@ -446,27 +452,31 @@ def main() -> None:
         if ctrl.fileno() not in readable:
             continue
         try:
-            data, fds, _flags, _addr = socket.recv_fds(ctrl, MAX_MESSAGE, 1)
+            data, fds, _flags, _addr = socket.recv_fds(ctrl, MAX_MESSAGE, 2)
         except InterruptedError:
             continue
         if not data:
             return  # the pool is gone; its workers' channels close with it
         req = json.loads(data)
-        if len(fds) != 1:
+        if len(fds) != 2:
             for fd in fds:
                 os.close(fd)
-            _send(ctrl, {"type": "fork_failed", "id": req.get("id"), "error": "no channel was passed"})
+            _send(
+                ctrl, {"type": "fork_failed", "id": req.get("id"), "error": "no channel and log were passed"}
+            )
             continue
         try:
             pid = os.fork()
         except OSError as e:
-            os.close(fds[0])
+            for fd in fds:
+                os.close(fd)
             _send(ctrl, {"type": "fork_failed", "id": req.get("id"), "error": str(e)})
             continue
         if pid == 0:
-            _child(ctrl, (wake_r, wake_w), req, fds[0])
+            _child(ctrl, (wake_r, wake_w), req, fds[0], fds[1])
         workers.add(pid)
-        os.close(fds[0])
+        for fd in fds:
+            os.close(fd)
         _send(ctrl, {"type": "started", "id": req["id"], "pid": pid})
 
 
