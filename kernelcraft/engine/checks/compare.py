@@ -35,6 +35,7 @@ import torch
 
 from kernelcraft.base.evaluation import Evidence
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.checks import structure
 from kernelcraft.engine.wire.tensors import leaves
 
 Verdict = tuple[FailureClass, Evidence]
@@ -54,7 +55,7 @@ def tolerances(dtype: torch.dtype, rule: str = "kernelcraft") -> tuple[float, fl
         return 1e-2, 5e-2
     if "float8" in str(dtype):
         return 1e-1, 2e-1
-    if dtype is torch.float64:
+    if dtype in (torch.float64, torch.complex128):
         return 1e-7, 1e-6
     return 1e-4, 1e-3
 
@@ -114,7 +115,11 @@ def compare_outputs(
     ref: Any, out: Any, rule: str = "kernelcraft", margins: list[Margin] | None = None
 ) -> Verdict | None:
     """None when `out` matches `ref`; otherwise the failure class and its evidence. `margins`
-    gets each float output's margin compared (`Margin`)."""
+    gets each float output's margin compared (`Margin`). `out` must first have `ref`'s structure
+    (`structure.py`): as many outputs, nested the same way."""
+    shaped = structure.mismatch(ref, out)
+    if shaped is not None:
+        return FailureClass.WRONG_SHAPE, Evidence(message=shaped)
     ref_leaves, out_leaves = leaves(ref), leaves(out)
     if len(ref_leaves) != len(out_leaves):
         return FailureClass.WRONG_SHAPE, Evidence(
@@ -157,9 +162,16 @@ def compare_one(
         )
     if ref.numel() == 0:
         return None
-    if not (ref.dtype.is_floating_point or ref.dtype.is_complex):
+    if ref.dtype.is_complex:  # the real and the imaginary parts, each held to the dtype's tolerance
+        return _compare_close(_real_view(ref), _real_view(out), rule, margins, ref.dtype)
+    if not ref.dtype.is_floating_point:
         return _compare_exact(ref, out)
     return _compare_close(ref, out, rule, margins)
+
+
+def _real_view(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as a real one with a last dimension of 2 (real, imaginary)."""
+    return torch.view_as_real(t.detach().resolve_conj().resolve_neg())
 
 
 CHUNK = 1 << 24
@@ -214,9 +226,13 @@ class _Close:
 
 
 def _compare_close(
-    ref: torch.Tensor, out: torch.Tensor, rule: str = "kernelcraft", margins: list[Margin] | None = None
+    ref: torch.Tensor,
+    out: torch.Tensor,
+    rule: str = "kernelcraft",
+    margins: list[Margin] | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Verdict | None:
-    tol, l2_limit = tolerances(ref.dtype, rule)
+    tol, l2_limit = tolerances(dtype or ref.dtype, rule)
     acc = _Close()
     for start, rc, oc in _chunks(ref, out):
         _accumulate(acc, start, rc.to(torch.float64), oc.to(torch.float64), tol)
@@ -308,6 +324,8 @@ def inputs_changed(before: list[Any], after: list[Any]) -> Evidence | None:
             continue
         if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
             return Evidence(message=f"input {i} changed its shape or dtype during forward", output_index=i)
+        if b.dtype.is_complex:
+            b, a = _real_view(b), _real_view(a)
         found = _first_difference(b, a, lambda bc, ac: ~((ac == bc) | ((ac != ac) & (bc != bc))))
         if found is not None:
             k, expected, actual = found

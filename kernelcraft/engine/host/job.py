@@ -367,14 +367,26 @@ class Job:
         `@triton.autotune` config (`checks/autotune.py`)."""
         small = scaled.is_scaled_trial(s, t, self.spec.trials)
         made, blobs = await self.workers.inputs(s, scaled.SCALE if small else None)
-        run = Run(inputs=made.inputs, determinism=s == 0 and t == 0, autotune_pick=pick)
+        determinism = s == 0 and t == 0
+        run = Run(inputs=made.inputs, determinism=determinism, autotune_pick=pick)
         await cand.send(run.to_header(), blobs)
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
         configs = self.autotune.add(out.autotune)
+        runs = 2 if determinism else 1
+        if len(out.outputs) != runs:
+            # Held to what was asked: zero output sets is not "nothing compared, so correct".
+            return FailureClass.FORBIDDEN_CONSTRUCT, Evidence(
+                message=f"the candidate's process sent {len(out.outputs)} output set(s) for {runs} run(s)",
+                op="outputs",
+                trial=t,
+                input_set=s,
+            )
         self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
         seed = self.workers.input_seed
-        compared = await self.compare(Compare(outputs=out.outputs, inputs_after=out.inputs_after), frame)
+        compared = await self.compare(
+            Compare(outputs=out.outputs, inputs_after=out.inputs_after, runs=runs), frame
+        )
         self.tolerance = compared.tolerance or self.tolerance
         self.margin.add(compared.margin, done=pick)
         self.tf32_dots += out.tf32_dots

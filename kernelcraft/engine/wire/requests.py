@@ -70,11 +70,13 @@ class MakeInputs(Request):
 
 
 class Compare(Request):
-    """Reference: compare the candidate's outputs (and its inputs after the call) with its own."""
+    """Reference: compare the candidate's outputs (and its inputs after the call) with its own.
+    `runs`: how many runs the job asked for (each sent output set is one run's)."""
 
     TAG = Op.COMPARE
     outputs: Any
     inputs_after: Any
+    runs: int = 1
 
 
 class ComputeRoofline(Request):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,8 @@ from typing import Any
 from kernelcraft.base.errortext import CANDIDATE_MODULE
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.wire.protocol import (
-    FOUND_LAUNCHES,
     IMPORTING_CANDIDATE,
     Compile,
-    Compiled,
     KnockedOut,
     Knockout,
     Load,
@@ -32,22 +29,20 @@ from kernelcraft.engine.wire.protocol import (
     Ok,
     Outputs,
     Perturb,
-    Reply,
     Run,
-    Samples,
     TimeCandidate,
-    Timed,
     UseInputs,
     Verdict,
-    Warm,
     Warmup,
     parse_request,
 )
 from kernelcraft.engine.worker import room
-from kernelcraft.engine.worker.common import Worker, trim
+from kernelcraft.engine.worker.common import trim
+from kernelcraft.engine.worker.freeze import Unfrozen, freeze
+from kernelcraft.engine.worker.stages import CandidateStages
 
 
-class CandidateWorker(Worker):
+class CandidateWorker(CandidateStages):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.job: Load | None = None
@@ -214,13 +209,6 @@ class CandidateWorker(Worker):
             self.poison_sizes = [x.numel() * x.element_size() for x in leaves] or self.poison_sizes
         out_blobs: list[bytes] = []
         recs = [self.tensors.pack(o, out_blobs, cuda_ipc=self.cuda_ipc) for o in outputs]
-        if not all(self.tensors.exact_types(r) for r in recs):
-            self.fail(
-                FailureClass.FORBIDDEN_CONSTRUCT,
-                "forward returned a Tensor subclass; return plain torch.Tensor outputs",
-                op="Tensor subclass",
-            )
-            return False
         after_rec = self.tensors.pack(after, out_blobs, cuda_ipc=self.cuda_ipc)
         self.sent = (outputs, after)
         dots = (tf32.rounded() - dots_before) if tf32 is not None else 0
@@ -248,6 +236,10 @@ class CandidateWorker(Worker):
         out, skipped, error = run_knocked_out(self.model, call_inputs)
         self.restore_stream()
         self.sync()
+        try:
+            out, call_inputs = freeze(out), freeze(call_inputs, "an input after forward")
+        except Unfrozen as e:  # the trials refuse the same (this answer only weakens the knockout)
+            out, error = None, str(e)
         if out is None:
             return KnockedOut(skipped=skipped, error=error), []
         blobs: list[bytes] = []
@@ -255,13 +247,6 @@ class CandidateWorker(Worker):
         after = self.tensors.pack(call_inputs, blobs, cuda_ipc=self.cuda_ipc)
         self.sent = (out, call_inputs)
         return KnockedOut(outputs=rec, inputs_after=after, skipped=skipped), blobs
-
-    def restore_stream(self) -> bool:
-        """Set the harness's stream current again; True when the candidate had changed it."""
-        timing = sys.modules.get("kernelcraft.engine.measure.timing")
-        if self.harness_stream is None or timing is None:
-            return False
-        return bool(timing.stream_changed(self.harness_stream))
 
     def _limit_memory(self, job: Load) -> None:
         limit = job.memory_limit_bytes
@@ -314,6 +299,7 @@ class CandidateWorker(Worker):
         stream = self.harness_stream
         rec = None
         peak = room.ForwardPeak(torch, self.device)
+        unfrozen: str | None = None
         try:
             with (
                 peak,
@@ -327,6 +313,12 @@ class CandidateWorker(Worker):
                 recorder,
             ):
                 out = self.model(*inputs)
+                # Frozen before the recorders close: nothing of the candidate's runs after them.
+                try:
+                    out = freeze(out)
+                    freeze(inputs, "an input after forward")  # (a tensor's __class__ swapped)
+                except Unfrozen as e:
+                    unfrozen = str(e)
             self.sync()
         except BaseException as e:
             if rec is None or not rec.refused:
@@ -335,6 +327,9 @@ class CandidateWorker(Worker):
         if rec is not None and rec.refused:  # a hook refused (even where forward swallowed the error)
             refused = rec.refused[0]
             self.fail(FailureClass.FORBIDDEN_CONSTRUCT, str(refused), op=refused.op)
+            return None
+        if unfrozen is not None:
+            self.fail(FailureClass.FORBIDDEN_CONSTRUCT, unfrozen, op="output type")
             return None
         if timing is not None and stream is not None and timing.stream_changed(stream):
             self.fail(
@@ -427,134 +422,3 @@ class CandidateWorker(Worker):
                 },
             )
         )
-
-    # ---- compile and profile stages (candidate side) ----
-
-    def discover(self, full_size: bool) -> tuple[Any, str]:
-        """The launches forward makes, without running a kernel, and on which shapes. When
-        `full_size`: the task's own `get_inputs()` built on the meta device (Triton needs only the
-        tensors' dtypes and a 16-byte-aligned address, which meta tensors have), and, where the
-        trials run on a shrunk copy, `ModelNew` built from the task as given on the meta device
-        too (its parameters take no memory: KernelBench level 3's MLP has 8.6 GB of them). Else,
-        or when forward or the build cannot run on meta, the trial's inputs and the model built at
-        their sizes."""
-        from kernelcraft.engine.watch.launches import intercept_launches
-        from kernelcraft.engine.worker.sizing import shape_text
-
-        why = ""
-        torch = self.torch
-        found = self.found_launches
-        found.clear()
-        if full_size and self.task is not None:
-            full = self.full_task or self.task
-            try:
-                torch.manual_seed(0)
-                with torch.device("meta"):
-                    meta = list(full.get_inputs())
-                    model = self.model
-                    if self.full_task is not None:
-                        model = self.model_class(*full.get_init_inputs())
-                with torch.no_grad(), intercept_launches(execute=False, on_launch=self._found) as rec:
-                    model(*meta)
-                self.restore_stream()
-                return rec, f"get_inputs() on the meta device: {shape_text(meta)}"
-            except Exception as e:
-                why = f" (forward could not run on meta tensors: {type(e).__name__}: {str(e)[:200]})"
-                found.clear()
-        with torch.no_grad(), intercept_launches(execute=False, on_launch=self._found) as rec:
-            self.model(*self._map(self.inputs, lambda t: t.clone()))
-        self.restore_stream()
-        leaves = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, torch.Tensor)]
-        return rec, f"the trial's inputs: {shape_text(leaves)}{why}"
-
-    def _found(self, record: Any) -> None:
-        """Say each kernel discovery finds as it is found, and every 100th launch: a compile that
-        runs out of time can then name what it had found (`Job.compile_stage`)."""
-        name, found = record.launch.name, self.found_launches
-        found[name] = found.get(name, 0) + 1
-        total = sum(found.values())
-        if total <= 20 or found[name] == 1 or total % 100 == 0:
-            listed = ", ".join(f"{k} x{n}" for k, n in list(found.items())[:6])
-            self.progress(f"{FOUND_LAUNCHES} {total} ({listed})")
-
-    def compile_stage(self, req: Compile) -> Compiled:
-        from kernelcraft.engine.checks.aot import compile_for_targets
-
-        start = time.perf_counter()
-        try:
-            rec, shapes = self.discover(req.full_size)
-            targets = compile_for_targets(rec.records, req.targets)
-            if self.device.startswith("cuda"):
-                from kernelcraft.engine.checks.aot import compile_host
-
-                targets.append(compile_host(rec.records))  # the real JIT compile on this GPU
-        except Exception as e:
-            return Compiled(error=trim(traceback.format_exc()), summary=f"{type(e).__name__}: {e}")
-        return Compiled(
-            launches=[la.model_dump() for la in rec.launches],
-            targets=[t.model_dump() for t in targets],
-            seconds=time.perf_counter() - start,
-            shapes=shapes[:600],
-        )
-
-    def time_candidate(self, req: TimeCandidate) -> Reply:
-        inputs = self.inputs
-        try:
-            from kernelcraft.engine.measure import timing
-
-            self.restore_stream()
-            with self.torch.no_grad():
-                r = timing.sample_round(
-                    self.model,
-                    budget_ms=req.budget_ms,
-                    method=req.method,
-                    input_sets=lambda: self._map(inputs, lambda t: t.clone()),
-                )
-            timed = Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
-            if req.breakdown:
-                self._breakdown(timed, {"candidate": self.model}, inputs)
-            return timed
-        except Exception as e:
-            name = type(e).__name__
-            if (
-                name in ("StreamChanged", "WorkEscaped")
-                and type(e).__module__ == "kernelcraft.engine.measure.timing"
-            ):
-                op = "torch.cuda.set_stream" if name == "StreamChanged" else "another CUDA stream"
-                return Verdict(
-                    failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value,
-                    evidence={"message": str(e), "op": op},
-                )
-            return Timed(error=trim(traceback.format_exc()), summary=repr(e))
-
-    def _breakdown(self, timed: Timed, fns: dict[str, Any], inputs: Any) -> None:
-        """Which kernels each of `fns` launches (kernelprof.py); the reason in `timed` if not."""
-        from kernelcraft.engine.measure import kernelprof
-
-        try:
-            # assigned whole: a field changed in place is not "set", and only set fields go on the wire
-            timed.kernels = {
-                key: kernelprof.breakdown(fn, lambda: self._map(inputs, lambda t: t.clone()))
-                for key, fn in fns.items()
-            }
-        except Exception as e:  # noqa: BLE001 - informational: the timing stands without it
-            timed.kernels_error = f"{type(e).__name__}: {e}"[:300]
-        self.restore_stream()
-
-    def warmup(self) -> Warm:
-        """Compile the kernels forward will launch without running any (launch discovery, then
-        `JITFunction.warmup`), so that JIT compilation happens before the GPU lock is taken."""
-        from kernelcraft.engine.watch.launches import intercept_launches
-
-        compiled = 0
-        try:
-            with self.torch.no_grad(), intercept_launches(execute=False) as rec:
-                self.model(*self._map(self.inputs, lambda t: t.clone()))
-            self.restore_stream()
-            for r in rec.records:
-                grid = tuple(r.launch.grid) or (1,)
-                r.jit_fn.warmup(*r.args, grid=grid, **r.kwargs)
-                compiled += 1
-        except Exception as e:  # the real run reports the error with its proper class
-            return Warm(compiled=compiled, error=f"{type(e).__name__}: {e}"[:500])
-        return Warm(compiled=compiled)

@@ -248,6 +248,11 @@ class ReferenceWorker(Worker):
             )
         self.sync()
         assert self.job is not None
+        if len(runs) != req.runs:  # zero output sets is never "nothing compared, nothing differs"
+            ev = Evidence(
+                message=f"the candidate's process sent {len(runs)} output set(s) for {req.runs} run(s)"
+            )
+            return Compared(failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value, evidence=ev.model_dump())
         rule = self.job.correctness
         tolerance = describe(self.ref_out, rule)
         margins: list[Margin] = []
