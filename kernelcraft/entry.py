@@ -16,7 +16,7 @@ def main() -> None:
     from kernelcraft.base import bytecode
 
     bytecode.use_cache()
-    from kernelcraft.engine.host import prestart
+    from kernelcraft.engine import prestart
 
     try:
         prestart.start(sys.argv[1:])  # a one-off evaluation's zygote, before the command line is read

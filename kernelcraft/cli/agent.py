@@ -137,7 +137,7 @@ def preflight_optimize(args: argparse.Namespace) -> None:
     steps, the task parses and defines Model, the seed parses and defines ModelNew, the LLM's key
     is there. Each failure is one line and exit 2."""
     from kernelcraft.agent.loop.explore import find_seed
-    from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
+    from kernelcraft.engine import check_candidate, check_task, read_source
 
     _check_steps(args.steps)
     check_task(read_source(args.task), str(args.task))
@@ -229,7 +229,7 @@ def preflight_level(args: argparse.Namespace) -> list[LevelTask]:
     defines Model, each seed beside a task defines ModelNew, the LLM's key is there."""
     from kernelcraft.agent.batch.levelplan import find_level_tasks
     from kernelcraft.agent.loop.explore import find_seed
-    from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
+    from kernelcraft.engine import check_candidate, check_task, read_source
     from kernelcraft.level.tasks import parse_problems
 
     _check_steps(args.steps)

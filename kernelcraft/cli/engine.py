@@ -38,8 +38,13 @@ from kernelcraft.cli.common import (
     seconds,
 )
 from kernelcraft.cli.progress import JobProgress
-from kernelcraft.engine.measure import timingcache
-from kernelcraft.engine.worker.loading import check_candidate, check_task, read_source
+from kernelcraft.engine import (
+    COMPILED_TIMING_REUSED,
+    COMPILED_TIMINGS_FILE,
+    check_candidate,
+    check_task,
+    read_source,
+)
 
 
 def register(sub: Subcommands) -> None:
@@ -154,15 +159,14 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
 
     async def main() -> EvalResult:
         from kernelcraft.base.config import cache_file
-        from kernelcraft.engine.host.jobworkers import add_up
-        from kernelcraft.engine.host.local import LocalEvaluator
+        from kernelcraft.engine import LocalEvaluator, add_up
 
         async with LocalEvaluator(
             workers=3 if "compile" in job.stages else 2,
             device=args.device,
             memory_limit_gb=args.memory_limit_gb,
             lazy=True,
-            timings_file=cache_file(timingcache.FILE_NAME),
+            timings_file=cache_file(COMPILED_TIMINGS_FILE),
         ) as ev:
             todo = job if ev.has_gpu or cpu_stages is None else job.model_copy(update={"stages": cpu_stages})
             submitted = time.perf_counter()
@@ -264,7 +268,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             summary += (
                 f", torch.compile {p.reference_compiled.median_us:.1f} µs (x{p.speedup_vs_compiled or 0:.2f})"
             )
-            if timingcache.REUSED in p.message:
+            if COMPILED_TIMING_REUSED in p.message:
                 summary += "; torch.compile's timing kept from an earlier run of this task"
     else:
         summary = f"not timed: {p.message}"

@@ -148,12 +148,11 @@ def cmd_level(args: argparse.Namespace) -> int:
 
     async def main() -> LevelSummary:
         from kernelcraft.base.config import cache_file
-        from kernelcraft.engine.host.local import LocalEvaluator
-        from kernelcraft.engine.measure import timingcache
+        from kernelcraft.engine import COMPILED_TIMINGS_FILE, LocalEvaluator
 
         # Not entered: its workers start at the first job, so a run resumed to the end starts none.
         ev = LocalEvaluator(
-            workers=2 * spec.jobs, device=args.device, timings_file=cache_file(timingcache.FILE_NAME)
+            workers=2 * spec.jobs, device=args.device, timings_file=cache_file(COMPILED_TIMINGS_FILE)
         )
         try:
             with LevelBar() as bar:

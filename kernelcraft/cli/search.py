@@ -39,7 +39,7 @@ from kernelcraft.cli.common import (
     print_json,
 )
 from kernelcraft.cli.progress import JobProgress
-from kernelcraft.engine.host.evaluator import Evaluator
+from kernelcraft.engine import Evaluator
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
 from kernelcraft.server.state import open_app_state
@@ -121,7 +121,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _read(path: str) -> str:
-    from kernelcraft.engine.worker.loading import read_source
+    from kernelcraft.engine import read_source
 
     return read_source(path)
 
@@ -154,7 +154,7 @@ def _run(
     settings = Settings.from_env(args.db)
 
     def local_evaluator(_: Settings) -> Evaluator:
-        from kernelcraft.engine.host.local import LocalEvaluator
+        from kernelcraft.engine import LocalEvaluator
 
         return LocalEvaluator(device=device or args.device)
 

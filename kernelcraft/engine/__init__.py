@@ -18,7 +18,86 @@ rooms below it, as `pyproject.toml`'s import-linter contract says and CI checks)
   and the sweep of what a worker leaves behind.
 - `wire/`: the typed protocol between the evaluator and its workers, and the channel it travels on.
 
-Everything here may import `kernelcraft.base` and nothing else of kernelcraft. `search`, `level`,
-`server` and `cli` call it through `host.evaluator.Evaluator` (built by `host.local` or
-`cluster.ray_evaluator`).
+Everything here may import `kernelcraft.base` and nothing else of kernelcraft.
+
+One door: the other packages (`cli`, `server`, `search`, `level`, `agent`, `report`, `knowledge`,
+`entry`) import the names below from `kernelcraft.engine` and never a room's module
+(`pyproject.toml`'s contract): the evaluator (`Evaluator`, `ProgressCallback`, `LocalEvaluator`,
+`RayEvaluator`, `add_up`), the intake (`read_source`, `check_task`, `check_candidate`,
+`task_source`, `candidate_source`, `take_in`, `Intake`, `Source`: a source parsed and checked
+once), the start-up head start (`prestart`) and the compiled-reference timings' file and note
+(`COMPILED_TIMINGS_FILE`, `COMPILED_TIMING_REUSED`). Each is imported when first asked for, so
+importing a room (a worker does) loads nothing else.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernelcraft.engine.checks.intake import (
+        Intake,
+        Source,
+        candidate_source,
+        check_candidate,
+        check_task,
+        read_source,
+        take_in,
+        task_source,
+    )
+    from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
+    from kernelcraft.engine.host import prestart
+    from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
+    from kernelcraft.engine.host.jobworkers import add_up
+    from kernelcraft.engine.host.local import LocalEvaluator
+    from kernelcraft.engine.measure.timingcache import FILE_NAME as COMPILED_TIMINGS_FILE
+    from kernelcraft.engine.measure.timingcache import REUSED as COMPILED_TIMING_REUSED
+
+# name -> (module, attribute; None: the module itself)
+_DOOR: dict[str, tuple[str, str | None]] = {
+    "Evaluator": ("kernelcraft.engine.host.evaluator", "Evaluator"),
+    "ProgressCallback": ("kernelcraft.engine.host.evaluator", "ProgressCallback"),
+    "LocalEvaluator": ("kernelcraft.engine.host.local", "LocalEvaluator"),
+    "RayEvaluator": ("kernelcraft.engine.cluster.ray_evaluator", "RayEvaluator"),
+    "add_up": ("kernelcraft.engine.host.jobworkers", "add_up"),
+    "prestart": ("kernelcraft.engine.host.prestart", None),
+    "read_source": ("kernelcraft.engine.checks.intake", "read_source"),
+    "check_task": ("kernelcraft.engine.checks.intake", "check_task"),
+    "check_candidate": ("kernelcraft.engine.checks.intake", "check_candidate"),
+    "task_source": ("kernelcraft.engine.checks.intake", "task_source"),
+    "candidate_source": ("kernelcraft.engine.checks.intake", "candidate_source"),
+    "take_in": ("kernelcraft.engine.checks.intake", "take_in"),
+    "Intake": ("kernelcraft.engine.checks.intake", "Intake"),
+    "Source": ("kernelcraft.engine.checks.intake", "Source"),
+    "COMPILED_TIMINGS_FILE": ("kernelcraft.engine.measure.timingcache", "FILE_NAME"),
+    "COMPILED_TIMING_REUSED": ("kernelcraft.engine.measure.timingcache", "REUSED"),
+}
+
+__all__ = [
+    "COMPILED_TIMINGS_FILE",
+    "COMPILED_TIMING_REUSED",
+    "Evaluator",
+    "Intake",
+    "LocalEvaluator",
+    "ProgressCallback",
+    "RayEvaluator",
+    "Source",
+    "add_up",
+    "candidate_source",
+    "check_candidate",
+    "check_task",
+    "prestart",
+    "read_source",
+    "take_in",
+    "task_source",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """The door's names, each imported when first asked for (PEP 562)."""
+    if name not in _DOOR:
+        raise AttributeError(f"module 'kernelcraft.engine' has no attribute {name!r}")
+    module, attribute = _DOOR[name]
+    value = importlib.import_module(module)
+    return value if attribute is None else getattr(value, attribute)

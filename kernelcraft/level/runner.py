@@ -32,8 +32,7 @@ from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.level import LevelMode, LevelSummary, TaskOutcome
-from kernelcraft.engine.host.evaluator import Evaluator
-from kernelcraft.engine.worker.loading import check_candidate, check_task
+from kernelcraft.engine import Evaluator, check_candidate, check_task
 from kernelcraft.level import kernelbench, score
 from kernelcraft.level.tasks import LevelTask, find_tasks, match_candidates
 

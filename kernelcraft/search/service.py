@@ -43,7 +43,7 @@ from kernelcraft.base.tree import (
     TreeView,
     WarmStart,
 )
-from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
+from kernelcraft.engine import Evaluator, ProgressCallback
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search import repository

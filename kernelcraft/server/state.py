@@ -18,7 +18,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from kernelcraft.base.config import Settings
-from kernelcraft.engine.host.evaluator import Evaluator
+from kernelcraft.engine import Evaluator
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook, RuleJudge
 from kernelcraft.search.service import SearchService
@@ -73,15 +73,14 @@ def default_evaluator_factory(settings: Settings) -> Evaluator:
     """The evaluator `settings.evaluator` names: this machine's (default), or a Ray cluster's
     (Ray is imported only then)."""
     if settings.evaluator == "ray":
-        from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
+        from kernelcraft.engine import RayEvaluator
 
         return RayEvaluator(address=settings.ray_address, memory_limit_gb=settings.memory_limit_gb)
     from kernelcraft.base.config import cache_file
-    from kernelcraft.engine.host.local import LocalEvaluator
-    from kernelcraft.engine.measure import timingcache
+    from kernelcraft.engine import COMPILED_TIMINGS_FILE, LocalEvaluator
 
     return LocalEvaluator(
-        memory_limit_gb=settings.memory_limit_gb, timings_file=cache_file(timingcache.FILE_NAME)
+        memory_limit_gb=settings.memory_limit_gb, timings_file=cache_file(COMPILED_TIMINGS_FILE)
     )
 
 

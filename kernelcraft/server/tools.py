@@ -29,7 +29,7 @@ from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, Prof
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.rules import FailureRecorded, RuleOut
 from kernelcraft.base.targets import DEFAULT_TARGETS, Target
-from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.engine import ProgressCallback
 from kernelcraft.server.answers import answer, opening
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.inputs import (

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from kernelcraft.base.errors import TaskError
+from kernelcraft.engine.checks.intake import check_candidate, check_task
 from kernelcraft.engine.checks.static import check_candidate_source
-from kernelcraft.engine.worker.loading import check_candidate, check_task
 
 KERNELBENCH_RELU = '''import torch
 import torch.nn as nn
@@ -83,3 +85,66 @@ def test_static_checks_leave_an_honest_candidate_alone() -> None:
 
     for seed in (Path(__file__).parents[2] / "examples").glob("*/seed.py"):
         assert check_candidate_source(check_candidate(seed.read_text(), str(seed))) == []
+
+
+def _counting_parse(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count the intake's parses (the names it parsed)."""
+    from kernelcraft.engine.checks import intake
+
+    parsed: list[str] = []
+    real = intake.parse
+
+    def counting(source: str, path: str) -> ast.Module:
+        parsed.append(path)
+        return real(source, path)
+
+    monkeypatch.setattr(intake, "parse", counting)
+    intake._kept.cache_clear()
+    return parsed
+
+
+def test_a_source_checked_twice_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelcraft.engine.checks.intake import task_source
+
+    parsed = _counting_parse(monkeypatch)
+    first = check_task(KERNELBENCH_RELU, "19_ReLU.py")  # the command line's check
+    again = task_source(KERNELBENCH_RELU, "19_ReLU.py")  # the evaluator's, for the same job
+    assert parsed == ["19_ReLU.py"] and again.tree is first
+    check_task(KERNELBENCH_RELU + "\n# edited\n", "19_ReLU.py")  # another text is another source
+    assert parsed == ["19_ReLU.py", "19_ReLU.py"]
+
+
+def test_a_source_over_the_kept_size_is_parsed_at_each_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelcraft.engine.checks import intake
+
+    parsed = _counting_parse(monkeypatch)
+    big = KERNELBENCH_RELU + "#" * intake.KEPT_BYTES + "\n"
+    check_task(big, "big.py")
+    check_task(big, "big.py")
+    assert parsed == ["big.py", "big.py"] and intake._kept.cache_info().currsize == 0
+
+
+def test_a_source_that_is_not_a_task_is_refused_at_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = _counting_parse(monkeypatch)
+    for _ in range(2):
+        with pytest.raises(TaskError, match="get_inputs"):
+            check_task("class Model:\n    pass\n", "t.py")
+    assert parsed == ["t.py", "t.py"]
+
+
+def test_take_in_checks_a_jobs_sources_and_runs_the_static_rules_over_the_candidate() -> None:
+    from kernelcraft.base.evaluation import EvalJob
+    from kernelcraft.engine.checks.intake import take_in
+
+    cheat = "import threading\nimport torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
+    job = EvalJob(
+        task_source=KERNELBENCH_RELU, candidate_source=cheat, task_name="t.py", candidate_name="c.py"
+    )
+    intake = take_in(job)
+    assert intake.task.name == "t.py" and intake.candidate is not None and intake.candidate.name == "c.py"
+    assert intake.findings[0].construct == "import threading"
+    assert intake.findings == tuple(check_candidate_source(intake.candidate.tree))
+    baseline = take_in(EvalJob(task_source=KERNELBENCH_RELU, stages=["baseline"]))
+    assert baseline.candidate is None and baseline.findings == ()
+    with pytest.raises(TaskError, match="ModelNew"):
+        take_in(EvalJob(task_source=KERNELBENCH_RELU, candidate_source="x = 1\n"))

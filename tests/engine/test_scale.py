@@ -16,11 +16,11 @@ import pytest
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalResult, ProfileResult
+from kernelcraft.engine.checks import shrink
 from kernelcraft.engine.host.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
 from kernelcraft.engine.host.references import ReferencePool, task_key
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import TaskReady
-from kernelcraft.engine.worker import shrink
 
 ROOT = Path(__file__).resolve().parents[2]
 LARGE = ROOT / "tests" / "fixtures" / "large"

@@ -6,6 +6,7 @@ pre-started workers (`pool.py`) and of reference workers (`references.py`), the 
 GPU lock (`memory.py`, `gpulock.py`), the verdicts a job returns (`verdicts.py`) and the CLI's head
 start (`prestart.py`). Never runs candidate code.
 
-May import every engine room but `cluster`. Called by `cluster`, and from outside the engine by
-`search`, `level`, `server` and `cli`.
+May import every engine room but `cluster` and `worker` (it starts workers by module name, through
+`startup`, and never imports their code). Called by `cluster`, and from outside the engine through
+its door (`kernelcraft.engine`).
 """

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
-from kernelcraft.engine.checks import reach
+from kernelcraft.engine.checks import reach, shrink
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.memory import (
@@ -72,7 +72,6 @@ from kernelcraft.engine.wire.protocol import (
     Sized,
     TaskReady,
 )
-from kernelcraft.engine.worker import shrink
 
 log = logging.getLogger(__name__)
 

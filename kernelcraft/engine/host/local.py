@@ -58,7 +58,7 @@ from kernelcraft.base.evaluation import (
     Evidence,
 )
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.checks.static import check_candidate_source
+from kernelcraft.engine.checks.intake import take_in
 from kernelcraft.engine.host import prestart
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device, GpuLock
@@ -68,7 +68,6 @@ from kernelcraft.engine.host.memory import ran_out
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
-from kernelcraft.engine.worker.loading import check_candidate, check_task
 
 log = logging.getLogger(__name__)
 
@@ -274,13 +273,8 @@ class LocalEvaluator:
 
     async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
         start = time.perf_counter()
+        findings = take_in(job).findings  # a source that is no task or candidate: before anything starts
         devices = self._ensure_started()
-        check_task(job.task_source, job.task_name)
-        findings = (
-            []
-            if job.baseline_only  # no candidate: nothing of one to check
-            else check_candidate_source(check_candidate(job.candidate_source, job.candidate_name))
-        )
         device = min(devices, key=lambda d: d.jobs)
         device.jobs += 1
         try:
