@@ -183,16 +183,9 @@ def check_box(settings: Settings, *, http: bool, allow_partial: bool) -> None:
             "the candidates' box is the Ray nodes': each verdict's notes say what of it a node lacked"
         )
         return
-    import tempfile
+    from kernelcraft.engine import box_preflight
 
-    from kernelcraft.engine.box import preflight
-    from kernelcraft.engine.host.pool import base_env, reachable
-    from kernelcraft.engine.host.prestart import gpu_count
-
-    kind, gpu, interpret = ("cuda", 0, False) if gpu_count("auto") else ("cpu", None, True)
-    with tempfile.TemporaryDirectory(prefix="kernelcraft-eval-") as scratch:
-        reachable(Path(scratch))
-        report = preflight.check(base_env(kind, gpu, interpret, lazy=True), Path(scratch), kind)
+    report = box_preflight()
     if report.complete:
         logger.info(report.sentence())
         return

@@ -25,7 +25,7 @@ One door: the other packages (`cli`, `server`, `search`, `level`, `agent`, `repo
 (`pyproject.toml`'s contract): the evaluator (`Evaluator`, `ProgressCallback`, `LocalEvaluator`,
 `RayEvaluator`, `add_up`), the intake (`read_source`, `check_task`, `check_candidate`,
 `task_source`, `candidate_source`, `take_in`, `Intake`, `Source`: a source parsed and checked
-once), the start-up head start (`prestart`) and the compiled-reference timings' file and note
+once), the start-up head start (`prestart`) and box check (`box_preflight`) and the compiled-reference timings' file and note
 (`COMPILED_TIMINGS_FILE`, `COMPILED_TIMING_REUSED`). Each is imported when first asked for, so
 importing a room (a worker does) loads nothing else.
 """
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
     from kernelcraft.engine.host.jobworkers import add_up
     from kernelcraft.engine.host.local import LocalEvaluator
+    from kernelcraft.engine.host.prestart import box_preflight
     from kernelcraft.engine.measure.timingcache import FILE_NAME as COMPILED_TIMINGS_FILE
     from kernelcraft.engine.measure.timingcache import REUSED as COMPILED_TIMING_REUSED
 
@@ -62,6 +63,7 @@ _DOOR: dict[str, tuple[str, str | None]] = {
     "RayEvaluator": ("kernelcraft.engine.cluster.ray_evaluator", "RayEvaluator"),
     "add_up": ("kernelcraft.engine.host.jobworkers", "add_up"),
     "prestart": ("kernelcraft.engine.host.prestart", None),
+    "box_preflight": ("kernelcraft.engine.host.prestart", "box_preflight"),
     "read_source": ("kernelcraft.engine.checks.intake", "read_source"),
     "check_task": ("kernelcraft.engine.checks.intake", "check_task"),
     "check_candidate": ("kernelcraft.engine.checks.intake", "check_candidate"),
@@ -84,6 +86,7 @@ __all__ = [
     "RayEvaluator",
     "Source",
     "add_up",
+    "box_preflight",
     "candidate_source",
     "check_candidate",
     "check_task",

@@ -23,9 +23,13 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelcraft.base.config import env_switch
 from kernelcraft.engine.startup.zygote import Zygote, ZygoteUnavailable
+
+if TYPE_CHECKING:
+    from kernelcraft.engine.box.preflight import BoxReport
 
 COMMANDS = ("verify", "profile", "compile")
 """The one-off commands that evaluate (each starts a lazy evaluator, `cli/engine.py`)."""
@@ -144,3 +148,16 @@ def gpu_count(device: str, dev: str = "/dev") -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def box_preflight() -> BoxReport:
+    """What of the box a worker started on this machine would get (`box/preflight.py`): checked
+    in a scratch directory with the environment the pool gives a worker of this machine's kind
+    (a GPU's when there is one)."""
+    from kernelcraft.engine.box import preflight
+    from kernelcraft.engine.host.pool import base_env, reachable
+
+    kind, gpu, interpret = ("cuda", 0, False) if gpu_count("auto") else ("cpu", None, True)
+    with tempfile.TemporaryDirectory(prefix="kernelcraft-eval-") as scratch:
+        reachable(Path(scratch))
+        return preflight.check(base_env(kind, gpu, interpret, lazy=True), Path(scratch), kind)
