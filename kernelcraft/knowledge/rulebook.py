@@ -74,6 +74,10 @@ from kernelcraft.store import Store, code_hash, utcnow
 __all__ = ["RuleJudge", "Rulebook", "rule_uid", "validate_rule"]
 
 logger = logging.getLogger(__name__)
+MERGED_NOTE = (
+    "counted toward a pending rule of near wording (shown as you wrote it: a pending rule's wording is "
+    "its proposer's until the rule is active)"
+)
 WRONG_RESULT_NOTE = (
     "recorded; a wrong result counts toward no rule (rules are learnt from compile and runtime errors, "
     "which name a construct to avoid)"
@@ -229,8 +233,19 @@ class Rulebook:
             )
             activated = await self._activate_if_corroborated(conn, rule_id)
             out = await self._get(conn, rule_id)
+        note = None
+        if out.status != "active" and not same:
+            # A pending rule's wording is its proposer's until the rule is vouched for (active):
+            # a client whose proposal merged into another's sees its own words, never theirs.
+            out = out.model_copy(update={"text": proposed, "reason": None})
+            note = MERGED_NOTE
         return FailureRecorded(
-            failure_id=failure_id, failure_class=cls, rule=out, rule_action=action, activated=activated
+            failure_id=failure_id,
+            failure_class=cls,
+            rule=out,
+            rule_action=action,
+            activated=activated,
+            note=note,
         )
 
     async def _own_failure(self, conn: aiosqlite.Connection, failure_id: int, client: str) -> FailureClass:

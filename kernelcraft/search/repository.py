@@ -99,18 +99,21 @@ async def count_issued_step(conn: aiosqlite.Connection, tree_id: int, now: str) 
 
 
 async def find_warm_start(
-    conn: aiosqlite.Connection, task_hash: str, task_key: str, target: str
+    conn: aiosqlite.Connection, task_hash: str, task_key: str, target: str, client: str
 ) -> tuple[WarmStart, str] | None:
     """The best correct kernel (highest speedup) of an earlier tree on `target` for the same task
-    (same source, or same operator and shapes), with its source; the same source wins a tie."""
+    (same source, or same operator and shapes), with its source; the same source wins a tie. Only
+    trees `client` may read: its own and those shared with it (a kernel is its author's work)."""
     rows = list(
         await conn.execute_fetchall(
             "SELECT t.id AS tree_id, n.id AS node_id, n.speedup, t.task_hash = ? AS same_hash, c.source"
             " FROM trees t JOIN nodes n ON n.tree_id = t.id JOIN code c ON c.hash = n.code_hash"
             " WHERE t.target = ? AND (t.task_hash = ? OR t.task_key = ?)"
+            " AND (t.created_by = ? OR EXISTS (SELECT 1 FROM tree_shares s"
+            "   WHERE s.tree_id = t.id AND s.client IN (?, '*')))"
             " AND n.status = 'evaluated' AND n.outcome = 'correct'"
             f" ORDER BY {BY_SCORE}, same_hash DESC, n.id LIMIT 1",
-            (task_hash, target, task_hash, task_key),
+            (task_hash, target, task_hash, task_key, client, client),
         )
     )
     if not rows:

@@ -170,7 +170,7 @@ class SearchService:
         digest = await self._put_code(task_source)
         warm: WarmStart | None = None
         if seed_candidate is None and chosen.params.warm_start:
-            found = await repository.find_warm_start(self.store.conn, digest, key, target)
+            found = await repository.find_warm_start(self.store.conn, digest, key, target, client)
             if found is not None:
                 warm, seed_candidate = found
         if seed_candidate is not None:
