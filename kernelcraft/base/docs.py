@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from kernelcraft.base.targets import TARGET_LIST
+
 
 class SectionRef(BaseModel):
     """Where one section of a hardware manual is: enough to list it and fetch it."""
@@ -19,7 +21,7 @@ class DocSection(BaseModel):
     title: str = Field(description="The manual's title.")
     heading_path: str = Field(description="Title > headings > this one.")
     file: str = Field(description="In kernelcraft/hw_docs/.")
-    arch: str = Field(description="Target(s), e.g. sm_90a, or 'any'.")
+    arch: str = Field(description=f"Target(s), of {TARGET_LIST}, or 'any'.")
     snippet: str = Field(description="Its start, or all of it (by section_id).")
     score: float = 0.0
     sources: list[str] = Field(default_factory=list)

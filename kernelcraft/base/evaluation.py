@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.targets import DEFAULT_TARGETS
+from kernelcraft.base.targets import DEFAULT_TARGET, DEFAULT_TARGETS
 
 Stage = Literal["compile", "verify", "profile", "baseline"]
 """`baseline` times the reference alone (eager and torch.compile) and loads no candidate: a job
@@ -141,9 +141,15 @@ class Timing(BaseModel):
 
 
 class Roofline(BaseModel):
+    # `precision`: the fastest way to do the matmul work within the task's tolerance `rtol`
+    # ('bf16x3': three bf16 tensor-core products per fp32 multiply-add; 'ieee': fp32 CUDA cores);
+    # `peak_tflops` is its rate, `peak_gbps` the HBM bandwidth measured on the device where measured.
     target: str
     flops: float = Field(description="Of one forward (the reference's).")
+    elementwise_flops: float = 0.0
     bytes: float = Field(description="Fewest one forward moves.")
+    precision: str = "ieee"
+    rtol: float | None = None
     peak_tflops: float
     peak_gbps: float
     floor_us: float = Field(description="max(flops/peak, bytes/bandwidth).")
@@ -208,9 +214,9 @@ class EvalJob(BaseModel):
     trials: int = Field(default=5, ge=1, le=100)
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops forward() may use.")
-    roofline_target: str = "sm_90a"
+    roofline_target: str = DEFAULT_TARGET
     gpu_check: str | None = Field(
-        default="sm_90a",
+        default=DEFAULT_TARGET,
         description="Without a GPU, verify also compiles the launched kernels for this target and fails "
         "where the GPU compiler would (None: the interpreter's word alone).",
     )

@@ -5,9 +5,10 @@ slow path. Shared by the profile (`ProfileResult.why`) and a search step's feedb
 
 from __future__ import annotations
 
-from kernelcraft.base.evaluation import CompileResult, KernelCompileInfo
+from kernelcraft.base.evaluation import CompileResult, KernelCompileInfo, ProfileResult
 from kernelcraft.base.occupancy import describe as describe_occupancy
 from kernelcraft.base.occupancy import occupancy
+from kernelcraft.base.targets import find
 
 
 def dots_words(dots: str | None, target: str) -> str | None:
@@ -19,9 +20,11 @@ def dots_words(dots: str | None, target: str) -> str | None:
             "its tl.dot runs on CUDA cores, not tensor cores (fp32 operands with "
             "input_precision='ieee'; 'tf32x3' is near-fp32 on tensor cores)"
         )
-    if dots == "mma.sync" and target.startswith(("sm_90", "sm_100")):
+    known = find(target)
+    path = known.tensor_core_path if known is not None else dots
+    if dots == "mma.sync" and path in ("wgmma", "tcgen05"):
         return (
-            "its tl.dot runs as mma.sync, the pre-Hopper path (wgmma needs num_warps a multiple "
+            f"its tl.dot runs as mma.sync, the pre-Hopper path ({path} needs num_warps a multiple "
             "of 4 and a tile whose rows are a multiple of 64)"
         )
     return f"its tl.dot runs as {dots}"
@@ -62,3 +65,27 @@ def compiled_words(result: CompileResult | None, target: str) -> list[str]:
         if words:
             lines.append(f"kernel {k.name} on {chosen.target}: {words}")
     return lines
+
+
+def roofline_words(prof: ProfileResult | None) -> str | None:
+    """How close a timed kernel runs to its roofline floor, and the floor's terms: '54% of the
+    roofline floor (compute-bound: 416.7 µs, bf16x3 at 330 TFLOP/s, the fastest precision within
+    rtol 1e-4; 165.0 TFLOP/s achieved)'. None for a profile without a fraction (no GPU, rejected)."""
+    if (
+        prof is None
+        or prof.roofline is None
+        or prof.roofline_fraction is None
+        or prof.failure_class is not None
+    ):
+        return None
+    r = prof.roofline
+    if r.bound == "memory":
+        terms = f"memory-bound: {r.floor_us:.1f} µs at {r.peak_gbps:.0f} GB/s"
+        if prof.achieved_gbps:
+            terms += f"; {prof.achieved_gbps:.0f} GB/s achieved"
+    else:
+        within = f", the fastest precision within rtol {r.rtol:g}" if r.rtol is not None else ""
+        terms = f"compute-bound: {r.floor_us:.1f} µs, {r.precision} at {r.peak_tflops:.0f} TFLOP/s{within}"
+        if prof.achieved_tflops:
+            terms += f"; {prof.achieved_tflops:.1f} TFLOP/s achieved"
+    return f"{prof.roofline_fraction:.0%} of the roofline floor ({terms})"

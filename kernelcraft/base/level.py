@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from kernelcraft.base.evaluation import Timing
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.targets import DEFAULT_TARGET
 
 LevelMode = Literal["candidates", "baseline"]
 
@@ -45,7 +46,7 @@ class TaskOutcome(BaseModel):
     compiled_ref: Timing | None = Field(default=None, description="The reference, torch.compile.")
     speedup_vs_eager: float | None = None
     speedup_vs_compiled: float | None = None
-    floor_us: float | None = Field(default=None, description="Roofline floor (sm_90a).")
+    floor_us: float | None = Field(default=None, description=f"Roofline floor ({DEFAULT_TARGET}).")
     device: str | None = None
     seconds: float = 0.0
     mode: LevelMode = "candidates"

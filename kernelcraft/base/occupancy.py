@@ -3,7 +3,7 @@ profiles that say why). The CUDA occupancy calculation for NVIDIA targets: block
 registers (allocated per warp in units of 256), shared memory, warps and the block limit; AMD
 targets are left out (None).
 
-Pure arithmetic: the compile stage's registers, shared memory and warps go in, a fraction and the
+The SM limits are the target registry's (`base/targets.py`). Pure arithmetic: the compile stage's registers, shared memory and warps go in, a fraction and the
 resource that limits it come out.
 """
 
@@ -11,21 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelcraft.base.targets import find
 
-@dataclass(frozen=True)
-class SMLimits:
-    registers: int = 65_536
-    warps: int = 64
-    blocks: int = 32
-    shared_bytes: int = 228 * 1024  # per SM; 1 KiB of it reserved per block
-
-
-LIMITS: dict[str, SMLimits] = {
-    "sm_80": SMLimits(shared_bytes=164 * 1024),
-    "sm_89": SMLimits(warps=48, blocks=24, shared_bytes=100 * 1024),
-    "sm_90a": SMLimits(),
-    "sm_100": SMLimits(),
-}
 REGISTER_UNIT = 256  # registers are allocated to a warp in units of this many
 
 
@@ -41,7 +28,8 @@ def occupancy(
     target: str, registers: int | None, shared_bytes: int | None, num_warps: int | None
 ) -> Occupancy | None:
     """The occupancy of a kernel on `target`, or None where the target or the figures are unknown."""
-    limits = LIMITS.get(target)
+    known = find(target)
+    limits = known.sm if known is not None else None
     if limits is None or not num_warps or registers is None:
         return None
     per_warp = -(-max(registers, 1) * 32 // REGISTER_UNIT) * REGISTER_UNIT

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kernelcraft.agent.llm.config import LLMConfig
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.presets import DEFAULT_PRESET, OPTIMIZE_STEPS, PRESET_NAMES
-from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS
 from kernelcraft.cli.common import (
     EXIT_NEGATIVE,
     EXIT_OK,
@@ -82,7 +82,7 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--server", metavar="URL", help="a kernelcraft server over HTTP (default: in-process)")
     g.add_argument("--token-env", metavar="VAR", help="variable holding the bearer token for --server")
     add_db(g, "database of the in-process server")
-    g.add_argument("--target", choices=KNOWN_TARGETS, default="sm_90a", help="GPU the kernels are for")
+    g.add_argument("--target", choices=KNOWN_TARGETS, default=DEFAULT_TARGET, help="GPU the kernels are for")
     add_evaluator(g)
 
 

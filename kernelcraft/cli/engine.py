@@ -25,7 +25,7 @@ from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.occupancy import describe, occupancy
 from kernelcraft.base.ops import aten_op_names
-from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS, TARGET_LIST
 from kernelcraft.cli.common import (
     EXIT_NEGATIVE,
     EXIT_OK,
@@ -83,10 +83,10 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--trials", type=int, default=5, metavar="N", help="trials per input set")
     p.add_argument(
         "--gpu-check",
-        default="sm_90a",
+        default=DEFAULT_TARGET,
         metavar="TARGET",
         help="without a GPU, also compile the launched kernels for TARGET and fail where its compiler "
-        "would (default sm_90a; 'none': the interpreter's word alone)",
+        f"would (default {DEFAULT_TARGET}; 'none': the interpreter's word alone)",
     )
     p.add_argument(
         "--allow-op",
@@ -106,13 +106,13 @@ def register(sub: Subcommands) -> None:
         action="append",
         default=[],
         metavar="T",
-        help=f"target ({', '.join(KNOWN_TARGETS)}); repeatable (default: sm_90a)",
+        help=f"target ({TARGET_LIST}); repeatable (default: {DEFAULT_TARGET})",
     )
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("profile", help="time a candidate against the reference (eager and torch.compile)")
     common(p)
-    p.add_argument("--target", default="sm_90a", metavar="T", help="roofline target without a GPU")
+    p.add_argument("--target", default=DEFAULT_TARGET, metavar="T", help="roofline target without a GPU")
     p.set_defaults(func=cmd_profile)
 
 
@@ -133,20 +133,16 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
         full_size=args.full_size,
         model_mode="eval" if getattr(args, "eval_mode", False) else "train",
         correctness=getattr(args, "correctness", "kernelcraft"),
-        gpu_check=_gpu_check(getattr(args, "gpu_check", "sm_90a")),
+        gpu_check=_gpu_check(getattr(args, "gpu_check", DEFAULT_TARGET)),
         **extra,
     )
 
 
 def _gpu_check(target: str) -> str | None:
-    from kernelcraft.base.targets import KNOWN_TARGETS
-
     if target.lower() == "none":
         return None
     if target not in KNOWN_TARGETS:
-        raise UsageError(
-            f"--gpu-check {target!r} is not a target; use one of {', '.join(KNOWN_TARGETS)} or none"
-        )
+        raise UsageError(f"--gpu-check {target!r} is not a target; use one of {TARGET_LIST} or none")
     return target
 
 
@@ -221,10 +217,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    targets = args.target or ["sm_90a"]
+    targets = args.target or [DEFAULT_TARGET]
     unknown = [t for t in targets if t not in KNOWN_TARGETS and t != "host"]
     if unknown:
-        raise UsageError(f"unknown target {', '.join(unknown)}; choose from {', '.join(KNOWN_TARGETS)}")
+        raise UsageError(f"unknown target {', '.join(unknown)}; choose from {TARGET_LIST}")
     job = _job(args, ["compile"], targets=targets)
     c = _run(job, args).compile
     assert c is not None

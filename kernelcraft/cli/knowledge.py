@@ -15,6 +15,7 @@ from typing import TypeVar
 from kernelcraft.base.config import Settings
 from kernelcraft.base.docs import DocSection, section_markdown
 from kernelcraft.base.rules import RuleOut
+from kernelcraft.base.targets import TARGET_LIST
 from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, print_json, run
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
@@ -31,7 +32,7 @@ def register(sub: Subcommands) -> None:
 
     p = rsub.add_parser("query", help="rank active rules for a context (a task, a kernel, an error text)")
     p.add_argument("text", help="the context; '-' reads it from stdin")
-    p.add_argument("--arch", default=None, help="target or family: sm_80, sm_90a, gfx942, nvidia, amd")
+    p.add_argument("--arch", default=None, help=f"target or family: {TARGET_LIST}, nvidia, amd")
     p.add_argument("--limit", type=int, default=10, help="most rules to print")
     add_json(p, RULES_JSON)
     add_db(p)
@@ -44,7 +45,7 @@ def register(sub: Subcommands) -> None:
         default=None,
         help="only rules with this status",
     )
-    p.add_argument("--arch", default=None, help="target or family: sm_80, sm_90a, gfx942, nvidia, amd")
+    p.add_argument("--arch", default=None, help=f"target or family: {TARGET_LIST}, nvidia, amd")
     add_json(p, RULES_JSON)
     add_db(p)
     p.set_defaults(func=_rules_list)
@@ -80,7 +81,7 @@ def register(sub: Subcommands) -> None:
     dsub = docs.add_subparsers(dest="docs_command", metavar="ACTION", required=True)
     p = dsub.add_parser("search", help="search the manuals' sections")
     p.add_argument("text")
-    p.add_argument("--arch", default=None, help="sm_80, sm_89, sm_90a, sm_100, gfx942, nvidia or amd")
+    p.add_argument("--arch", default=None, help=f"{TARGET_LIST}, nvidia or amd")
     p.add_argument("--limit", type=int, default=5, help="most sections to print")
     add_json(p, "the sections as a JSON array")
     add_db(p)

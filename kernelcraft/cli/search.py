@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES
-from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS
 from kernelcraft.base.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
 from kernelcraft.cli.common import (
     EXIT_NEGATIVE,
@@ -60,7 +60,7 @@ def register(sub: Subcommands) -> None:
         "task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
     )
     p.add_argument("--seed-candidate", metavar="F", default=None, help="a kernel file to start from")
-    p.add_argument("--target", default="sm_90a", choices=KNOWN_TARGETS, help="target arch")
+    p.add_argument("--target", default=DEFAULT_TARGET, choices=KNOWN_TARGETS, help="target arch")
     p.add_argument("--policy", default="adaexplore", choices=sorted(POLICIES), help="search policy")
     p.add_argument(
         "--preset",

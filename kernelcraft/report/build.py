@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import ProfileResult
-from kernelcraft.base.kernelwords import compiled_words
+from kernelcraft.base.kernelwords import compiled_words, roofline_words
 from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.report.model import ReportNode, RunReport, TokenUsage, Verdict
 
@@ -80,6 +80,7 @@ def report_node(node: NodeInfo) -> ReportNode:
         speedup_vs_eager=profile.speedup_vs_eager if profile else None,
         speedup_vs_compiled=profile.speedup_vs_compiled if profile else None,
         candidate_us=node.candidate_us,
+        roofline=roofline_words(profile),
         reward=node.reward,
         eval_seconds=node.verdict.seconds if node.verdict is not None else None,
     )

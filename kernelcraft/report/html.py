@@ -87,6 +87,8 @@ def _best_words(report: RunReport) -> str:
         extra.append(f"{best.speedup_vs_compiled:.2f}× vs torch.compile")
     if best.candidate_us is not None:
         extra.append(f"{best.candidate_us:.1f} µs")
+    if best.roofline is not None:
+        extra.append(best.roofline)
     return f"{what}: {best.speedup:.2f}× vs {against}" + (f" ({', '.join(extra)})" if extra else "")
 
 

@@ -55,6 +55,10 @@ class ReportNode(BaseModel):
     speedup_vs_eager: float | None = None
     speedup_vs_compiled: float | None = Field(default=None, description="Against torch.compile.")
     candidate_us: float | None = Field(default=None, description="Median time in µs (GPU only).")
+    roofline: str | None = Field(
+        default=None,
+        description="The fraction of its roofline floor it runs at and the floor's terms (GPU only).",
+    )
     reward: float | None = None
     eval_seconds: float | None = Field(
         default=None,

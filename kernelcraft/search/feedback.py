@@ -13,7 +13,7 @@ import re
 from kernelcraft.base.docs import DocSection
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass, diagnosis
-from kernelcraft.base.kernelwords import kernel_words
+from kernelcraft.base.kernelwords import kernel_words, roofline_words
 from kernelcraft.knowledge.docs import HwDocs
 
 # Triton calls every kernel makes: they say nothing about which manual section helps.
@@ -130,26 +130,9 @@ def profile_words(result: EvalResult | None, target: str) -> str | None:
         return None
     parts: list[str] = []
     prof = result.profile
-    if (
-        prof is not None
-        and prof.available
-        and prof.failure_class is None
-        and prof.roofline is not None
-        and prof.roofline_fraction is not None
-    ):
-        roof = prof.roofline
-        if roof.bound == "memory":
-            achieved = (
-                f" ({prof.achieved_gbps:.0f} of {roof.peak_gbps:.0f} GB/s)" if prof.achieved_gbps else ""
-            )
-            parts.append(f"memory-bound at {prof.roofline_fraction:.0%} of peak bandwidth{achieved}")
-        else:
-            achieved = (
-                f" ({prof.achieved_tflops:.1f} of {roof.peak_tflops:.0f} TFLOP/s)"
-                if prof.achieved_tflops
-                else ""
-            )
-            parts.append(f"compute-bound at {prof.roofline_fraction:.0%} of peak FLOP rate{achieved}")
+    roof = roofline_words(prof) if prof is not None and prof.available else None
+    if roof is not None:
+        parts.append(roof)
     if result.compile is not None:
         for t in result.compile.targets:
             if t.target != target or not t.ok:

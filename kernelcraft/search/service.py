@@ -33,7 +33,7 @@ import aiosqlite
 from kernelcraft.base.errors import BudgetError, InfrastructureError, NotFoundError, UsageError
 from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.jobknobs import EVAL_GRACE_S, TIMEOUT_S, eval_wait_s
-from kernelcraft.base.targets import KNOWN_TARGETS
+from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS
 from kernelcraft.base.tree import (
     NextStep,
     NodeInfo,
@@ -96,7 +96,7 @@ class SearchService:
         *,
         task_name: str | None = None,
         seed_candidate: str | None = None,
-        target: str = "sm_90a",
+        target: str = DEFAULT_TARGET,
         policy: str = "adaexplore",
         preset: str | None = None,
         params: dict[str, Any] | None = None,

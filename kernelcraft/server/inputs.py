@@ -14,6 +14,7 @@ from pydantic import Field
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.ops import aten_op_names
+from kernelcraft.base.targets import TARGET_LIST
 
 ReferenceCode = Annotated[
     str,
@@ -32,7 +33,7 @@ CandidateCode = Annotated[
 Arch = Annotated[
     str | None,
     Field(
-        description="sm_80, sm_89, sm_90a, sm_100, gfx942, nvidia or amd; omit for any.",
+        description=f"{TARGET_LIST}, nvidia or amd; omit for any.",
     ),
 ]
 

@@ -12,6 +12,7 @@ from typing import Annotated
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
+from kernelcraft.base.targets import DEFAULT_TARGET, TARGET_LIST
 from kernelcraft.server.state import AppState
 
 
@@ -93,9 +94,7 @@ def register_prompts(mcp: MCPServer[AppState]) -> None:
             str,
             Field(description="The task: a KernelBench-format module (Model, get_inputs, get_init_inputs)."),
         ],
-        target: Annotated[
-            str, Field(description="GPU target: sm_80, sm_89, sm_90a, sm_100 or gfx942.")
-        ] = "sm_90a",
+        target: Annotated[str, Field(description=f"GPU target: one of {TARGET_LIST}.")] = DEFAULT_TARGET,
         budget: Annotated[str, Field(description="How many candidates to evaluate.")] = "20",
     ) -> str:
         return optimize_kernel_text(reference_code, target, budget)
@@ -110,6 +109,8 @@ def register_prompts(mcp: MCPServer[AppState]) -> None:
         candidate_code: Annotated[str, Field(description="The kernel that failed (module with ModelNew).")],
         error: Annotated[str, Field(description="The error text or the verdict's evidence.")],
         reference_code: Annotated[str, Field(description="The task source, if you have it.")] = "",
-        arch: Annotated[str, Field(description="The target architecture, if known (e.g. sm_90a).")] = "",
+        arch: Annotated[
+            str, Field(description=f"The target architecture, if known (one of {TARGET_LIST}).")
+        ] = "",
     ) -> str:
         return fix_failure_text(candidate_code, error, reference_code, arch)

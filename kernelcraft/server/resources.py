@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from kernelcraft.base.docs import section_markdown
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.rules import RuleOut
+from kernelcraft.base.targets import GPU_LIST, TARGET_LIST
 from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.report.build import from_tree
 from kernelcraft.report.model import RunReport
@@ -56,7 +57,7 @@ def register_rule_resources(mcp: MCPServer[AppState], slot: StateSlot) -> None:
         "rules://active/{arch}",
         name="active-rules-for-arch",
         title="Active rules for one architecture",
-        description="Active rules that apply to one target (sm_80, sm_89, sm_90a, sm_100, gfx942) or family "
+        description=f"Active rules that apply to one target ({TARGET_LIST}) or family "
         "(nvidia, amd): those scoped to its family and the general ones.",
         mime_type=JSON,
     )
@@ -97,7 +98,7 @@ def register_doc_resources(mcp: MCPServer[AppState], slot: StateSlot) -> None:
         "hwdocs://sections",
         name="hardware-manual-sections",
         title="Hardware manual sections",
-        description="Every section of the hardware manuals (A100, L40S, H100/H200, B200, MI300X, the Triton "
+        description=f"Every section of the hardware manuals ({GPU_LIST}, the Triton "
         "guide, the performance playbook), with the URI that reads it.",
         mime_type=JSON,
     )

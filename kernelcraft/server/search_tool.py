@@ -11,7 +11,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from kernelcraft.base.presets import PresetName
-from kernelcraft.base.targets import Target
+from kernelcraft.base.targets import DEFAULT_TARGET, Target
 from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
 from kernelcraft.server.answers import opening
 from kernelcraft.server.auth import client_name
@@ -84,8 +84,9 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             Field(description="share: a client to let read the tree, or '*' for all."),
         ] = None,
         target: Annotated[
-            Target, Field(description="start: the GPU the kernels are for (sm_90a = H100/H200).")
-        ] = "sm_90a",
+            Target,
+            Field(description="start: the GPU the kernels are for."),
+        ] = DEFAULT_TARGET,
         policy: Annotated[
             str,
             Field(description="start: 'adaexplore', 'greedy' or 'beam'."),

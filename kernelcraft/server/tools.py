@@ -28,7 +28,7 @@ from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.rules import FailureRecorded, RuleOut
-from kernelcraft.base.targets import DEFAULT_TARGETS, Target
+from kernelcraft.base.targets import DEFAULT_TARGET, DEFAULT_TARGETS, Target
 from kernelcraft.engine import ProgressCallback
 from kernelcraft.server.answers import answer, opening
 from kernelcraft.server.auth import client_name
@@ -231,7 +231,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
             list[Target] | None,
             Field(
                 min_length=1,
-                description="Targets (no GPU needed); omit for sm_80, sm_90a, sm_100 and gfx942.",
+                description=f"Targets (no GPU needed); omit for {', '.join(DEFAULT_TARGETS)}.",
             ),
         ] = None,
         timeout_s: Timeout = DEFAULT_TIMEOUT_S,
@@ -284,7 +284,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         candidate_code: CandidateCode,
         roofline_target: Annotated[
             Target, Field(description="The GPU whose roofline to compare with.")
-        ] = "sm_90a",
+        ] = DEFAULT_TARGET,
         timeout_s: Timeout = DEFAULT_TIMEOUT_S,
         allowed_ops: AllowedOps = None,
         eval_mode: EvalMode = False,

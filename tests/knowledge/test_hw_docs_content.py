@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base.targets import REGISTRY
+
 DOCS_DIR = Path(__file__).resolve().parents[2] / "kernelcraft" / "hw_docs"
-KNOWN_ARCHES = {"sm_80", "sm_89", "sm_90a", "sm_100", "gfx942", "any"}
+KNOWN_ARCHES = {*REGISTRY, "any"}
 MAX_SECTION_WORDS = 400
 MIN_SECTION_WORDS = 40
 

@@ -449,3 +449,23 @@ def test_the_page_says_why_the_best_kernel_runs_as_it_does_from_its_verdict() ->
         "kernel add_kernel on sm_90a: as the profile said"
     ]
     assert from_tree(gpu_view(), seed_code=SEED, best_code=BEST).best_why == []  # no compile: nothing said
+
+
+def test_the_page_states_the_fraction_of_the_roofline_the_best_kernel_reaches() -> None:
+    """Issue 41: the report says how far the best kernel is from its floor and on what terms."""
+    from kernelcraft.engine.measure.roofline import roofline
+
+    view = gpu_view()
+    best = next(n for n in view.nodes if n.id == 3)
+    assert best.verdict is not None and best.verdict.profile is not None
+    prof = best.verdict.profile
+    prof.roofline = roofline("sm_90a", flops=2 * 1024**3, bytes=3 * 4 * 1024**2, precision_name="bf16x3")
+    prof.roofline.rtol = 1e-4
+    prof.roofline_fraction = prof.roofline.floor_us / 50.0
+    report = from_tree(view, seed_code=SEED, best_code=BEST)
+    words = report.node(3).roofline if report.node(3) else None
+    assert words is not None and words.startswith(
+        f"{prof.roofline_fraction:.0%} of the roofline floor (compute-bound"
+    )
+    assert "bf16x3 at 330 TFLOP/s, the fastest precision within rtol 0.0001" in words
+    assert escape(words) in render_html(report)

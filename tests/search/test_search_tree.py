@@ -418,7 +418,8 @@ async def test_a_steps_instructions_carry_the_manual_sections_and_the_parents_pr
         paper = await svc.start(TASK, seed_candidate=seed, preset="adaexplore", params=params, budget=2)
     step = r.next_step
     words = (
-        "memory-bound at 62% of peak bandwidth (2976 of 4800 GB/s); kernel add_kernel: spills 24 registers"
+        "62% of the roofline floor (memory-bound: 31.0 µs at 4800 GB/s; 2976 GB/s achieved); "
+        "kernel add_kernel: spills 24 registers"
     )
     assert step.parent_profile is not None and step.parent_profile.startswith(words)
     assert words in step.instructions and step.chain[-1].profile == step.parent_profile

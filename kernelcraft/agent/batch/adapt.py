@@ -27,6 +27,7 @@ from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.base.errors import LLMError, UsageError
 from kernelcraft.base.presets import ADAPT_PARAMS, DEFAULT_PRESET, PresetName, preset_config
+from kernelcraft.base.targets import DEFAULT_TARGET
 
 _TASK_MARKERS = (re.compile(r"^class Model\b", re.M), re.compile(r"^def get_inputs\b", re.M))
 
@@ -39,7 +40,7 @@ class AdaptOptions:
     level: int = 0  # the tasks' KernelBench level (picks the preset's c_exp); 0: none
     llm: LLMConfig = field(default_factory=LLMConfig)
     out: Path | None = None
-    target: str = "sm_90a"
+    target: str = DEFAULT_TARGET
     server_url: str | None = None
     token_env: str | None = None
     db_path: Path | None = None

@@ -12,6 +12,7 @@ from typing import Literal
 
 from kernelcraft.agent.llm.config import LLMConfig
 from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, TunerSteps
+from kernelcraft.base.targets import DEFAULT_TARGET
 
 
 @dataclass
@@ -22,7 +23,7 @@ class OptimizeOptions:
     steps: int = 10
     llm: LLMConfig = field(default_factory=LLMConfig)
     out: Path | None = None
-    target: str = "sm_90a"
+    target: str = DEFAULT_TARGET
     policy: str = "adaexplore"
     preset: PresetName = DEFAULT_PRESET
     level: int = 0  # the task's KernelBench level (picks the preset's c_exp); 0: none

@@ -41,6 +41,7 @@ from typing import Any
 from kernelcraft.agent.tuner.axes import PROGRAMS_PER_SM
 from kernelcraft.agent.tuner.params import find_params
 from kernelcraft.agent.tuner.source import NUM_STAGES, NUM_WARPS, PRECISIONS, SPLIT_PRECISIONS, Param
+from kernelcraft.base.targets import REGISTRY
 
 Config = dict[str, int]
 
@@ -48,14 +49,8 @@ META_FACTOR = 8
 META_MAX = 1 << 16
 MAX_TENSOR_NUMEL = 1 << 20
 
-# Shared memory (LDS) per block a kernel may use, in bytes, per compile target.
-SHARED_LIMIT_BYTES = {
-    "sm_80": 166_912,
-    "sm_89": 101_376,
-    "sm_90a": 232_448,
-    "sm_100": 232_448,
-    "gfx942": 65_536,
-}
+# Shared memory (LDS) per block a kernel may use, in bytes, per compile target (the registry's).
+SHARED_LIMIT_BYTES: dict[str, int] = {t.name: t.max_shared_per_block for t in REGISTRY.values()}
 
 
 def current_config(params: list[Param]) -> Config:

@@ -38,54 +38,29 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kernelcraft.base.errors import KernelcraftError, UsageError
+from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.evaluation import KernelCompileInfo, TargetCompileResult
 from kernelcraft.base.failures import FailureClass, classify
+from kernelcraft.base.targets import facts
 from kernelcraft.engine.watch.records import LaunchRecord, specialize
 
 
 @dataclass(frozen=True)
 class TargetSpec:
+    """What the compiler needs of a target, read from the target registry (`base/targets.py`)."""
+
     name: str
     backend: str  # "cuda" or "hip"
     arch: int | str
     warp_size: int
     max_shared_bytes: int
-    """Largest shared memory (LDS) one block may use.
-
-    NVIDIA: CUDA C++ Programming Guide, "Technical Specifications per Compute Capability",
-    maximum shared memory per thread block (opt-in): 8.0 163 KB, 8.9 99 KB, 9.0 227 KB, 10.0 227 KB.
-    AMD: AMD Instinct MI300 ISA / CDNA3 white paper, 64 KB LDS per compute unit (one workgroup)."""
-
-
-TARGETS: dict[str, TargetSpec] = {
-    "sm_80": TargetSpec("sm_80", "cuda", 80, 32, 163 * 1024),
-    "sm_89": TargetSpec("sm_89", "cuda", 89, 32, 99 * 1024),
-    "sm_90a": TargetSpec("sm_90a", "cuda", 90, 32, 227 * 1024),
-    "sm_100": TargetSpec("sm_100", "cuda", 100, 32, 227 * 1024),
-    "gfx942": TargetSpec("gfx942", "hip", "gfx942", 64, 64 * 1024),
-}
-# Triton emits sm_90a / sm_100a whenever the capability is 90 / 100: accept those spellings too.
-_ALIASES = {
-    "sm_90": "sm_90a",
-    "sm_100a": "sm_100",
-    "h100": "sm_90a",
-    "h200": "sm_90a",
-    "a100": "sm_80",
-    "l40s": "sm_89",
-    "b200": "sm_100",
-    "mi300x": "gfx942",
-}
+    """Largest shared memory (LDS) one block may use (the registry's `max_shared_per_block`)."""
 
 
 def target_spec(target: str) -> TargetSpec:
-    """The spec of a target name ('sm_80', 'sm_89', 'sm_90a', 'sm_100', 'gfx942', or an alias)."""
-    key = _ALIASES.get(target.lower(), target.lower())
-    spec = TARGETS.get(key)
-    if spec is None:
-        known = ", ".join(TARGETS)
-        raise UsageError(f"unknown compile target {target!r}; use one of {known}")
-    return spec
+    """The spec of a target by name or alias (`base/targets.py`); UsageError for an unknown one."""
+    t = facts(target)
+    return TargetSpec(t.name, t.backend, t.arch, t.warp_size, t.max_shared_per_block)
 
 
 class InterpretedKernelError(KernelcraftError):

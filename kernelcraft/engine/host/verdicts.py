@@ -162,31 +162,16 @@ def evidence_from(raw: Any, fallback: str) -> Evidence:
 PHYSICAL_FLOOR_FACTOR = 0.25
 """A candidate median below this fraction of the physical floor is rejected (see ProfileResult)."""
 
-# The GPU a timing ran on (from its name) -> the roofline peaks used for the physical floor.
-# Measured ceilings where we have them (h200-measured), else datasheet peaks.
-_DEVICE_PEAKS = (
-    ("H200", "h200-measured"),
-    ("H100", "h100-sxm"),
-    ("A100", "sm_80"),
-    ("L40S", "sm_89"),
-    ("B200", "sm_100"),
-    ("MI300X", "gfx942"),
-)
-
 
 def physical_floor_us(roof: Roofline, device: str) -> float:
-    """The least time the reference's work can take on `device`: its bytes at the device's HBM
-    bandwidth or its FLOPs at the device's fastest rate (any dtype, tensor cores), whichever is
-    larger. Deliberately optimistic (fastest precision), so only impossible timings fall below it.
-    An unknown device uses the roofline target's peaks."""
-    from kernelcraft.engine.measure.roofline import PEAKS
+    """The least time the reference's work can take on `device` (`roofline.physical_floor_us`: its
+    bytes at the device's HBM bandwidth or its FLOPs at the device's fastest unit, both from the
+    target registry, so never above the roofline floor on that device). An unknown device uses the
+    roofline target's facts."""
+    from kernelcraft.base.targets import facts, for_device
+    from kernelcraft.engine.measure.roofline import physical_floor_us as floor
 
-    gbps, tflops = roof.peak_gbps, roof.peak_tflops
-    for needle, key in _DEVICE_PEAKS:
-        if needle.lower() in device.lower() and key in PEAKS:
-            gbps, tflops = PEAKS[key].gbps, max(PEAKS[key].tflops.values())
-            break
-    return max(roof.bytes / (gbps * 1e3), roof.flops / (tflops * 1e6))
+    return floor(roof.flops, roof.bytes, for_device(device) or facts(roof.target))
 
 
 def timing_note(name: str, t: Timing) -> str:

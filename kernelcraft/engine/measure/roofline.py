@@ -11,139 +11,115 @@ Work is counted from the reference, never from the candidate:
 - Bytes: every tensor input read once, every parameter and buffer read once, every output
   written once. Intermediates are assumed to stay on chip (a perfectly fused kernel).
 
-The floor is max(compute time, memory time) with compute time = matmul FLOPs / peak(dtype) +
-elementwise FLOPs / peak(fp32). A kernel can come close to the floor but not beat it by much
-(unless it uses a faster precision than the reference, e.g. TF32 for an fp32 matmul).
+The floor is max(compute time, memory time) with compute time = matmul FLOPs / rate(precision) +
+elementwise FLOPs / peak(fp32). The precision is the fastest way to do the matmul work that still
+meets the task's tolerance (`PRECISIONS`, `fastest_precision`): an fp32 task held to rtol 1e-4 may
+be computed as bf16x3 (each operand split into two bfloat16 parts, three bf16 tensor-core products
+per multiply-add: 16 bits of mantissa), so its rate is a third of the bf16 dense peak, not the fp32
+CUDA-core peak a kernel on tensor cores runs far faster than. A correct kernel therefore does not
+beat its floor; `tests/engine/test_cookbook_floors.py` checks that on the cookbook's H200 timings.
 
-Peaks: datasheet numbers with their source beside each, dense (no 2:4 sparsity; where a datasheet
-gives only sparse figures they are halved, as its footnotes say). `h200-measured` holds what we
-measured on our H200 (docs/design.md, "Measured facts").
+Peaks and bandwidths are the target registry's (`base/targets.py`): dense datasheet rates, and
+HBM bandwidth as measured on the device where we measured it (the H200: about 4.3 TB/s, not the
+datasheet's 4.8).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.evaluation import Roofline
+from kernelcraft.base.targets import TargetFacts, Unit, facts
 
 
 @dataclass(frozen=True)
-class Peak:
+class Precision:
+    """One way to compute a multiply-add: on which unit, with how many of its products."""
+
     name: str
-    gbps: float
-    tflops: dict[str, float]  # dtype -> dense TFLOP/s; "fp32" is the vector (non-tensor-core) rate
-    source: str
+    """Triton's `input_precision` where it has one ('ieee', 'tf32', 'tf32x3', 'bf16x3', 'bf16x6'),
+    else the operand type ('bf16', 'fp16', 'fp8')."""
+    unit: Unit
+    products: int
+    """Products on `unit` per multiply-add of the task's work (bf16x3: hi*hi + hi*lo + lo*hi)."""
+    roundoff: float
+    """Relative error of one operand as the scheme holds it (2^-significant bits)."""
+
+    def rate(self, target: TargetFacts) -> float | None:
+        """TFLOP/s of the task's work on `target` in this precision, or None without the unit."""
+        peak = target.tflops.get(self.unit)
+        return peak / self.products if peak else None
 
 
-PEAKS: dict[str, Peak] = {
-    # NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, A100 80GB SXM column): FP32 19.5 TFLOPS,
-    # TF32 156, BF16/FP16 312 (dense; 312/624 with sparsity), 2,039 GB/s.
-    "sm_80": Peak(
-        "A100 80GB SXM",
-        2039.0,
-        {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "NVIDIA A100 datasheet",
-    ),
-    # Same datasheet, A100 40GB (SXM and PCIe columns): 1,555 GB/s; compute as above.
-    "a100-40gb": Peak(
-        "A100 40GB",
-        1555.0,
-        {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "NVIDIA A100 datasheet",
-    ),
-    # NVIDIA L40S datasheet: FP32 91.6 TFLOPS, TF32 183 | 366*, BF16/FP16 362.05 | 733*,
-    # FP8 733 | 1,466* (* with sparsity), 864 GB/s GDDR6.
-    "sm_89": Peak(
-        "L40S",
-        864.0,
-        {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
-        "NVIDIA L40S datasheet",
-    ),
-    # NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): FP32 67 TFLOPS, TF32 989, BF16/FP16 1,979,
-    # FP8 3,958 TFLOPS (all "with sparsity": halved here), 4.8 TB/s HBM3e. sm_90a is the H200 here
-    # because that is the GPU kernelcraft is measured on.
-    "sm_90a": Peak(
-        "H200 SXM",
-        4800.0,
-        {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-        "NVIDIA H200 datasheet",
-    ),
-    # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): compute as H200 SXM, 3.35 TB/s.
-    "h100-sxm": Peak(
-        "H100 SXM",
-        3350.0,
-        {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-        "NVIDIA H100 datasheet",
-    ),
-    # Measured on our H200 (torch 2.11, Triton 3.6; docs/design.md "Measured facts"): ~4.3 TB/s
-    # device-to-device, ~790 TFLOP/s bf16 dense. Rates we did not measure keep the datasheet value.
-    "h200-measured": Peak(
-        "H200 SXM (measured)",
-        4300.0,
-        {"fp32": 67.0, "tf32": 494.5, "bf16": 790.0, "fp16": 790.0, "fp8": 1979.0},
-        "kernelcraft measurement on H200; fp32/tf32/fp8 from the NVIDIA H200 datasheet",
-    ),
-    # NVIDIA HGX B200 datasheet (8 GPUs): FP32 600 TFLOPS, TF32 18 PFLOPS*, FP16/BF16 36 PFLOPS*,
-    # FP8 72 PFLOPS*, 64 TB/s (* with sparsity). Per GPU: / 8, sparse figures halved.
-    "sm_100": Peak(
-        "B200 (HGX)",
-        8000.0,
-        {"fp32": 75.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-        "NVIDIA HGX B200 datasheet",
-    ),
-    # AMD Instinct MI300X data sheet: FP32 vector 163.4 TFLOPs, TF32 653.7, FP16/BF16 1,307.4,
-    # FP8 2,614.9 (dense; sparsity doubles the matrix figures), 5.3 TB/s HBM3.
-    "gfx942": Peak(
-        "MI300X",
-        5300.0,
-        {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
-        "AMD Instinct MI300X data sheet",
-    ),
-}
-_ALIASES = {
-    "sm_90": "sm_90a",
-    "h200": "sm_90a",
-    "h100": "h100-sxm",
-    "a100": "sm_80",
-    "l40s": "sm_89",
-    "b200": "sm_100",
-    "sm_100a": "sm_100",
-    "mi300x": "gfx942",
-}
+PRECISIONS: tuple[Precision, ...] = (
+    Precision("ieee", "fp32", 1, 2.0**-24),  # fp32 FMA on the CUDA cores / SIMD units
+    Precision("bf16x6", "bf16", 6, 2.0**-24),  # three bf16 parts per operand
+    Precision("tf32x3", "tf32", 3, 2.0**-21),  # two tf32 parts per operand, 22 bits
+    Precision("bf16x3", "bf16", 3, 2.0**-16),  # two bf16 parts per operand, 16 bits
+    Precision("tf32", "tf32", 1, 2.0**-11),
+    Precision("bf16", "bf16", 1, 2.0**-8),  # before fp16: the one of equal rate chosen for fp32 (its range)
+    Precision("fp16", "fp16", 1, 2.0**-11),
+    Precision("fp8", "fp8", 1, 2.0**-4),  # e4m3
+)
+_BY_NAME = {p.name: p for p in PRECISIONS} | {"fp32": PRECISIONS[0]}
 
 
-def peak(target: str) -> Peak:
-    key = _ALIASES.get(target.lower(), target.lower())
-    if key not in PEAKS:
-        raise UsageError(f"no roofline peaks for target {target!r}; known: {', '.join(PEAKS)}")
-    return PEAKS[key]
+def precision(name: str) -> Precision:
+    found = _BY_NAME.get(name)
+    if found is None:
+        raise UsageError(f"unknown precision {name!r}; use one of {', '.join(p.name for p in PRECISIONS)}")
+    return found
+
+
+def fastest_precision(target: str, rtol: float, prefer: str = "") -> Precision:
+    """The fastest precision on `target` whose operand roundoff is within `rtol` (the task's
+    relative tolerance), `prefer` (the reference's operand type) among equally fast ones; 'ieee'
+    when none fits (a tolerance tighter than fp32's)."""
+    t = facts(target)
+    fitting = [p for p in PRECISIONS if p.roundoff <= rtol and p.rate(t)]
+    return max(fitting, key=lambda p: (p.rate(t) or 0.0, p.name == prefer), default=PRECISIONS[0])
 
 
 def roofline(
-    target: str, flops: float, bytes: float, dtype: str = "fp32", elementwise_flops: float = 0.0
+    target: str, flops: float, bytes: float, precision_name: str = "ieee", elementwise_flops: float = 0.0
 ) -> Roofline:
     """The floor of a workload on `target`. `flops` is the total; `elementwise_flops` (part of it)
-    runs at the fp32 vector rate, the rest at the `dtype` rate ('fp32', 'tf32', 'bf16', 'fp16', 'fp8')."""
-    p = peak(target)
-    if dtype not in p.tflops:
-        raise UsageError(f"no {dtype} peak for {p.name}; known: {', '.join(p.tflops)}")
+    runs at the fp32 vector rate, the rest at the rate of `precision_name` (`PRECISIONS`)."""
+    t = facts(target)
+    p = precision(precision_name)
+    rate = p.rate(t)
+    if rate is None:
+        raise UsageError(
+            f"{t.gpu} has no {p.unit} unit for precision {p.name}; its units: {', '.join(t.tflops)}"
+        )
     elementwise_flops = min(max(elementwise_flops, 0.0), flops)
     compute_us = (
-        (flops - elementwise_flops) / (p.tflops[dtype] * 1e12) + elementwise_flops / (p.tflops["fp32"] * 1e12)
+        (flops - elementwise_flops) / (rate * 1e12) + elementwise_flops / (t.tflops["fp32"] * 1e12)
     ) * 1e6
-    memory_us = bytes / (p.gbps * 1e9) * 1e6
+    memory_us = bytes / (t.hbm_gbps * 1e9) * 1e6
     return Roofline(
         target=target,
         flops=flops,
+        elementwise_flops=elementwise_flops,
         bytes=bytes,
-        peak_tflops=p.tflops[dtype],
-        peak_gbps=p.gbps,
+        precision=p.name,
+        peak_tflops=rate,
+        peak_gbps=t.hbm_gbps,
         floor_us=max(compute_us, memory_us),
         bound="memory" if memory_us >= compute_us else "compute",
     )
+
+
+def physical_floor_us(flops: float, bytes: float, target: TargetFacts) -> float:
+    """The least time any kernel can take for this work on `target`: its bytes at the HBM bandwidth
+    or all its FLOPs at the fastest unit's peak (any precision, tolerance or not), whichever is
+    larger. Never above `roofline(...)`'s floor for the same work and target (same bandwidth, a
+    faster rate), so it is deliberately optimistic: an algebraic rewrite doing less work than the
+    reference still fits under it, only a timing that hid or skipped the work falls below it."""
+    return max(bytes / (target.hbm_gbps * 1e9), flops / (max(target.tflops.values()) * 1e12)) * 1e6
 
 
 # Reductions and normalisations: 1 FLOP per input element. Matched by the op's base name.
@@ -170,6 +146,9 @@ class Work:
     elementwise_flops: float
     bytes: float
     dtype: str
+    """The reference's operand type ('fp32', 'bf16', 'fp16', 'fp8')."""
+    float_dtypes: tuple[Any, ...] = ()
+    """The torch dtypes the task's tolerance is set by: its floating outputs', else its inputs'."""
 
 
 def _tensors(obj: Any) -> list[Any]:
@@ -240,16 +219,31 @@ def count_work(model: Any, inputs: Sequence[Any]) -> Work:
         with counter, elementwise:
             out = model(*inputs)
     in_tensors = _tensors(list(inputs))
+    out_tensors = _tensors(out)
     matmul = float(counter.get_total_flops())
+    floating = [t.dtype for t in out_tensors if t.dtype.is_floating_point] or [
+        t.dtype for t in in_tensors + params if t.dtype.is_floating_point
+    ]
     return Work(
         flops=matmul + elementwise.flops,
         elementwise_flops=elementwise.flops,
-        bytes=float(_nbytes(in_tensors + params) + _nbytes(_tensors(out))),
+        bytes=float(_nbytes(in_tensors + params) + _nbytes(out_tensors)),
         dtype=_dtype_name(in_tensors + params),
+        float_dtypes=tuple(dict.fromkeys(floating)) or (torch.float32,),
     )
 
 
-def roofline_for(model: Any, inputs: Sequence[Any], target: str) -> Roofline:
-    """The roofline floor of one forward of the reference `model` on `inputs` for `target`."""
-    work = count_work(model, inputs)
-    return roofline(target, work.flops, work.bytes, work.dtype, work.elementwise_flops)
+def floor_of(work: Work, target: str, rtol_of: Callable[[Any], float]) -> Roofline:
+    """The floor of counted work: the matmul work at the fastest precision that meets the task's
+    tolerance, the strictest `rtol_of(dtype)` over `work.float_dtypes`."""
+    rtol = min(rtol_of(d) for d in work.float_dtypes)
+    p = fastest_precision(target, rtol, work.dtype)
+    r = roofline(target, work.flops, work.bytes, p.name, work.elementwise_flops)
+    r.rtol = rtol
+    return r
+
+
+def roofline_for(model: Any, inputs: Sequence[Any], target: str, rtol_of: Callable[[Any], float]) -> Roofline:
+    """The roofline floor of one forward of the reference `model` on `inputs` for `target`, for
+    a task whose outputs are held to `rtol_of(dtype)` (the correctness rule's relative tolerance)."""
+    return floor_of(count_work(model, inputs), target, rtol_of)

@@ -282,7 +282,13 @@ class ReferenceWorker(Worker):
         """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the
         floor is counted on the full-size `get_inputs()` built on the meta device (no memory, no
         compute); if the model cannot run on meta, on the trial's inputs."""
+        from kernelcraft.engine.checks.compare import tolerances
         from kernelcraft.engine.measure import roofline
+
+        rule = self.job.correctness if self.job is not None else "kernelcraft"
+
+        def rtol_of(dtype: Any) -> float:
+            return tolerances(dtype, rule)[0]
 
         errors = []
         if req.full_size:
@@ -297,12 +303,12 @@ class ReferenceWorker(Worker):
                     meta_model = full.Model(*full.get_init_inputs()) if full is not None else None
                 if meta_model is None:
                     meta_model = copy.deepcopy(self.model).to("meta")
-                r = roofline.roofline_for(meta_model, meta_inputs, req.target)
+                r = roofline.roofline_for(meta_model, meta_inputs, req.target, rtol_of)
                 return RooflineCounted(roofline=r.model_dump(), shapes="get_inputs()")
             except Exception as e:
                 errors.append(f"{type(e).__name__}: {e}")
         try:
-            r = roofline.roofline_for(self.model, self.private_inputs, req.target)
+            r = roofline.roofline_for(self.model, self.private_inputs, req.target, rtol_of)
             return RooflineCounted(roofline=r.model_dump(), shapes="trial inputs", errors=errors)
         except Exception as e:
             return RooflineCounted(roofline=None, error=error_line(e))
