@@ -180,16 +180,17 @@ def get_init_inputs():
 def test_the_shrink_keeps_group_sizes_and_ratios_between_linked_sizes() -> None:
     # KernelBench level 2 #62: 8192 features in 512 groups. Shrunk one size at a time, it became
     # 256 features in 256 groups, one channel each, where GroupNorm outputs its bias whatever its
-    # input. One common factor keeps 16 channels a group.
+    # input. One common factor keeps 16 channels a group, and the model's sizes stay multiples
+    # of 16 of at least 32 (shrink.TILE, MODEL_FLOOR): 512 groups stop at 32, not 16.
     small, changes, broken = shrink.shrunk_source(GROUP_NORM, 256)
     assert broken == []
     assert changes == {
-        "batch_size": (1024, 32),
-        "input_size": (8192, 256),
-        "hidden_size": (8192, 256),
-        "num_groups": (512, 16),
+        "batch_size": (1024, 256),  # the inputs' own size: no ratio to the channels kept
+        "input_size": (8192, 512),
+        "hidden_size": (8192, 512),
+        "num_groups": (512, 32),
     }
-    assert "num_groups = 16\n" in small
+    assert "num_groups = 32\n" in small
 
 
 def test_a_rewrite_that_would_break_the_structure_is_named_and_not_made() -> None:
@@ -598,6 +599,10 @@ def test_a_task_whose_parameters_outgrow_the_machine_is_refused_up_front_with_it
     p = _cli(command, str(task), str(LARGE / "wide_linear_triton.py"))
     assert p.returncode == 2, p.stderr
     (error,) = [line for line in p.stderr.splitlines() if line.startswith("kernelcraft: error:")]
+    if command == "compile":  # compile runs no interpreter: only memory can refuse it
+        assert "does not fit" in error and "parameters 64 GiB" in error, error
+        assert "too big for Triton's CPU interpreter" not in error
+        return
     assert "too big for Triton's CPU interpreter" in error and "parameters 64 GiB" in error, error
     assert "inputs float32[16, 131072]" in error and "refused before anything was allocated" in error
 
@@ -627,3 +632,88 @@ def test_a_kernel_needing_more_than_the_limit_we_sized_runs_again_with_room_and_
         "run again with the device's memory to itself" in n and "under its 2.0 GiB limit" in n
         for n in v.notes
     ), v.notes
+
+
+MATMUL_GROUPNORM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, num_groups, bias_shape):
+        super().__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+        self.group_norm = nn.GroupNorm(num_groups, out_features)
+
+    def forward(self, x):
+        x = self.matmul(x)
+        return self.group_norm(torch.sigmoid(x) * x + self.bias)
+
+
+batch_size = 32768
+in_features = 1024
+out_features = 4096
+num_groups = 64
+bias_shape = (out_features,)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, num_groups, bias_shape]
+"""
+
+
+def _plan(source: str) -> Any:
+    import types
+
+    from kernelcraft.engine.worker import sizing
+
+    def load(src: str, tag: str) -> types.ModuleType:
+        module = types.ModuleType(tag)
+        exec(compile(src, tag, "exec"), module.__dict__)
+        return module
+
+    task = load(source, "task")
+    return sizing.shrink_for_interpreter(source, task, sizing.measure(task, interpret=True), load)
+
+
+def test_an_incidental_divisor_between_model_sizes_no_longer_refuses_the_task() -> None:
+    # KernelBench level 2 #37 was refused: "num_groups (64) divided in_features (1024)". The
+    # batch shrinks on its own; the model's sizes shrink together, 64 channels a group kept, K
+    # (in_features) 16 tiles of 32.
+    plan = _plan(MATMUL_GROUPNORM)
+    assert plan.source is not None and plan.not_shrunk is None
+    assert plan.changes == {
+        "batch_size": [32768, 16],
+        "in_features": [1024, 512],
+        "out_features": [4096, 2048],
+        "num_groups": [64, 32],
+    }
+    assert plan.sizes["elements"] < 2 * shrink.SHRINK_ABOVE_ELEMENTS
+
+
+def test_a_model_whose_sizes_cannot_shrink_together_keeps_them_and_shrinks_its_inputs() -> None:
+    # 6000 features in 375 groups of 16: no common power of two, and each size on its own loses
+    # the group size at every limit. Before, the task was refused; now the model's sizes stay
+    # and the batch shrinks.
+    src = (
+        GROUP_NORM.replace("batch_size = 1024", "batch_size = 65536")
+        .replace("input_size = 8192", "input_size = 96")
+        .replace("hidden_size = 8192", "hidden_size = 6000")
+        .replace("num_groups = 512", "num_groups = 375")
+    )
+    plan = _plan(src)
+    assert plan.source is not None and plan.changes == {"batch_size": [65536, 256]}
+    assert plan.probe is not None and plan.probe.startswith("kept the model's own sizes")
+    assert "num_groups" in plan.probe and plan.sizes["elements"] < shrink.REFUSE_ABOVE_ELEMENTS
+
+
+def test_a_model_size_that_is_a_multiple_of_16_stays_one_and_at_least_32() -> None:
+    assert shrink.shrink_size(64, 4, model=True) == 32 and shrink.shrink_size(4096, 16, model=True) == 32
+    assert shrink.shrink_size(768, 256, model=True) == 192  # 3 * 2**8: odd part kept, still 12 x 16
+    assert shrink.shrink_size(64, 4) == 4  # an input's size (a batch) has no floor
+    new = shrink.plan_sizes({"c": 64, "k": 1024}, 16, model=frozenset({"c", "k"}))
+    assert new["c"] % 16 == 0 and new["c"] >= 32 and new["k"] // new["c"] == 16

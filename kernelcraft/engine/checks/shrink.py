@@ -19,7 +19,10 @@ shrink (`shrink_value`): a value keeps its odd part and as many factors of two a
 limit (4096 -> 64, 393216 = 3 * 2**17 -> 48, 8192 -> 64), so powers of two stay powers of two and
 one constant that divides another still does; a value whose odd part is over the limit becomes
 its largest divisor in [limit/4, limit], or, failing that, a value under the limit with the
-same parity. The rewrite edits only the literals' text: the rest of the file is unchanged.
+same parity. A model size (one `get_init_inputs` reads) that is a multiple of `TILE` stays one,
+at least `MODEL_FLOOR`; sizes are linked (`plan_sizes`) and their ratios kept only within a kind
+(the model's, the inputs' own). The rewrite edits only the literals' text: the rest of the file
+is unchanged.
 
 Pure (`ast` only); used by the reference worker (`sizing.py`).
 """
@@ -143,20 +146,23 @@ def structure_broken(
     two linked sizes over the limit (see `MIN_LINKED`) that changed, two equal sizes made
     different, or, of two sizes `Model` is built with (`counts`: groups, heads, channels; all
     when None), one that divided the other and no longer does or now equals it (a group of one channel: GroupNorm
-    then outputs its bias whatever its input). Empty when the structure is kept."""
+    then outputs its bias whatever its input). Ratios are kept between sizes of one kind: the
+    model's (`counts`) with each other, the inputs' own (batch, image) with theirs; a batch's
+    ratio to a channel count is incidental. Empty when the structure is kept."""
     broken: list[str] = []
     names = sorted(old, key=lambda n: old[n])
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             va, vb, na, nb = old[a], old[b], new[a], new[b]
+            same_kind = counts is None or (a in counts) == (b in counts)  # a batch is not a channel's
             if va == vb:
-                if na != nb:
+                if na != nb and same_kind:
                     broken.append(f"{a} = {b} ({va}) became {na} and {nb}")
                 continue
             if va < 2 or vb % va:
                 continue
             q = vb // va
-            if va > limit and _linked(va, vb, limit) and (nb % na or nb // na != q):
+            if va > limit and same_kind and _linked(va, vb, limit) and (nb % na or nb // na != q):
                 broken.append(f"{b} / {a} = {q} became {nb}/{na}")
             elif (counts is None or {a, b} <= counts) and (nb % na or nb == na):
                 broken.append(f"{a} ({va}) divided {b} ({vb}) {q} times; {na} and {nb} do not keep that")
@@ -168,10 +174,45 @@ def _linked(va: int, vb: int, limit: int) -> bool:
     return lo == hi or (lo >= MIN_LINKED and hi % lo == 0 and hi // lo <= limit)
 
 
-def _divisor_keeping(v: int, limit: int, keep: list[int]) -> int:
-    """`shrink_value(v, limit)`, or a divisor of `v` in [limit/4, limit] that every size of
-    `keep` dividing `v` still divides (1000 with 4 blocks of layers: 200, not 250)."""
-    new = shrink_value(v, limit)
+TILE = 16
+"""A model size (one `Model` is built with) that is a multiple of this stays one, and at least
+`MODEL_FLOOR` (or its own value, if smaller): a tensor-core path needs C % 16 == 0
+(channels-last convolutions), heads and head sizes stay multiples of 16, and a K loop over
+BLOCK_K tiles still iterates (64 channels became 1 on a conv, K fell below one BLOCK_K). Such a
+size may stay over the limit; the work is then larger, and the structure the GPU's kernel
+relies on is there."""
+MODEL_FLOOR = 32
+
+
+def _floor(v: int) -> int:
+    return min(v, MODEL_FLOOR) if v % TILE == 0 else 1
+
+
+def shrink_size(v: int, limit: int, model: bool = False) -> int:
+    """`shrink_value(v, limit)`; a model size that is a multiple of `TILE` stays one, at least
+    `_floor(v)`."""
+    if not model or v % TILE or v <= limit:
+        return shrink_value(v, limit)
+    q, lim = v // TILE, max(limit, _floor(v)) // TILE
+    return TILE * (shrink_value(q, lim) if lim > 1 else 1)
+
+
+def _tile_twos(v: int) -> int:
+    """How many factors of two a model size may lose and keep `_floor` (any, if it has none)."""
+    if v % TILE:
+        return 64
+    t = 0
+    while (v >> (t + 1)) % TILE == 0 and v >> (t + 1) >= _floor(v) and (v >> (t + 1)) << (t + 1) == v:
+        t += 1
+    return t
+
+
+def _divisor_keeping(v: int, limit: int, keep: list[int], model: bool = False) -> int:
+    """`shrink_size(v, limit, model)`, or a divisor of `v` in [limit/4, limit] that every size
+    of `keep` dividing `v` still divides (1000 with 4 blocks of layers: 200, not 250)."""
+    new = shrink_size(v, limit, model)
+    if model and v % TILE == 0:
+        return new
     must = [k for k in keep if v % k == 0]
     if all(new % k == 0 for k in must):
         return new
@@ -181,44 +222,57 @@ def _divisor_keeping(v: int, limit: int, keep: list[int]) -> int:
     return new
 
 
-def plan_sizes(sizes: dict[str, int], limit: int) -> dict[str, int]:
+def plan_sizes(
+    sizes: dict[str, int], limit: int, keep: frozenset[str] = frozenset(), model: frozenset[str] = frozenset()
+) -> dict[str, int]:
     """New values for `sizes` under `limit`; sizes within it stay. The sizes over the limit fall
     into groups of linked sizes (`MIN_LINKED`, equal sizes); each group is divided by one power
     of two, so its ratios stay exact (8192 channels in 512 groups -> 256 in 16); a size linked to
     none, or a group no common power of two brings under the limit, shrinks size by size
     (`shrink_value`, keeping the small sizes that divided it). `structure_broken` says whether
-    the result is usable."""
+    the result is usable. A model size (`model`) keeps its `TILE` multiple and `_floor` (the
+    common power of two is capped so that each keeps them). `keep`: names left as they are."""
     new = dict(sizes)
     small = [v for v in sizes.values() if 2 <= v <= limit]
-    left = {n for n, v in sizes.items() if v > limit}
+    left = {n for n, v in sizes.items() if v > limit and n not in keep}
     while left:
         group, todo = set(), [left.pop()]
         while todo:  # the sizes over the limit linked to this one, directly or through others
             a = todo.pop()
             group.add(a)
-            for b in list(left):
-                if _linked(sizes[a], sizes[b], limit):
+            for b in list(left):  # the model's sizes with each other, the inputs' with theirs
+                if (a in model) == (b in model) and _linked(sizes[a], sizes[b], limit):
                     left.discard(b)
                     todo.append(b)
         top, twos = max(sizes[n] for n in group), min(_twos(sizes[n]) for n in group)
-        t = next((t for t in range(1, twos + 1) if top >> t <= limit), None)
+        twos = min(twos, *(_tile_twos(sizes[n]) for n in group & model), 64)
+        t = next((t for t in range(1, twos + 1) if top >> t <= limit), twos or None)
         for n in group:
             if t is not None and len(group) > 1:
                 new[n] = sizes[n] >> t
             else:
-                new[n] = _divisor_keeping(sizes[n], limit, small)
+                new[n] = _divisor_keeping(sizes[n], limit, small, n in model)
     return new
 
 
-def shrunk_source(source: str, limit: int) -> tuple[str, dict[str, tuple[int, int]], list[str]]:
-    """`source` with its size constants over `limit` shrunk (`plan_sizes`), {name: (old, new)}
-    (empty when there is nothing to shrink) and what the rewrite would break of the task's
-    structure (`structure_broken`: when not empty, the source is returned unchanged)."""
+def model_sizes(source: str) -> frozenset[str]:
+    """The size constants `Model` is built with (read by `get_init_inputs`): channels, features,
+    groups, heads. The rest (batch, sequence, image sizes) only shape the inputs."""
+    return frozenset(name for name, _node, _v in size_constants(ast.parse(source), ("get_init_inputs",)))
+
+
+def shrunk_source(
+    source: str, limit: int, keep: frozenset[str] = frozenset()
+) -> tuple[str, dict[str, tuple[int, int]], list[str]]:
+    """`source` with its size constants over `limit` shrunk (`plan_sizes`; those named in `keep`
+    left alone), {name: (old, new)} (empty when there is nothing to shrink) and what the rewrite
+    would break of the task's structure (`structure_broken`: when not empty, the source is
+    returned unchanged)."""
     tree = ast.parse(source)
     sites = size_constants(tree)
     old = {name: v for name, _node, v in sites}
-    new = plan_sizes(old, limit)
     counts = {name for name, _node, _v in size_constants(tree, ("get_init_inputs",))}
+    new = plan_sizes(old, limit, frozenset(n for n in keep if n in old), frozenset(counts))
     broken = structure_broken(old, new, limit, counts)
     if broken:
         return source, {}, broken

@@ -143,29 +143,20 @@ def shrink_for_interpreter(
     says the verdict cannot tell (`INPUTS_IGNORED`)."""
     if hasattr(task, "get_cpu_inputs") or sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
         return Shrunk(task, sizes)
-    best = Shrunk(task, sizes)
-    tried: list[Shrunk] = []
-    broken: list[str] = []
-    for limit in shrink.LIMITS:
-        small, changes, breaks = shrink.shrunk_source(source, limit)
-        broken = broken or breaks
-        if not changes:  # every size within this limit (level 2's 128s under 256), or its
-            continue  # structure broken at it: try smaller
-        try:
-            small_task = load(small, f"shrunk{limit}")
-            small_sizes = measure(small_task, interpret=True)
-        except Exception:  # the task's own checks refuse these sizes (channels a group count divides)
-            break
-        if sizes["outputs_measured"] and not small_sizes["outputs_measured"]:
-            break  # forward no longer runs at these sizes (a kernel larger than the image, ...)
-        tried.append(Shrunk(small_task, small_sizes, small, {k: [o, n] for k, (o, n) in changes.items()}))
-        if small_sizes["elements"] < best.sizes["elements"]:
-            best = tried[-1]
-        if small_sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
-            break
+    best, tried, broken = _search(source, task, sizes, load, frozenset())
+    if best.source is None and broken:
+        # A divisor between the model's sizes that may be incidental (level 2 #37: 64 groups
+        # divide 1024 input features) is no reason to refuse: shrink the inputs' own sizes
+        # (batch, sequence, image) and keep every size Model is built with.
+        model = shrink.model_sizes(source)
+        kept, tried, _ = _search(source, task, sizes, load, model)
+        why = "shrinking its model's sizes would break its structure: " + "; ".join(broken[:4])
+        if kept.source is None:
+            best.not_shrunk = why
+            return best
+        best = kept
+        best.probe = f"kept the model's own sizes ({', '.join(sorted(model))}): {why}"[:800]
     if best.source is None:
-        if broken:
-            best.not_shrunk = "shrinking its sizes would break its structure: " + "; ".join(broken[:4])
         return best
     if depends_on_inputs(best.task, mode, rule) is not False:
         return best
@@ -188,6 +179,48 @@ def shrink_for_interpreter(
     )
     best.probe = INPUTS_IGNORED.format(sizes=at, why=why)
     return best
+
+
+def _search(
+    source: str, task: Any, sizes: dict[str, Any], load: Any, keep: frozenset[str]
+) -> tuple[Shrunk, list[Shrunk], list[str]]:
+    """Each `shrink.LIMITS` in turn (the sizes named in `keep` left alone) until the work is
+    under `shrink.SHRINK_ABOVE_ELEMENTS`: the smallest plan, every plan tried, and what the
+    rewrites skipped for it would have broken. Where the task refuses a limit's sizes (its own
+    checks, forward no longer running on meta), its model's sizes stay at the last limit it took
+    and the inputs' own sizes (batch, sequence, image) go on shrinking alone."""
+    best = Shrunk(task, sizes)
+    tried: list[Shrunk] = []
+    broken: list[str] = []
+    base, done, model = source, {}, shrink.model_sizes(source)
+    limits = list(shrink.LIMITS)
+    while limits:
+        limit = limits[0]
+        small, changes, breaks = shrink.shrunk_source(base, limit, keep)
+        broken = broken or breaks
+        merged = {**done, **{k: [done.get(k, [o])[0], n] for k, (o, n) in changes.items()}}
+        refused = False
+        if changes:
+            try:
+                small_task = load(small, f"shrunk{limit}{len(tried)}")
+                small_sizes = measure(small_task, interpret=True)
+                refused = bool(sizes["outputs_measured"] and not small_sizes["outputs_measured"])
+            except Exception:  # the task's own checks refuse these sizes (channels a group count divides)
+                refused = True
+        if refused:
+            if keep >= model or not tried:
+                break
+            base, done, keep = str(tried[-1].source), tried[-1].changes, keep | model
+            continue  # the same limit, the model's sizes where the task took them
+        limits.pop(0)
+        if not changes:  # every size within this limit (level 2's 128s under 256), or its
+            continue  # structure broken at it: try smaller
+        tried.append(Shrunk(small_task, small_sizes, small, merged))
+        if small_sizes["elements"] < best.sizes["elements"]:
+            best = tried[-1]
+        if small_sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
+            break
+    return best, tried, broken
 
 
 def depends_on_inputs(task: Any, mode: str = "train", rule: str = "kernelcraft") -> bool | None:
