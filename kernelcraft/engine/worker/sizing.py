@@ -192,7 +192,8 @@ def _search(
     best = Shrunk(task, sizes)
     tried: list[Shrunk] = []
     broken: list[str] = []
-    base, done, model = source, {}, shrink.model_sizes(source)
+    done: dict[str, list[int]] = {}
+    base, model = source, shrink.model_sizes(source)
     limits = list(shrink.LIMITS)
     while limits:
         limit = limits[0]
