@@ -35,7 +35,7 @@ class EngineSettings(BaseSettings):
     zygote: bool = True
     """Fork workers from a zygote that has imported torch and Triton (engine/startup/zygote.py)."""
     shrink: bool = True
-    """Shrink a large KernelBench task's sizes in the interpreter (engine/checks/shrink.py)."""
+    """Shrink a large KernelBench task's sizes in the interpreter (engine/source/shrink.py)."""
     prebuilt: bool = True
     """Build Triton's C helpers once per machine (engine/startup/prebuilt.py)."""
     bytecode_cache: bool = True

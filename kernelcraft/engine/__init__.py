@@ -9,14 +9,17 @@ rooms below it, as `pyproject.toml`'s import-linter contract says and CI checks)
 - `startup/`: making workers fast to start: the zygote that forks them, what is built once per machine.
 - `worker/`: what runs in a worker process: its entry point, the candidate's and the reference's
   roles, loading and sizing a task.
-- `checks/` and `measure/`: the rules a verdict rests on (static rules, output comparison,
-  perturbed and scaled trials, the ahead-of-time GPU compile) and the timing a profile rests on
-  (timers, input rotation, statistics, roofline floors, per-kernel breakdowns).
+- `checks/` and `measure/`: the rules a verdict rests on that run a candidate (output comparison,
+  perturbed and scaled trials, every autotune config, the ahead-of-time GPU compile) and the
+  timing a profile rests on (timers, input rotation, statistics, roofline floors, per-kernel
+  breakdowns).
 - `watch/`: what watches the candidate inside its own process: launch interception, refused
   launch hooks, the op recorder and integrity guard, the knockout, the replay, TF32 emulation.
 - `box/`: what confines a worker: identity, namespaces, mounts, Landlock, seccomp, process limits,
   and the sweep of what a worker leaves behind.
 - `wire/`: the typed protocol between the evaluator and its workers, and the channel it travels on.
+- `source/` (beside `wire/`): what is read from a source before anything runs, `ast` only: the
+  intake, the static anti-cheat rules, the branches a shrunk run missed, the shrink of sizes.
 
 Everything here may import `kernelcraft.base` and nothing else of kernelcraft.
 
@@ -36,7 +39,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kernelcraft.engine.checks.intake import (
+    from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
+    from kernelcraft.engine.host import prestart
+    from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
+    from kernelcraft.engine.host.jobworkers import add_up
+    from kernelcraft.engine.host.local import LocalEvaluator
+    from kernelcraft.engine.host.prestart import box_preflight
+    from kernelcraft.engine.measure.timingcache import FILE_NAME as COMPILED_TIMINGS_FILE
+    from kernelcraft.engine.measure.timingcache import REUSED as COMPILED_TIMING_REUSED
+    from kernelcraft.engine.source.intake import (
         Intake,
         Source,
         candidate_source,
@@ -46,14 +57,6 @@ if TYPE_CHECKING:
         take_in,
         task_source,
     )
-    from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
-    from kernelcraft.engine.host import prestart
-    from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
-    from kernelcraft.engine.host.jobworkers import add_up
-    from kernelcraft.engine.host.local import LocalEvaluator
-    from kernelcraft.engine.host.prestart import box_preflight
-    from kernelcraft.engine.measure.timingcache import FILE_NAME as COMPILED_TIMINGS_FILE
-    from kernelcraft.engine.measure.timingcache import REUSED as COMPILED_TIMING_REUSED
 
 # name -> (module, attribute; None: the module itself)
 _DOOR: dict[str, tuple[str, str | None]] = {
@@ -64,14 +67,14 @@ _DOOR: dict[str, tuple[str, str | None]] = {
     "add_up": ("kernelcraft.engine.host.jobworkers", "add_up"),
     "prestart": ("kernelcraft.engine.host.prestart", None),
     "box_preflight": ("kernelcraft.engine.host.prestart", "box_preflight"),
-    "read_source": ("kernelcraft.engine.checks.intake", "read_source"),
-    "check_task": ("kernelcraft.engine.checks.intake", "check_task"),
-    "check_candidate": ("kernelcraft.engine.checks.intake", "check_candidate"),
-    "task_source": ("kernelcraft.engine.checks.intake", "task_source"),
-    "candidate_source": ("kernelcraft.engine.checks.intake", "candidate_source"),
-    "take_in": ("kernelcraft.engine.checks.intake", "take_in"),
-    "Intake": ("kernelcraft.engine.checks.intake", "Intake"),
-    "Source": ("kernelcraft.engine.checks.intake", "Source"),
+    "read_source": ("kernelcraft.engine.source.intake", "read_source"),
+    "check_task": ("kernelcraft.engine.source.intake", "check_task"),
+    "check_candidate": ("kernelcraft.engine.source.intake", "check_candidate"),
+    "task_source": ("kernelcraft.engine.source.intake", "task_source"),
+    "candidate_source": ("kernelcraft.engine.source.intake", "candidate_source"),
+    "take_in": ("kernelcraft.engine.source.intake", "take_in"),
+    "Intake": ("kernelcraft.engine.source.intake", "Intake"),
+    "Source": ("kernelcraft.engine.source.intake", "Source"),
     "COMPILED_TIMINGS_FILE": ("kernelcraft.engine.measure.timingcache", "FILE_NAME"),
     "COMPILED_TIMING_REUSED": ("kernelcraft.engine.measure.timingcache", "REUSED"),
 }

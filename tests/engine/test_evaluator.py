@@ -162,7 +162,7 @@ def test_a_cancelled_submit_kills_its_workers_even_when_cancelled_repeatedly(eva
 def test_obfuscated_side_streams_are_found_statically() -> None:
     import ast
 
-    from kernelcraft.engine.checks.static import check_candidate_source
+    from kernelcraft.engine.source.static import check_candidate_source
 
     def constructs(src: str) -> list[str]:
         return [f.construct for f in check_candidate_source(ast.parse(src))]

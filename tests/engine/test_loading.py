@@ -7,8 +7,8 @@ import ast
 import pytest
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.engine.checks.intake import check_candidate, check_task
-from kernelcraft.engine.checks.static import check_candidate_source
+from kernelcraft.engine.source.intake import check_candidate, check_task
+from kernelcraft.engine.source.static import check_candidate_source
 
 KERNELBENCH_RELU = '''import torch
 import torch.nn as nn
@@ -89,7 +89,7 @@ def test_static_checks_leave_an_honest_candidate_alone() -> None:
 
 def _counting_parse(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the intake's parses (the names it parsed)."""
-    from kernelcraft.engine.checks import intake
+    from kernelcraft.engine.source import intake
 
     parsed: list[str] = []
     real = intake.parse
@@ -104,7 +104,7 @@ def _counting_parse(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_source_checked_twice_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelcraft.engine.checks.intake import task_source
+    from kernelcraft.engine.source.intake import task_source
 
     parsed = _counting_parse(monkeypatch)
     first = check_task(KERNELBENCH_RELU, "19_ReLU.py")  # the command line's check
@@ -115,7 +115,7 @@ def test_a_source_checked_twice_is_parsed_once(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_source_over_the_kept_size_is_parsed_at_each_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelcraft.engine.checks import intake
+    from kernelcraft.engine.source import intake
 
     parsed = _counting_parse(monkeypatch)
     big = KERNELBENCH_RELU + "#" * intake.KEPT_BYTES + "\n"
@@ -134,7 +134,7 @@ def test_a_source_that_is_not_a_task_is_refused_at_every_check(monkeypatch: pyte
 
 def test_take_in_checks_a_jobs_sources_and_runs_the_static_rules_over_the_candidate() -> None:
     from kernelcraft.base.evaluation import EvalJob
-    from kernelcraft.engine.checks.intake import take_in
+    from kernelcraft.engine.source.intake import take_in
 
     cheat = "import threading\nimport torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
     job = EvalJob(

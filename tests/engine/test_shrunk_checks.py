@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.checks import reach
+from kernelcraft.engine.source import reach
 from kernelcraft.engine.worker import sizing
 
 SHRUNK = Path(__file__).resolve().parents[1] / "fixtures" / "shrunk"

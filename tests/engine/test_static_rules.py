@@ -1,4 +1,4 @@
-"""Each anti-cheat rule of `engine/checks/static.py` on its own: a tiny source that trips exactly that
+"""Each anti-cheat rule of `engine/source/static.py` on its own: a tiny source that trips exactly that
 rule, one near it that the rule leaves alone, and the registry's promise that every rule has a
 rationale and samples here."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.checks.static import RULES, Finding, check_candidate_source
+from kernelcraft.engine.source.static import RULES, Finding, check_candidate_source
 
 CHEATS = Path(__file__).parents[1] / "cheats"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelcraft.base.cookbook import FAMILIES
-from kernelcraft.engine.checks.static import check_candidate_source
+from kernelcraft.engine.source.static import check_candidate_source
 from kernelcraft.knowledge.cookbook import load_cookbook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

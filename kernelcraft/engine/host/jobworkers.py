@@ -33,7 +33,6 @@ from typing import Any, Literal
 from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
-from kernelcraft.engine.checks import reach, shrink
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.memory import (
@@ -56,6 +55,7 @@ from kernelcraft.engine.host.replies import (
     raise_if_task_failed,
     read_candidate,
 )
+from kernelcraft.engine.source import reach, shrink
 from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (

@@ -58,7 +58,6 @@ from kernelcraft.base.evaluation import (
     Evidence,
 )
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.checks.intake import take_in
 from kernelcraft.engine.host import prestart
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device, GpuLock
@@ -68,6 +67,7 @@ from kernelcraft.engine.host.memory import ran_out
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
+from kernelcraft.engine.source.intake import take_in
 
 log = logging.getLogger(__name__)
 

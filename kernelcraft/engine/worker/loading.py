@@ -2,7 +2,7 @@
 
 `import_source` writes the source to a file (Triton's `@triton.jit` reads its kernels' source
 from a file) and imports it under a fresh module name. The checks the parent makes before any
-process starts are the intake's (`checks/intake.py`).
+process starts are the intake's (`source/intake.py`).
 
 Written by the evaluation engine only.
 """

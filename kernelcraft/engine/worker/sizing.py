@@ -8,7 +8,7 @@ inputs). Forward on meta runs torch's Python decompositions, whose first call im
 (~1 s, 3.2 s without bytecode on the H200): where it is not imported yet (a one-off command's
 workers) and the task is small (`QUICK_BELOW_BYTES`), its outputs are left unmeasured instead, as
 a job alone on the device loses nothing by it. `device_memory(device)` is what the device has free
-and in all. `shrink_for_interpreter` loads the task at small sizes (`checks/shrink.py`) when the
+and in all. `shrink_for_interpreter` loads the task at small sizes (`source/shrink.py`) when the
 interpreter would take too long at its own.
 
 Runs in the worker process only.
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.engine.checks import shrink
 from kernelcraft.engine.measure.rotation import nbytes
+from kernelcraft.engine.source import shrink
 
 QUICK_BELOW_BYTES = 256 << 20
 """A task whose inputs and parameters are under this (and, in the interpreter, under

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.checks.forbidden import (
+from kernelcraft.engine.source.forbidden import (
     BANNED_MODULES,
     DYNAMIC_BUILTINS,
     ENV_ATTRS,
@@ -34,7 +34,7 @@ from kernelcraft.engine.checks.forbidden import (
     REFERENCE_MODULES,
     STREAM_ATTRS,
 )
-from kernelcraft.engine.checks.local_imports import local_imports, local_search_path
+from kernelcraft.engine.source.local_imports import local_imports, local_search_path
 
 # `try` and, from Python 3.11, `try: ... except* ...`: both can hide a fallback.
 TRY_NODES: tuple[type[ast.AST], ...] = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))

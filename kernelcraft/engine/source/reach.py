@@ -1,6 +1,6 @@
 """Control flow of the candidate's Python that a shrunk run may not have reached at full size.
 
-In the interpreter a large task runs at shrunk sizes (`checks/shrink.py`): a branch of forward, of
+In the interpreter a large task runs at shrunk sizes (`source/shrink.py`): a branch of forward, of
 a host helper or of an autotune/heuristics lambda on a size (`if N <= 4096:`, `BLOCK = min(1024,
 ...)`, `for k in range(K // BLOCK_K)`) may take another way at the task's own sizes, which the
 verdict then says nothing about. This pass reads the candidate's source (`ast` only, in the
