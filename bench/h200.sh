@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
 #   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests hostile capture eval evalbox
-#                                   cold probe stability tuner server ray levelrun level cookbook pack)
+#                                   cold probe stability tuner server warm hbm floors ray levelrun level cookbook pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
 # RAY_ARGS, LEVEL_ARGS, COLD_ARGS, COOKBOOK_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
 # see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
@@ -91,6 +91,9 @@ for step in "$@"; do
     stability) run bench_stability python3 bench/bench_stability.py --repeats ${REPEATS:-12} --json "$OUT/bench_stability.json" ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
+    warm) run bench_warm python3 bench/bench_warm.py --device cuda --examples elementwise softmax layernorm --rounds 10 --json "$OUT/bench_warm.json" ;;
+    hbm) run probe_hbm python3 bench/probe_hbm.py --json "$OUT/probe_hbm.json" ;;
+    floors) run cookbook_floors python3 bench/cookbook_floors.py .kb/KernelBench ;;  # needs .kb/
     ray)
       ls -la .ray | head -4
       mkdir -p /tmp/site && tar -xJf .ray/ray-slim.tar.xz -C /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .ray/whl/*.whl >/dev/null 2>&1 || echo "ray install failed"

@@ -22,6 +22,7 @@ from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     Compared,
+    Compiled,
     InputsMade,
     KnockedOut,
     Loaded,
@@ -37,6 +38,12 @@ from kernelcraft.engine.wire.protocol import (
 )
 
 REC = {"tensor": {"dtype": "float32", "shape": [4]}}
+LAUNCH = {
+    "name": "relu_kernel",
+    "signature": {"x_ptr": "*fp32"},
+    "constexprs": {"BLOCK": 4},
+    "grid": [1, 1, 1],
+}
 CANDIDATE_US, EAGER_US, COMPILED_US = 10.0, 20.0, 15.0
 
 
@@ -91,6 +98,14 @@ class ScriptedWorker:
             # without its kernels, forward breaks: the knockout check passes without a comparison
             "knockout": lambda: KnockedOut(skipped=1, error="RuntimeError: no output").to_header(),
             "time_candidate": lambda: self.candidate_timing,
+            "compile": lambda: Compiled(
+                launches=[LAUNCH],
+                targets=[
+                    {"target": t, "ok": True, "kernels": [{"name": "relu_kernel", "registers": 32}]}
+                    for t in h["targets"]
+                ],
+                shapes="get_inputs()",
+            ).to_header(),
         }
         return answers[h["op"]]()
 
@@ -124,9 +139,17 @@ class ScriptedPool:
         self.released.append(w)
 
 
-async def _run(pool: ScriptedPool, refs: ReferencePool) -> EvalResult:
+async def _run(
+    pool: ScriptedPool, refs: ReferencePool, stages: list[str] | None = None, targets: list[str] | None = None
+) -> EvalResult:
     device = Device("cuda", 0, pool, GpuLock())  # type: ignore[arg-type]
-    spec = EvalJob(task_source="task", candidate_source="candidate", stages=["verify", "profile"], trials=2)
+    spec = EvalJob(
+        task_source="task",
+        candidate_source="candidate",
+        stages=stages or ["verify", "profile"],  # type: ignore[arg-type]
+        trials=2,
+        **({"targets": targets} if targets else {}),
+    )
     settings = CandidateSettings(memory_limit_bytes=None, sandbox=True)
     result = await Job(spec, device, refs, settings, set(), None).run()
     assert not device.lock.busy()
@@ -318,3 +341,23 @@ async def test_a_timed_verdicts_first_trial_holds_the_gpu_alone_the_others_share
         ("knockout", "shared"),
         *[("time_candidate", "alone")] * MIN_PROFILE_ROUNDS,
     ]
+
+
+@pytest.mark.anyio
+async def test_a_profile_never_compiles_again_what_an_earlier_job_compiled_for_the_same_target() -> None:
+    pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
+    first = await _run(pool, refs, ["compile", "verify", "profile"], ["sm_90a"])
+    compiled_by = [w for w in pool.started if "compile" in w.ops()]
+    assert len(compiled_by) == 1 and first.compile is not None and first.compile.ok
+    second = await _run(pool, refs, ["compile", "profile"], ["sm_90a"])
+    assert [w for w in pool.started if "compile" in w.ops()] == compiled_by  # no worker compiled again
+    assert second.compile is not None and second.compile.ok and second.profile is not None
+    assert (
+        second.compile.targets == first.compile.targets and second.compile.launches == first.compile.launches
+    )
+    # A job asking for one more target compiles that one alone and reports both, in its order.
+    third = await _run(pool, refs, ["compile", "profile"], ["gfx942", "sm_90a"])
+    last = [w for w in pool.started if "compile" in w.ops()][-1]
+    assert [h["targets"] for h in last.sent if h.get("op") == "compile"] == [["gfx942"]]
+    assert third.compile is not None and [t.target for t in third.compile.targets] == ["gfx942", "sm_90a"]
+    assert refs.compile_facts.hits == 2 and refs.compile_facts.misses == 2

@@ -29,6 +29,7 @@ from kernelcraft.base.evaluation import (
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.kernelwords import compiled_words
 from kernelcraft.engine.checks import autotune, margins, perturb, scaled
+from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.jobtiming import JobTiming
@@ -252,20 +253,25 @@ class Job:
     async def compile_stage(self, targets: list[str] | None = None) -> CompileResult:
         """Discover launches (no kernel runs) and compile them for each target (the job's, unless
         given). On a CPU machine this worker imports the candidate without the interpreter, so
-        real Triton compiles it."""
+        real Triton compiles it. Targets an earlier job compiled this candidate for, on this task,
+        are not compiled again: their facts come from `compilefacts.py`."""
         targets = list(targets or self.spec.targets)
         start = time.perf_counter()
+        # Without a GPU the worker loads the task as given and finds the launches on its own
+        # get_inputs() built on the meta device: the task's real shapes, not the CPU's.
+        full = self.workers.interpret
+        known = self.references.compile_facts.known(self.spec, targets, full)
+        missing = [t for t in targets if t not in known]
+        if not missing:
+            return from_known(known, targets, time.perf_counter() - start)
         w = await self.workers.acquire(self.device.compile_pool)
         self.compile_worker = w
         await self.workers.progress(0.05, "loading the candidate")
         try:
-            # Without a GPU this worker loads the task as given and finds the launches on its own
-            # get_inputs() built on the meta device: the task's real shapes, not the CPU's.
-            full = self.workers.interpret
             self.workers.loaded(await self.workers.load(w, "candidate", interpret=False, full_size=full))
             made, blobs = await self.workers.inputs(0)
-            await self.workers.progress(0.1, f"compiling for {', '.join(targets)}")
-            request = Compile(targets=targets, inputs=made.inputs, full_size=full)
+            await self.workers.progress(0.1, f"compiling for {', '.join(missing)}")
+            request = Compile(targets=missing, inputs=made.inputs, full_size=full)
             await w.send(request.to_header(), blobs)
             frame = await self.workers.recv(w, candidate=True)
             self.workers.candidate_verdict(frame, Msg.COMPILED)
@@ -285,7 +291,8 @@ class Job:
             compiled = None
         result = compile_result(compiled, time.perf_counter() - start)
         result.shapes = compiled.shapes if compiled is not None else None
-        return result
+        self.references.compile_facts.keep(self.spec, result, full)
+        return with_known(result, known, targets)
 
     async def warm_up(self, cand: WorkerProcess) -> None:
         """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.evaluation import Timing
+from kernelcraft.engine.host.compilefacts import CompileFacts
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.measure import timingcache
 from kernelcraft.engine.wire.channel import Frame
@@ -98,6 +99,8 @@ class ReferencePool:
         self.idle_per_device = idle_per_device
         self.closed = False
         self._compiled = timingcache.CompiledTimings(timings_file)
+        self.compile_facts = CompileFacts()
+        """Each candidate's compile facts per task and target, for the jobs after (`compilefacts.py`)."""
         # key -> idle reference workers, oldest first
         self._idle: dict[TaskKey, list[Parked]] = {}
         self.sizes: dict[TaskKey, Sized] = {}

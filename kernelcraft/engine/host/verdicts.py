@@ -121,6 +121,14 @@ def compile_result(compiled: Compiled | None, elapsed: float) -> CompileResult:
         targets = [TargetCompileResult.model_validate(x) for x in compiled.targets]
     except ValueError:
         return _malformed_compile_result()
+    return compile_from_parts(launches, targets, elapsed)
+
+
+def compile_from_parts(
+    launches: list[KernelLaunch], targets: list[TargetCompileResult], elapsed: float
+) -> CompileResult:
+    """The compile stage's result from the launches found and each target's compilation (the
+    worker's, or those an earlier job compiled: `compilefacts.py`)."""
     failed = next((t for t in targets if not t.ok), None)
     if not launches:
         return CompileResult(

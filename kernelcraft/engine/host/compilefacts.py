@@ -1,0 +1,116 @@
+"""Compile facts per candidate source, task and target, kept by the evaluator's process so that no
+job compiles again what an earlier one compiled (issue 41: a profile after a verify, a second
+evaluation of the same kernel, a search's re-evaluated seed).
+
+What is kept is a target's `TargetCompileResult` (each kernel's registers, spills, shared memory,
+dot unit, autotune notes; or the compiler's refusal) with the launches and shapes the compile stage
+found, keyed by sha256 of everything that decides them: the task's and the candidate's sources
+(the kernels and the specialisation they launch with come from these alone), the target, whether
+the launches were found on the task's full-size inputs, the model mode and the Triton version.
+Only deterministic outcomes are kept: a target that compiled, or that the compiler refused
+(`compile_*`); a timeout, a crash or a failed discovery is compiled again next time.
+
+Who writes: `Job.compile_stage`, in the evaluator's process (never a worker: a candidate cannot
+put facts here for another). The store is bounded (least recently used out) and lives as long as
+the `ReferencePool` that holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from kernelcraft.base.evaluation import CompileResult, EvalJob, KernelLaunch, TargetCompileResult
+from kernelcraft.engine.host.verdicts import compile_from_parts
+
+CAPACITY = 512
+"""Targets' facts kept (a few KB each)."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    target: TargetCompileResult
+    launches: list[KernelLaunch]
+    shapes: str | None
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except ImportError:  # a host without Triton compiles nothing
+        return "none"
+    return str(triton.__version__)
+
+
+class CompileFacts:
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self.capacity = capacity
+        self._facts: OrderedDict[str, Facts] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(spec: EvalJob, target: str, full_size: bool) -> str:
+        what = [
+            spec.task_source,
+            spec.candidate_source,
+            target,
+            full_size,
+            spec.model_mode,
+            _triton_version(),
+        ]
+        return hashlib.sha256(json.dumps(what).encode()).hexdigest()
+
+    def known(self, spec: EvalJob, targets: list[str], full_size: bool) -> dict[str, Facts]:
+        """The facts kept for those of `targets` compiled before (copies: a job may change its own)."""
+        found: dict[str, Facts] = {}
+        for t in targets:
+            f = self._facts.get(self.key(spec, t, full_size))
+            if f is None:
+                self.misses += 1
+                continue
+            self.hits += 1
+            self._facts.move_to_end(self.key(spec, t, full_size))
+            found[t] = Facts(
+                f.target.model_copy(deep=True), [x.model_copy(deep=True) for x in f.launches], f.shapes
+            )
+        return found
+
+    def keep(self, spec: EvalJob, result: CompileResult, full_size: bool) -> None:
+        """Keep each target of a compile stage's result whose outcome is deterministic."""
+        if not result.launches:
+            return  # discovery failed or found nothing: nothing per target to keep
+        for t in result.targets:
+            refused = t.failure_class is not None and t.failure_class.value.startswith("compile_")
+            if not (t.ok or refused):
+                continue
+            k = self.key(spec, t.target, full_size)
+            self._facts[k] = Facts(
+                t.model_copy(deep=True), [x.model_copy(deep=True) for x in result.launches], result.shapes
+            )
+            self._facts.move_to_end(k)
+            while len(self._facts) > self.capacity:
+                self._facts.popitem(last=False)
+
+
+def from_known(known: dict[str, Facts], targets: list[str], elapsed: float) -> CompileResult:
+    """The compile stage's result when every target was compiled before."""
+    first = known[targets[0]]
+    result = compile_from_parts(first.launches, [known[t].target for t in targets], elapsed)
+    result.shapes = first.shapes
+    return result
+
+
+def with_known(result: CompileResult, known: dict[str, Facts], targets: list[str]) -> CompileResult:
+    """A compile stage's result for the targets it compiled, with those compiled before, in the
+    order asked."""
+    if not known or not result.launches:
+        return result
+    by_target = {t.target: t for t in result.targets} | {t: f.target for t, f in known.items()}
+    merged = compile_from_parts(
+        result.launches, [by_target[t] for t in targets if t in by_target], result.seconds
+    )
+    merged.shapes = result.shapes
+    return merged
