@@ -225,6 +225,11 @@ class EvalJob(BaseModel):
         description="Without a GPU, run the task's own sizes in the interpreter instead of shrinking "
         "a large KernelBench task's size constants.",
     )
+    cpu_sizes: dict[str, int] | None = Field(
+        default=None,
+        description="Without a GPU, the trials' sizes for an unmodified task: its module-level size "
+        "constants by name ({'batch_size': 16, 'dim': 256}), used as given instead of the shrink's.",
+    )
     correctness: Literal["kernelcraft", "adaexplore"] = Field(
         default="kernelcraft",
         description="'kernelcraft': no PyTorch compute in forward, tolerances by dtype with a relative-L2 "

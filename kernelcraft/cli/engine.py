@@ -18,7 +18,9 @@ Written by the evaluation engine.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.errors import UsageError
@@ -60,6 +62,15 @@ def register(sub: Subcommands) -> None:
             action="store_true",
             help="without a GPU, run the task's own sizes in Triton's interpreter instead of shrinking "
             "a large KernelBench task's size constants (slow)",
+        )
+        p.add_argument(
+            "--cpu-sizes",
+            type=cpu_sizes,
+            default=None,
+            metavar="NAME=N[,NAME=N]",
+            help="without a GPU, the trials' sizes for the task as given: its module-level size constants "
+            "(batch_size=16,dim=256) instead of the shrink's; without it, TASK's sidecar file "
+            '(foo.py: foo.cpu.json, {"batch_size": 16}) when there is one',
         )
         p.add_argument(
             "--correctness",
@@ -131,11 +142,41 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
         stages=stages,  # type: ignore[arg-type]
         timeout_s=args.timeout,
         full_size=args.full_size,
+        cpu_sizes=args.cpu_sizes or sidecar_sizes(args.task),
         model_mode="eval" if getattr(args, "eval_mode", False) else "train",
         correctness=getattr(args, "correctness", "kernelcraft"),
         gpu_check=_gpu_check(getattr(args, "gpu_check", DEFAULT_TARGET)),
         **extra,
     )
+
+
+def cpu_sizes(text: str) -> dict[str, int]:
+    """`--cpu-sizes batch_size=16,dim=256`."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = part.partition("=")
+        if not (eq and name.strip().isidentifier() and value.strip().isdigit()):
+            raise argparse.ArgumentTypeError(f"{part!r} is not NAME=N (e.g. batch_size=16)")
+        out[name.strip()] = int(value)
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one NAME=N")
+    return out
+
+
+def sidecar_sizes(task: str) -> dict[str, int] | None:
+    """The CPU sizes in TASK's sidecar file (foo.py: foo.cpu.json), or None when it has none."""
+    path = Path(task).with_suffix(".cpu.json")
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: not readable JSON ({e})") from e
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and type(v) is int and v >= 1 for k, v in data.items()
+    ):
+        raise UsageError(f'{path}: must be one object of size constants, e.g. {{"batch_size": 16}}')
+    return data or None
 
 
 def _gpu_check(target: str) -> str | None:

@@ -717,3 +717,42 @@ def test_a_model_size_that_is_a_multiple_of_16_stays_one_and_at_least_32() -> No
     assert shrink.shrink_size(64, 4) == 4  # an input's size (a batch) has no floor
     new = shrink.plan_sizes({"c": 64, "k": 1024}, 16, model=frozenset({"c", "k"}))
     assert new["c"] % 16 == 0 and new["c"] >= 32 and new["k"] // new["c"] == 16
+
+
+def test_the_users_cpu_sizes_rewrite_the_named_constants_and_unknown_names_are_refused() -> None:
+    small, changes = shrink.given(KERNELBENCH_STYLE, {"batch_size": 4, "in_features": 256})
+    assert changes == {"batch_size": (16, 4), "in_features": (8192, 256)}
+    assert "batch_size = 4  # the batch" in small and "in_features = 256\nout_features = in_features * 2" in small
+    with pytest.raises(TaskError, match=r"batch is not among the task's size constants .*batch_size=16"):
+        shrink.given(KERNELBENCH_STYLE, {"batch": 16})
+    with pytest.raises(TaskError, match="at least 1"):
+        shrink.given(KERNELBENCH_STYLE, {"batch_size": 0})
+
+
+def test_cpu_sizes_come_from_the_option_or_the_tasks_sidecar_file(tmp_path: Path) -> None:
+    import argparse
+
+    from kernelcraft.base.errors import UsageError
+    from kernelcraft.cli.engine import cpu_sizes, sidecar_sizes
+
+    assert cpu_sizes("batch_size=16, dim=256") == {"batch_size": 16, "dim": 256}
+    with pytest.raises(argparse.ArgumentTypeError, match="not NAME=N"):
+        cpu_sizes("batch_size:16")
+    task = tmp_path / "37_task.py"
+    task.write_text(KERNELBENCH_STYLE)
+    assert sidecar_sizes(str(task)) is None
+    (tmp_path / "37_task.cpu.json").write_text('{"batch_size": 16}')
+    assert sidecar_sizes(str(task)) == {"batch_size": 16}
+    (tmp_path / "37_task.cpu.json").write_text('{"batch_size": "16"}')
+    with pytest.raises(UsageError, match="one object of size constants"):
+        sidecar_sizes(str(task))
+
+
+@pytest.mark.slow
+def test_a_verdict_runs_at_the_cpu_sizes_of_the_tasks_sidecar_file(tmp_path: Path) -> None:
+    task = tmp_path / "gelu_task.py"
+    task.write_text((LARGE / "gelu_task.py").read_text())
+    (tmp_path / "gelu_task.cpu.json").write_text('{"batch_size": 64, "dim": 128}')
+    p = _cli("verify", str(task), str(LARGE / "gelu_triton.py"), "--trials", "1")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "ran at the sizes given for the CPU (batch_size 8192 -> 64, dim 8192 -> 128" in p.stdout

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kernelcraft.base.errors import TaskError
 from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
@@ -163,6 +164,8 @@ class JobWorkers:
         """In the interpreter, run the task's own sizes (`shrink.py`)."""
         variant = ("full" if self.full_size else "") + ("" if spec.model_mode == "train" else spec.model_mode)
         variant += "" if spec.correctness == "kernelcraft" else spec.correctness
+        if spec.cpu_sizes and not self.full_size:  # the user's sizes: a reference of their own
+            variant += "cpu" + ",".join(f"{k}={v}" for k, v in sorted(spec.cpu_sizes.items()))
         self.key = task_key(spec.task_source, device.index, variant)
         self.sized: asyncio.Future[Sized | None] = asyncio.get_running_loop().create_future()
         """The reference's measurement of the task, once the job may run (the candidate waits)."""
@@ -326,6 +329,11 @@ class JobWorkers:
         for the device, or for the interpreter), its memory reserved, and what the candidate gets:
         its memory limit and the task's source (a shrunk one in the interpreter: `shrink.py`)."""
         kind, override = self.device.kind, self.settings.memory_limit_bytes
+        if sized is not None and sized.error is not None and self.interpret and self.spec.cpu_sizes:
+            raise TaskError(
+                f"--cpu-sizes: the task at the sizes given does not build: {sized.error}",
+                path=self.spec.task_name,
+            )
         if sized is None or sized.error is not None:
             self.memory_limit = override or (sized.device_free // 2 if sized and sized.device_free else None)
             self.bound_frames(sized)
@@ -365,7 +373,7 @@ class JobWorkers:
             self.device_bound = self.memory_limit >= room
         if sized.shrunk_source is not None:
             self.task_source = sized.shrunk_source
-            self.notes.append(shrink.describe(sized.shrunk, sized.shapes))
+            self.notes.append(shrink.describe(sized.shrunk, sized.shapes, given=bool(self.spec.cpu_sizes)))
             self.notes.extend(reach.note(self.spec.candidate_source, size_pairs(sized)))
         if sized.probe is not None:
             # A warning that the trials cannot tell a kernel from one that ignores its inputs
@@ -427,6 +435,8 @@ class JobWorkers:
                 given["full_task_source"] = spec.task_source
         else:
             given = {"full_size": True} if self.full_size and interpret else {}
+            if interpret and spec.cpu_sizes and not self.full_size:
+                given["cpu_sizes"] = dict(spec.cpu_sizes)
         source = self.task_source if role == "candidate" else spec.task_source
         if spec.model_mode != "train":
             given["model_mode"] = spec.model_mode

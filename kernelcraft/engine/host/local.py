@@ -67,6 +67,7 @@ from kernelcraft.engine.host.memory import ran_out
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
+from kernelcraft.engine.source import shrink
 from kernelcraft.engine.source.intake import take_in
 
 log = logging.getLogger(__name__)
@@ -274,6 +275,8 @@ class LocalEvaluator:
     async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
         start = time.perf_counter()
         findings = take_in(job).findings  # a source that is no task or candidate: before anything starts
+        if job.cpu_sizes:  # names that are not the task's size constants: refused here (exit 2)
+            shrink.given(job.task_source, job.cpu_sizes, job.task_name)
         devices = self._ensure_started()
         device = min(devices, key=lambda d: d.jobs)
         device.jobs += 1

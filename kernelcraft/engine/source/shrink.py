@@ -291,9 +291,47 @@ def shrunk_source(
     return "".join(lines), changes, []
 
 
-def describe(changes: dict[str, list[int]], shapes: str) -> str:
+def given(source: str, values: dict[str, int], task: str = "task") -> tuple[str, dict[str, tuple[int, int]]]:
+    """`source` with the size constants named in `values` set to them (the user's CPU sizes,
+    `--cpu-sizes` or a sidecar file), {name: (old, new)}. `TaskError` for a name that is not one
+    of its size constants (the message lists them) or a value under 1."""
+    tree = ast.parse(source)
+    sites = {name: (node, v) for name, node, v in size_constants(tree)}
+    unknown = sorted(set(values) - set(sites))
+    if unknown or any(v < 1 for v in values.values()):
+        known = ", ".join(f"{n}={v}" for n, (_node, v) in sites.items()) or "none"
+        what = (
+            f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not"
+            if unknown
+            else "a size under 1 is not"
+        )
+        raise TaskError(
+            f"--cpu-sizes: {what} among the task's size constants the inputs read ({known}); give "
+            "NAME=N for those, each at least 1",
+            path=task,
+        )
+    edits: dict[tuple[int, int, int], str] = {}
+    changes: dict[str, tuple[int, int]] = {}
+    for name, value in values.items():
+        node, v = sites[name]
+        if value == v:
+            continue
+        if node.end_lineno != node.lineno or node.end_col_offset is None:
+            raise TaskError(f"--cpu-sizes: {name} is written over several lines; write it on one", path=task)
+        edits[(node.lineno, node.col_offset, node.end_col_offset)] = str(value)
+        changes[name] = (v, value)
+    lines = source.splitlines(keepends=True)
+    for (line, col, end_col), text in sorted(edits.items(), reverse=True):
+        row = lines[line - 1].encode()
+        lines[line - 1] = (row[:col] + text.encode() + row[end_col:]).decode()
+    return "".join(lines), changes
+
+
+def describe(changes: dict[str, list[int]], shapes: str, given: bool = False) -> str:
     """The verdict's note on a shrunk task."""
     rewrite = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
+    if given:
+        return f"ran at the sizes given for the CPU ({rewrite}; inputs {shapes}); a GPU runs the task's own"
     return (
         f"ran at shrunk sizes for Triton's CPU interpreter ({rewrite}; inputs {shapes}): the task's "
         "own sizes would take minutes a trial; pass --full-size to run them, or define get_cpu_inputs()"

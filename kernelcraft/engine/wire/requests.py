@@ -23,6 +23,8 @@ class Load(BaseModel):
     interpret: bool = False
     # the reference only: run the task's own sizes in the interpreter (no shrink, `shrink.py`)
     full_size: bool = False
+    # the reference only: the user's sizes for the interpreter, by constant (`shrink.given`)
+    cpu_sizes: dict[str, int] | None = None
     # both: "train" (as constructed, KernelBench's way) or "eval" (`.eval()` on the model)
     model_mode: str = "train"
     # both: "kernelcraft" or "adaexplore" (PyTorch allowed in forward, AdaExplore's tolerance)

@@ -126,13 +126,19 @@ class ReferenceWorker(Worker):
             return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
         full_dims = sizes["dims"]
         plan = sizing.Shrunk(self.task, sizes)
-        if job.interpret and not job.full_size:
+        load = lambda src, tag: import_source(src, workdir, f"kernelcraft_task_{tag}")  # noqa: E731
+        if job.interpret and not job.full_size and job.cpu_sizes:  # the user's sizes, as given
+            try:
+                plan = sizing.given_sizes(job.task_source, job.cpu_sizes, load)
+            except Exception as e:  # their sizes are the task's error: it says which
+                return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
+        elif job.interpret and not job.full_size:
             try:
                 plan = sizing.shrink_for_interpreter(
                     job.task_source,
                     self.task,
                     sizes,
-                    lambda src, tag: import_source(src, workdir, f"kernelcraft_task_{tag}"),
+                    load,
                     job.model_mode,
                     job.correctness,
                 )

@@ -181,6 +181,13 @@ def shrink_for_interpreter(
     return best
 
 
+def given_sizes(source: str, values: dict[str, int], load: Any) -> Shrunk:
+    """The task at the sizes the user gave for the CPU (`shrink.given`), measured."""
+    small, changes = shrink.given(source, values)
+    task = load(small, "given")
+    return Shrunk(task, measure(task, interpret=True), small, {k: [o, n] for k, (o, n) in changes.items()})
+
+
 def _search(
     source: str, task: Any, sizes: dict[str, Any], load: Any, keep: frozenset[str]
 ) -> tuple[Shrunk, list[Shrunk], list[str]]:
