@@ -722,7 +722,10 @@ def test_a_model_size_that_is_a_multiple_of_16_stays_one_and_at_least_32() -> No
 def test_the_users_cpu_sizes_rewrite_the_named_constants_and_unknown_names_are_refused() -> None:
     small, changes = shrink.given(KERNELBENCH_STYLE, {"batch_size": 4, "in_features": 256})
     assert changes == {"batch_size": (16, 4), "in_features": (8192, 256)}
-    assert "batch_size = 4  # the batch" in small and "in_features = 256\nout_features = in_features * 2" in small
+    assert (
+        "batch_size = 4  # the batch" in small
+        and "in_features = 256\nout_features = in_features * 2" in small
+    )
     with pytest.raises(TaskError, match=r"batch is not among the task's size constants .*batch_size=16"):
         shrink.given(KERNELBENCH_STYLE, {"batch": 16})
     with pytest.raises(TaskError, match="at least 1"):
