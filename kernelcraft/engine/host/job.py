@@ -45,6 +45,7 @@ from kernelcraft.engine.host.verdicts import (
     not_profiled_after,
     verify_result,
 )
+from kernelcraft.engine.source import devices
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     FOUND_LAUNCHES,
@@ -357,6 +358,7 @@ class Job:
             notes.append(
                 f"ran in Triton's CPU interpreter: races, out-of-bounds reads and speed are not checked{tf32}"
             )
+            notes.extend(devices.note(self.spec.candidate_source))  # a GPU-only way (`source/devices.py`)
         if self.spec.correctness == "adaexplore":
             ops = ", ".join(op if "::" in op else f"aten.{op}" for op in self.torch_ops[:12]) or "none"
             notes.append(

@@ -139,10 +139,11 @@ def groupnorm_one_pass_kernel(
 
 def _one_pass_chunk(x: torch.Tensor, L: int) -> tuple[int, int]:
     """(CHUNK, warps) of the one-pass kernel for segments of L elements, or (0, 0) where it must not
-    run: not on a GPU (the interpreter), or more programs a segment than SMs."""
-    if x.device.type != "cuda":
+    run: on the CPU (the interpreter), or more programs a segment than SMs."""
+    if x.device.type == "cpu":  # Triton's interpreter runs programs one at a time: no spin-wait
         return 0, 0
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    # On meta tensors (`kernelcraft compile`) this is the GPU's way, with the H200's 132 SMs.
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda" else 132
     for room in (sms // 2, sms):  # the order measured best on the H200
         for chunk, warps in ((16384, 4), (8192, 4), (32768, 16)):
             if triton.cdiv(L, chunk) <= room:

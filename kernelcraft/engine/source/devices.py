@@ -1,0 +1,108 @@
+"""Branches of the candidate's host Python on the device, which a CPU verdict does not take.
+
+Without a GPU the trials run on CPU tensors (Triton's interpreter) and `compile` finds launches on
+meta tensors. A forward that asks where its tensors live (`x.is_cuda`, `x.device.type != "cuda"`,
+`torch.cuda.is_available()`) takes, on a GPU, a way neither of those took: the kernels only that
+way launches are not verified here, and `compile` does not compile them. This pass reads the
+candidate's source (`ast` only, in the parent: nothing of it runs) and names each such test, its
+line, and the kernels launched in the branch's body (`kernel[grid](...)`), for the verdict's notes.
+
+The fix it suggests: test for the interpreter (`x.device.type == "cpu"`) rather than for CUDA, so
+that meta tensors (`compile`) take the GPU's way, as the cookbook's one-pass softmax, instance
+norm and group norm do.
+
+Limits: a test reached through a helper's parameter or a global is named where it is written; a
+kernel launched by a helper the branch calls is not followed (the helper's name is given).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+_DEVICE_ATTRS = {"is_cuda", "is_cpu", "is_meta"}
+_DEVICE_CALLS = {"is_available", "device_count"}
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _asks_device(test: ast.AST) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.Attribute):
+            if node.attr in _DEVICE_ATTRS:
+                return True
+            if node.attr == "type" and isinstance(node.value, ast.Attribute) and node.value.attr == "device":
+                return True
+            if node.attr == "device" and isinstance(node.ctx, ast.Load):
+                parent_compare = isinstance(test, ast.Compare)
+                if parent_compare:
+                    return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            f = node.func
+            if f.attr in _DEVICE_CALLS and isinstance(f.value, ast.Attribute) and f.value.attr == "cuda":
+                return True
+    return False
+
+
+def _launched(body: list[ast.stmt]) -> list[str]:
+    """Kernels launched (`k[grid](...)`) and functions called by name in `body`."""
+    names: list[str] = []
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                f = node.func.value if isinstance(node.func, ast.Subscript) else node.func
+                if isinstance(f, ast.Name) and f.id not in _BUILTINS:
+                    names.append(f.id)
+    return list(dict.fromkeys(names))
+
+
+def _is_kernel(fn: ast.AST) -> bool:
+    decorators = getattr(fn, "decorator_list", [])
+    return any("jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in decorators)
+
+
+def branches(source: str) -> list[tuple[int, str, list[str]]]:
+    """(line, the test's text, what the branch launches or calls) for each device test in host code."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    kernels = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_kernel(n)}
+    found: dict[tuple[int, str], list[str]] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or _is_kernel(fn):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.If | ast.While) and _asks_device(node.test):
+                called = _launched([*node.body, *node.orelse])
+            elif isinstance(node, ast.IfExp) and _asks_device(node.test):
+                called = _launched([ast.Expr(node.body), ast.Expr(node.orelse)])
+            else:
+                continue
+            named = [f"{c} (a kernel)" if c in kernels else c for c in called]
+            found[(node.lineno, ast.unparse(node.test)[:120])] = named[:8]
+    return [(line, test, called) for (line, test), called in sorted(found.items())]
+
+
+def note(source: str) -> list[str]:
+    """The verdict's note on a candidate whose host code branches on the device (empty if none)."""
+    found = branches(source)
+    if not found:
+        return []
+    lines = "; ".join(
+        f"line {line} `{test}`" + (f" (its branches launch or call {', '.join(called)})" if called else "")
+        for line, test, called in found[:4]
+    )
+    if all(
+        "cpu" in test for _line, test, _called in found
+    ):  # the interpreter's test: compile sees the GPU's way
+        return [
+            f"forward branches on the device ({lines}): these CPU trials ran the interpreter's way; "
+            "the GPU's way was compiled (`compile`, meta tensors), not run"[:1200]
+        ]
+    return [
+        f"forward branches on the device ({lines}): on a GPU it may take a way that neither these CPU "
+        "trials nor `compile` (meta tensors) took, and what only that way launches is not checked here. "
+        'Test for the interpreter (`x.device.type == "cpu"`) instead, so that `compile` takes the GPU\'s way'[
+            :1200
+        ]
+    ]

@@ -1,0 +1,74 @@
+"""Branches on the device (source/devices.py): a CPU verdict names the host code that asks where
+its tensors live, and the kernels only the other way launches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelcraft.engine.source import devices
+
+BRANCHING = '''
+import torch, triton, triton.language as tl
+
+@triton.jit
+def fast_kernel(x_ptr, BLOCK: tl.constexpr):
+    pass
+
+@triton.jit
+def plain_kernel(x_ptr, BLOCK: tl.constexpr):
+    pass
+
+def choose(x):
+    if x.device.type != "cuda":
+        plain_kernel[(1,)](x, BLOCK=16)
+    else:
+        fast_kernel[(1,)](x, BLOCK=16)
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        n = 4 if x.is_cuda else 2
+        choose(x)
+        return x
+'''
+
+
+def test_each_device_test_is_named_with_its_line_and_the_kernels_its_branches_launch() -> None:
+    found = devices.branches(BRANCHING)
+    assert [(line, test) for line, test, _ in found] == [(13, "x.device.type != 'cuda'"), (20, "x.is_cuda")]
+    assert found[0][2] == ["plain_kernel (a kernel)", "fast_kernel (a kernel)"]
+    (note,) = devices.note(BRANCHING)
+    assert "line 13" in note and "fast_kernel (a kernel)" in note and 'x.device.type == "cpu"' in note
+
+
+def test_a_test_for_the_interpreter_says_compile_took_the_gpus_way_and_none_says_nothing() -> None:
+    cpu = BRANCHING.replace('x.device.type != "cuda"', 'x.device.type == "cpu"').replace(
+        "4 if x.is_cuda else 2", "2"
+    )
+    (note,) = devices.note(cpu)
+    assert "the GPU's way was compiled" in note
+    assert devices.note("def f(x):\n    return x\n") == [] and devices.note("def (") == []
+
+
+@pytest.mark.slow
+def test_the_cookbooks_one_pass_softmax_is_launched_on_meta_tensors_as_on_a_gpu() -> None:
+    """`compile` finds launches on meta tensors: the cookbook's softmax must take the GPU's way
+    there (its one-pass kernel), not the interpreter's."""
+    import importlib.util
+
+    import torch
+
+    from kernelcraft.engine.watch.launches import intercept_launches
+
+    path = Path(__file__).parents[2] / "kernelcraft/knowledge/cookbook/entries/softmax/kernel.py"
+    spec = importlib.util.spec_from_file_location("kc_softmax_entry", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with intercept_launches() as rec:
+        module.softmax(torch.empty(4, 65536, device="meta"), dim=1)
+    assert rec.kernel_names == ["softmax_one_pass_kernel"]
+    with intercept_launches() as rec:
+        module.softmax(torch.empty(4, 65536), dim=1)
+    assert rec.kernel_names == ["softmax_online_kernel"]
