@@ -9,7 +9,7 @@ import pytest
 
 from kernelcraft.engine.source import devices
 
-BRANCHING = '''
+BRANCHING = """
 import torch, triton, triton.language as tl
 
 @triton.jit
@@ -31,7 +31,7 @@ class ModelNew(torch.nn.Module):
         n = 4 if x.is_cuda else 2
         choose(x)
         return x
-'''
+"""
 
 
 def test_each_device_test_is_named_with_its_line_and_the_kernels_its_branches_launch() -> None:
