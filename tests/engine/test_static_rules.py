@@ -104,6 +104,36 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("import torch\nsetattr(torch, 'rand', None)\n", "setattr"),
         ("delattr(obj, 'weight')\n", "delattr"),
     ],
+    "builtin-alias": [
+        ("g = getattr\n", "getattr"),
+        ("import functools\nf = functools.partial(getattr, obj)\n", "getattr"),
+        ("def f(o, n, g=getattr):\n    return g(o, n)\n", "getattr"),
+        ("fs = [setattr, delattr]\n", "setattr"),
+    ],
+    "dunder-attribute": [
+        ("import torch\nimp = torch.__builtins__['x']\n", ".__builtins__"),
+        ("b = len.__self__\n", ".__self__"),
+        ("import torch\nl = torch.__loader__\n", ".__loader__"),
+        ("r = (1).__reduce_ex__(2)\n", ".__reduce_ex__"),
+        ("f = table['__import__']\n", "['__import__']"),
+        ("f = getattr(print, '__se' + 'lf__')\n", ".__self__"),
+    ],
+    "module-reach": [
+        ("import torch\nm = torch.sys.modules\n", ".sys"),
+        ("import os\nm = os.sys\n", ".sys"),
+        ("import numpy as np\np = np.os.getpid()\n", ".os"),
+        ("from torch import sys\n", "from torch import sys"),
+        ("import sys\nm = sys\n", "sys"),
+        ("import torch\nhelper(torch)\n", "torch"),
+        ("import triton\nx = getattr(triton, 'o' + 's')\n", ".os"),
+    ],
+    "string-evaluation": [
+        ("import torch\nm = torch.hub.import_module('x')\n", ".import_module"),
+        ("import typing\nh = typing.get_type_hints(f)\n", ".get_type_hints"),
+        ("import torch\nobj = torch.load('x.pt', weights_only=False)\n", "torch.load"),
+        ("import numpy as np\na = np.load('x.npy', allow_pickle=True)\n", "np.load"),
+        ("import string\nv = string.Formatter().get_field('0.x', (f,), {})\n", ".get_field"),
+    ],
 }
 
 # rule -> sources near what it forbids that it allows (and so does every other rule)
@@ -140,6 +170,21 @@ NEAR: dict[str, list[str]] = {
     "computed-getattr": ["w = getattr(self, name)\n", "w = getattr(obj, 'weight')\n"],
     "module-patch": ["self.weight = None\n", "import torch\nx = torch.zeros(1)\nx.data = None\n"],
     "setattr-delattr": ["setattr(self, 'weight', None)\n"],
+    "builtin-alias": ["w = getattr(self, 'weight')\n", "ok = hasattr(obj, 'weight')\n"],
+    "dunder-attribute": [
+        "class A:\n    def __init__(self):\n        super().__init__()\n",
+        "import torch\nv = torch.__version__\nn = type(x).__name__\n",
+        "d = {'__init__': 1}\nx = d['__init__']\n",
+    ],
+    "module-reach": [
+        "import os\np = os.path.join('a', 'b')\n",
+        "import torch\nx = torch.float16\ndt = getattr(torch, 'bfloat16')\n",
+        "import sys\nv = sys.version_info\n",
+    ],
+    "string-evaluation": [
+        "import triton.language as tl\nx = tl.load(p)\n",
+        "import torch\ny = torch.compile(f)\n",
+    ],
 }
 
 

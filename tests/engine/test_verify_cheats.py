@@ -27,7 +27,9 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "caches_results.py": ("task_scale.py", {"numerical_mismatch"}),
     "zeros_on_tiny.py": ("task_tiny.py", {"numerical_mismatch"}),
     "exit_fake_verdict_static.py": ("task_scale.py", {"forbidden_construct"}),
-    "exit_fake_verdict.py": ("task_scale.py", {"runtime_crash"}),
+    # getattr(os, "_ex" + "it"): the static rules read it as os._exit (the exit itself:
+    # test_fake_verdict_on_stdout_is_not_believed, with the static rules off)
+    "exit_fake_verdict.py": ("task_scale.py", {"forbidden_construct"}),
     "patch_allclose_static.py": ("task_scale.py", {"forbidden_construct"}),
     "patch_allclose.py": ("task_scale.py", {"forbidden_construct"}),
     "patch_rng_zeros.py": ("task_scale.py", {"forbidden_construct"}),
@@ -37,7 +39,8 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fp16_downgrade.py": ("task_scale.py", {"numerical_mismatch"}),
     "fp16_output.py": ("task_scale.py", {"wrong_dtype"}),
     "calls_reference_static.py": ("task_scale.py", {"forbidden_construct"}),
-    "calls_reference.py": ("task_scale.py", {"pytorch_fallback"}),
+    # getattr(sys, "mod" + "ules"): an attribute by a literal name is the attribute (static rules)
+    "calls_reference.py": ("task_scale.py", {"forbidden_construct"}),
     "uninitialised.py": ("task_scale.py", {"nan_or_inf", "numerical_mismatch", "nondeterministic"}),
     "thread_after_return.py": ("task_scale.py", {"forbidden_construct"}),
     "widens_allow_list.py": ("task_scale.py", {"forbidden_construct"}),
@@ -117,7 +120,7 @@ def test_verify_stops_a_memory_hog(evaluator, job_for) -> None:
 
 
 @pytest.mark.slow
-def test_verify_never_shows_a_candidate_the_parents_secrets(evaluator, job_for) -> None:
+def test_verify_never_shows_a_candidate_the_parents_secrets(evaluator, job_for, static_checks_off) -> None:
     result = evaluator.submit(job_for(TASK, CHEATS / "reads_secrets.py", trials=1))
     v = result.verify
     assert v is not None and v.status == "runtime_error"
@@ -128,7 +131,7 @@ def test_verify_never_shows_a_candidate_the_parents_secrets(evaluator, job_for) 
 
 
 @pytest.mark.slow
-def test_fake_verdict_on_stdout_is_not_believed(evaluator, job_for) -> None:
+def test_fake_verdict_on_stdout_is_not_believed(evaluator, job_for, static_checks_off) -> None:
     v = evaluator.submit(job_for(TASK, CHEATS / "exit_fake_verdict.py", trials=1)).verify
     assert v is not None and not v.correct and v.status == "runtime_crash"
     assert v.evidence is not None and "exited with code 0" in v.evidence.message

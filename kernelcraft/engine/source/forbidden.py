@@ -28,6 +28,28 @@ BANNED_MODULES = (
     "codeop",
     "runpy",
     "pkgutil",
+    # what imports or runs code by a name in a string or a file: pickles, profilers, debuggers
+    "pickle",
+    "_pickle",
+    "copyreg",
+    "shelve",
+    "dill",
+    "cloudpickle",
+    "timeit",
+    "cProfile",
+    "profile",
+    "trace",
+    "pdb",
+    "bdb",
+    "doctest",
+    "imp",
+    "_imp",
+    "zipimport",
+    "site",
+    "posix",
+    "_posixsubprocess",
+    "pty",
+    "sysconfig",
 )
 # Modules (and everything under them) that reach past PyTorch's and Triton's public behaviour:
 # the dispatcher's switches (`torch._C._DisableTorchDispatch`), the mode stacks the harness's
@@ -95,3 +117,44 @@ DYNAMIC_BUILTINS = (
     "breakpoint",
 )
 REFERENCE_MODULES = ("task", "reference", "__main__")
+
+# Attribute names that reach a module from any object (`torch.sys`, `os.sys`, `np.os`, a
+# from-import of one: `from torch import sys`): a module reached so is one the rules never name.
+REACH_ATTRS = frozenset(
+    {"sys", "os", "builtins", "importlib", "posix", "io", "_io"}
+    | {m for m in BANNED_MODULES if m not in ("code", "dis", "trace", "profile", "site", "kernelcraft")}
+)
+# The only dunder attributes a candidate may touch (any other reaches the interpreter's
+# machinery: `__builtins__`, `__import__`, a builtin's `__self__` (the builtins module),
+# `__loader__`, `__spec__`, `__reduce_ex__`, `__getattr__`, `__objclass__`, ...). Those that lead
+# to frames, globals and namespaces are INTROSPECTION_ATTRS, which their own rule reports.
+ALLOWED_DUNDERS = frozenset(
+    """
+    __init__ __name__ __qualname__ __doc__ __class__ __version__ __len__ __call__ __enter__
+    __exit__ __iter__ __next__ __getitem__ __setitem__ __contains__ __repr__ __str__ __eq__ __ne__
+    __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __int__ __float__ __index__ __neg__ __pos__
+    __abs__ __add__ __radd__ __iadd__ __sub__ __rsub__ __isub__ __mul__ __rmul__ __imul__
+    __matmul__ __rmatmul__ __truediv__ __rtruediv__ __floordiv__ __rfloordiv__ __mod__ __pow__
+    __and__ __or__ __xor__ __invert__ __lshift__ __rshift__ __post_init__ __annotations__
+    """.split()
+)
+# Builtins that reach attributes by a name: only ever called directly, with the object in hand.
+ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr")
+# Attributes that evaluate a string, import by name or load code: typing's annotation
+# evaluation, string.Formatter's field lookup, C++ extensions (and any attribute whose name holds
+# "import": `import_module`, `__import__`, `_import_module`).
+EVALUATING_ATTRS = frozenset(
+    {
+        "get_type_hints",
+        "ForwardRef",
+        "_eval_type",
+        "evaluate_forward_ref",
+        "get_field",
+        "cpp_extension",
+        "load_inline",
+    }
+)
+# Loaders that unpickle (a pickle imports and calls whatever it names), by (package, attribute).
+PICKLE_LOADERS = frozenset(
+    {("torch", "load"), ("torch", "serialization"), ("torch", "package"), ("torch", "hub"), ("numpy", "load")}
+)

@@ -18,11 +18,10 @@ Written by the evaluation engine only.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
-from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.source import escapes  # noqa: F401  (registers its rules first)
 from kernelcraft.engine.source.forbidden import (
     BANNED_MODULES,
     DYNAMIC_BUILTINS,
@@ -35,172 +34,25 @@ from kernelcraft.engine.source.forbidden import (
     STREAM_ATTRS,
 )
 from kernelcraft.engine.source.local_imports import local_imports, local_search_path
+from kernelcraft.engine.source.rulebase import (
+    RULES,
+    TRY_NODES,
+    Candidate,
+    Finding,
+    Hit,
+    dotted,
+    from_imports,
+    getattr_call,
+    launches,
+    module_attr,
+    rule,
+    torch_getattr,
+)
 
-# `try` and, from Python 3.11, `try: ... except* ...`: both can hide a fallback.
-TRY_NODES: tuple[type[ast.AST], ...] = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))
+__all__ = ["RULES", "Finding", "check_candidate_source"]
+
 # How deep the check follows a candidate's imports of its own (not installed) modules.
 MAX_IMPORT_DEPTH = 4
-
-
-@dataclass(frozen=True)
-class Finding:
-    line: int
-    construct: str
-    message: str
-    rule: str  # the name of the rule in RULES that found it
-
-
-@dataclass(frozen=True)
-class Hit:
-    """What a rule reports on one node; `rank` orders the hits of one statement by the imported
-    name they concern (0: the statement as a whole)."""
-
-    node: ast.AST
-    construct: str
-    message: str
-    rank: int = 0
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """What the rules know about the whole module before they look at one node."""
-
-    modules: dict[str, str]  # local alias -> the module (or `module.name`) it names
-    defined_classes: frozenset[str]
-    forward_tries: frozenset[int]  # id() of each `try` inside a `ModelNew.forward`
-
-    @classmethod
-    def of(cls, tree: ast.Module) -> Candidate:
-        modules: dict[str, str] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    root = a.name.split(".")[0]
-                    modules[a.asname or root] = a.name if a.asname else root
-            elif isinstance(node, ast.ImportFrom):
-                for a in node.names:
-                    modules.setdefault(a.asname or a.name, f"{node.module or ''}.{a.name}")
-        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
-        tries = {
-            id(n)
-            for c in classes
-            if c.name == "ModelNew"
-            for item in c.body
-            if isinstance(item, ast.FunctionDef) and item.name == "forward"
-            for n in ast.walk(item)
-            if isinstance(n, TRY_NODES)
-        }
-        return cls(modules, frozenset(c.name for c in classes), frozenset(tries))
-
-    def root_of(self, dotted: list[str]) -> str:
-        """The module the first name of `dotted` refers to ("" for a name that is no import)."""
-        return self.modules.get(dotted[0], "") if dotted else ""
-
-
-Check = Callable[[ast.AST, Candidate], Iterator[Hit]]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One anti-cheat rule: `check` yields a hit for each construct it forbids on one node;
-    `rationale` says in one line why it is forbidden."""
-
-    name: str
-    rationale: str
-    check: Check
-    failure_class: FailureClass = FailureClass.FORBIDDEN_CONSTRUCT
-
-
-RULES: list[Rule] = []  # every rule, in the order it runs on a node
-
-
-def rule(name: str) -> Callable[[Check], Check]:
-    """Register `check` in RULES under `name`, with its docstring as the rationale."""
-
-    def register(check: Check) -> Check:
-        RULES.append(Rule(name, (check.__doc__ or "").strip(), check))
-        return check
-
-    return register
-
-
-def _launches(node: ast.AST) -> bool:
-    """Whether `node` contains a kernel launch (`kernel[grid](...)`)."""
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) for n in ast.walk(node))
-
-
-def _dotted(node: ast.AST) -> list[str]:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return list(reversed(parts))
-    return []
-
-
-def _const_str(node: ast.AST) -> str | None:
-    """The value of a string expression built only from literals ('set_' + 'stream',
-    f'{"Str"}eam', "".join(["Str", "eam"]) are folded), else None."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _const_str(node.left), _const_str(node.right)
-        return left + right if left is not None and right is not None else None
-    if isinstance(node, ast.JoinedStr):
-        parts = []
-        for v in node.values:
-            inner = v.value if isinstance(v, ast.FormattedValue) else v
-            text = _const_str(inner)
-            if text is None:
-                return None
-            parts.append(text)
-        return "".join(parts)
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "join"
-        and len(node.args) == 1
-        and isinstance(node.args[0], (ast.List, ast.Tuple))
-    ):
-        sep = _const_str(node.func.value)
-        items = [_const_str(e) for e in node.args[0].elts]
-        if sep is not None and all(i is not None for i in items):
-            return sep.join(i for i in items if i is not None)
-    return None
-
-
-def _module_attr(node: ast.AST, cand: Candidate) -> tuple[list[str], str, tuple[str, str]] | None:
-    """For `a.b.c`: the dotted names, the module `a` names, and (that module's last part, "c")."""
-    if not isinstance(node, ast.Attribute):
-        return None
-    dotted = _dotted(node)
-    if not dotted:
-        return None
-    root = cand.root_of(dotted)
-    return dotted, root, (root.split(".")[-1] if root else dotted[0], node.attr)
-
-
-def _from_imports(node: ast.AST, names: set[tuple[str, str]]) -> Iterator[Hit]:
-    """A hit for each of `names` ((module, name) pairs) that a `from os|sys|inspect import ...` takes."""
-    if isinstance(node, ast.ImportFrom) and node.module in ("os", "sys", "inspect"):
-        for i, a in enumerate(node.names):
-            if (node.module, a.name) in names:
-                yield Hit(node, f"from {node.module} import {a.name}", f"uses {node.module}.{a.name}", i + 1)
-
-
-def _torch_getattr(node: ast.AST, cand: Candidate) -> tuple[str, str | None] | None:
-    """For `getattr(<torch module>, name)`: the target's dotted text and the name if it folds."""
-    if not (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "getattr"
-        and len(node.args) >= 2
-        and cand.root_of(_dotted(node.args[0])).startswith("torch")
-    ):
-        return None
-    return ".".join(_dotted(node.args[0])), _const_str(node.args[1])
 
 
 @rule("banned-module")
@@ -219,6 +71,11 @@ def _why_banned(module: str) -> str:
     if module.split(".")[0] == "kernelcraft":
         return "the harness is off limits to a candidate"
     return "threads, processes and introspection are not allowed"
+
+
+# The private last parts of INTERNAL_MODULES (`torch._C`'s `_C`): internal by their name alone,
+# whatever the chain before them names.
+PRIVATE_INTERNALS = {m.rsplit(".", 1)[1]: m for m in INTERNAL_MODULES if m.rsplit(".", 1)[1].startswith("_")}
 
 
 def _internal(dotted: str) -> str | None:
@@ -242,34 +99,24 @@ def internal_module(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
             if found:
                 yield Hit(node, f"from {mod} import {a.name}", why.format(found), i + 1)
     elif isinstance(node, ast.Attribute) and not isinstance(getattr(node, "ctx", None), ast.Del):
-        dotted = _dotted(node)
-        root = cand.root_of(dotted)
+        names = dotted(node)
+        root = cand.root_of(names)
         if root:
-            full = ".".join([root, *dotted[1:]])
+            full = ".".join([root, *names[1:]])
             found = _internal(full)
             # report the shortest chain only (torch._C, not also torch._C._DisableTorchDispatch)
-            if found and not _internal(".".join([root, *dotted[1:-1]])):
-                yield Hit(node, ".".join(dotted), why.format(found))
-    got = _getattr_call(node)
+            if found and not _internal(".".join([root, *names[1:-1]])):
+                yield Hit(node, ".".join(names), why.format(found))
+        elif node.attr in PRIVATE_INTERNALS:  # reached from no import by name (an alias, a call's result)
+            yield Hit(node, f".{node.attr}", why.format(PRIVATE_INTERNALS[node.attr]))
+    got = getattr_call(node)
     if got is not None:
         target, name = got
-        root = cand.root_of(_dotted(target))
+        root = cand.root_of(dotted(target))
         if root and name is not None:
-            found = _internal(".".join([root, *_dotted(target)[1:], name]))
+            found = _internal(".".join([root, *dotted(target)[1:], name]))
             if found:
                 yield Hit(node, f"getattr(..., {name!r})", why.format(found))
-
-
-def _getattr_call(node: ast.AST) -> tuple[ast.AST, str | None] | None:
-    """For `getattr|hasattr|setattr|delattr(obj, name, ...)`: obj and the name if it folds."""
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
-        and len(node.args) >= 2
-    ):
-        return node.args[0], _const_str(node.args[1])
-    return None
 
 
 @rule("introspection-attribute")
@@ -281,7 +128,7 @@ def introspection_attribute(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
         yield Hit(
             node, f".{node.attr}", f"reads .{node.attr}: introspection reaches past the candidate's own code"
         )
-    got = _getattr_call(node)
+    got = getattr_call(node)
     if got is not None and got[1] in INTROSPECTION_ATTRS:
         yield Hit(
             node,
@@ -293,13 +140,13 @@ def introspection_attribute(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("computed-getattr")
 def computed_getattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """getattr with a name computed at run time, on anything but self, hides what it reaches."""
-    got = _getattr_call(node)
+    got = getattr_call(node)
     if got is None or got[1] is not None:
         return
     target = got[0]
     if isinstance(target, ast.Name) and target.id == "self":
         return
-    if cand.root_of(_dotted(target)).startswith("torch"):
+    if cand.root_of(dotted(target)).startswith("torch"):
         return  # computed-torch-getattr says it
     fn = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else "getattr"
     yield Hit(
@@ -343,7 +190,7 @@ def try_in_forward(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("try-around-launch")
 def try_around_launch(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """A try/except around a kernel launch, wherever it is, can hide the same fallback."""
-    if isinstance(node, TRY_NODES) and any(_launches(s) for s in getattr(node, "body", [])):
+    if isinstance(node, TRY_NODES) and any(launches(s) for s in getattr(node, "body", [])):
         yield Hit(node, "try/except around a launch", "try/except around a kernel launch can hide a fallback")
 
 
@@ -358,20 +205,17 @@ def dynamic_builtin(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 def side_stream(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """Work on a side stream is hidden from the timer, which records its events on the current one."""
     why = "uses a side stream; launch on the current stream"
-    found = _module_attr(node, cand)
+    found = module_attr(node, cand)
     if found is not None:
-        dotted, root, _ = found
-        if root.startswith("torch") and dotted[-1] in STREAM_ATTRS:
-            yield Hit(node, ".".join(dotted), why)
-    got = _torch_getattr(node, cand)
-    if got is not None and got[1] in STREAM_ATTRS:
-        yield Hit(node, f"{got[0]}.{got[1]}", why)
+        names, root, _ = found
+        if root.startswith("torch") and names[-1] in STREAM_ATTRS:
+            yield Hit(node, ".".join(names), why)
 
 
 @rule("computed-torch-getattr")
 def computed_torch_getattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """getattr on a torch module with a name computed at run time hides what it uses (a stream, say)."""
-    got = _torch_getattr(node, cand)
+    got = torch_getattr(node, cand)
     if got is not None and got[1] is None:
         yield Hit(
             node, f"getattr({got[0]}, ...)", f"getattr on {got[0]} with a computed name hides what it uses"
@@ -381,8 +225,8 @@ def computed_torch_getattr(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("process-exit")
 def process_exit(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """Leaving the process from the candidate can leave a fake verdict behind it."""
-    yield from _from_imports(node, EXIT_ATTRS)
-    found = _module_attr(node, cand)
+    yield from from_imports(node, EXIT_ATTRS)
+    found = module_attr(node, cand)
     if found is not None and found[2] in EXIT_ATTRS:
         yield Hit(node, ".".join(found[0]), "exits the process from the candidate")
 
@@ -390,8 +234,8 @@ def process_exit(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("environment")
 def environment(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """The environment holds the evaluator's settings and secrets, which a kernel has no use for."""
-    yield from _from_imports(node, ENV_ATTRS)
-    found = _module_attr(node, cand)
+    yield from from_imports(node, ENV_ATTRS)
+    found = module_attr(node, cand)
     if found is not None and found[2] in ENV_ATTRS:
         yield Hit(node, ".".join(found[0]), "reads the environment")
 
@@ -399,8 +243,8 @@ def environment(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 @rule("interpreter-introspection")
 def interpreter_introspection(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """sys.modules and the interpreter's frames reach the reference and the checker's own state."""
-    yield from _from_imports(node, {(m, a) for m in ("sys", "inspect") for a in FRAME_ATTRS})
-    found = _module_attr(node, cand)
+    yield from from_imports(node, {(m, a) for m in ("sys", "inspect") for a in FRAME_ATTRS})
+    found = module_attr(node, cand)
     if found is not None and found[1] in ("sys", "inspect") and found[0][-1] in FRAME_ATTRS:
         yield Hit(node, ".".join(found[0]), "inspects the interpreter's frames or modules")
 
@@ -415,9 +259,9 @@ def module_patch(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     else:
         return
     for t in targets:
-        dotted = _dotted(t) if isinstance(t, ast.Attribute) else []
-        if dotted and dotted[0] in cand.modules:
-            yield Hit(node, ".".join(dotted), f"patches {'.'.join(dotted)}; modules must not be modified")
+        names = dotted(t) if isinstance(t, ast.Attribute) else []
+        if names and names[0] in cand.modules:
+            yield Hit(node, ".".join(names), f"patches {'.'.join(names)}; modules must not be modified")
 
 
 @rule("setattr-delattr")

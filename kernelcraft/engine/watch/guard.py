@@ -20,6 +20,7 @@ Written by the evaluation engine only.
 from __future__ import annotations
 
 import builtins
+import importlib
 import json
 import os
 import socket
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelcraft.engine.watch import launches, trusted
+from kernelcraft.engine.watch import launches, members, trusted
 from kernelcraft.engine.watch.launches import in_triton_launch
 
 # aten overload packets (without the "aten::" prefix) a candidate's forward may use freely.
@@ -176,6 +177,13 @@ HARNESS_MODULES = (
     "kernelcraft.engine.watch.storage",
     "kernelcraft.engine.measure.rotation",
     "kernelcraft.engine.measure.samples",
+    "kernelcraft.engine.worker.freeze",
+    "kernelcraft.engine.worker.stages",
+    "kernelcraft.engine.watch.members",
+    "kernelcraft.engine.wire.requests",
+    "kernelcraft.engine.wire.answers",
+    "kernelcraft.engine.wire.tagged",
+    "kernelcraft.engine.wire.bounds",
 )
 _CONSTANT_TYPES = (str, bytes, int, float, bool, frozenset, tuple, type(None))
 
@@ -221,10 +229,17 @@ class Integrity:
         with OpRecorder(frozenset()):  # the dispatch-mode machinery, once, before the snapshot
             torch.ones(1).add(1)
         trusted.trust_triton()  # Triton's own code, known before the candidate can add to it
+        for name in HARNESS_MODULES:  # all of them, before the snapshot (a candidate could else
+            importlib.import_module(name)  # import one first and change it)
         self._getters = _watched()
         self._snapshot = {name: get() for name, get in self._getters.items()}
+        self._classes = _watched_classes()
+        self._members = members.snapshot(HARNESS_MODULES, self._classes)
 
     def changed(self) -> list[str]:
+        """What the candidate replaced since the snapshot: a watched function, or any member of
+        the harness's modules and classes (`members.py`). The worker binds this method before
+        the candidate is imported, so a replaced `Integrity.changed` is reported, not run."""
         out = []
         for name, get in self._getters.items():
             try:
@@ -234,4 +249,26 @@ class Integrity:
             before = self._snapshot[name]
             if now is not before and not (name == "torch.manual_seed" and dynamos_own_rewrap(now, before)):
                 out.append(name)
+        out += members.differences(self._members, members.snapshot(HARNESS_MODULES, self._classes))
         return out
+
+
+def _watched_classes() -> list[type]:
+    """Classes of torch's and Triton's that the recorders and the launch counter work through:
+    their members are watched as the harness's own are."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction, KernelInterface
+
+    return [TorchDispatchMode, JITFunction, KernelInterface, InterpretedFunction]
+
+
+def recorder_intact(recorder: OpRecorder, built: dict[str, Any]) -> str | None:
+    """Why the op recorder a forward ran under is not as the harness built it (None when it is):
+    its class, and every attribute it held once built (`built`: `dict(vars(recorder))` then), by
+    identity, with none added or removed."""
+    if type(recorder) is not OpRecorder:
+        return "the op recorder's class"
+    state = vars(recorder)
+    if set(state) != set(built) or any(state[k] is not v for k, v in built.items()):
+        return "the op recorder's state (its allow-list, its record or its tape)"
+    return None

@@ -50,6 +50,7 @@ class CandidateWorker(CandidateStages):
         """CUDA only: the stream current before the candidate was imported; restored after every
         call of the candidate's code (`restore_stream`)."""
         self.integrity: Any = None
+        self.harness_changed: Any = None
         self.task: Any = None
         self.full_task: Any = None
         """The task as given, when `task` is its shrunk copy (the compile stage on a CPU machine:
@@ -132,6 +133,9 @@ class CandidateWorker(CandidateStages):
 
             emulate_tf32()  # fp32 tl.dot is TF32 on the GPU unless the kernel asks for IEEE
         self.integrity = guard.Integrity()  # (after the emulation: it watches that too)
+        # Bound before the candidate is imported: replacing Integrity.changed later changes
+        # nothing that runs here (and is itself reported).
+        self.harness_changed = self.integrity.changed
         self._limit_memory(job)
         sandbox_note = None
         if job.sandbox:
@@ -293,6 +297,7 @@ class CandidateWorker(CandidateStages):
             tape.keep(leaves, pristine, self.model, replays.candidate_scopes())
         self.poison(self.poison_sizes, value)
         recorder = guard.OpRecorder(frozenset(self.job.allowed_ops), tape)
+        built = dict(vars(recorder))
         timing = (
             sys.modules.get("kernelcraft.engine.measure.timing") if self.device.startswith("cuda") else None
         )
@@ -327,6 +332,10 @@ class CandidateWorker(CandidateStages):
         if rec is not None and rec.refused:  # a hook refused (even where forward swallowed the error)
             refused = rec.refused[0]
             self.fail(FailureClass.FORBIDDEN_CONSTRUCT, str(refused), op=refused.op)
+            return None
+        tampered = guard.recorder_intact(recorder, built)
+        if tampered is not None:
+            self.fail(FailureClass.FORBIDDEN_CONSTRUCT, f"forward changed {tampered}", op="op recorder")
             return None
         if unfrozen is not None:
             self.fail(FailureClass.FORBIDDEN_CONSTRUCT, unfrozen, op="output type")
@@ -370,7 +379,7 @@ class CandidateWorker(CandidateStages):
         running (reported)."""
         import threading
 
-        changed = self.integrity.changed()
+        changed = self.harness_changed()
         timing_mod = sys.modules.get("kernelcraft.engine.measure.timing")
         patched_timer = timing_mod.timing_functions_intact() if timing_mod is not None else None
         if patched_timer:

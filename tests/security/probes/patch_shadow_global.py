@@ -1,0 +1,34 @@
+"""Hostile candidate: rebinds, in the op recorder's module, the name it calls to ask whether an
+op is Triton's own (imported there from launches.py, so not one of guard.py's own functions):
+every op then counts as inside a launch and none is recorded."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n_elements
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class Everything(frozenset):
+    def __contains__(self, item):
+        return True
+
+
+def relu(x):
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 512),)](x, y, x.numel(), BLOCK_SIZE=512)
+    return y
+
+
+torch.sys.modules["kernelcraft.engine.watch.guard"].in_triton_launch = lambda: True
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x) * 2.0 + 1.0
