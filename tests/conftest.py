@@ -55,7 +55,7 @@ class EvalRunner:
 def static_checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """Skip the static rules (static.py) in this test's jobs, so that a probe they would refuse
     reaches the dynamic check the test is about: every layer must hold on its own."""
-    monkeypatch.setattr("kernelcraft.engine.checks.intake.check_candidate_source", lambda *a, **k: [])
+    monkeypatch.setattr("kernelcraft.engine.source.intake.check_candidate_source", lambda *a, **k: [])
 
 
 @pytest.fixture(scope="session")

@@ -134,10 +134,12 @@ def test_a_candidate_that_imports_dynamo_passes_and_one_that_swaps_the_seed_func
     ok = _verify(tmp_path, "imports_dynamo.py", "import torch._dynamo\n")
     assert ok.returncode == EXIT_OK, ok.stdout[-2000:] + ok.stderr[-2000:]
     swap = (
-        "import torch\nput = setattr\nput(torch, 'manual_seed', lambda seed: None)\n"  # past the static check
+        # setattr under another name: once past the static rules, now refused by them as an alias
+        # (builtin-alias); the swap itself is the guard's (the in-process checks above)
+        "import torch\nput = setattr\nput(torch, 'manual_seed', lambda seed: None)\n"
     )
     swapped = _verify(tmp_path, "swaps_seed.py", swap)
     assert swapped.returncode == EXIT_NEGATIVE, swapped.stdout[-2000:]
     verdict = json.loads(swapped.stdout)
     assert verdict["failure_class"] == "forbidden_construct", verdict
-    assert "torch.manual_seed" in json.dumps(verdict["evidence"]), verdict["evidence"]
+    assert verdict["evidence"]["op"] == "setattr", verdict["evidence"]
