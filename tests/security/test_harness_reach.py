@@ -66,3 +66,15 @@ def test_a_candidate_that_changes_the_harness_in_its_process_is_refused(
     assert v is not None and not v.correct and v.failure_class is not None, v
     assert v.failure_class.value == "forbidden_construct", v
     assert v.evidence is not None and DYNAMIC[probe] in v.evidence.message, v.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.parametrize("probe", sorted(DYNAMIC))
+def test_gpu_a_candidate_that_changes_the_harness_in_its_process_is_refused(
+    gpu_submit, job_for, static_checks_off, probe: str
+) -> None:
+    v = gpu_submit(job_for(TASK, PROBES / probe, trials=1))
+    assert v is not None and not v.correct and v.failure_class is not None, v
+    assert v.failure_class.value == "forbidden_construct", v
+    assert v.evidence is not None and DYNAMIC[probe] in v.evidence.message, v.evidence

@@ -48,3 +48,16 @@ def test_verify_passes_a_complex_output_computed_in_full(evaluator, job_for) -> 
         job_for(PROBES / "task_complex.py", PROBES / "complex_honest.py", trials=1, gpu_check=None)
     ).verify
     assert v is not None and v.correct, v
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.parametrize("probe", sorted(EXPECTED))
+def test_gpu_verify_refuses_outputs_that_are_not_what_the_reference_returns(
+    gpu_submit, job_for, static_checks_off, probe: str
+) -> None:
+    task, cls, words = EXPECTED[probe]
+    v = gpu_submit(job_for(task, PROBES / probe, trials=1))
+    assert v is not None and not v.correct and v.failure_class is not None, v
+    assert v.failure_class.value == cls, v
+    assert v.evidence is not None and words in v.evidence.message, v.evidence
