@@ -28,7 +28,7 @@ from kernelcraft.base.evaluation import (
 )
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.kernelwords import compiled_words
-from kernelcraft.engine.checks import autotune, margins, perturb, scaled
+from kernelcraft.engine.checks import findings, perturb, scaled
 from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
@@ -39,16 +39,16 @@ from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import (
     DECOY_MESSAGE,
     compile_result,
+    compile_timeout_words,
     device_label,
     evidence_from,
     fill_failed,
+    mode_note,
     not_profiled_after,
     verify_result,
 )
-from kernelcraft.engine.source import devices
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
-    FOUND_LAUNCHES,
     Compare,
     Compared,
     Compile,
@@ -88,10 +88,8 @@ class Job:
         self.kernels: list[str] = []
         self.tolerance: str | None = None
         self.tf32_dots = 0
-        self.margin = margins.Worst()
-        """The worst margin the passing trials had (`checks/margins.py`)."""
-        self.autotune = autotune.Coverage()
-        """The interpreter's @triton.autotune configs and which the trials ran."""
+        self.seen = findings.Findings()
+        """The autotune configs the trials ran, their worst margin, the interpreter's time."""
         self.torch_ops: list[str] = []
         """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
         """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
@@ -332,7 +330,7 @@ class Job:
                     done += 1
             # The interpreter runs one @triton.autotune config a trial: the configs left get one
             # more trial each (`checks/autotune.py`).
-            for pick in self.autotune.picks_left(total) if self.workers.interpret else ():
+            for pick in self.seen.autotune.picks_left(total) if self.workers.interpret else ():
                 await self.workers.progress(0.86, f"autotune config trial {pick + 1 - total}")
                 async with self.workers.gpu_lock(exclusive=False):
                     failed = await self.trial(cand, 0, self.spec.trials + pick - total, pick=pick)
@@ -348,23 +346,14 @@ class Job:
             if stop.evidence.trial is None:
                 stop.evidence.trial = done % self.spec.trials
             return self.verified(cand, done, stop.cls, stop.evidence)
-        notes = [*self.workers.notes, *self.autotune.notes(), *self.margin.notes()]
-        if self.workers.interpret:
-            tf32 = (
-                f" (its {self.tf32_dots} fp32 tl.dot call(s) were rounded to TF32, as on a GPU)"
-                if self.tf32_dots
-                else ""
-            )
-            notes.append(
-                f"ran in Triton's CPU interpreter: races, out-of-bounds reads and speed are not checked{tf32}"
-            )
-            notes.extend(devices.note(self.spec.candidate_source))  # a GPU-only way (`source/devices.py`)
-        if self.spec.correctness == "adaexplore":
-            ops = ", ".join(op if "::" in op else f"aten.{op}" for op in self.torch_ops[:12]) or "none"
-            notes.append(
-                f"judged by AdaExplore's rule (PyTorch allowed beside the Triton kernels, atol=rtol=5e-2, "
-                f"no knockout); PyTorch compute left in forward: {ops}"
-            )
+        notes = self.workers.notes + findings.pass_notes(
+            self.seen,
+            interpret=self.workers.interpret,
+            tf32_dots=self.tf32_dots,
+            candidate_source=self.spec.candidate_source,
+            correctness=self.spec.correctness,
+            torch_ops=self.torch_ops,
+        )
         await self.workers.progress(0.9, "verified")
         return self.verified(cand, done, None, None, notes=notes)
 
@@ -381,7 +370,8 @@ class Job:
         await cand.send(run.to_header(), blobs)
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
-        configs = self.autotune.add(out.autotune)
+        configs = self.seen.autotune.add(out.autotune)
+        self.seen.spent.add(out.interpreted)
         runs = 2 if determinism else 1
         if len(out.outputs) != runs:
             # Held to what was asked: zero output sets is not "nothing compared, so correct".
@@ -397,7 +387,7 @@ class Job:
             Compare(outputs=out.outputs, inputs_after=out.inputs_after, runs=runs), frame
         )
         self.tolerance = compared.tolerance or self.tolerance
-        self.margin.add(compared.margin, done=pick)
+        self.seen.margin.add(compared.margin, done=pick)
         self.tf32_dots += out.tf32_dots
         self.torch_ops = list(dict.fromkeys([*self.torch_ops, *out.torch_ops]))
         if not compared.failure_class:
@@ -496,31 +486,3 @@ TF32_HINT = (
     "to tl.dot"
 )
 """The words a TF32 mismatch adds to its verdict (issue 26): the cause and the fix."""
-
-
-def mode_note(mode: str, kinds: list[str]) -> str:
-    """What a verdict says of the mode Model and ModelNew ran in, when it matters to the task."""
-    which = ", ".join(kinds[:4])
-    if mode == "eval":
-        return (
-            f"ran Model and ModelNew in eval mode (model_mode='eval'): {which} used running statistics "
-            "and no dropout; KernelBench's harness runs them in training mode"
-        )
-    return (
-        f"ran Model and ModelNew in training mode, as KernelBench's harness does: {which} used batch "
-        "statistics (and dropout, if any, was active); model_mode='eval' (--eval-mode) judges eval mode"
-    )
-
-
-def compile_timeout_words(found: str, timeout_s: float) -> str:
-    """What a compile that ran out of time had done: the launches its discovery had found (as the
-    candidate's worker said), and how to give it more time."""
-    seen = (
-        f"; by then its discovery had found launches: {found.removeprefix(FOUND_LAUNCHES).strip()}"
-        if found
-        else "; it had found no launch yet (forward's host code ran the whole time)"
-    )
-    return (
-        f"{seen}. Discovery runs forward's host code on the task's full sizes: give it more time "
-        f"(--timeout / timeout_s, now {timeout_s:g} s) or shorten forward's host-side loops"
-    )

@@ -26,7 +26,7 @@ from kernelcraft.base.evaluation import (
 from kernelcraft.base.failures import FailureClass, classify
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.measure.samples import MIN_SAMPLE_US
-from kernelcraft.engine.wire.protocol import Compiled
+from kernelcraft.engine.wire.protocol import FOUND_LAUNCHES, Compiled
 
 # The knockout's verdict (`knockout.py`): the output survived with every Triton launch skipped.
 DECOY_MESSAGE = (
@@ -238,3 +238,31 @@ def profile_result(
         result.achieved_tflops = roof.flops / cand.median_us / 1e6
         result.roofline_fraction = roof.floor_us / cand.median_us
     return result
+
+
+def mode_note(mode: str, kinds: list[str]) -> str:
+    """What a verdict says of the mode Model and ModelNew ran in, when it matters to the task."""
+    which = ", ".join(kinds[:4])
+    if mode == "eval":
+        return (
+            f"ran Model and ModelNew in eval mode (model_mode='eval'): {which} used running statistics "
+            "and no dropout; KernelBench's harness runs them in training mode"
+        )
+    return (
+        f"ran Model and ModelNew in training mode, as KernelBench's harness does: {which} used batch "
+        "statistics (and dropout, if any, was active); model_mode='eval' (--eval-mode) judges eval mode"
+    )
+
+
+def compile_timeout_words(found: str, timeout_s: float) -> str:
+    """What a compile that ran out of time had done: the launches its discovery had found (as the
+    candidate's worker said), and how to give it more time."""
+    seen = (
+        f"; by then its discovery had found launches: {found.removeprefix(FOUND_LAUNCHES).strip()}"
+        if found
+        else "; it had found no launch yet (forward's host code ran the whole time)"
+    )
+    return (
+        f"{seen}. Discovery runs forward's host code on the task's full sizes: give it more time "
+        f"(--timeout / timeout_s, now {timeout_s:g} s) or shorten forward's host-side loops"
+    )

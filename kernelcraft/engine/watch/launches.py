@@ -29,8 +29,10 @@ Only the evaluator's worker processes use this module.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -78,6 +80,9 @@ class LaunchRecorder:
     autotune_pick: int = 0
     """autotune="first": which pruned config runs, modulo their number (a trial's index: over the
     trials every config runs, `checks/autotune.py`)."""
+    interpreted: dict[str, list[float]] = field(default_factory=dict)
+    """In the interpreter (`cls_key` InterpretedFunction): per kernel, [launches, programs,
+    seconds] of the launches that ran (where the interpreter's time goes)."""
     autotune_ran: dict[str, AutotuneRan] = field(default_factory=dict)
     """autotune="first": per autotuned kernel, the config that ran and all the pruned configs."""
 
@@ -271,8 +276,15 @@ def _launch(
                     op="grid",
                 )
             recorder.tape.launch(original, fn, args, kwargs, tuple(grid))
-        with _inside():
-            return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
+        if cls_key != "InterpretedFunction":
+            with _inside():
+                return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
+        start = time.perf_counter()
+        try:
+            with _inside():
+                return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            _count(recorder, kernel_name(fn), grid, time.perf_counter() - start)
     with _outside():  # what the real run evaluates outside the launch, the knockout does too
         record = make_record(fn, args, kwargs, grid)
     _annotate(record, tune)
@@ -280,6 +292,18 @@ def _launch(
     if recorder.on_launch is not None:
         recorder.on_launch(record)
     return None
+
+
+def _count(recorder: LaunchRecorder, name: str, grid: Any, seconds: float) -> None:
+    """One interpreted launch's programs and time, added to its kernel's (`interpreted`)."""
+    try:
+        programs = math.prod(int(g) for g in grid) if isinstance(grid, (tuple, list)) else 0
+    except (TypeError, ValueError):
+        programs = 0
+    entry = recorder.interpreted.setdefault(name, [0, 0, 0.0])
+    entry[0] += 1
+    entry[1] += programs
+    entry[2] += seconds
 
 
 def _annotate(record: LaunchRecord, tune: tuple[int, int] | None) -> None:

@@ -193,6 +193,8 @@ class Outputs(Reply):
     autotune: list[dict[str, Any]] = Field(default_factory=list)
     """In the interpreter: per `@triton.autotune` kernel, {"kernel", "index", "configs"}: the config
     that ran (its index among the pruned configs) and all of them (`checks/autotune.py`)."""
+    interpreted: dict[str, list[float]] = Field(default_factory=dict)
+    """In the interpreter: per kernel, [launches, programs, seconds] of these runs (`checks/slow.py`)."""
     replay_limit: str | None = None
     """The replay ran out of memory (`worker/room.py`): a harness limit, with the figures."""
 

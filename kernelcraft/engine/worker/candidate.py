@@ -66,6 +66,8 @@ class CandidateWorker(CandidateStages):
         """PyTorch compute forward ran outside its kernels (recorded where the rule allows it)."""
         self.replayed: str | None = None
         """Why the last replayed run did not replay to its outputs (replay.py), or None."""
+        self.interpreted: dict[str, list[float]] = {}
+        """This trial's interpreted launches per kernel: [launches, programs, seconds]."""
         self.autotune_ran: list[dict[str, Any]] = []
         """The last call's `@triton.autotune` configs in the interpreter (`Outputs.autotune`)."""
         self.replay_limit: str | None = None
@@ -192,6 +194,7 @@ class CandidateWorker(CandidateStages):
             ]
         outputs = []
         self.replayed = self.replay_limit = None
+        self.interpreted = {}
         after: Any = None
         names: list[str] = []
         tf32 = sys.modules.get("kernelcraft.engine.watch.tf32")
@@ -225,6 +228,7 @@ class CandidateWorker(CandidateStages):
                 replay=self.replayed,
                 replay_limit=self.replay_limit,
                 autotune=self.autotune_ran,
+                interpreted=self.interpreted,
                 torch_ops=self.torch_ops,
             ),
             out_blobs,
@@ -349,6 +353,9 @@ class CandidateWorker(CandidateStages):
         self.autotune_ran = [
             {"kernel": k, "index": a.index, "configs": list(a.configs)} for k, a in rec.autotune_ran.items()
         ]
+        for k, (n, programs, seconds) in rec.interpreted.items():
+            total = self.interpreted.setdefault(k, [0, 0, 0.0])
+            total[0], total[1], total[2] = total[0] + n, total[1] + programs, total[2] + seconds
         if recorder.fallbacks and self.job.correctness == "adaexplore":
             self.torch_ops = list(dict.fromkeys([*self.torch_ops, *recorder.fallbacks]))
         elif recorder.fallbacks:
