@@ -44,10 +44,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kernelcraft.base.cookbook import CookbookFigure  # noqa: E402
-from kernelcraft.base.level import LevelSummary, TaskOutcome  # noqa: E402
 from kernelcraft.knowledge.cookbook import load_cookbook  # noqa: E402
 from kernelcraft.knowledge.cookbook.book import INDEX, with_figures  # noqa: E402
+from kernelcraft.schema.cookbook import CookbookFigure  # noqa: E402
+from kernelcraft.schema.level import LevelSummary, TaskOutcome  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ from typing import Any, Literal
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from kernelcraft.base.evaluation import EvalJob, EvalResult  # noqa: E402
 from kernelcraft.engine.host.local import LocalEvaluator  # noqa: E402
+from kernelcraft.schema.evaluation import EvalJob, EvalResult  # noqa: E402
 
 TASKS = ("elementwise", "softmax", "linear")
 # Sizes for --cpu-smoke: every `NAME = <int>` constant of a task is rewritten to these.

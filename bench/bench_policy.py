@@ -54,7 +54,10 @@ sys.path.insert(0, str(ROOT))
 
 from kernelcraft.agent.tuner.params import launch_params  # noqa: E402
 from kernelcraft.agent.tuner.search import Config, apply_config, config_key, current_config  # noqa: E402
-from kernelcraft.base.evaluation import (  # noqa: E402
+from kernelcraft.base.failures import FailureClass  # noqa: E402
+from kernelcraft.engine.host.evaluator import ProgressCallback  # noqa: E402
+from kernelcraft.knowledge.rulebook import Rulebook  # noqa: E402
+from kernelcraft.schema.evaluation import (  # noqa: E402
     CompileResult,
     EvalJob,
     EvalResult,
@@ -63,10 +66,7 @@ from kernelcraft.base.evaluation import (  # noqa: E402
     Timing,
     VerifyResult,
 )
-from kernelcraft.base.failures import FailureClass  # noqa: E402
-from kernelcraft.base.tree import NextStep  # noqa: E402
-from kernelcraft.engine.host.evaluator import ProgressCallback  # noqa: E402
-from kernelcraft.knowledge.rulebook import Rulebook  # noqa: E402
+from kernelcraft.schema.tree import NextStep  # noqa: E402
 from kernelcraft.search.service import SearchService  # noqa: E402
 from kernelcraft.store import Store  # noqa: E402
 

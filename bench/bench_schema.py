@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kernelcraft.base.config import Settings  # noqa: E402
-from kernelcraft.base.evaluation import EvalJob, EvalResult  # noqa: E402
 from kernelcraft.engine.host.evaluator import ProgressCallback  # noqa: E402
+from kernelcraft.schema.evaluation import EvalJob, EvalResult  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402
 
 

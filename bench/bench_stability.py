@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kernelcraft.base.evaluation import EvalJob  # noqa: E402
 from kernelcraft.engine.host.local import LocalEvaluator  # noqa: E402
+from kernelcraft.schema.evaluation import EvalJob  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 

@@ -43,9 +43,9 @@ EXAMPLES = ("elementwise", "softmax", "layernorm", "row_mean", "embedding_bag", 
 
 
 async def warm(examples: list[str], rounds: int, device: str, facts: bool) -> dict[str, Any]:
-    from kernelcraft.base.evaluation import EvalJob
     from kernelcraft.base.targets import DEFAULT_TARGET
     from kernelcraft.engine.host.local import LocalEvaluator
+    from kernelcraft.schema.evaluation import EvalJob
 
     ev = LocalEvaluator(workers=2, device=device)
     await ev.start()

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import re
 
-from kernelcraft.base.evaluation import (
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.schema.evaluation import (
     CompileResult,
     EvalJob,
     EvalResult,
@@ -32,8 +34,6 @@ from kernelcraft.base.evaluation import (
     Timing,
     VerifyResult,
 )
-from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.host.evaluator import ProgressCallback
 
 _MARKER = re.compile(r"#\s*verdict:\s*(correct|wrong|compile|crash)(?:\s+([0-9.]+))?(?:\s+([0-9.]+))?")
 _PROFILE = re.compile(r"#\s*profile:\s*(memory|compute)\s+([0-9.]+)(?:\s+spills\s+(\d+))?")

@@ -77,7 +77,7 @@ def evaluator() -> Iterator[EvalRunner]:
 @pytest.fixture
 def job_for() -> Callable[..., object]:
     """job_for(task_path, candidate_path_or_source, **EvalJob fields)."""
-    from kernelcraft.base.evaluation import EvalJob
+    from kernelcraft.schema.evaluation import EvalJob
 
     def make(task: Path, candidate: Path | str, **kw: object) -> EvalJob:
         cand_src = candidate.read_text() if isinstance(candidate, Path) else candidate

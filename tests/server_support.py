@@ -8,8 +8,8 @@ from pathlib import Path
 
 from bench.support import free_port, wait_healthy  # noqa: F401  (one copy: bench's)
 from kernelcraft.base.config import Settings
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from kernelcraft.agent.llm.config import LLMConfig
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.presets import DEFAULT_PRESET, OPTIMIZE_STEPS, PRESET_NAMES
 from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS
 from kernelcraft.cli.common import (
     EXIT_NEGATIVE,
@@ -23,11 +22,12 @@ from kernelcraft.cli.common import (
     print_json,
     run,
 )
+from kernelcraft.schema.presets import DEFAULT_PRESET, OPTIMIZE_STEPS, PRESET_NAMES
 
 if TYPE_CHECKING:
     from kernelcraft.agent.loop.options import OptimizeOptions
-    from kernelcraft.base.levelrun import AdaptPhase, LevelRunSummary
     from kernelcraft.level.tasks import LevelTask
+    from kernelcraft.schema.levelrun import AdaptPhase, LevelRunSummary
 
 # Tasks of a folder optimised at once: their LLM calls overlap, and one evaluator takes their
 # candidates in turn (a GPU times one at a time).

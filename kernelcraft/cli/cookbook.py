@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernelcraft.base.cookbook import FAMILIES, CookbookListing, figure_line
 from kernelcraft.base.errors import UsageError
 from kernelcraft.cli.common import EXIT_OK, Subcommands, add_json, emit, print_json
 from kernelcraft.knowledge.cookbook import load_cookbook
+from kernelcraft.schema.cookbook import FAMILIES, CookbookListing, figure_line
 
 
 def register(sub: Subcommands) -> None:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.occupancy import describe, occupancy
 from kernelcraft.base.ops import aten_op_names
 from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS, TARGET_LIST
@@ -47,6 +46,7 @@ from kernelcraft.engine import (
     check_task,
     read_source,
 )
+from kernelcraft.schema.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 
 
 def register(sub: Subcommands) -> None:

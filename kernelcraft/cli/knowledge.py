@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from kernelcraft.base.config import Settings
-from kernelcraft.base.docs import DocSection, section_markdown
-from kernelcraft.base.rules import RuleOut
 from kernelcraft.base.targets import TARGET_LIST
 from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, print_json, run
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.schema.docs import DocSection, section_markdown
+from kernelcraft.schema.rules import RuleOut
 from kernelcraft.store import Store
 
 T = TypeVar("T")

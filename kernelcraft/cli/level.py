@@ -31,10 +31,10 @@ from rich.progress import (
 from rich.table import Column
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.level import LevelSummary
 from kernelcraft.cli.common import EXIT_OK, Subcommands, add_device, add_json, emit, run, seconds
 from kernelcraft.level.runner import LevelRun, run_level
 from kernelcraft.level.tasks import parse_problems
+from kernelcraft.schema.level import LevelSummary
 
 
 def register(sub: Subcommands) -> None:

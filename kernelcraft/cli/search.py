@@ -25,9 +25,7 @@ from typing import Any, Literal, TypeVar
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES
 from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS
-from kernelcraft.base.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
 from kernelcraft.cli.common import (
     EXIT_NEGATIVE,
     EXIT_OK,
@@ -40,6 +38,8 @@ from kernelcraft.cli.common import (
 )
 from kernelcraft.cli.progress import JobProgress
 from kernelcraft.engine import Evaluator
+from kernelcraft.schema.presets import DEFAULT_PRESET, PRESET_NAMES
+from kernelcraft.schema.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
 from kernelcraft.server.state import open_app_state

@@ -21,7 +21,7 @@ rooms below it, as `pyproject.toml`'s import-linter contract says and CI checks)
 - `source/` (beside `wire/`): what is read from a source before anything runs, `ast` only: the
   intake, the static anti-cheat rules, the branches a shrunk run missed, the shrink of sizes.
 
-Everything here may import `kernelcraft.base` and nothing else of kernelcraft.
+Everything here may import `kernelcraft.base` and `kernelcraft.schema` and nothing else of kernelcraft.
 
 One door: the other packages (`cli`, `server`, `search`, `level`, `agent`, `report`, `knowledge`,
 `entry`) import the names below from `kernelcraft.engine` and never a room's module

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.base.docs import DocSection, IndexReport, SectionRef
 from kernelcraft.base.errors import NotFoundError, UsageError
 from kernelcraft.base.targets import KNOWN_ARCHES, arch_family
 from kernelcraft.knowledge.text import fts_query
+from kernelcraft.schema.docs import DocSection, IndexReport, SectionRef
 from kernelcraft.store import Store
 
 HW_DOCS_DIR = Path(__file__).resolve().parent.parent / "hw_docs"

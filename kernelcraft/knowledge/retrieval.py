@@ -17,9 +17,9 @@ import aiosqlite
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.errortext import looks_like_error, pointed_names
 from kernelcraft.base.failures import FailureClass, classify, diagnosis
-from kernelcraft.base.rules import RuleOut, RuleScope, RuleStatus
 from kernelcraft.base.targets import arch_family
 from kernelcraft.knowledge.text import fts_phrases, fts_query
+from kernelcraft.schema.rules import RuleOut, RuleScope, RuleStatus
 
 RULE_COLUMNS = "r.id, r.uid, r.text, r.count, r.status, r.dsl, r.arch_family, r.op_category, r.reason, r.failure_class, r.seed"
 Order = Callable[[Any], tuple[bool, ...]]

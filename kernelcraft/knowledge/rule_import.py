@@ -23,9 +23,9 @@ import aiosqlite
 from pydantic import ValidationError
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.rules import MAX_RULE_CHARS, ImportResult, RuleLine
 from kernelcraft.knowledge.retrieval import row_failure_class, row_scope
 from kernelcraft.knowledge.text import normalize_rule, rule_uid, validate_rule
+from kernelcraft.schema.rules import MAX_RULE_CHARS, ImportResult, RuleLine
 from kernelcraft.store import Store, utcnow
 
 SEED_FILE = "seed_rules.jsonl"

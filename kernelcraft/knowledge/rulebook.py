@@ -51,13 +51,6 @@ import aiosqlite
 
 from kernelcraft.base.errors import KernelcraftError, NotFoundError, UsageError
 from kernelcraft.base.failures import NOT_THE_CANDIDATES, WRONG_RESULT_CLASSES, FailureClass, classify
-from kernelcraft.base.rules import (
-    FailureRecorded,
-    ImportResult,
-    RuleAction,
-    RuleOut,
-    RuleStatus,
-)
 from kernelcraft.base.targets import arch_family
 from kernelcraft.knowledge import dedup, retrieval, rule_import
 from kernelcraft.knowledge.dedup import RuleJudge
@@ -68,6 +61,13 @@ from kernelcraft.knowledge.text import (
     rule_similarity,
     rule_uid,
     validate_rule,
+)
+from kernelcraft.schema.rules import (
+    FailureRecorded,
+    ImportResult,
+    RuleAction,
+    RuleOut,
+    RuleStatus,
 )
 from kernelcraft.store import Store, code_hash, utcnow
 

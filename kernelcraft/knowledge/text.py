@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from difflib import SequenceMatcher
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.rules import MAX_RULE_CHARS, NO_GUIDANCE
+from kernelcraft.schema.rules import MAX_RULE_CHARS, NO_GUIDANCE
 
 # Words that appear in nearly every rule ("You cannot … in a Triton kernel") or any English text.
 # Dropping them keeps the match set small (speed) and BM25 focused on what distinguishes rules.

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernelcraft.base.evaluation import Timing
-from kernelcraft.base.level import TaskOutcome
+from kernelcraft.schema.evaluation import Timing
+from kernelcraft.schema.level import TaskOutcome
 
 EVAL_RESULTS = "eval_results.json"
 BASELINE_EAGER = "baseline_time_torch.json"

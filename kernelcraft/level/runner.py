@@ -29,12 +29,12 @@ from typing import Any
 import anyio
 
 from kernelcraft.base.errors import TaskError, UsageError
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.level import LevelMode, LevelSummary, TaskOutcome
 from kernelcraft.engine import Evaluator, check_candidate, check_task
 from kernelcraft.level import kernelbench, score
 from kernelcraft.level.tasks import LevelTask, find_tasks, match_candidates
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
+from kernelcraft.schema.level import LevelMode, LevelSummary, TaskOutcome
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from kernelcraft.base.level import FAST_P_THRESHOLDS, FastP, TaskOutcome
+from kernelcraft.schema.level import FAST_P_THRESHOLDS, FastP, TaskOutcome
 
 
 def fast_p(outcomes: Sequence[TaskOutcome], *, timed: bool) -> list[FastP]:

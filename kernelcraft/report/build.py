@@ -17,10 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import ProfileResult
-from kernelcraft.base.kernelwords import compiled_words, roofline_words
-from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.report.model import ReportNode, RunReport, TokenUsage, Verdict
+from kernelcraft.schema.evaluation import ProfileResult
+from kernelcraft.schema.kernelwords import compiled_words, roofline_words
+from kernelcraft.schema.tree import NodeInfo, TreeView
 
 TREE_FILE = "tree.json"
 STEPS_FILE = "steps.jsonl"

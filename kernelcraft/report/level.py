@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from html import escape
 
-from kernelcraft.base.levelrun import LevelRunSummary, OptimizedTask
 from kernelcraft.report.html import STYLE
+from kernelcraft.schema.levelrun import LevelRunSummary, OptimizedTask
 
 NO_SPEED = "unknown (no GPU)"
 NO_PRICE = "unknown (unpriced model)"

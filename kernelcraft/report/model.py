@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.tree import NodeStatus, Outcome, StepKind
+from kernelcraft.schema.tree import NodeStatus, Outcome, StepKind
 
 # What the tree drawing colours a node by: its outcome, or why it has none.
 Verdict = Literal["correct", "wrong", "not_compiled", "abandoned", "pending", "root"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 
-from kernelcraft.base.docs import DocSection
-from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass, diagnosis
-from kernelcraft.base.kernelwords import kernel_words, roofline_words
 from kernelcraft.knowledge.docs import HwDocs
+from kernelcraft.schema.docs import DocSection
+from kernelcraft.schema.evaluation import EvalResult
+from kernelcraft.schema.kernelwords import kernel_words, roofline_words
 
 # Triton calls every kernel makes: they say nothing about which manual section helps.
 _COMMON_TL = frozenset(

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errortext import error_line
-from kernelcraft.base.presets import PoolUse
-from kernelcraft.base.rules import RuleOut
-from kernelcraft.base.tree import ContextKernel
+from kernelcraft.schema.docs import DocSection
+from kernelcraft.schema.presets import PoolUse
+from kernelcraft.schema.rules import RuleOut
+from kernelcraft.schema.tree import ContextKernel
 
 ANSWER_FORMAT = (
     "Answer with one complete Python module: `import torch`, `import torch.nn as nn`, `import triton`, "

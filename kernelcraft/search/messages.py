@@ -4,7 +4,7 @@ and what `start` did. Pure functions over the client-facing models."""
 from __future__ import annotations
 
 from kernelcraft.base.errortext import error_line
-from kernelcraft.base.tree import BUDGET_HELD, NextStep, NodeInfo, WarmStart
+from kernelcraft.schema.tree import BUDGET_HELD, NextStep, NodeInfo, WarmStart
 from kernelcraft.search.tree import TreeRow
 
 NO_GPU_NOTE = (

@@ -37,7 +37,7 @@ expanded. And the seed candidate is the root's first large-step child
 (AdaExplore puts it on the root itself), so it is refined and enters the pool.
 
 Greedy best-first and beam search implement the same `Policy` protocol. Every policy's
-parameters are a `SearchConfig` (`kernelcraft.base.presets`), started from a preset.
+parameters are a `SearchConfig` (`kernelcraft.schema.presets`), started from a preset.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from typing import ClassVar, Literal, Protocol
 from pydantic import Field, ValidationError
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.presets import DEFAULT_PRESET, PRESET_NAMES, KindSwitch, SearchConfig, preset_values
-from kernelcraft.base.tree import Outcome, StepKind
+from kernelcraft.schema.evaluation import EvalResult
+from kernelcraft.schema.presets import DEFAULT_PRESET, PRESET_NAMES, KindSwitch, SearchConfig, preset_values
+from kernelcraft.schema.tree import Outcome, StepKind
 
 REWARD_NOT_COMPILED = 0.0
 REWARD_COMPILED_BUT_WRONG = 0.05

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernelcraft.base.tree import WarmStart
+from kernelcraft.schema.tree import WarmStart
 from kernelcraft.search.tree import TreeRow
 
 

@@ -26,8 +26,8 @@ from typing import Any, Literal
 import aiosqlite
 
 from kernelcraft.base.errors import NotFoundError
-from kernelcraft.base.evaluation import EvalResult
-from kernelcraft.base.tree import Outcome, StepKind, TreeView, WarmStart
+from kernelcraft.schema.evaluation import EvalResult
+from kernelcraft.schema.tree import Outcome, StepKind, TreeView, WarmStart
 from kernelcraft.search.policy import UNKNOWN_SPEEDUP_AS
 from kernelcraft.search.tree import TreeRow, node_info
 

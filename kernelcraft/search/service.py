@@ -31,10 +31,13 @@ from typing import Any
 import aiosqlite
 
 from kernelcraft.base.errors import BudgetError, InfrastructureError, NotFoundError, UsageError
-from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.jobknobs import EVAL_GRACE_S, TIMEOUT_S, eval_wait_s
 from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS
-from kernelcraft.base.tree import (
+from kernelcraft.engine import Evaluator, ProgressCallback
+from kernelcraft.knowledge.docs import HwDocs
+from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.schema.evaluation import EvalResult
+from kernelcraft.schema.tree import (
     NextStep,
     NodeInfo,
     StartResult,
@@ -43,9 +46,6 @@ from kernelcraft.base.tree import (
     TreeView,
     WarmStart,
 )
-from kernelcraft.engine import Evaluator, ProgressCallback
-from kernelcraft.knowledge.docs import HwDocs
-from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.search import repository
 from kernelcraft.search.messages import budget_spent, start_message, step_message
 from kernelcraft.search.policy import outcome_of, reward_for, start_policy
@@ -107,7 +107,7 @@ class SearchService:
     ) -> StartResult:
         """A new tree for `task_source` and its first step.
 
-        The tree's configuration is the `preset`'s (`kernelcraft.base.presets`; default kernelcraft)
+        The tree's configuration is the `preset`'s (`kernelcraft.schema.presets`; default kernelcraft)
         for the task's KernelBench `level` (a key of `params`), with `params` on top; the tree
         records all of it, preset name included.
 

@@ -17,14 +17,14 @@ from datetime import datetime, timedelta
 
 import aiosqlite
 
-from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import BudgetError, NotFoundError, UsageError
-from kernelcraft.base.evaluation import EvalResult
-from kernelcraft.base.presets import CHARS_PER_TOKEN, PoolUse, SearchConfig
-from kernelcraft.base.rules import RuleOut
-from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.schema.docs import DocSection
+from kernelcraft.schema.evaluation import EvalResult
+from kernelcraft.schema.presets import CHARS_PER_TOKEN, PoolUse, SearchConfig
+from kernelcraft.schema.rules import RuleOut
+from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo
 from kernelcraft.search import feedback, instructions, repository
 from kernelcraft.search.messages import NO_GPU_NOTE, budget_held, budget_spent
 from kernelcraft.search.policy import large_pool, make_policy, outcome_of, small_chain, step_rng

@@ -2,7 +2,7 @@
 
 `TreeRow` is a `trees` row; the functions here turn rows of `nodes` (as
 `repository.node_rows` reads them, lease columns joined) into what clients see
-(`kernelcraft.base.tree`) and into the policies' `Snapshot`. They read rows only: every SQL
+(`kernelcraft.schema.tree`) and into the policies' `Snapshot`. They read rows only: every SQL
 statement of the search layer lives in `repository.py`, which describes the tables.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, Literal
 import aiosqlite
 
 from kernelcraft.base.errortext import candidate_part
-from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.tree import (
+from kernelcraft.schema.evaluation import EvalResult
+from kernelcraft.schema.tree import (
     ContextKernel,
     NodeInfo,
     NodeStatus,

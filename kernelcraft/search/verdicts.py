@@ -13,10 +13,10 @@ from typing import Any
 import aiosqlite
 
 from kernelcraft.base.errors import KernelcraftError
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.jobknobs import TIMEOUT_S
 from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.search import repository
 from kernelcraft.search.policy import failure_text, outcome_of, reward_for
 from kernelcraft.search.tree import TreeRow

@@ -12,8 +12,8 @@ from typing import Annotated
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.cookbook import CookbookExample
 from kernelcraft.knowledge.cookbook import load_cookbook
+from kernelcraft.schema.cookbook import CookbookExample
 from kernelcraft.server.state import AppState
 from kernelcraft.server.tools import READ_ONLY, cleaned, tool_errors
 

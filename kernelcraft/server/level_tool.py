@@ -16,9 +16,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from kernelcraft.base.level import LevelSummary
 from kernelcraft.level.runner import LevelRun, run_level
 from kernelcraft.level.tasks import parse_problems
+from kernelcraft.schema.level import LevelSummary
 from kernelcraft.server.auth import LOCAL_CLIENT, client_name
 from kernelcraft.server.state import AppState
 from kernelcraft.server.tools import app_state, cleaned, tool_errors

@@ -13,13 +13,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.docs import section_markdown
 from kernelcraft.base.errors import KernelcraftError
-from kernelcraft.base.rules import RuleOut
 from kernelcraft.base.targets import GPU_LIST, TARGET_LIST
-from kernelcraft.base.tree import NodeInfo, TreeView
 from kernelcraft.report.build import from_tree
 from kernelcraft.report.model import RunReport
+from kernelcraft.schema.docs import section_markdown
+from kernelcraft.schema.rules import RuleOut
+from kernelcraft.schema.tree import NodeInfo, TreeView
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.state import AppState, StateSlot
 

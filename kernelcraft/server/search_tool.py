@@ -10,9 +10,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.presets import PresetName
 from kernelcraft.base.targets import DEFAULT_TARGET, Target
-from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus
+from kernelcraft.schema.presets import PresetName
+from kernelcraft.schema.tree import StartResult, SubmitResult, TreeStatus
 from kernelcraft.server.answers import opening
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.inputs import MAX_INT64

@@ -23,13 +23,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import KernelcraftError
-from kernelcraft.base.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.rules import FailureRecorded, RuleOut
 from kernelcraft.base.targets import DEFAULT_TARGET, DEFAULT_TARGETS, Target
 from kernelcraft.engine import ProgressCallback
+from kernelcraft.schema.docs import DocSection
+from kernelcraft.schema.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
+from kernelcraft.schema.rules import FailureRecorded, RuleOut
 from kernelcraft.server.answers import answer, opening
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.inputs import (

@@ -26,7 +26,7 @@ from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import small_proposer
 from kernelcraft.agent.loop.session import open_session
 from kernelcraft.base.errors import LLMError, UsageError
-from kernelcraft.base.tree import ContextKernel, NextStep
+from kernelcraft.schema.tree import ContextKernel, NextStep
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "elementwise" / "task.py"

@@ -19,10 +19,10 @@ from kernelcraft.agent.loop.edits import Edit, apply_what_applies
 from kernelcraft.agent.loop.explore import optimize
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.runloop import learns_from
-from kernelcraft.base.docs import DocSection
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
 from kernelcraft.cli import main
+from kernelcraft.schema.docs import DocSection
+from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "elementwise" / "task.py"
@@ -233,7 +233,7 @@ def test_level_reaches_the_tree_and_picks_adaexplores_exploration_constant(tmp_p
     """`optimize --level 3` / `adapt --level 3` (issue 27, D9): the tree records the level, and the
     preset's c_exp for it (AdaExplore's 0.15 on level 3)."""
     from kernelcraft.agent.loop.options import OptimizeOptions
-    from kernelcraft.base.presets import config_of, preset_values
+    from kernelcraft.schema.presets import config_of, preset_values
 
     opts = OptimizeOptions(task=tmp_path / "t.py", preset="adaexplore", level=3)
     params = opts.tree_params()
@@ -264,8 +264,8 @@ async def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example(tm
     """Issue 27, D7: the GPU's name and a worked example (the cookbook kernel nearest the task), as
     AdaExplore's prompts give one; the rules once."""
     from kernelcraft.agent.loop.proposers import LLMProposer
-    from kernelcraft.base.rules import RULES_CLOSE, RuleOut, RuleScope
-    from kernelcraft.base.tree import NextStep
+    from kernelcraft.schema.rules import RULES_CLOSE, RuleOut, RuleScope
+    from kernelcraft.schema.tree import NextStep
 
     task = (
         Path(__file__).resolve().parents[2] / "kernelcraft/knowledge/cookbook/entries/softmax/task.py"

@@ -33,9 +33,9 @@ from kernelcraft.agent.loop.proposers import NO_REVISER_GUIDANCE
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import InfrastructureError, UsageError
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.cli.agent import render_level
 from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import create_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +215,7 @@ async def test_a_stopped_level_resumes_its_unfinished_task_and_skips_the_finishe
 
 
 def test_the_figures_of_a_level_never_print_zero_for_what_was_not_measured() -> None:
-    from kernelcraft.base.levelrun import LevelRunSummary, OptimizedTask
+    from kernelcraft.schema.levelrun import LevelRunSummary, OptimizedTask
 
     s = LevelRunSummary(
         tasks_dir="l", out_dir="o", preset="adaexplore", steps_per_task=50, llm="anthropic", timed=False,

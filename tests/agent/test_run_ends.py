@@ -20,8 +20,8 @@ from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import KernelcraftError
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import create_server
 
 ROOT = Path(__file__).resolve().parents[2]

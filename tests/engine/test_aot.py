@@ -102,7 +102,7 @@ def test_a_matmul_reports_shared_memory_and_honours_num_warps_and_stages(k: Any)
 def test_each_kernel_says_what_its_dots_compiled_to_and_feedback_names_the_slow_paths(k: Any) -> None:
     """Issue 29: a profile says why. wgmma on Hopper needs a multiple of 4 warps; an IEEE fp32 dot
     never reaches the tensor cores; a kernel without tl.dot says nothing."""
-    from kernelcraft.base.kernelwords import dots_words
+    from kernelcraft.schema.kernelwords import dots_words
 
     a = torch.ones(64, 64, dtype=torch.float16)
     c = torch.empty(64, 64, dtype=torch.float32)
@@ -208,9 +208,9 @@ def test_the_host_target_reads_registers_spills_and_shared_from_the_jit_compiled
     # here a fake JITFunction checks how `compile_host` reads a CompiledKernel (Triton 3.6 / 3.9).
     from types import SimpleNamespace
 
-    from kernelcraft.base.evaluation import KernelLaunch
     from kernelcraft.engine.checks.aot import compile_host
     from kernelcraft.engine.watch.records import LaunchRecord
+    from kernelcraft.schema.evaluation import KernelLaunch
 
     class Kernel:
         metadata = SimpleNamespace(shared=4096, num_warps=4, num_stages=3, name="k")

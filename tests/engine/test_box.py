@@ -57,7 +57,7 @@ def _cheat(name: str, **values: object) -> str:
 @pytest.fixture(scope="module")
 def box_notes(evaluator) -> str:  # type: ignore[no-untyped-def]
     """The notes an honest candidate's verdict carries: what of the box this machine lacks."""
-    from kernelcraft.base.evaluation import EvalJob
+    from kernelcraft.schema.evaluation import EvalJob
 
     job = EvalJob(task_source=TASK.read_text(), candidate_source=(CHEATS / "good.py").read_text(), trials=1)
     v = evaluator.submit(job).verify

@@ -34,7 +34,7 @@ def test_adaexplores_tolerance_is_5e_2(evaluator, job_for) -> None:
 
 
 def test_the_adaexplore_preset_judges_by_adaexplores_rule() -> None:
-    from kernelcraft.base.presets import PRESETS
+    from kernelcraft.schema.presets import PRESETS
 
     assert PRESETS["adaexplore"]["correctness"] == "adaexplore"
     assert PRESETS["kernelcraft"]["correctness"] == "kernelcraft"

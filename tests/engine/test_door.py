@@ -12,7 +12,7 @@ import pytest
 
 import kernelcraft.engine as engine
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import EvalJob
+from kernelcraft.schema.evaluation import EvalJob
 
 
 def test_every_name_of_the_door_is_the_rooms_own_object() -> None:

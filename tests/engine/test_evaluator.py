@@ -180,7 +180,7 @@ def test_obfuscated_side_streams_are_found_statically() -> None:
 
 
 def _timing(median: float, method: str = "cuda_graph", sets: int = 8, clipped: int = 0):  # type: ignore[no-untyped-def]
-    from kernelcraft.base.evaluation import Timing
+    from kernelcraft.schema.evaluation import Timing
 
     return Timing(
         median_us=median, iqr_us=0.1, min_us=median, reps=20, method=method, sets=sets, clipped=clipped

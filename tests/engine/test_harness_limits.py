@@ -9,13 +9,13 @@ import asyncio
 import pytest
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import EvalResult, Evidence, VerifyResult
 from kernelcraft.base.failures import NOT_THE_CANDIDATES, FailureClass
 from kernelcraft.engine.host.memory import GIB, MemoryLedger, TaskSize, ran_out
 from kernelcraft.engine.host.replies import Stop, expect_candidate, limited, memory_stop
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, Verdict
 from kernelcraft.engine.worker.room import limit_message, replay_fraction
+from kernelcraft.schema.evaluation import EvalResult, Evidence, VerifyResult
 from kernelcraft.search.policy import outcome_of, reward_for
 
 HARNESS = FailureClass.HARNESS_LIMIT

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.host.gpulock import Device, GpuLock
 from kernelcraft.engine.host.job import Job
@@ -36,6 +35,7 @@ from kernelcraft.engine.wire.protocol import (
     Verdict,
     Warm,
 )
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 
 REC = {"tensor": {"dtype": "float32", "shape": [4]}}
 LAUNCH = {

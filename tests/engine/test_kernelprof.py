@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelcraft.base.evaluation import KernelTime, ProfileResult
 from kernelcraft.engine.measure import kernelprof
+from kernelcraft.schema.evaluation import KernelTime, ProfileResult
 from kernelcraft.search.feedback import profile_words
 
 
@@ -30,7 +30,7 @@ def test_the_breakdown_reaches_the_profile_in_words() -> None:
             "eager": [KernelTime(name="cunn_SoftMaxForward<…>", calls=1, us=20.0, share=1.0)],
         },
     )
-    from kernelcraft.base.evaluation import EvalResult
+    from kernelcraft.schema.evaluation import EvalResult
 
     words = profile_words(EvalResult(profile=prof), "sm_90a") or ""
     assert (

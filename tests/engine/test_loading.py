@@ -133,8 +133,8 @@ def test_a_source_that_is_not_a_task_is_refused_at_every_check(monkeypatch: pyte
 
 
 def test_take_in_checks_a_jobs_sources_and_runs_the_static_rules_over_the_candidate() -> None:
-    from kernelcraft.base.evaluation import EvalJob
     from kernelcraft.engine.source.intake import take_in
+    from kernelcraft.schema.evaluation import EvalJob
 
     cheat = "import threading\nimport torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
     job = EvalJob(

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import EvalResult, ProfileResult
 from kernelcraft.engine.host.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
 from kernelcraft.engine.host.references import ReferencePool, task_key
 from kernelcraft.engine.source import shrink
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import TaskReady
+from kernelcraft.schema.evaluation import EvalResult, ProfileResult
 
 ROOT = Path(__file__).resolve().parents[2]
 LARGE = ROOT / "tests" / "fixtures" / "large"
@@ -402,8 +402,8 @@ async def test_a_jobs_memory_stays_reserved_until_its_killed_processes_are_gone(
     between must see that memory as ours (and wait), not as someone else's (and be refused)."""
     from types import SimpleNamespace
 
-    from kernelcraft.base.evaluation import EvalJob
     from kernelcraft.engine.host.jobworkers import JobWorkers
+    from kernelcraft.schema.evaluation import EvalJob
 
     ledger = MemoryLedger("cuda")
     gone = asyncio.Event()

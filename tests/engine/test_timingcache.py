@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.base.evaluation import EvalResult, Timing
 from kernelcraft.engine.host.references import ReferencePool, task_key
 from kernelcraft.engine.measure.timingcache import CompiledTimings
+from kernelcraft.schema.evaluation import EvalResult, Timing
 
 H200 = "cuda:0 (NVIDIA H200)"
 

@@ -17,10 +17,10 @@ from server_support import NoEvaluations, settings_for
 
 from kernelcraft.agent.loop.cookbook_seed import compatible, cookbook_seed
 from kernelcraft.agent.loop.session import ToolSession
-from kernelcraft.base.cookbook import FAMILIES, CookbookFigure
 from kernelcraft.base.errors import UsageError
 from kernelcraft.knowledge.cookbook import load_cookbook
 from kernelcraft.knowledge.cookbook.book import ENTRIES, with_figures
+from kernelcraft.schema.cookbook import FAMILIES, CookbookFigure
 from kernelcraft.server.app import create_server
 
 BOOK = load_cookbook()

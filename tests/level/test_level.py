@@ -21,13 +21,13 @@ from mcp import Client
 from server_support import settings_for
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import EvalJob, Timing
-from kernelcraft.base.level import TaskOutcome
 from kernelcraft.engine.host.local import LocalEvaluator
 from kernelcraft.level import kernelbench
 from kernelcraft.level.runner import LevelRun, read_results, run_level, summarize, write_files
 from kernelcraft.level.score import fast_p, geomean
 from kernelcraft.level.tasks import find_tasks, match_candidates, parse_problems
+from kernelcraft.schema.evaluation import EvalJob, Timing
+from kernelcraft.schema.level import TaskOutcome
 from kernelcraft.server.app import create_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -382,10 +382,10 @@ async def test_on_a_gpu_a_level_run_times_each_task_and_the_baseline_times_the_r
 
 
 def test_a_failed_tasks_outcome_keeps_the_tail_of_its_error_text() -> None:
-    from kernelcraft.base.evaluation import EvalResult, Evidence, VerifyResult
     from kernelcraft.base.failures import FailureClass
-    from kernelcraft.base.level import TaskOutcome
     from kernelcraft.level.runner import from_result
+    from kernelcraft.schema.evaluation import EvalResult, Evidence, VerifyResult
+    from kernelcraft.schema.level import TaskOutcome
 
     trace = (
         "Traceback (most recent call last):\n"

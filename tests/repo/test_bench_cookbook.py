@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.base.cookbook import FAMILIES
 from kernelcraft.engine.source.static import check_candidate_source
 from kernelcraft.knowledge.cookbook import load_cookbook
+from kernelcraft.schema.cookbook import FAMILIES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_cookbook  # noqa: E402

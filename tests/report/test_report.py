@@ -28,15 +28,15 @@ from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runreport import write_run_report
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import EvalJob, EvalResult, ProfileResult, Timing, VerifyResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.tree import NodeInfo, TreeInfo, TreeView
 from kernelcraft.cli import main
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.report.build import from_run_dir, from_tree, telling_line, with_run
 from kernelcraft.report.figures import evaluated_in_order, running_best, tree_layout
 from kernelcraft.report.html import facts, render_html
 from kernelcraft.report.model import ReportNode, RunReport
+from kernelcraft.schema.evaluation import EvalJob, EvalResult, ProfileResult, Timing, VerifyResult
+from kernelcraft.schema.tree import NodeInfo, TreeInfo, TreeView
 from kernelcraft.server.app import create_server
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "report_run"
@@ -427,7 +427,7 @@ def test_the_page_says_why_the_best_kernel_runs_as_it_does_from_its_verdict() ->
     """Issue 29: the report says why too. The best node's verdict on a GPU carries its compiled
     kernels (compile stage) and the profile's words; an older verdict without the words gets them
     made from its compile result."""
-    from kernelcraft.base.evaluation import CompileResult, KernelCompileInfo, TargetCompileResult
+    from kernelcraft.schema.evaluation import CompileResult, KernelCompileInfo, TargetCompileResult
 
     view = gpu_view()
     best = next(n for n in view.nodes if n.id == 3)

@@ -19,10 +19,10 @@ import anyio
 import pytest
 from search_scripted import TASK
 
-from kernelcraft.base.evaluation import EvalJob, EvalResult, Evidence, VerifyResult
 from kernelcraft.base.failures import FailureClass, classify
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.schema.evaluation import EvalJob, EvalResult, Evidence, VerifyResult
 from kernelcraft.search.service import SearchService
 from kernelcraft.store import Store
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.base.tree import StartResult, SubmitResult, TreeStatus, TreeView
+from kernelcraft.schema.tree import StartResult, SubmitResult, TreeStatus, TreeView
 
 pytestmark = pytest.mark.slow  # every test runs the CLI in a subprocess
 

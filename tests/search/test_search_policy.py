@@ -8,15 +8,15 @@ import random
 import pytest
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import (
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.schema.evaluation import (
     CompileResult,
     EvalResult,
     Evidence,
     ProfileResult,
     VerifyResult,
 )
-from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.presets import preset_config
+from kernelcraft.schema.presets import preset_config
 from kernelcraft.search.policy import (
     Beam,
     BeamParams,

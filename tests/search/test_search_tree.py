@@ -25,9 +25,9 @@ import pytest
 from search_scripted import TASK, ScriptedEvaluator, candidate
 
 from kernelcraft.base.errors import BudgetError, NotFoundError, TaskError, UsageError
-from kernelcraft.base.tree import NextStep, TreeStatus
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
+from kernelcraft.schema.tree import NextStep, TreeStatus
 from kernelcraft.search.policy import reward_for
 from kernelcraft.search.repository import ancestors, siblings
 from kernelcraft.search.service import SearchService

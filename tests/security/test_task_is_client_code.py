@@ -25,7 +25,7 @@ def _probe(name: str, **values: object) -> str:
 
 @pytest.mark.slow
 def test_task_cannot_read_server_state_or_plant_code(evaluator, tmp_path: Path) -> None:
-    from kernelcraft.base.evaluation import EvalJob
+    from kernelcraft.schema.evaluation import EvalJob
 
     if landlock_abi() < 1:
         pytest.skip("Landlock is not available on this kernel")

@@ -104,7 +104,7 @@ def test_a_worker_flooding_frames_is_read_no_further_than_the_queue(tmp_path: Pa
 def test_a_candidate_sending_more_than_the_job_expects_gets_a_verdict_and_the_parent_reads_none_of_it(
     evaluator, static_checks_off, probe: str
 ) -> None:  # type: ignore[no-untyped-def]
-    from kernelcraft.base.evaluation import EvalJob
+    from kernelcraft.schema.evaluation import EvalJob
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = evaluator.submit(

@@ -31,12 +31,12 @@ from server_support import REPO, free_port, settings_for, subprocess_env, wait_h
 from kernelcraft.agent.llm import prompts as agent_prompts
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import StoreError, UsageError
-from kernelcraft.base.evaluation import EvalJob, EvalResult, VerifyResult
-from kernelcraft.base.rules import RULES_CLOSE, RuleOut, RuleScope
-from kernelcraft.base.tree import NextStep
 from kernelcraft.cli import server as commands
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.knowledge.rulebook import Rulebook, validate_rule
+from kernelcraft.schema.evaluation import EvalJob, EvalResult, VerifyResult
+from kernelcraft.schema.rules import RULES_CLOSE, RuleOut, RuleScope
+from kernelcraft.schema.tree import NextStep
 from kernelcraft.search import instructions
 from kernelcraft.server import prompts as server_prompts
 from kernelcraft.server.app import create_server

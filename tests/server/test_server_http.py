@@ -22,10 +22,10 @@ from server_support import TASK, NoEvaluations, failure_clients, settings_for
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.cli import server as commands
 from kernelcraft.cli.common import run
 from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import EvaluatorFactory, create_server
 from kernelcraft.server.auth import HttpPlan, load_tokens_file, parse_tokens, plan_http
 

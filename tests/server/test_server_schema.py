@@ -15,7 +15,8 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel
 from server_support import TASK, NoEvaluations, settings_for
 
-from kernelcraft.base.evaluation import (
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.schema.evaluation import (
     CompileResult,
     EvalResult,
     Evidence,
@@ -26,10 +27,9 @@ from kernelcraft.base.evaluation import (
     TargetCompileResult,
     Timing,
 )
-from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.level import FastP, TaskOutcome
-from kernelcraft.base.rules import RuleOut
-from kernelcraft.base.tree import (
+from kernelcraft.schema.level import FastP, TaskOutcome
+from kernelcraft.schema.rules import RuleOut
+from kernelcraft.schema.tree import (
     ContextKernel,
     NextStep,
     NodeInfo,

@@ -17,9 +17,9 @@ from search_scripted import candidate as scripted_candidate
 from server_support import CANDIDATE, REPO, TASK, NoEvaluations, failure_clients, settings_for
 
 from kernelcraft.base.config import Settings
-from kernelcraft.base.evaluation import EvalJob, EvalResult
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.local import LocalEvaluator
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import create_server
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "list_tools.json"

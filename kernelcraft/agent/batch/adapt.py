@@ -26,8 +26,8 @@ from kernelcraft.agent.loop.explore import find_seed, optimize
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.base.errors import LLMError, UsageError
-from kernelcraft.base.presets import ADAPT_PARAMS, DEFAULT_PRESET, PresetName, preset_config
 from kernelcraft.base.targets import DEFAULT_TARGET
+from kernelcraft.schema.presets import ADAPT_PARAMS, DEFAULT_PRESET, PresetName, preset_config
 
 _TASK_MARKERS = (re.compile(r"^class Model\b", re.M), re.compile(r"^def get_inputs\b", re.M))
 

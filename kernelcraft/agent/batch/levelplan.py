@@ -18,10 +18,10 @@ from typing import Any
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import sha256_of
-from kernelcraft.base.levelrun import (
+from kernelcraft.level.tasks import LevelTask, find_tasks
+from kernelcraft.schema.levelrun import (
     ThisRun,
 )
-from kernelcraft.level.tasks import LevelTask, find_tasks
 
 # Why an optimize run stopped short of its tree's budget: a rerun continues it.
 SHORT_STOPS = ("LLM error", "token budget spent (", "dollar budget spent (")

@@ -56,14 +56,14 @@ from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir, write_atomic
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.base.errors import KernelcraftError, UsageError
-from kernelcraft.base.levelrun import (
+from kernelcraft.schema.levelrun import (
     AdaptPhase,
     LearntRule,
     LevelRunSummary,
     TaskState,
     ThisRun,
 )
-from kernelcraft.base.presets import preset_config
+from kernelcraft.schema.presets import preset_config
 
 LEVEL_FILE = "level.json"
 ADAPT_FILE = "adapt.json"  # the adapt phase: the rule counts it started from, its figures once done

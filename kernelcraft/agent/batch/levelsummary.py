@@ -15,15 +15,15 @@ from kernelcraft.agent.batch.levelplan import LevelOptions, Planned, read_json
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir, write_atomic
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.level import FAST_P_THRESHOLDS, FastP, TaskOutcome
-from kernelcraft.base.levelrun import (
+from kernelcraft.level import score
+from kernelcraft.report.build import from_run_dir
+from kernelcraft.report.model import RunReport
+from kernelcraft.schema.level import FAST_P_THRESHOLDS, FastP, TaskOutcome
+from kernelcraft.schema.levelrun import (
     LevelRunSummary,
     OptimizedTask,
     TaskState,
 )
-from kernelcraft.level import score
-from kernelcraft.report.build import from_run_dir
-from kernelcraft.report.model import RunReport
 
 REPORT_FILE = "report.html"
 NO_GPU = (

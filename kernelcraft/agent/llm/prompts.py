@@ -8,9 +8,9 @@ context; these prompts add the answer contract of each call (which tool, what sh
 
 from __future__ import annotations
 
-from kernelcraft.base.rules import quote_rules
 from kernelcraft.base.targets import GPU_NAMES
-from kernelcraft.base.tree import ContextKernel, NextStep
+from kernelcraft.schema.rules import quote_rules
+from kernelcraft.schema.tree import ContextKernel, NextStep
 
 SYSTEM = """\
 You are an expert GPU kernel engineer writing Triton kernels that replace PyTorch operators.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from kernelcraft.agent.loop.session import ToolSession
-from kernelcraft.base.cookbook import CookbookExample
+from kernelcraft.schema.cookbook import CookbookExample
 
 
 async def cookbook_seed(session: ToolSession, task_source: str) -> CookbookExample | None:

@@ -30,7 +30,7 @@ context and the active rules); the driver only writes candidates and submits the
   still records the failure). Each step's record in `steps.jsonl` names its `proposer`
   (`llm` or `tuner`) and its own `usage` (zero tokens for the tuner).
 
-The tree's configuration (`--preset`, `kernelcraft.base.presets`) is recorded on the tree; the loop
+The tree's configuration (`--preset`, `kernelcraft.schema.presets`) is recorded on the tree; the loop
 reads what concerns it (`learn_rules`, `tuner_steps`, `edit_retries`) from the tree, so a resumed
 run behaves as it began.
 
@@ -66,8 +66,8 @@ from kernelcraft.agent.loop.runloop import Explorer, StartedRun, save_best, sha2
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.presets import config_of
-from kernelcraft.base.tree import NodeInfo, WarmStart
+from kernelcraft.schema.presets import config_of
+from kernelcraft.schema.tree import NodeInfo, WarmStart
 
 
 def find_seed(task: Path) -> Path | None:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Literal
 
 from kernelcraft.agent.llm.config import LLMConfig
-from kernelcraft.base.presets import DEFAULT_PRESET, PresetName, TunerSteps
 from kernelcraft.base.targets import DEFAULT_TARGET
+from kernelcraft.schema.presets import DEFAULT_PRESET, PresetName, TunerSteps
 
 
 @dataclass

@@ -37,8 +37,8 @@ from kernelcraft.agent.tuner.search import (
     find_params,
     next_config,
 )
-from kernelcraft.base.evaluation import CompileResult
-from kernelcraft.base.tree import ContextKernel, NextStep, NodeInfo
+from kernelcraft.schema.evaluation import CompileResult
+from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import KernelcraftError, LLMError
 from kernelcraft.base.failures import NOT_THE_CANDIDATES, WRONG_RESULT_CLASSES
-from kernelcraft.base.presets import SearchConfig, TunerSteps
-from kernelcraft.base.tree import NextStep, NodeInfo, SubmitResult, is_budget_held
+from kernelcraft.schema.presets import SearchConfig, TunerSteps
+from kernelcraft.schema.tree import NextStep, NodeInfo, SubmitResult, is_budget_held
 
 Proposer = Literal["llm", "tuner"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from kernelcraft.base.tree import is_budget_held
+from kernelcraft.schema.tree import is_budget_held
 
 GPU_NOTE = (
     "No GPU here: every candidate was verified in Triton's CPU interpreter{compiled}, so correctness "

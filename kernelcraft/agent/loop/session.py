@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from mcp import Client
 from pydantic import BaseModel
 
-from kernelcraft.base.docs import DocSection
 from kernelcraft.base.errors import BudgetError, KernelcraftError, StalledError, UsageError
-from kernelcraft.base.evaluation import CompileResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.jobknobs import CALL_WAIT_S, EVALUATING_CALL_WAIT_S
-from kernelcraft.base.rules import FailureRecorded, RuleOut
-from kernelcraft.base.tree import NextStep, StartResult, SubmitResult, TreeStatus
+from kernelcraft.schema.docs import DocSection
+from kernelcraft.schema.evaluation import CompileResult
+from kernelcraft.schema.rules import FailureRecorded, RuleOut
+from kernelcraft.schema.tree import NextStep, StartResult, SubmitResult, TreeStatus
 
 if TYPE_CHECKING:
     from kernelcraft.agent.llm.judge import ModelJudge

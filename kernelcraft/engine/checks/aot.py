@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelcraft.base.errors import KernelcraftError
-from kernelcraft.base.evaluation import KernelCompileInfo, TargetCompileResult
 from kernelcraft.base.failures import FailureClass, classify
 from kernelcraft.base.targets import facts
 from kernelcraft.engine.watch.records import LaunchRecord, specialize
+from kernelcraft.schema.evaluation import KernelCompileInfo, TargetCompileResult
 
 
 @dataclass(frozen=True)

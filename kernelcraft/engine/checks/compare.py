@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
-from kernelcraft.base.evaluation import Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.checks import structure
 from kernelcraft.engine.wire.tensors import leaves
+from kernelcraft.schema.evaluation import Evidence
 
 Verdict = tuple[FailureClass, Evidence]
 

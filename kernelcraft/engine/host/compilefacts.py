@@ -22,8 +22,8 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from kernelcraft.base.evaluation import CompileResult, EvalJob, KernelLaunch, TargetCompileResult
 from kernelcraft.engine.host.verdicts import compile_from_parts
+from kernelcraft.schema.evaluation import CompileResult, EvalJob, KernelLaunch, TargetCompileResult
 
 CAPACITY = 512
 """Targets' facts kept (a few KB each)."""

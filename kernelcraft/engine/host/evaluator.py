@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from kernelcraft.base.evaluation import EvalJob, EvalResult
+from kernelcraft.schema.evaluation import EvalJob, EvalResult
 
 # progress(fraction 0..1, message) — e.g. "queued at position 2", "compiling", "trial 3 of 5".
 ProgressCallback = Callable[[float, str], Awaitable[None]]

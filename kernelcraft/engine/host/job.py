@@ -19,15 +19,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, cast
 
-from kernelcraft.base.evaluation import (
-    CompileResult,
-    EvalJob,
-    EvalResult,
-    Evidence,
-    VerifyResult,
-)
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.kernelwords import compiled_words
 from kernelcraft.engine.checks import findings, perturb, scaled
 from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
@@ -63,6 +55,14 @@ from kernelcraft.engine.wire.protocol import (
     Warmup,
     WarmupReference,
 )
+from kernelcraft.schema.evaluation import (
+    CompileResult,
+    EvalJob,
+    EvalResult,
+    Evidence,
+    VerifyResult,
+)
+from kernelcraft.schema.kernelwords import compiled_words
 
 
 class Job:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernelcraft.base.errortext import exception_text
-from kernelcraft.base.evaluation import EvalJob, Evidence, KernelTime, ProfileResult, Roofline, Timing
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
@@ -36,6 +35,7 @@ from kernelcraft.engine.wire.protocol import (
     Warm,
     WarmupReference,
 )
+from kernelcraft.schema.evaluation import EvalJob, Evidence, KernelTime, ProfileResult, Roofline, Timing
 
 # Timing runs interleaved rounds (candidate, then reference) until, for every timed callable, at
 # least MIN_PROFILE_ROUNDS rounds agree: each round's median within ROUND_AGREEMENT of the median of

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import EvalJob, Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.host.evaluator import ProgressCallback
@@ -73,6 +72,7 @@ from kernelcraft.engine.wire.protocol import (
     Sized,
     TaskReady,
 )
+from kernelcraft.schema.evaluation import EvalJob, Evidence
 
 log = logging.getLogger(__name__)
 

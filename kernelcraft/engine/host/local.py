@@ -52,11 +52,6 @@ from typing import Literal
 
 from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import TaskError, UsageError
-from kernelcraft.base.evaluation import (
-    EvalJob,
-    EvalResult,
-    Evidence,
-)
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.host import prestart
 from kernelcraft.engine.host.evaluator import ProgressCallback
@@ -69,6 +64,11 @@ from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
 from kernelcraft.engine.source import shrink
 from kernelcraft.engine.source.intake import take_in
+from kernelcraft.schema.evaluation import (
+    EvalJob,
+    EvalResult,
+    Evidence,
+)
 
 log = logging.getLogger(__name__)
 

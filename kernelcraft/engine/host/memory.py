@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass, is_out_of_memory
 from kernelcraft.engine.wire.protocol import Sized
+from kernelcraft.schema.evaluation import EvalResult
 
 GIB = 1024**3
 HEADROOM = 1.25

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.base.evaluation import Timing
 from kernelcraft.engine.host.compilefacts import CompileFacts
 from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.measure import timingcache
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import NextJob, Sized
+from kernelcraft.schema.evaluation import Timing
 
 REFERENCE_IDLE_S = 300.0
 REBUILD_TIMEOUT_S = 120.0

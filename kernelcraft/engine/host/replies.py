@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Protocol, TypeVar
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import Evidence
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.host.memory import LimitOwner
 from kernelcraft.engine.host.verdicts import evidence_from
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, Reply, TaskFailed, Verdict
+from kernelcraft.schema.evaluation import Evidence
 
 R = TypeVar("R", bound=Reply)
 

@@ -2,7 +2,7 @@
 
 No I/O and no processes: the job (`job.py`) and `LocalEvaluator` call these to turn a failure
 class and its evidence, or three timings and a roofline, into the result models of
-`kernelcraft.base.evaluation`.
+`kernelcraft.schema.evaluation`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,11 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from kernelcraft.base.evaluation import (
+from kernelcraft.base.failures import FailureClass, classify
+from kernelcraft.engine.host.gpulock import Device
+from kernelcraft.engine.measure.samples import MIN_SAMPLE_US
+from kernelcraft.engine.wire.protocol import FOUND_LAUNCHES, Compiled
+from kernelcraft.schema.evaluation import (
     CompileResult,
     EvalJob,
     EvalResult,
@@ -23,10 +27,6 @@ from kernelcraft.base.evaluation import (
     Timing,
     VerifyResult,
 )
-from kernelcraft.base.failures import FailureClass, classify
-from kernelcraft.engine.host.gpulock import Device
-from kernelcraft.engine.measure.samples import MIN_SAMPLE_US
-from kernelcraft.engine.wire.protocol import FOUND_LAUNCHES, Compiled
 
 # The knockout's verdict (`knockout.py`): the output survived with every Triton launch skipped.
 DECOY_MESSAGE = (

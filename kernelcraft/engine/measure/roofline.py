@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.evaluation import Roofline
 from kernelcraft.base.targets import TargetFacts, Unit, facts
+from kernelcraft.schema.evaluation import Roofline
 
 
 @dataclass(frozen=True)

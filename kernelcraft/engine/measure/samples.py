@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
-from kernelcraft.base.evaluation import Timing
+from kernelcraft.schema.evaluation import Timing
 
 MIN_SAMPLE_US = 0.01  # samples are clipped here (never <= 0)
 SPREAD_CHECK_ABOVE_US = 50.0  # the spread target applies to kernels longer than this

@@ -65,7 +65,6 @@ from typing import Any, Literal
 
 import torch
 
-from kernelcraft.base.evaluation import Timing
 from kernelcraft.engine.measure.rotation import (
     add_rotation,
     first_sets,
@@ -73,6 +72,7 @@ from kernelcraft.engine.measure.rotation import (
     nbytes,
 )
 from kernelcraft.engine.measure.samples import MIN_SAMPLE_US, spread_within, summarize
+from kernelcraft.schema.evaluation import Timing
 
 # Captured before any candidate can be imported into this process.
 _perf_counter = time.perf_counter

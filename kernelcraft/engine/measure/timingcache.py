@@ -26,7 +26,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from kernelcraft.base.evaluation import Timing
+from kernelcraft.schema.evaluation import Timing
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.base.evaluation import EvalJob
 from kernelcraft.engine.source.static import Finding, check_candidate_source
+from kernelcraft.schema.evaluation import EvalJob
 
 TASK_REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 TASK_OPTIONAL = ("get_input_sets", "get_cpu_inputs", "get_cpu_input_sets")

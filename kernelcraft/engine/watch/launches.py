@@ -38,10 +38,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kernelcraft.base.evaluation import KernelLaunch
 from kernelcraft.engine.watch import trusted as trust
 from kernelcraft.engine.watch.hooks import ForbiddenLaunch, refuse_autotune_hooks, refuse_hooks
 from kernelcraft.engine.watch.records import LaunchRecord, kernel_name, make_record, triton_parts
+from kernelcraft.schema.evaluation import KernelLaunch
 
 _state = threading.local()
 _lock = threading.Lock()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelcraft.base.evaluation import KernelLaunch
+from kernelcraft.schema.evaluation import KernelLaunch
 
 # Lazily filled by triton_parts(): importing triton costs ~1 s and this module is imported by the CLI.
 _T: dict[str, Any] = {}

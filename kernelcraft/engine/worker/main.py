@@ -41,12 +41,13 @@ def _import_base() -> None:
     import triton  # noqa: F401  (imported before any job: the pool's workers start warm)
     import triton.language  # noqa: F401
 
-    from kernelcraft.base import evaluation, failures  # noqa: F401
+    from kernelcraft.base import failures  # noqa: F401
 
     # timing captures the timers before any candidate is imported
     from kernelcraft.engine.measure import (
         timing,  # noqa: F401
     )
+    from kernelcraft.schema import evaluation  # noqa: F401
 
 
 def _import_dynamo() -> None:

@@ -237,9 +237,9 @@ class ReferenceWorker(Worker):
         return True
 
     def compare(self, req: Compare, blobs: list[bytes]) -> Compared:
-        from kernelcraft.base.evaluation import Evidence
         from kernelcraft.base.failures import FailureClass
         from kernelcraft.engine.checks.compare import Margin, compare_outputs, describe, inputs_changed
+        from kernelcraft.schema.evaluation import Evidence
 
         try:
             runs = [self.unpack_cloned(rec, blobs) for rec in req.outputs]

@@ -18,9 +18,9 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelcraft.base.cookbook import FAMILIES, CookbookEntry, CookbookExample, CookbookFigure, figure_line
 from kernelcraft.base.errors import UsageError
 from kernelcraft.knowledge.text import fts_query
+from kernelcraft.schema.cookbook import FAMILIES, CookbookEntry, CookbookExample, CookbookFigure, figure_line
 
 ROOT = Path(__file__).resolve().parent
 INDEX = ROOT / "index.json"

@@ -10,10 +10,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.docs import DocSection
-from kernelcraft.base.evaluation import EvalResult
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.rules import RuleOut
+from kernelcraft.schema.docs import DocSection
+from kernelcraft.schema.evaluation import EvalResult
+from kernelcraft.schema.rules import RuleOut
 
 StepKind = Literal["root", "large", "small"]
 Outcome = Literal["not_compiled", "wrong", "correct"]

@@ -3,7 +3,7 @@
 `kernelcraft optimize FOLDER` runs the tree search on every task of a folder (a KernelBench
 level) and prints a `LevelRunSummary` (`--json`); `report.level` draws it as the level's page.
 The figures are KernelBench's and AdaExplore's: the fraction of tasks with a correct kernel,
-fast_p (`base.level.FastP`: the share of ALL tasks correct and more than p times faster, against
+fast_p (`schema.level.FastP`: the share of ALL tasks correct and more than p times faster, against
 eager and against `torch.compile`) and the geometric-mean speedup of the correct tasks, with the
 tokens, dollars and GPU seconds spent. A figure that was not measured is null, never 0: without
 a GPU no speedup exists, so fast_p above p = 0 and the geometric mean are null; a model without a
@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.level import FastP
+from kernelcraft.schema.level import FastP
 
 TaskState = Literal["finished", "unfinished", "skipped", "error"]
 """finished: its search ran to its end (the tree's budget spent); unfinished: it stopped short

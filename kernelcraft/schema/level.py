@@ -13,9 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kernelcraft.base.evaluation import Timing
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.targets import DEFAULT_TARGET
+from kernelcraft.schema.evaluation import Timing
 
 LevelMode = Literal["candidates", "baseline"]
 

@@ -5,10 +5,10 @@ slow path. Shared by the profile (`ProfileResult.why`) and a search step's feedb
 
 from __future__ import annotations
 
-from kernelcraft.base.evaluation import CompileResult, KernelCompileInfo, ProfileResult
 from kernelcraft.base.occupancy import describe as describe_occupancy
 from kernelcraft.base.occupancy import occupancy
 from kernelcraft.base.targets import find
+from kernelcraft.schema.evaluation import CompileResult, KernelCompileInfo, ProfileResult
 
 
 def dots_words(dots: str | None, target: str) -> str | None:
