@@ -55,3 +55,25 @@ def test_interpreted_launches_are_counted_per_kernel_with_their_programs() -> No
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[2, 8, true, true]"
+
+
+def test_a_long_interpreter_traceback_keeps_the_candidates_kernel_line() -> None:
+    import traceback
+
+    from kernelcraft.engine.worker.common import MAX_ERROR_CHARS, trim_keeping_candidate
+
+    deep: dict[str, object] = {}
+    chain = "".join(f"def step{i}():\n    return step{i + 1}()  # an interpreter frame\n" for i in range(80))
+    chain += "def step80():\n    raise ValueError('mask has unsupported dtype')\n"
+    exec(compile(chain, "/site-packages/triton/runtime/interpreter.py", "exec"), deep)
+    cand: dict[str, object] = {"step0": deep["step0"]}
+    kernel = "def my_kernel(x):\n    return step0()  # the kernel's line\n"
+    exec(compile(kernel, "/w/kernelcraft_candidate.py", "exec"), cand)
+    try:
+        cand["my_kernel"](1)  # type: ignore[operator]
+    except ValueError as e:
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        kept = trim_keeping_candidate(text, e)
+    assert len(text) > MAX_ERROR_CHARS and len(kept) <= MAX_ERROR_CHARS + 1
+    assert kept.startswith("the candidate's frames") and 'candidate.py", line 2, in my_kernel' in kept
+    assert kept.rstrip().endswith("ValueError: mask has unsupported dtype")

@@ -37,7 +37,7 @@ from kernelcraft.engine.wire.protocol import (
     parse_request,
 )
 from kernelcraft.engine.worker import room
-from kernelcraft.engine.worker.common import trim
+from kernelcraft.engine.worker.common import trim_keeping_candidate
 from kernelcraft.engine.worker.freeze import Unfrozen, freeze
 from kernelcraft.engine.worker.stages import CandidateStages
 
@@ -413,7 +413,7 @@ class CandidateWorker(CandidateStages):
     def fail_exception(self, e: BaseException, stage: str) -> None:
         from kernelcraft.base.failures import classify
 
-        text = trim("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+        text = trim_keeping_candidate("".join(traceback.format_exception(type(e), e, e.__traceback__)), e)
         try:
             from triton.compiler.errors import CompilationError
         except ImportError:  # pragma: no cover - triton always has it

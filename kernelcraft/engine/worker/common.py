@@ -26,6 +26,29 @@ def trim(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
 
 
+def trim_keeping_candidate(text: str, e: BaseException) -> str:
+    """`trim(text)`, but a traceback cut short keeps the candidate's own frames (its kernel's line
+    in the interpreter, under many frames of Triton's) at its head, through chained exceptions."""
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    frames: list[traceback.FrameSummary] = []
+    seen: set[int] = set()
+    link: BaseException | None = e
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        frames = [
+            f for f in traceback.extract_tb(link.__traceback__) if Path(f.filename).name in CLIENT_FILES
+        ] + frames
+        link = link.__cause__ or link.__context__
+    if not frames:
+        return trim(text)
+    head = "the candidate's frames (the traceback is cut below):\n" + "".join(
+        traceback.format_list(frames[-8:])
+    )
+    head = head[: MAX_ERROR_CHARS // 2]
+    return head + "…" + text[-(MAX_ERROR_CHARS - len(head)) :]
+
+
 def error_line(e: BaseException) -> str:
     return trim(f"{type(e).__name__}: {e}")
 
