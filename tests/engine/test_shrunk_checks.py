@@ -108,15 +108,42 @@ class ModelNew(torch.nn.Module):
 
 
 def test_branches_on_sizes_that_the_full_size_would_take_another_way_are_named_with_the_sizes() -> None:
-    warnings, unknown = reach.unreached(CANDIDATE_WITH_SIZE_BRANCHES, [("dim", 256, 8192), ("batch", 16, 16)])
+    pairs = [("input 1's dim 1", 256, 8192), ("input 1's dim 0", 16, 16)]
+    warnings, unknown = reach.unreached(CANDIDATE_WITH_SIZE_BRANCHES, pairs)
     text = "\n".join(warnings)
-    assert "line 20 `min(1024, triton.next_power_of_2(N))`: takes argument 2 at the trials' dim = 256" in text
-    assert "line 21 `N <= 4096`: is True at the trials' dim = 256 and False at the task's 8192" in text
+    assert (
+        "line 20 `min(1024, triton.next_power_of_2(N))`: takes argument 2 at the trials' input 1's dim 1 = 256"
+        in text
+    )
+    assert (
+        "line 21 `N <= 4096`: is True at the trials' input 1's dim 1 = 256 and False at the task's 8192"
+        in text
+    )
     assert "line 23 `range(triton.cdiv(N, 2048))`: runs 1 time(s)" in text
     assert "line 6" in text  # the heuristics lambda: args["N"] % 4096 == 0
     assert len(warnings) == 4, warnings  # not the kernel's own `if`, not self.dim % 3, not x.dim()
     assert unknown == ["line 27 `M > N`"]
     assert reach.unreached(CANDIDATE_WITH_SIZE_BRANCHES, [("batch", 16, 16)]) == ([], [])
+
+
+def test_a_size_read_from_one_dimension_is_tried_only_at_that_dimensions_sizes() -> None:
+    # The issue's note: `N > 65535` "at the task's 536870912", where N was the batch (8, never
+    # shrunk) and 536870912 the input's element count.
+    src = (
+        "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+        "        N = x.shape[0]\n        n = x.numel()\n        if N > 65535:\n            pass\n"
+        "        if n > 65535:\n            pass\n        return x\n"
+    )
+    pairs = [
+        ("input 1's dim 0", 8, 8),
+        ("input 1's dim 1", 256, 67108864),
+        ("input 1's numel", 2048, 536870912),
+    ]
+    warnings, unknown = reach.unreached(src, pairs)
+    assert warnings == [
+        "line 9 `n > 65535`: is False at the trials' input 1's numel = 2048 and True at the task's 536870912"
+    ]
+    assert unknown == []
 
 
 @pytest.mark.slow

@@ -18,8 +18,10 @@ side by side; it is named when the two disagree (for a loop: when the trials ran
 once and the full size more). A test reading two or more sizes, or calling anything else, is not
 evaluated and is listed as such.
 
-Limits: which size a name holds is not known, so every changed pair is tried on it (a warning may
-name a size the line never sees); values reached through helper functions' parameters, globals,
+Which size a name holds is known when it is read straight from one dimension (`N = x.shape[0]`,
+`B, N = x.shape`, `x.size(1)`) or an element count (`x.numel()`): then only the pairs of that kind
+are tried on it (a batch of 8 is no longer tested at a numel of 536870912). Limits: otherwise
+every changed pair is tried on it (a warning may name a size the line never sees); values reached through helper functions' parameters, globals,
 containers or Triton's own autotuning are not followed; the kernels' bodies (`@triton.jit`) are
 not read (their loops run on the GPU as in the interpreter).
 """
@@ -79,6 +81,9 @@ class _Function:
     def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, self_sizes: set[str]) -> None:
         self.self_sizes = self_sizes
         self.names: set[str] = set()
+        self.origin: dict[str, str] = {}
+        """A name read straight from one dimension ("dim 1": `N = x.shape[1]`, `B, N = x.shape`,
+        `x.size(1)`) or an element count ("numel"): only the pairs of that kind are tried on it."""
         if isinstance(fn, ast.Lambda):  # a heuristics lambda: `lambda args: ...`
             return
         for _ in range(3):  # assignments in any order: a few passes reach a fixed point
@@ -89,6 +94,20 @@ class _Function:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
                 for t in targets:
                     self.names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+                    if isinstance(node, ast.Assign):
+                        self._note_origin(t, value)
+
+    def _note_origin(self, target: ast.AST, value: ast.AST) -> None:
+        if isinstance(target, ast.Name) and (kind := origin(value)) is not None:
+            self.origin[target.id] = kind
+        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape":
+            for i, elt in enumerate(target.elts):  # `B, N = x.shape`
+                if isinstance(elt, ast.Name):
+                    self.origin[elt.id] = f"dim {i}"
+
+    def kind(self, node: ast.AST) -> str | None:
+        """What size a read holds, when it is one dimension or an element count."""
+        return self.origin.get(node.id) if isinstance(node, ast.Name) else origin(node)
 
     def is_source(self, node: ast.AST) -> bool:
         """A size read directly: `x.shape`, `x.size(1)`, `len(x)`, `args["N"]`, `self.dim`, a name."""
@@ -129,6 +148,26 @@ class _Function:
 
         visit(expr)
         return found
+
+
+def origin(node: ast.AST) -> str | None:
+    """ "dim k" for `x.shape[k]` or `x.size(k)` (k a literal at least 0), "numel" for `x.numel()`."""
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "shape"
+    ):
+        k = node.slice
+        if isinstance(k, ast.Constant) and type(k.value) is int and k.value >= 0:
+            return f"dim {k.value}"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr == "numel" and not node.args:
+            return "numel"
+        if node.func.attr == "size" and len(node.args) == 1:
+            k = node.args[0]
+            if isinstance(k, ast.Constant) and type(k.value) is int and k.value >= 0:
+                return f"dim {k.value}"
+    return None
 
 
 def _evaluate(expr: ast.AST, source: ast.AST, value: int) -> Any:
@@ -223,8 +262,10 @@ def unreached(source: str, pairs: list[Pair]) -> tuple[list[str], list[str]]:
                 if len({ast.dump(s) for s in found}) > 1:
                     unknown.setdefault(line, f"line {line} `{text}`")
                     continue
+                size = scope.kind(found[0])  # N = x.shape[0]: the inputs' dim 0 pairs, not the numel
+                tried = pairs if size is None else [p for p in pairs if p[0].endswith(size)]
                 try:
-                    said = _differs(test, found[0], pairs, kind)
+                    said = _differs(test, found[0], tried, kind)
                 except (ValueError, TypeError, ZeroDivisionError, OverflowError):
                     unknown.setdefault(line, f"line {line} `{text}`")
                     continue
