@@ -78,7 +78,10 @@ def test_a_boxed_worker_has_its_own_pid_namespace_that_ends_with_it_and_its_deat
     if not _namespaces_work():
         pytest.skip("no user namespaces here")
     workdir = Path(tempfile.mkdtemp(dir="/dev/shm"))  # a directory other users can reach
-    marker = workdir / "daemon.log"
+    # The daemon's sign of life goes to a descriptor it inherits: its directory is a tmpfs of its
+    # own (box/mounts.py), which this process does not see.
+    marker = Path(tempfile.mkdtemp()) / "daemon.log"
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     script = textwrap.dedent(
         f"""
         import os, sys, threading, time
@@ -94,17 +97,18 @@ def test_a_boxed_worker_has_its_own_pid_namespace_that_ends_with_it_and_its_deat
             os.setsid()
             if os.fork() == 0:
                 while True:
-                    with open({str(marker)!r}, "a") as f:
-                        f.write("alive\\n")
+                    os.write({fd}, b"alive\\n")
                     time.sleep(0.02)
             os._exit(0)
-        while not os.path.exists({str(marker)!r}):
+        while os.fstat({fd}).st_size == 0:
             time.sleep(0.01)
         os.abort()
         """
     )
     try:
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, pass_fds=(fd,)
+        )
         assert proc.returncode == -signal.SIGABRT, proc.stderr  # the worker's own signal, relayed
         # pid 1 is the namespace's init; root took nobody as its (real) uid
         assert proc.stdout == "2 True True set()\n", proc.stdout
@@ -112,7 +116,9 @@ def test_a_boxed_worker_has_its_own_pid_namespace_that_ends_with_it_and_its_deat
         time.sleep(0.3)
         assert marker.stat().st_size == size  # the daemon died with the namespace
     finally:
+        os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(marker.parent, ignore_errors=True)
 
 
 def test_a_project_checkout_on_sys_path_shows_its_packages_but_not_its_data(tmp_path: Path) -> None:

@@ -121,8 +121,11 @@ class ScriptedWorker:
     def rss_bytes(self) -> int:
         return 0
 
-    def limit_processes(self, extra_tasks: int) -> None:
+    def limit(self, extra_tasks: int, memory_bytes: int | None) -> None:
         self.limited = extra_tasks
+
+    def out_of_memory(self) -> bool:
+        return False
 
 
 class ScriptedPool:

@@ -61,7 +61,7 @@ Each part that is not available degrades with a note that the verdict carries; t
 on. `KERNELCRAFT_SANDBOX=off` turns the whole box off. README's "What a verdict rests on" says what
 the box does and does not stop.
 
-The room: this module, `mounts.py`, `sandbox.py` (Landlock), `seccomp.py`, `pidlimit.py` and
+The room: this module, `mounts.py`, `sandbox.py` (Landlock), `seccomp.py`, `cgroup.py` and
 `shmsweep.py`. Imports nothing else of the engine. Called by `worker`, `startup` and `host`.
 """
 
@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kernelcraft.engine.box import mounts, pidlimit, sandbox, seccomp
+from kernelcraft.engine.box import cgroup, mounts, sandbox, seccomp
 
 BOX_ENV = "KERNELCRAFT_WORKER_BOX"
 """How the pool tells its workers to box themselves: "off", "on", "on,nopidns" (switched off) or
@@ -392,6 +392,16 @@ def confine(workdir: str | Path) -> str | None:
     limit = _limit_processes()
     if limit:
         notes.append(("nproc", limit))
+    if _box.on and "memory" not in cgroup.in_force():
+        notes.append(
+            (
+                "memory",
+                "no memory cgroup: its memory limit is per process (a forked child, shared memory and "
+                "the files it writes are not counted)",
+            )
+        )
+    if "disk" in m:
+        notes.append(("disk", f"no disk limit on its directory ({m['disk']})"))
     in_force, problem = sandbox.restrict(sandbox.candidate_rules(str(workdir)))
     if problem:
         notes.append(
@@ -424,9 +434,9 @@ def gaps() -> list[tuple[str, str]]:
 
 def _limit_processes() -> str | None:
     """Set the process limit (a note when there is none). Where RLIMIT_NPROC cannot hold (root),
-    the pool's pids cgroup may (`pidlimit.py`)."""
+    the pool's pids cgroup may (`cgroup.py`)."""
     if not _box.nproc:
-        if pidlimit.in_force():
+        if "pids" in cgroup.in_force():
             return None
         return "no process limit" + (" (it runs as root)" if os.getuid() == 0 else " (no user namespace)")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -29,10 +30,15 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE =
 )
 SHM_BYTES = 256 * 1024**2
 """The size of a CPU worker's own /dev/shm (box/__init__.py's point 1): no kernel needs more there."""
+WORKDIR_BYTES = 512 * 1024**2
+"""The size of the tmpfs a worker's own directory becomes: Triton's and inductor's caches, a
+candidate's scratch files; the disk below is not written (its pages count in its memory cgroup)."""
 
 
 def private_mounts(libc: Any, workdir: str | None, cpu: bool, missing: dict[str, str]) -> None:
     """A mount namespace of the worker's own (root only), in which:
+    - its own directory is a tmpfs of `WORKDIR_BYTES` (what the pool put there copied in): what
+      it writes there is bounded and never reaches the disk;
     - a CPU worker's /dev/shm is a fresh tmpfs (nosuid, nodev, SHM_BYTES), gone with the worker:
       nothing it leaves there outlives the evaluation or reaches another (a GPU worker keeps the
       machine's: CUDA IPC's reference counts live there, shared with the reference worker);
@@ -49,6 +55,10 @@ def private_mounts(libc: Any, workdir: str | None, cpu: bool, missing: dict[str,
         missing["mountns"] = "the mounts could not be made private"
         return
     workdir = os.path.realpath(workdir) if workdir else None
+    if workdir:
+        why = _workdir_on_tmpfs(libc, workdir)
+        if why is not None:
+            missing["disk"] = why
     if cpu and os.path.isdir("/dev/shm"):
         inside = [workdir] if workdir and workdir.startswith("/dev/shm/") else []  # its own directory stays
         why = _cover(libc, "/dev/shm", inside, f"mode=1777,size={SHM_BYTES}", read_only=False)
@@ -58,6 +68,36 @@ def private_mounts(libc: Any, workdir: str | None, cpu: bool, missing: dict[str,
         why = _cover(libc, closed, needed, "mode=0755,size=1m", read_only=True, writable=workdir)
         if why is not None:
             missing["identity-mounts"] = why
+
+
+def _workdir_on_tmpfs(libc: Any, workdir: str) -> str | None:
+    """Mount a tmpfs of `WORKDIR_BYTES` on the worker's directory and copy what the pool put there
+    (its caches' seeds) into it: what the worker writes there is bounded and never reaches the
+    disk. None when it worked, else why not."""
+    try:
+        below = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+    except OSError as e:
+        return f"{workdir}: {e.strerror}"
+    try:
+        why = _mount(
+            libc, "tmpfs", workdir, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0700,size={WORKDIR_BYTES}"
+        )
+        if why is not None:
+            return why
+        try:  # (the log is not copied: the worker writes it through the descriptor it was started with)
+            shutil.copytree(
+                f"/proc/self/fd/{below}", workdir, symlinks=True, dirs_exist_ok=True, ignore=_LOG_ONLY
+            )
+        except (OSError, shutil.Error) as e:
+            return f"could not copy {workdir} onto its tmpfs: {e}"
+        os.chdir(workdir)  # its working directory was the one below, now covered
+        return None
+    finally:
+        os.close(below)
+
+
+def _LOG_ONLY(directory: str, names: list[str]) -> list[str]:  # noqa: N802  (shutil's ignore=)
+    return ["output.log"] if "output.log" in names else []
 
 
 def _closed_dirs(workdir: str | None) -> dict[str, list[str]]:

@@ -23,7 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelcraft.engine import box
+from kernelcraft.engine.box import cgroup
+
 PREFLIGHT_TIMEOUT_S = 60.0
+PREFLIGHT_MEMORY_BYTES = 1024**3
 _BY_DESIGN_ON_A_GPU = frozenset({"pidns"})
 
 
@@ -52,20 +56,30 @@ def check(env: Mapping[str, str], base_dir: Path, device: str) -> BoxReport:
     """Start one process as a worker of `device` with `env` in a directory of `base_dir`; what of
     the box it could not get."""
     workdir = Path(tempfile.mkdtemp(prefix="preflight-", dir=base_dir))
+    groups = None
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "kernelcraft.engine.box.preflight", str(workdir)],
             env={**env, "KERNELCRAFT_WORKER_DIR": str(workdir), "HOME": str(workdir), "TMPDIR": str(workdir)},
             cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=PREFLIGHT_TIMEOUT_S,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
-    except (OSError, subprocess.TimeoutExpired) as e:
+        # As the pool does for a candidate (`host/pool.py`): its cgroups, then the go-ahead.
+        groups = cgroup.confine(proc.pid, box.CANDIDATE_TASKS, PREFLIGHT_MEMORY_BYTES)
+        out, err = proc.communicate(b"go\n", timeout=PREFLIGHT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return BoxReport(device, error=f"the check process did not finish within {PREFLIGHT_TIMEOUT_S:.0f} s")
+    except OSError as e:
         return BoxReport(device, error=f"the check process failed: {e}")
     finally:
+        cgroup.release(groups)
         _remove(workdir)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
     try:
         found = json.loads(lines[-1])
@@ -87,8 +101,7 @@ def _remove(workdir: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """The check process: enter the box as a worker does, print its gaps as one JSON line."""
-    from kernelcraft.engine import box
-
+    sys.stdin.readline()  # until the parent has put this process in its cgroups
     os.environ.setdefault(box.REAPER_ENV, "zygote")  # as a forked worker: its zygote reaps
     box.start()
     box.confine(argv[0])

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
+from kernelcraft.engine.box import cgroup
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.memory import (
@@ -448,7 +449,8 @@ class JobWorkers:
         if role == "candidate":
             w.bounds = self.bounds
         if role == "candidate" and settings.sandbox:
-            w.limit_processes(box.CANDIDATE_TASKS)  # before it imports the candidate
+            # before it imports the candidate: its processes, and its memory with its children's
+            w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(self.device.kind, self.memory_limit))
         await w.send(load.to_header())
         frame = await self.recv(w, candidate=role == "candidate")
         if id(w) in self.untrusted and frame.header.get("type") == Msg.TASK_ERROR:
@@ -488,12 +490,17 @@ class JobWorkers:
                     timeout_s=self.spec.timeout_s,
                     task_name=self.spec.task_name,
                 )
+            waited = False
             try:
                 frame = await asyncio.wait_for(w.frames.get(), min(remaining, WATCH_INTERVAL_S))
             except asyncio.TimeoutError:
-                if candidate and limit and w.rss_bytes() > limit:
-                    w.kill("memory")
-                    raise memory_stop(limit, owner=self.limit_owner) from None
+                frame, waited = None, True
+            # Its memory cgroup's OOM killer may have ended a child, not the worker: the candidate
+            # went past its limit all the same (`box/cgroup.py`).
+            if candidate and limit and (w.out_of_memory() or (waited and w.rss_bytes() > limit)):
+                w.kill("memory")
+                raise memory_stop(limit, owner=self.limit_owner) from None
+            if waited:
                 continue
             if frame is None:
                 raise await self.died(w, candidate=candidate)
@@ -509,6 +516,8 @@ class JobWorkers:
 
     async def died(self, w: WorkerProcess, *, candidate: bool) -> Stop:
         await w.wait_exit(5)
+        if candidate and w.killed_for is None and w.out_of_memory():
+            w.killed_for = "memory"  # the kernel's OOM killer, in its memory cgroup
         stop = death_stop(
             w,
             candidate=candidate,

@@ -32,7 +32,7 @@ from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine import box
-from kernelcraft.engine.box import environment, pidlimit, shmsweep
+from kernelcraft.engine.box import cgroup, environment, shmsweep
 from kernelcraft.engine.startup import logfile, prebuilt
 from kernelcraft.engine.startup.zygote import ForkedChild, Zygote, ZygoteUnavailable
 from kernelcraft.engine.wire import bounds as frame_bounds
@@ -136,8 +136,8 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | ForkedChild | None = None
         self.forked = False
         self.killed_for: str | None = None
-        self.cgroup: Path | None = None
-        """Its pids cgroup, once it runs a candidate (`limit_processes`)."""
+        self.cgroup: cgroup.Groups | None = None
+        """Its cgroups (processes, memory), once it runs a candidate (`limit`)."""
         self.born = time.time()
         """When it was made: what it leaves in the machine's /dev/shm after this goes (shmsweep.py)."""
         self._writer: asyncio.StreamWriter | None = None
@@ -267,18 +267,23 @@ class WorkerProcess:
         """The end of the worker's log, read through the descriptor opened before it started."""
         return logfile.tail(self.log_fd, limit)
 
-    def limit_processes(self, extra_tasks: int) -> None:
-        """Put the worker in a pids cgroup of its own (`pidlimit.py`; best effort)."""
+    def limit(self, extra_tasks: int, memory_bytes: int | None) -> None:
+        """Put the worker in cgroups of its own: `extra_tasks` more processes and threads, and
+        `memory_bytes` of memory for it and its children (`box/cgroup.py`; best effort)."""
         pid = self.info.get("pid", self.pid)
         if self.cgroup is None and isinstance(pid, int):
-            self.cgroup = pidlimit.confine(pid, extra_tasks)
+            self.cgroup = cgroup.confine(pid, extra_tasks, memory_bytes)
+
+    def out_of_memory(self) -> bool:
+        """Whether the kernel's OOM killer ended a process of its memory cgroup."""
+        return cgroup.oom_killed(self.cgroup)
 
     async def close(self) -> None:
         """Kill the process group (and what is left in its pids cgroup), reap it, and remove its
         scratch directory."""
         self.kill()
         await self.wait_exit(10)
-        pidlimit.release(self.cgroup)
+        cgroup.release(self.cgroup)
         self.cgroup = None
         if self._writer is not None:
             self._writer.close()

@@ -1,4 +1,5 @@
-"""The pids cgroup that limits a candidate which stays root (RLIMIT_NPROC never counts root)."""
+"""The pids cgroup that limits a candidate which stays root (RLIMIT_NPROC never counts root); the
+memory cgroup is tests/security/test_box_memory_and_disk.py's."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.box import pidlimit
+from kernelcraft.engine.box import cgroup
 
 pytestmark = pytest.mark.skipif(
-    pidlimit._root() is None, reason="needs root and a pids cgroup controller (cgroup v2 or v1)"
+    cgroup._root() is None, reason="needs root and a pids cgroup controller (cgroup v2 or v1)"
 )
 
 CHILD = r"""
 import os, sys
 sys.stdin.readline()  # until the test has confined this process
-from kernelcraft.engine.box import pidlimit
+from kernelcraft.engine.box import cgroup
 forked, error = 0, None
 r, w = os.pipe()
 for _ in range(60):
@@ -33,16 +34,16 @@ for _ in range(60):
         os.read(r, 1)
         os._exit(0)
     forked += 1
-print(pidlimit.in_force(), forked, type(error).__name__, flush=True)
+print("pids" in cgroup.in_force(), forked, type(error).__name__, flush=True)
 sys.stdin.readline()  # the children stay until the test lets go (or kills them)
 os.close(w)
 """
 
 
 def _leftover_groups() -> list[Path]:
-    root = pidlimit._root()
+    root = cgroup._root()
     assert root is not None
-    return [p for p in root.iterdir() if p.name.startswith(f"{pidlimit.PREFIX}{os.getpid()}-")]
+    return [p for p in root.iterdir() if p.name.startswith(f"{cgroup.PREFIX}{os.getpid()}-")]
 
 
 def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills_what_is_left() -> None:
@@ -52,8 +53,9 @@ def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills
     )
     assert child.stdin is not None and child.stdout is not None
     try:
-        group = pidlimit.confine(child.pid, 10)
-        assert group is not None and group.is_dir()
+        groups = cgroup.confine(child.pid, 10)
+        assert groups is not None and "pids" in groups.limits
+        (group,) = [g for g in groups.paths if (g / "pids.max").exists()]
         child.stdin.write("go\n")
         child.stdin.flush()
         in_force, forked, error = child.stdout.readline().split()
@@ -61,7 +63,7 @@ def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills
         assert 5 <= int(forked) <= 10 and error in ("BlockingIOError", "OSError"), (forked, error)
         members = (group / "cgroup.procs").read_text().split()
         assert len(members) == int(forked) + 1  # the children stayed in it
-        pidlimit.release(group)  # kills every member, the child included, then removes it
+        cgroup.release(group)  # kills every member, the child included, then removes it
         assert not group.exists()
         assert child.wait(5) < 0
     finally:
@@ -72,22 +74,22 @@ def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills
 
 
 def test_outside_a_confined_group_no_limit_is_claimed() -> None:
-    assert pidlimit.in_force() is False
+    assert cgroup.in_force() == set()
 
 
 def test_the_cgroups_a_dead_evaluator_left_are_swept_and_a_live_ones_are_not() -> None:
-    root = pidlimit._root()
+    root = cgroup._root()
     assert root is not None
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    dead = root / f"{pidlimit.PREFIX}{int(gone.stdout)}-0"  # that process has exited
-    alive = root / f"{pidlimit.PREFIX}{os.getpid()}-999"
+    dead = root / f"{cgroup.PREFIX}{int(gone.stdout)}-0"  # that process has exited
+    alive = root / f"{cgroup.PREFIX}{os.getpid()}-999"
     dead.mkdir()
     alive.mkdir()
     try:
-        pidlimit.sweep(root)
+        cgroup.sweep(root)
         assert not dead.exists() and alive.exists()
     finally:
-        pidlimit.release(alive)
-        pidlimit.release(dead)
+        cgroup.release(alive)
+        cgroup.release(dead)
