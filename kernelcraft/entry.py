@@ -3,7 +3,7 @@
 Where this Python keeps no bytecode for torch, the command keeps its own first
 (`kernelcraft/base/bytecode.py`), before the command line's modules are imported: they are what a
 fresh process compiles first. Then a one-off evaluation (`verify`, `profile`, `compile`) starts its
-evaluator's zygote (`kernelcraft/engine/host/prestart.py`), which imports torch while the command line
+evaluator's zygote (`kernelcraft/engine/machine/prestart.py`), which imports torch while the command line
 is read.
 """
 

@@ -4,8 +4,10 @@ Rooms, by the process their code runs in and what it is for (top to bottom; a ro
 rooms below it, as `pyproject.toml`'s import-linter contract says and CI checks):
 
 - `cluster/`: the evaluator on a Ray cluster, one actor per GPU, and which actor takes a job.
-- `host/`: the evaluator's own process: the `Evaluator` interface, jobs and their stages,
-  worker pools, the reference pool, memory and GPU scheduling, verdict building.
+- `host/`: the evaluator's own process: the `Evaluator` interface, jobs and their stages, the
+  reference pool, verdict building.
+- `machine/`: what that process holds of the machine: worker pools, the memory ledger, the GPU
+  lock, the command line's head start.
 - `startup/`: making workers fast to start: the zygote that forks them, what is built once per machine.
 - `worker/`: what runs in a worker process: its entry point, the candidate's and the reference's
   roles, loading and sizing a task.
@@ -40,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
-    from kernelcraft.engine.host import prestart
     from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
     from kernelcraft.engine.host.jobworkers import add_up
     from kernelcraft.engine.host.local import LocalEvaluator
-    from kernelcraft.engine.host.prestart import box_preflight
+    from kernelcraft.engine.machine import prestart
+    from kernelcraft.engine.machine.prestart import box_preflight
     from kernelcraft.engine.measure.timingcache import FILE_NAME as COMPILED_TIMINGS_FILE
     from kernelcraft.engine.measure.timingcache import REUSED as COMPILED_TIMING_REUSED
     from kernelcraft.engine.source.intake import (
@@ -65,8 +67,8 @@ _DOOR: dict[str, tuple[str, str | None]] = {
     "LocalEvaluator": ("kernelcraft.engine.host.local", "LocalEvaluator"),
     "RayEvaluator": ("kernelcraft.engine.cluster.ray_evaluator", "RayEvaluator"),
     "add_up": ("kernelcraft.engine.host.jobworkers", "add_up"),
-    "prestart": ("kernelcraft.engine.host.prestart", None),
-    "box_preflight": ("kernelcraft.engine.host.prestart", "box_preflight"),
+    "prestart": ("kernelcraft.engine.machine.prestart", None),
+    "box_preflight": ("kernelcraft.engine.machine.prestart", "box_preflight"),
     "read_source": ("kernelcraft.engine.source.intake", "read_source"),
     "check_task": ("kernelcraft.engine.source.intake", "check_task"),
     "check_candidate": ("kernelcraft.engine.source.intake", "check_candidate"),

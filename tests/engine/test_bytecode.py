@@ -104,7 +104,7 @@ def test_the_cache_is_left_out_where_python_or_the_user_needs_none(fake_torch: P
 
 def test_the_evaluators_workers_get_the_cache_in_their_environment(fake_torch: Path, tmp_path: Path) -> None:
     probe = (
-        "import json; from kernelcraft.engine.host.pool import base_env; "
+        "import json; from kernelcraft.engine.machine.pool import base_env; "
         "e = base_env('cpu', None, True, lazy=True); print(json.dumps([e.get('PYTHONPYCACHEPREFIX'), "
         "e.get('PYTHONDONTWRITEBYTECODE'), e.get('KERNELCRAFT_WORKER_IMPORTS')]))"
     )

@@ -402,7 +402,7 @@ def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> No
 
 @pytest.mark.anyio
 async def test_gpu_lock_shares_verification_and_gives_timing_the_gpu_alone() -> None:
-    from kernelcraft.engine.host.gpulock import GpuLock
+    from kernelcraft.engine.machine.gpulock import GpuLock
 
     lock = GpuLock()
     log: list[str] = []
@@ -486,7 +486,7 @@ def test_jobs_waiting_for_a_reference_never_block_a_timing(evaluator, job_for, t
 def test_gpus_are_counted_one_per_nvidia_device_file_when_none_are_masked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernelcraft.engine.host import prestart
+    from kernelcraft.engine.machine import prestart
 
     monkeypatch.setattr(prestart, "_torch_has_gpu_support", lambda: True)
     monkeypatch.setattr(prestart.sys, "platform", "linux")

@@ -10,8 +10,8 @@ import pytest
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import NOT_THE_CANDIDATES, FailureClass
-from kernelcraft.engine.host.memory import GIB, MemoryLedger, TaskSize, ran_out
 from kernelcraft.engine.host.replies import Stop, expect_candidate, limited, memory_stop
+from kernelcraft.engine.machine.memory import GIB, MemoryLedger, TaskSize, ran_out
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, Verdict
 from kernelcraft.engine.worker.room import limit_message, replay_fraction

@@ -13,11 +13,11 @@ import pytest
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.host.gpulock import Device, GpuLock
 from kernelcraft.engine.host.job import Job
 from kernelcraft.engine.host.jobtiming import MIN_PROFILE_ROUNDS
 from kernelcraft.engine.host.jobworkers import CandidateSettings
 from kernelcraft.engine.host.references import ReferencePool
+from kernelcraft.engine.machine.gpulock import Device, GpuLock
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     Compared,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.host.pool import WorkerError, WorkerPool, WorkerProcess
+from kernelcraft.engine.machine.pool import WorkerError, WorkerPool, WorkerProcess
 
 pytestmark = pytest.mark.slow  # every test starts worker processes
 
@@ -132,7 +132,7 @@ async def test_kernelcraft_zygote_off_spawns_every_worker(
 def test_a_one_off_commands_workers_leave_dynamo_and_inductor_to_the_job_that_needs_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kernelcraft.engine.host import pool
+    from kernelcraft.engine.machine import pool
     from kernelcraft.engine.worker import main as worker
 
     lazy = pool.base_env("cuda", 0, interpret=False, lazy=True)
@@ -171,7 +171,7 @@ async def test_a_worker_that_could_not_start_for_want_of_memory_is_retried_and_t
         await real(self, timeout)
 
     monkeypatch.setattr(WorkerProcess, "wait_ready", first_runs_out)
-    monkeypatch.setattr("kernelcraft.engine.host.pool.OUT_OF_MEMORY_RETRY_S", 0.0)
+    monkeypatch.setattr("kernelcraft.engine.machine.pool.OUT_OF_MEMORY_RETRY_S", 0.0)
     async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True, lazy=True)) as pool:
         w = await asyncio.wait_for(pool.acquire(), 60)
         assert failed and w is not failed[0] and w.alive()

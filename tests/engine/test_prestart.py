@@ -1,4 +1,4 @@
-"""The CLI's head start (kernelcraft/engine/host/prestart.py): a one-off evaluation's zygote starts
+"""The CLI's head start (kernelcraft/engine/machine/prestart.py): a one-off evaluation's zygote starts
 before the command line is read, the evaluator takes it, and nothing of it outlives the command
 when nothing took it (a usage error, another device)."""
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernelcraft.engine.host import prestart
+from kernelcraft.engine.machine import prestart
 
 ROOT = Path(__file__).resolve().parents[2]
 CHEATS = ROOT / "tests" / "cheats"

@@ -141,7 +141,7 @@ def test_an_actor_refuses_to_start_where_the_environment_holds_a_servers_secret(
 
 
 def test_a_worker_under_a_ray_actor_gets_the_actors_physical_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelcraft.engine.host.pool import base_env
+    from kernelcraft.engine.machine.pool import base_env
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
     assert base_env("cuda", 1, interpret=False)["CUDA_VISIBLE_DEVICES"] == "3"

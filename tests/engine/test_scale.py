@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.engine.host.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
 from kernelcraft.engine.host.references import ReferencePool, task_key
+from kernelcraft.engine.machine.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
 from kernelcraft.engine.source import shrink
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import TaskReady

@@ -139,7 +139,7 @@ def test_fake_verdict_on_stdout_is_not_believed(evaluator, job_for, static_check
 
 
 def test_the_worker_environment_drops_secrets_and_kernelcrafts_own_settings() -> None:
-    from kernelcraft.engine.host.pool import scrubbed_env
+    from kernelcraft.engine.machine.pool import scrubbed_env
 
     env = scrubbed_env(
         {

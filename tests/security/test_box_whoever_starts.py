@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernelcraft.engine.box import preflight
-from kernelcraft.engine.host.pool import base_env, reachable
+from kernelcraft.engine.machine.pool import base_env, reachable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def _check_under(umask: int, **env: str) -> str:
         from pathlib import Path
         os.umask({umask:#o})
         from kernelcraft.engine.box import preflight
-        from kernelcraft.engine.host.pool import base_env, reachable
+        from kernelcraft.engine.machine.pool import base_env, reachable
         with tempfile.TemporaryDirectory() as d:
             reachable(Path(d))
             print(preflight.check(base_env("cpu", None, True), Path(d), "cpu").sentence())

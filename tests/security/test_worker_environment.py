@@ -10,7 +10,7 @@ import random
 import string
 
 from kernelcraft.engine.box import environment
-from kernelcraft.engine.host import pool
+from kernelcraft.engine.machine import pool
 
 SECRET_LOOKING = {
     "ANTHROPIC_API_KEY": "sk-ant-1",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.host import pool
+from kernelcraft.engine.machine import pool
 from kernelcraft.engine.wire import bounds
 from kernelcraft.engine.wire.channel import (
     MAX_HEADER_BYTES,

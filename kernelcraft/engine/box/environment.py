@@ -20,7 +20,7 @@ What is kept, by who needs it:
 - CPU threads: OMP_NUM_THREADS and the BLAS libraries' equivalents.
 No KERNELCRAFT_* variable is inherited: the engine's settings reach a worker as its job's fields.
 
-Used by `host/pool.py` (workers and the zygote) and `cluster/ray_evaluator.py` (what Ray's
+Used by `machine/pool.py` (workers and the zygote) and `cluster/ray_evaluator.py` (what Ray's
 processes inherit). Imports nothing.
 """
 

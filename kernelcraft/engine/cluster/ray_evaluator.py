@@ -47,7 +47,7 @@ from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import InfrastructureError, KernelcraftError, TaskError, UsageError
 from kernelcraft.engine.cluster.routing import Router, Slot
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.pool import scrubbed_env
+from kernelcraft.engine.machine.pool import scrubbed_env
 from kernelcraft.engine.source.intake import check_candidate, check_task
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 

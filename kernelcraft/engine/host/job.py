@@ -23,10 +23,8 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.checks import findings, perturb, scaled
 from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.jobtiming import JobTiming
 from kernelcraft.engine.host.jobworkers import CandidateSettings, JobWorkers, Stop
-from kernelcraft.engine.host.pool import WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import (
     DECOY_MESSAGE,
@@ -39,6 +37,8 @@ from kernelcraft.engine.host.verdicts import (
     not_profiled_after,
     verify_result,
 )
+from kernelcraft.engine.machine.gpulock import Device
+from kernelcraft.engine.machine.pool import WorkerProcess
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     Compare,

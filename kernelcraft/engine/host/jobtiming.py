@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from kernelcraft.base.errortext import exception_text
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.host.gpulock import Device
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
-from kernelcraft.engine.host.pool import WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import device_label, profile_result, timing_note
+from kernelcraft.engine.machine.gpulock import Device
+from kernelcraft.engine.machine.pool import WorkerProcess
 from kernelcraft.engine.measure import gpustate, timingcache
 from kernelcraft.engine.measure.samples import agreeing_rounds, round_spread, spread_within, summarize
 from kernelcraft.engine.wire.protocol import (

@@ -35,15 +35,6 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.gpulock import Device
-from kernelcraft.engine.host.memory import (
-    IDLE_REFERENCE_SHARE,
-    LimitOwner,
-    TaskSize,
-    host_available,
-    refusal,
-)
-from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import Parked, ReferencePool, reap, task_key
 from kernelcraft.engine.host.replies import (
     R,
@@ -56,6 +47,15 @@ from kernelcraft.engine.host.replies import (
     raise_if_task_failed,
     read_candidate,
 )
+from kernelcraft.engine.machine.gpulock import Device
+from kernelcraft.engine.machine.memory import (
+    IDLE_REFERENCE_SHARE,
+    LimitOwner,
+    TaskSize,
+    host_available,
+    refusal,
+)
+from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.source import reach, shrink
 from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.channel import Frame

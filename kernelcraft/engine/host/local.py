@@ -53,15 +53,15 @@ from typing import Literal
 from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.host import prestart
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.gpulock import Device, GpuLock
 from kernelcraft.engine.host.job import Job
 from kernelcraft.engine.host.jobworkers import CandidateSettings, add_up
-from kernelcraft.engine.host.memory import ran_out
-from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
+from kernelcraft.engine.machine import prestart
+from kernelcraft.engine.machine.gpulock import Device, GpuLock
+from kernelcraft.engine.machine.memory import ran_out
+from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.source import shrink
 from kernelcraft.engine.source.intake import take_in
 from kernelcraft.schema.evaluation import (

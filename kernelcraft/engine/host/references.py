@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.engine.host.compilefacts import CompileFacts
-from kernelcraft.engine.host.pool import WorkerPool, WorkerProcess
+from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.measure import timingcache
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import NextJob, Sized

@@ -11,8 +11,8 @@ from typing import Protocol, TypeVar
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.host.memory import LimitOwner
 from kernelcraft.engine.host.verdicts import evidence_from
+from kernelcraft.engine.machine.memory import LimitOwner
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, Reply, TaskFailed, Verdict
 from kernelcraft.schema.evaluation import Evidence

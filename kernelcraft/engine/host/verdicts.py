@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelcraft.base.failures import FailureClass, classify
-from kernelcraft.engine.host.gpulock import Device
+from kernelcraft.engine.machine.gpulock import Device
 from kernelcraft.engine.measure.samples import MIN_SAMPLE_US
 from kernelcraft.engine.wire.protocol import FOUND_LAUNCHES, Compiled
 from kernelcraft.schema.evaluation import (

@@ -6,7 +6,7 @@ parent to read that file and return it in a verdict. So the parent opens the log
 the process starts (`O_CREAT | O_EXCL | O_NOFOLLOW`: a fresh regular file, never a link), hands
 the process that descriptor as its stdout and stderr, and reads the tail back through the same
 descriptor, at most `limit` bytes from its end (`tail`): what the path names afterwards does not
-matter. Used by the worker pool (`host/pool.py`) and the zygote (`zygote.py`).
+matter. Used by the worker pool (`machine/pool.py`) and the zygote (`zygote.py`).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def start(argv: Sequence[str]) -> None:
     gpus = gpu_count(device)
     if device == "cuda" and not gpus:
         return
-    from kernelcraft.engine.host.pool import base_env, reachable
+    from kernelcraft.engine.machine.pool import base_env, reachable
 
     kind, gpu, interpret = ("cuda", 0, False) if gpus else ("cpu", None, True)
     scratch = tempfile.TemporaryDirectory(prefix="kernelcraft-eval-")
@@ -155,7 +155,7 @@ def box_preflight() -> BoxReport:
     in a scratch directory with the environment the pool gives a worker of this machine's kind
     (a GPU's when there is one)."""
     from kernelcraft.engine.box import preflight
-    from kernelcraft.engine.host.pool import base_env, reachable
+    from kernelcraft.engine.machine.pool import base_env, reachable
 
     kind, gpu, interpret = ("cuda", 0, False) if gpu_count("auto") else ("cpu", None, True)
     with tempfile.TemporaryDirectory(prefix="kernelcraft-eval-") as scratch:

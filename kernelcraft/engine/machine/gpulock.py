@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernelcraft.engine.host.memory import MemoryLedger
-from kernelcraft.engine.host.pool import WorkerPool
+from kernelcraft.engine.machine.memory import MemoryLedger
+from kernelcraft.engine.machine.pool import WorkerPool
 
 
 class GpuLock:
