@@ -82,6 +82,14 @@ class FailureClass(str, Enum):
     NONDETERMINISTIC = "nondeterministic"
     HARNESS_LIMIT = "harness_limit"
 
+    def __str__(self) -> str:
+        # Its value, on every Python: a sentence that names a class reads "numerical_mismatch",
+        # never the enum's repr ("FailureClass.NUMERICAL_MISMATCH", str() of a str mixin).
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str.__str__(self), spec)
+
     @property
     def stage(self) -> str:
         """'load', 'compile', 'runtime' or 'verify': where in the pipeline this class arises."""

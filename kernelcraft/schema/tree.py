@@ -88,7 +88,10 @@ class ContextKernel(BaseModel):
     speedup: float | None = None
     candidate_us: float | None = None
     profile: str | None = Field(default=None, description="In words (GPU only).")
-    code: str = Field(description="A one-line note past the token budget.")
+    code: str | None = Field(
+        default=None,
+        description="Null: you have it (you sent it, or an earlier answer did); a note past the token budget.",
+    )
 
 
 class NextStep(BaseModel):
@@ -105,9 +108,13 @@ class NextStep(BaseModel):
     lease_expires_at: str = Field(description="Submit by then (UTC); late counts if budget is left.")
     reason: str = Field(description="Why the policy chose it.")
     task_name: str
-    task_source: str
+    task_source: str | None = Field(
+        default=None, description="Null: the task you passed to start (resource trees://{tree_id}/task)."
+    )
     target: str
-    start_code: str | None = Field(default=None, description="Small step: the kernel to refine.")
+    start_code: str | None = Field(
+        default=None, description="Small step: parent_id's kernel to refine; null: you have it."
+    )
     chain: list[ContextKernel] = Field(
         default_factory=list,
         description="Small step: refinements since the last rewrite.",
@@ -149,7 +156,8 @@ class StartResult(BaseModel):
 class SubmitResult(BaseModel):
     node: NodeInfo = Field(description="Just evaluated or abandoned.")
     new_best: bool
-    best: NodeInfo | None = Field(description="Without code.")
+    best_id: int | None = Field(default=None, description="The tree's best node.")
+    best: NodeInfo | None = Field(description="Without code; null: node, or as sent before.")
     budget_left: int
     message: str = Field(description="The verdict in words.")
     next_step: NextStep | None

@@ -4,6 +4,8 @@ and what `start` did. Pure functions over the client-facing models."""
 from __future__ import annotations
 
 from kernelcraft.base.errortext import error_line
+from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.voice import Voice
 from kernelcraft.schema.tree import BUDGET_HELD, NextStep, NodeInfo, WarmStart
 from kernelcraft.search.tree import TreeRow
 
@@ -13,10 +15,10 @@ NO_GPU_NOTE = (
 )
 
 
-def budget_spent(tree: TreeRow, used: int) -> str:
+def budget_spent(tree: TreeRow, used: int, voice: Voice) -> str:
     return (
         f"tree {tree.id}'s budget is spent: {used} of {tree.budget} candidates evaluated; "
-        f"`kernelcraft tree status {tree.id}` shows the best kernel, and a new tree for this task "
+        f"{voice.tree_status(tree.id)} shows the best kernel, and a new tree for this task "
         f"starts from it (warm start)"
     )
 
@@ -46,11 +48,16 @@ def verdict_words(node: NodeInfo) -> str:
             timing = f" (candidate {node.candidate_us:.1f} µs)" if node.candidate_us is not None else ""
             return f"correct, {node.speedup:.2f}× vs PyTorch{timing}; {reward}."
         return f"correct; speedup unknown (no GPU timing); {reward}."
-    cls = node.failure_class.value if node.failure_class else "failed"
+    cls = failure_words(node.failure_class)
     summary = error_line(node.error or "")
     detail = f": {summary}" if summary else ""
     label = "did not compile" if node.outcome == "not_compiled" else "compiled but wrong"
     return f"{label} ({cls}){detail}; {reward}."
+
+
+def failure_words(failure_class: FailureClass | None) -> str:
+    """A failure class as words ('numerical mismatch'), never its enum's repr."""
+    return failure_class.value.replace("_", " ") if failure_class is not None else "failed"
 
 
 def start_message(
@@ -73,7 +80,7 @@ def start_message(
         )
     if seed is not None:
         parts.append(f"Seed (node {seed.id}): {verdict_words(seed)}")
-    if not has_gpu:
+    if not has_gpu and step is None:  # a step's instructions say it
         parts.append(NO_GPU_NOTE + ".")
     parts.append(f"Next: {step.kind} step, submit for node {step.node_id}." if step else (note or ""))
     return " ".join(parts)

@@ -31,7 +31,7 @@ class StartPlan:
 
 @dataclass(frozen=True)
 class Created:
-    """What `_create_tree` wrote: the tree, its seed node if any, and the first step (or why none)."""
+    """What `starting.create_tree` wrote: the tree, its seed node if any, and the first step (or why none)."""
 
     tree: TreeRow
     seed_id: int | None

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import aiosqlite
 
 from kernelcraft.base.errors import NotFoundError
+from kernelcraft.base.voice import CLI_VOICE, Voice
 from kernelcraft.schema.evaluation import EvalResult
 from kernelcraft.schema.tree import Outcome, StepKind, TreeView, WarmStart
 from kernelcraft.search.policy import UNKNOWN_SPEEDUP_AS
@@ -41,12 +42,12 @@ BY_SCORE = (
 # ---------------------------------------------------------------------------------------- trees
 
 
-async def load_tree(conn: aiosqlite.Connection, tree_id: int) -> TreeRow:
+async def load_tree(conn: aiosqlite.Connection, tree_id: int, voice: Voice = CLI_VOICE) -> TreeRow:
+    """The tree; `voice`: who is told how to start one when there is none."""
     rows = list(await conn.execute_fetchall("SELECT * FROM trees WHERE id = ?", (tree_id,)))
     if not rows:
-        raise NotFoundError(
-            f"no search tree {tree_id} in this database; start one with `kernelcraft tree start`"
-        )
+        where = "this server's database" if voice.mcp else "this database"
+        raise NotFoundError(f"no search tree {tree_id} in {where}; start one with {voice.start_tree()}")
     return TreeRow.from_row(rows[0])
 
 

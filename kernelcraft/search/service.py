@@ -32,7 +32,8 @@ import aiosqlite
 
 from kernelcraft.base.errors import BudgetError, InfrastructureError, NotFoundError, UsageError
 from kernelcraft.base.jobknobs import EVAL_GRACE_S, TIMEOUT_S, eval_wait_s
-from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS
+from kernelcraft.base.targets import DEFAULT_TARGET
+from kernelcraft.base.voice import CLI_VOICE, Voice
 from kernelcraft.engine import Evaluator, ProgressCallback
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
@@ -44,19 +45,17 @@ from kernelcraft.schema.tree import (
     SubmitResult,
     TreeStatus,
     TreeView,
-    WarmStart,
 )
 from kernelcraft.search import repository
 from kernelcraft.search.messages import budget_spent, start_message, step_message
-from kernelcraft.search.policy import outcome_of, reward_for, start_policy
+from kernelcraft.search.policy import outcome_of, reward_for
 from kernelcraft.search.records import Closed, Created, StartPlan
+from kernelcraft.search.starting import check_code, create_tree, plan_start
 from kernelcraft.search.steps import claim_step, describe_step, issue_step, pending_step
-from kernelcraft.search.task import task_key, task_label
+from kernelcraft.search.task import task_label
 from kernelcraft.search.tree import TreeRow, iso, node_info, outcome_counts, trim
 from kernelcraft.search.verdicts import eval_job, learn_from_failure, record_verdict
 from kernelcraft.store import Store
-
-MAX_BUDGET = 10_000
 
 
 class SearchService:
@@ -73,6 +72,7 @@ class SearchService:
         trials: int = 5,
         clock: Callable[[], datetime] | None = None,
         eval_grace_s: float = EVAL_GRACE_S,
+        voice: Voice = CLI_VOICE,
     ) -> None:
         self.store = store
         self.evaluator = evaluator
@@ -84,6 +84,8 @@ class SearchService:
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self.eval_grace_s = eval_grace_s
         self._evaluating = 0  # evaluations of this service in flight (each may wait for the others)
+        # Who reads the service's sentences: the server's clients (MCP) or the command line.
+        self.voice = voice
 
     def _now(self) -> datetime:
         return self._clock()
@@ -121,7 +123,8 @@ class SearchService:
             TaskError: the task is not a KernelBench module.
         """
         task_name = task_name or task_label(task_source)
-        plan = await self._plan_start(
+        plan = await plan_start(
+            self.store,
             task_source,
             task_name=task_name,
             seed_candidate=seed_candidate,
@@ -132,121 +135,19 @@ class SearchService:
             budget=budget,
             seed=seed,
             client=client,
+            max_code_bytes=self.max_code_bytes,
         )
         seed_result = None
         if plan.seed_candidate is not None:
             seed_result = await self._evaluate(
                 task_source, task_name, plan.seed_candidate, target, progress, plan.params
             )
-        created = await self._create_tree(plan, seed_result)
+        created = await create_tree(self.store, plan, seed_result, self._now(), self.voice)
         if created.seed_id is not None and seed_result is not None:
             await self._learn(
                 created.tree, created.seed_id, plan.seed_candidate or "", seed_result, task_source, client
             )
         return await self._describe_start(plan, created)
-
-    async def _plan_start(
-        self,
-        task_source: str,
-        *,
-        task_name: str,
-        seed_candidate: str | None,
-        target: str,
-        policy: str,
-        preset: str | None,
-        params: dict[str, Any] | None,
-        budget: int,
-        seed: int,
-        client: str,
-    ) -> StartPlan:
-        """Check a `start` request and find its warm start; writes only the task's code."""
-        if target not in KNOWN_TARGETS:
-            raise UsageError(f"unknown target {target!r}; use one of: {', '.join(KNOWN_TARGETS)}")
-        if not 1 <= budget <= MAX_BUDGET:
-            raise UsageError(f"budget must be between 1 and {MAX_BUDGET} candidates, got {budget}")
-        self._check_code(task_source, "the task")
-        key = task_key(task_source, task_name)
-        chosen = start_policy(policy, preset, params)
-        digest = await self._put_code(task_source)
-        warm: WarmStart | None = None
-        if seed_candidate is None and chosen.params.warm_start:
-            found = await repository.find_warm_start(self.store.conn, digest, key, target, client)
-            if found is not None:
-                warm, seed_candidate = found
-        if seed_candidate is not None:
-            self._check_code(seed_candidate, "the seed candidate")
-        return StartPlan(
-            task_source=task_source,
-            task_name=task_name,
-            task_hash=digest,
-            task_key=key,
-            target=target,
-            policy=policy,
-            params=chosen.params.model_dump(),
-            budget=budget,
-            seed=seed,
-            client=client,
-            seed_candidate=seed_candidate,
-            warm=warm,
-        )
-
-    async def _create_tree(self, plan: StartPlan, seed_result: EvalResult | None) -> Created:
-        """One transaction: the tree, its root, the evaluated seed node if any, and the first step."""
-        now = self._now()
-        async with self.store.transaction() as conn:
-            tree_id = await repository.insert_tree(
-                conn,
-                task_hash=plan.task_hash,
-                task_key=plan.task_key,
-                task_name=plan.task_name,
-                target=plan.target,
-                policy=plan.policy,
-                params=plan.params,
-                budget=plan.budget,
-                seed=plan.seed,
-                warm_start=plan.warm,
-                client=plan.client,
-                now=iso(now),
-            )
-            root = await repository.insert_node(
-                conn,
-                tree_id=tree_id,
-                parent_id=None,
-                kind="root",
-                client=plan.client,
-                now=iso(now),
-                status="evaluated",
-            )
-            seed_id = None
-            if plan.seed_candidate is not None and seed_result is not None:
-                why = (
-                    f"warm start: the best kernel of tree {plan.warm.tree_id}"
-                    if plan.warm is not None
-                    else "the seed candidate given at start"
-                )
-                seed_id = await repository.insert_node(
-                    conn,
-                    tree_id=tree_id,
-                    parent_id=root,
-                    kind="large",
-                    client=plan.client,
-                    now=iso(now),
-                    seed=True,
-                    reason=why,
-                )
-                await record_verdict(
-                    conn,
-                    self.store,
-                    seed_id,
-                    plan.seed_candidate,
-                    seed_result,
-                    plan.params,
-                    client=plan.client,
-                    now=iso(now),
-                )
-            tree = await repository.load_tree(conn, tree_id)
-            step_node, note = await issue_step(conn, tree, plan.client, now)
-        return Created(tree, seed_id, step_node, note)
 
     async def _describe_start(self, plan: StartPlan, created: Created) -> StartResult:
         tree_id = created.tree.id
@@ -254,7 +155,7 @@ class SearchService:
         if created.seed_id is not None:
             seed_info = await self._node(tree_id, created.seed_id, with_code=False, with_verdict=True)
         step = await self._next_step(tree_id, created.step_node) if created.step_node is not None else None
-        tree = await repository.load_tree(self.store.conn, tree_id)
+        tree = await repository.load_tree(self.store.conn, tree_id, self.voice)
         message = start_message(
             tree, plan.warm, seed_info, step, created.note, has_gpu=self.evaluator.has_gpu
         )
@@ -285,8 +186,8 @@ class SearchService:
         now = self._now()
         async with self.store.transaction() as conn:
             tree = await self._owned(conn, tree_id, client)
-            row = await pending_step(conn, tree, node_id)
-            await claim_step(conn, tree, row, client, now)
+            row = await pending_step(conn, tree, node_id, self.voice)
+            await claim_step(conn, tree, row, client, now, self.voice)
             task_source = await self.store.get_code(tree.task_hash)
         assert task_source is not None
 
@@ -296,13 +197,13 @@ class SearchService:
 
         now = self._now()
         async with self.store.transaction() as conn:
-            tree = await repository.load_tree(conn, tree_id)
+            tree = await repository.load_tree(conn, tree_id, self.voice)
             best_before = await repository.best_node_id(conn, tree_id)
-            row = await pending_step(conn, tree, node_id, evaluated=result)
+            row = await pending_step(conn, tree, node_id, self.voice, evaluated=result)
             used, _ = await repository.budget_usage(conn, tree_id, iso(now))
             if used >= tree.budget:
                 raise BudgetError(
-                    budget_spent(tree, used) + f" (the candidate's verdict was not recorded: "
+                    budget_spent(tree, used, self.voice) + f" (the candidate's verdict was not recorded: "
                     f"{outcome_of(result)[0]})"
                 )
             await record_verdict(
@@ -335,8 +236,8 @@ class SearchService:
         now = self._now()
         async with self.store.transaction() as conn:
             tree = await self._owned(conn, tree_id, client)
-            row = await pending_step(conn, tree, node_id)
-            await claim_step(conn, tree, row, client, now)
+            row = await pending_step(conn, tree, node_id, self.voice)
+            await claim_step(conn, tree, row, client, now, self.voice)
             used, _ = await repository.budget_usage(conn, tree_id, iso(now))
             await repository.record_abandoned(
                 conn,
@@ -357,8 +258,8 @@ class SearchService:
         if used + 1 >= tree.budget:
             await repository.mark_done(conn, tree.id, iso(now))
         best_id = await repository.best_node_id(conn, tree.id)
-        tree = await repository.load_tree(conn, tree.id)
-        step_node, note = await issue_step(conn, tree, client, now)
+        tree = await repository.load_tree(conn, tree.id, self.voice)
+        step_node, note = await issue_step(conn, tree, client, now, self.voice)
         used_after, _ = await repository.budget_usage(conn, tree.id, iso(now))
         return Closed(tree, best_id, step_node, note, used_after)
 
@@ -372,6 +273,7 @@ class SearchService:
         return SubmitResult(
             node=node,
             new_best=new_best,
+            best_id=best_id,
             best=best,
             budget_left=max(tree.budget - closed.used_after, 0),
             message=step_message(node, new_best=new_best, best=best),
@@ -390,7 +292,7 @@ class SearchService:
         now = self._now()
         async with self.store.transaction() as conn:
             tree = await self._owned(conn, tree_id, client)
-            step_node, note = await issue_step(conn, tree, client, now)
+            step_node, note = await issue_step(conn, tree, client, now, self.voice)
         return (await self._next_step(tree_id, step_node) if step_node is not None else None), note
 
     async def status(self, tree_id: int, *, client: str = "local", new_step: bool = False) -> TreeStatus:
@@ -407,8 +309,8 @@ class SearchService:
             note = None
             step_node = None if new_step else await repository.held_step(conn, tree_id, client, iso(now))
             if step_node is None:
-                step_node, note = await issue_step(conn, tree, client, now)
-            tree = await repository.load_tree(conn, tree_id)
+                step_node, note = await issue_step(conn, tree, client, now, self.voice)
+            tree = await repository.load_tree(conn, tree_id, self.voice)
             best_id = await repository.best_node_id(conn, tree_id)
             rows = await repository.node_rows(conn, tree_id)
             used, _ = await repository.budget_usage(conn, tree_id, iso(now))
@@ -469,7 +371,7 @@ class SearchService:
 
     async def _readable(self, conn: aiosqlite.Connection, tree_id: int, client: str) -> TreeRow:
         """The tree, when `client` started it or its owner shared it with `client` (or with '*')."""
-        tree = await repository.load_tree(conn, tree_id)
+        tree = await repository.load_tree(conn, tree_id, self.voice)
         if tree.created_by == client:
             return tree
         cur = await conn.execute(
@@ -478,7 +380,7 @@ class SearchService:
         if await cur.fetchone() is None:
             raise NotFoundError(
                 f"search tree {tree_id} belongs to another client, who has not shared it with you; "
-                "start your own with search_tree_step(action='start')"
+                f"start your own with {self.voice.start_tree()}"
             )
         return tree
 
@@ -487,24 +389,16 @@ class SearchService:
         step, submit into nor abandon it, and reads it only where the owner shared it (`share`;
         its kernels are that client's work). Told apart from a missing tree only by the words,
         never by what it shows."""
-        tree = await repository.load_tree(conn, tree_id)
+        tree = await repository.load_tree(conn, tree_id, self.voice)
         if tree.created_by != client:
             raise NotFoundError(
                 f"search tree {tree_id} belongs to another client; start your own with "
-                "search_tree_step(action='start')"
+                f"{self.voice.start_tree()}"
             )
         return tree
 
     def _check_code(self, source: str, what: str) -> None:
-        if not isinstance(source, str) or not source.strip():
-            raise UsageError(f"{what} is empty; pass the full Python module as text")
-        size = len(source.encode("utf-8"))
-        if size > self.max_code_bytes:
-            raise UsageError(f"{what} is {size} bytes, over the limit of {self.max_code_bytes}; shorten it")
-
-    async def _put_code(self, source: str) -> str:
-        async with self.store.transaction():
-            return await self.store.put_code(source)
+        check_code(source, what, self.max_code_bytes)
 
     async def _evaluate(
         self,

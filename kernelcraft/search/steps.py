@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 import aiosqlite
 
 from kernelcraft.base.errors import BudgetError, NotFoundError, UsageError
+from kernelcraft.base.voice import Voice
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.schema.docs import DocSection
@@ -33,10 +34,12 @@ from kernelcraft.store import Store
 
 # While the evaluator runs, a claimed lease is held at least this long.
 CLAIM_SECONDS = 900.0
+# "Every active rule": more than a rulebook holds.
+ALL_RULES = 100_000
 
 
 async def issue_step(
-    conn: aiosqlite.Connection, tree: TreeRow, client: str, now: datetime
+    conn: aiosqlite.Connection, tree: TreeRow, client: str, now: datetime, voice: Voice
 ) -> tuple[int | None, str | None]:
     """Inside a transaction: pick the next step, insert its pending node and lease.
 
@@ -46,7 +49,7 @@ async def issue_step(
     now_s = iso(now)
     used, open_ = await repository.budget_usage(conn, tree.id, now_s)
     if used >= tree.budget:
-        return None, budget_spent(tree, used)
+        return None, budget_spent(tree, used, voice)
     if used + open_ >= tree.budget:
         return None, budget_held(tree, used, open_)
     policy = make_policy(tree.policy, tree.params)
@@ -78,7 +81,11 @@ async def issue_step(
 
 
 async def pending_step(
-    conn: aiosqlite.Connection, tree: TreeRow, node_id: int, evaluated: EvalResult | None = None
+    conn: aiosqlite.Connection,
+    tree: TreeRow,
+    node_id: int,
+    voice: Voice,
+    evaluated: EvalResult | None = None,
 ) -> aiosqlite.Row:
     """The node of `tree` a candidate (or an abandon) is for, if it still waits for one.
 
@@ -92,7 +99,7 @@ async def pending_step(
     if row is None:
         raise NotFoundError(
             f"no node {node_id}; submit for the node_id of a step of tree {tree.id} "
-            f"(`kernelcraft tree status {tree.id}` shows your next step)"
+            f"({voice.tree_status(tree.id)} shows your next step)"
         )
     if row["tree_id"] != tree.id:
         raise UsageError(
@@ -107,13 +114,13 @@ async def pending_step(
         )
         raise UsageError(
             f"node {node_id} of tree {tree.id} already has a verdict ({row['outcome']}){lost}; each step "
-            f"takes one candidate: ask for a new step with `kernelcraft tree status {tree.id}`"
+            f"takes one candidate: ask for a new step with {voice.new_step(tree.id)}"
         )
     return row
 
 
 async def claim_step(
-    conn: aiosqlite.Connection, tree: TreeRow, row: aiosqlite.Row, client: str, now: datetime
+    conn: aiosqlite.Connection, tree: TreeRow, row: aiosqlite.Row, client: str, now: datetime, voice: Voice
 ) -> None:
     """Renew the node's lease for the evaluation; a lapsed lease is reopened if budget allows.
 
@@ -122,7 +129,7 @@ async def claim_step(
     """
     used, open_ = await repository.budget_usage(conn, tree.id, iso(now))
     if used >= tree.budget:
-        raise BudgetError(budget_spent(tree, used))
+        raise BudgetError(budget_spent(tree, used, voice))
     hold = iso(now + timedelta(seconds=max(CLAIM_SECONDS, float(tree.params.get("lease_seconds", 0)))))
     expires = row["lease_expires_at"]
     if expires is not None and expires > iso(now):
@@ -173,7 +180,7 @@ async def describe_step(
         rulebook,
         config,
         task_source,
-        start_code or (ctx.kernels[-1].code if ctx.kernels else ""),
+        start_code or (ctx.kernels[-1].code or "" if ctx.kernels else ""),
         tree.target,
     )
     manuals = await step_manuals(docs, config, tree.target, task_source, ctx)
@@ -246,7 +253,7 @@ def fit_chain(chain: list[ContextKernel], tokens: int) -> tuple[list[ContextKern
     out: list[ContextKernel] = []
     omitted = 0
     for i, k in enumerate(reversed(chain)):
-        size = len(k.code)
+        size = len(k.code or "")
         if i == 0 or size <= budget:
             budget -= size
             out.append(k)
@@ -265,12 +272,15 @@ async def step_rules(
     rulebook: Rulebook, config: SearchConfig, task_source: str, code: str, target: str
 ) -> list[RuleOut]:
     """Every active rule for the target (AdaExplore), or the `rules_in_prompt` that best match the
-    task and the kernel the step starts from."""
+    task and the kernel the step starts from; in both, those that match them first."""
+    # Every active rule (AdaExplore's prompt holds them all), ranked for the task all the same: an
+    # answer that carries only some of them (an MCP client's context) carries the task's first.
+    limit = config.rules_in_prompt or ALL_RULES
+    rules = await rulebook.query_rules(f"{task_source}\n{code}", arch=target, dsl="triton", limit=limit)
     if config.rules_in_prompt == 0:
-        return await rulebook.list_rules(status="active", arch=target)
-    rules = await rulebook.query_rules(
-        f"{task_source}\n{code}", arch=target, dsl="triton", limit=config.rules_in_prompt
-    )
+        ranked_ids = {r.id for r in rules}
+        rest = [r for r in await rulebook.list_rules(status="active", arch=target) if r.id not in ranked_ids]
+        rules = [*rules, *rest]
     return [r for r in rules if r.status == "active"]
 
 
@@ -290,7 +300,7 @@ async def step_manuals(
         failure_class, error = last.failure_class, last.error
     else:
         failure_class, error = None, None
-    code = parent.code if parent is not None else "\n".join(k.code for k in ctx.kernels)
+    code = parent.code if parent is not None else "\n".join(k.code or "" for k in ctx.kernels)
     verdict = parent.verdict if parent is not None else None
     query = feedback.manual_query(
         task_source,

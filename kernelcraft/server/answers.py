@@ -20,6 +20,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 from kernelcraft.base.config import Settings
+from kernelcraft.server.words import MCP_WORDS
 
 MAX_SUMMARY_CHARS = 600
 OPENING_CHARS = 900
@@ -28,21 +29,33 @@ OPENING_CHARS = 900
 
 def opening(text: str) -> str:
     """The start of a manual section's text, cut at a word, marked when cut."""
-    if len(text) <= OPENING_CHARS:
+    return clip(text, OPENING_CHARS, sentences=False)
+
+
+def clip(text: str, limit: int, *, sentences: bool = True) -> str:
+    """`text` within about `limit` characters: whole, or cut after its last whole sentence (else
+    word) that fits, and marked " …". Never cut mid-word."""
+    text = text.strip()
+    if len(text) <= limit:
         return text
-    cut = text.rfind(" ", 0, OPENING_CHARS)
-    return text[: cut if cut > OPENING_CHARS // 2 else OPENING_CHARS] + " …"
+    head = text[:limit]
+    if sentences:
+        end = max(head.rfind(". "), head.rfind("; "))
+        if end > limit // 3:
+            return head[: end + 1].rstrip(";") + " …"
+    cut = head.rfind(" ")
+    return head[: cut if cut > limit // 3 else limit].rstrip(" ,;:") + " …"
 
 
 def answer(result: Any, settings: Settings | None) -> Any:
     """The tool's result as sent: structured content and a summary (or the compact JSON)."""
     if not isinstance(result, BaseModel):
         return result
-    data = result.model_dump(mode="json", by_alias=True)
+    data = MCP_WORDS.data(result.model_dump(mode="json", by_alias=True))
     if settings is not None and settings.text_content == "json":
         text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     else:
-        text = summary(result)
+        text = MCP_WORDS.text(summary(result))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
@@ -51,7 +64,7 @@ def summary(result: BaseModel) -> str:
     name = type(result).__name__
     special = _SUMMARIES.get(name)
     text = special(result) if special is not None else _generic(result)
-    text = text if len(text) <= MAX_SUMMARY_CHARS else text[: MAX_SUMMARY_CHARS - 1] + "…"
+    text = clip(text, MAX_SUMMARY_CHARS)
     return f"{text}\n(The whole answer is in the structured content.)"
 
 
@@ -68,12 +81,12 @@ def _generic(result: BaseModel) -> str:
 
 def _evidence(result: Any) -> str:
     ev = getattr(result, "evidence", None)
-    return f": {ev.message[:300]}" if ev is not None and getattr(ev, "message", None) else ""
+    return f": {clip(ev.message, 300)}" if ev is not None and getattr(ev, "message", None) else ""
 
 
 def _verify(r: Any) -> str:
     head = "correct" if r.correct else f"incorrect ({r.status})"
-    notes = f" Notes: {' | '.join(n[:160] for n in r.notes[:2])}" if r.notes else ""
+    notes = f" Notes: {' | '.join(clip(n, 160) for n in r.notes[:2])}" if r.notes else ""
     return f"{head}{_evidence(r)} [{r.device}]{notes}"
 
 
@@ -100,7 +113,7 @@ def _compile(r: Any) -> str:
 
 def _rules(r: Any) -> str:
     rules = getattr(r, "rules", [])
-    lines = [f"- {x.text[:140]}" for x in rules[:5]]
+    lines = [f"- {clip(x.text, 140)}" for x in rules[:5]]
     more = f"\n… and {len(rules) - 5} more" if len(rules) > 5 else ""
     return f"{len(rules)} rule(s):\n" + "\n".join(lines) + more
 
@@ -109,30 +122,38 @@ def _search(r: Any) -> str:
     action = r.action
     if action == "start" and r.start is not None:
         s = r.start
-        return f"tree {s.tree.id} started ({s.tree.task_name}). {s.message[:300]}{_step(s.next_step, None)}"
+        said = s.message.split(" Next: ")[0]  # the step is said below
+        return f"{clip(said, 360)}{_step(s.next_step, None)}"
     if action == "submit" and r.submit is not None:
         s = r.submit
-        return f"node {s.node.id}: {s.message[:300]} Budget left: {s.budget_left}.{_step(s.next_step, s.next_step_note)}"
+        return f"{clip(s.message, 300)} Budget left: {s.budget_left}.{_step(s.next_step, s.next_step_note)}"
     if action == "abandon" and r.abandon is not None:
         s = r.abandon
         return (
-            f"node {s.node.id} abandoned. Budget left: {s.budget_left}.{_step(s.next_step, s.next_step_note)}"
+            f"Node {s.node.id} abandoned. Budget left: {s.budget_left}.{_step(s.next_step, s.next_step_note)}"
         )
     if action == "share":
-        return f"tree shared with: {', '.join(r.shared_with or []) or 'nobody'}"
+        return f"The tree is shared with: {', '.join(r.shared_with or []) or 'nobody'}."
     if r.status is not None:
         s = r.status
-        best = f"best: node {s.best.id}, {s.best.outcome}" if s.best is not None else "no correct kernel yet"
-        return f"tree {s.tree.id}: {best}; budget used {s.budget_used}, left {s.budget_left}.{_step(s.next_step, s.next_step_note)}"
+        best = (
+            f"Its best is node {s.best.id} ({s.best.outcome})"
+            if s.best is not None
+            else "No kernel is judged yet"
+        )
+        return (
+            f"Tree {s.tree.id}: {best}; budget used {s.budget_used}, left {s.budget_left}."
+            f"{_step(s.next_step, s.next_step_note)}"
+        )
     return _generic(r)
 
 
 def _step(step: Any, note: str | None) -> str:
     if step is None:
-        return f" No next step{': ' + note[:200] if note else ''}."
+        return f" No next step{': ' + clip(note, 200).rstrip('.') if note else ''}."
     return (
-        f" Next: a {step.kind} step, node {step.node_id} ({step.reason[:160]}); its instructions, kernels, "
-        "rules and manual sections are in next_step."
+        f" Next: a {step.kind} step, node {step.node_id} ({clip(step.reason, 160)}); its instructions, "
+        "kernels, rules and manual sections are in next_step."
     )
 
 

@@ -13,13 +13,14 @@ Only this process writes to the database on behalf of clients; candidate code ne
 from __future__ import annotations
 
 import gc
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, InputRequiredResult
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from kernelcraft import __version__
 from kernelcraft.base.config import Settings
+from kernelcraft.base.voice import MCP_VOICE
 from kernelcraft.knowledge.dedup import RuleJudge
 from kernelcraft.server.auth import HttpAuth
 from kernelcraft.server.cookbook_tool import register_cookbook_tool
@@ -38,7 +40,7 @@ from kernelcraft.server.resources import (
     register_rule_resources,
     register_tree_resources,
 )
-from kernelcraft.server.schema import published
+from kernelcraft.server.schema import listed, published
 from kernelcraft.server.search_tool import register_search_tool
 from kernelcraft.server.state import (
     AppState,
@@ -52,6 +54,7 @@ from kernelcraft.server.tools import (
     register_engine_tools,
     register_knowledge_tools,
 )
+from kernelcraft.server.words import MCP_WORDS
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +95,13 @@ class KernelcraftServer(MCPServer[AppState]):
 
     async def _published_tools(self) -> dict[str, MCPTool]:
         if self._published is None:
-            self._published = {tool.name: tool for tool in published(await super().list_tools())}
+            self._published = {tool.name: tool for tool in listed(await super().list_tools())}
         return self._published
+
+    async def described_output(self, name: str) -> dict[str, Any] | None:
+        """The tool's output schema with every field's description (the resource schemas://{tool})."""
+        tool = next((t for t in published(await super().list_tools()) if t.name == name), None)
+        return tool.output_schema if tool is not None else None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[AppState, Any] | None = None
@@ -109,7 +117,8 @@ class KernelcraftServer(MCPServer[AppState]):
             if tool is None:
                 known = ", ".join(await self._published_tools())
                 raise ToolError(f"unknown tool {name!r}; this server has: {known}") from None
-            raise
+            # The client's own frames only: no server path, no memory address (`words.py`).
+            raise ToolError(MCP_WORDS.error(str(e))) from e
 
 
 def check_argument_names(tool: MCPTool, arguments: dict[str, Any]) -> None:
@@ -169,7 +178,9 @@ def create_server(
     @asynccontextmanager
     async def lifespan(server: MCPServer[AppState]) -> AsyncIterator[AppState]:
         clients = len(auth.clients) if auth else 1
-        async with open_app_state(settings, evaluator_factory, clients=clients, judge=judge) as state:
+        async with open_app_state(
+            settings, evaluator_factory, clients=clients, judge=judge, voice=MCP_VOICE
+        ) as state:
             slot.stack.append(state)
             try:
                 if freeze_after_start:
@@ -200,6 +211,20 @@ def create_server(
     register_doc_resources(mcp, slot)
     register_tree_resources(mcp)
     register_prompts(mcp)
+
+    @mcp.resource(
+        "schemas://{tool}",
+        name="tool-result-schema",
+        title="A tool's result, described",
+        description="The output schema of one tool with every field's description (tools/list gives types).",
+        mime_type="application/json",
+    )
+    async def tool_result_schema(tool: str) -> str:
+        schema = await mcp.described_output(tool)
+        if schema is None:
+            known = ", ".join(t.name for t in await mcp.list_tools() if t.output_schema)
+            raise ResourceError(f"no tool {tool!r} with a result schema; one of: {known}")
+        return json.dumps(schema, indent=1, ensure_ascii=False)
 
     @mcp.custom_route("/health", methods=["GET"])
     async def health(request: Request) -> Response:

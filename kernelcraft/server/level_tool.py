@@ -24,9 +24,7 @@ from kernelcraft.server.state import AppState
 from kernelcraft.server.tools import app_state, cleaned, tool_errors
 
 # Writes its out dir (appends outcomes, rewrites the summary); a repeated call resumes to the same result.
-RESUMES = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
+RESUMES = ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
 class LevelReport(LevelSummary):

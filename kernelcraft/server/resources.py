@@ -161,6 +161,37 @@ def register_tree_resources(mcp: MCPServer[AppState]) -> None:
         view = await _show(state, tree_id, with_verdicts=True)
         return (await build_report(state, view)).model_dump_json(indent=2)
 
+    @mcp.resource(
+        "trees://{tree_id}/task",
+        name="search-tree-task",
+        title="A search tree's task",
+        description="The task's source (the reference_code passed to start), which steps leave out.",
+        mime_type="text/x-python",
+    )
+    async def tree_task(tree_id: str, ctx: Context[AppState]) -> str:
+        state = ctx.request_context.lifespan_context
+        view = await _show(state, tree_id, with_verdicts=False)
+        return await state.store.get_code(view.tree.task_hash) or ""
+
+    @mcp.resource(
+        "trees://{tree_id}/nodes/{node_id}/code",
+        name="search-tree-node-code",
+        title="A node's kernel",
+        description="The code of one node of a search tree, which answers name by id once sent.",
+        mime_type="text/x-python",
+    )
+    async def node_code(tree_id: str, node_id: str, ctx: Context[AppState]) -> str:
+        state = ctx.request_context.lifespan_context
+        view = await _show(state, tree_id, with_verdicts=False)
+        number = row_id(node_id, "node id", "a step's node_id or parent_id names one")
+        node = next((n for n in view.nodes if n.id == number), None)
+        code = await state.store.get_code(node.code_hash) if node and node.code_hash else None
+        if code is None:
+            raise ResourceError(
+                f"tree {view.tree.id} has no node {number} with code; its nodes are in trees://{view.tree.id}"
+            )
+        return code
+
 
 async def _show(state: AppState, tree_id: str, *, with_verdicts: bool) -> TreeView:
     number = row_id(tree_id, "tree id", "search_tree_step start returns one")

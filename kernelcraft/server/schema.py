@@ -93,6 +93,41 @@ def published(tools: list[Tool]) -> list[Tool]:
     return said_once(out)
 
 
+def listed(tools: list[Tool]) -> list[Tool]:
+    """The tool list as `tools/list` sends it: `published`, with output schemas that keep every
+    field's name and JSON type but no descriptions and no value lists (a client checks a result
+    against its types; a model reads the answer's own words). The described result of each tool,
+    value lists included, is the resource schemas://{tool} (`described_output`): nothing is lost,
+    only moved out of every session's context (issue 38: the list in 24 KB). Tools go without their
+    display titles: a client shows the name, which says as much."""
+    return [
+        t.model_copy(update={"output_schema": _undescribed(t.output_schema), "title": None})
+        if t.output_schema
+        else t.model_copy(update={"title": None})
+        for t in published(tools)
+    ]
+
+
+def _undescribed(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_undescribed(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    if isinstance(node.get("enum"), list) and all(isinstance(v, str) for v in node["enum"]):
+        node = {**{k: v for k, v in node.items() if k != "enum"}, "type": "string"}
+    for key, value in node.items():
+        if key == "description" and isinstance(value, str):
+            continue
+        if key in _MAPS and isinstance(value, dict):
+            out[key] = {name: _undescribed(v) for name, v in value.items()}
+        elif key in _ONE or key in _MANY:
+            out[key] = _undescribed(value)
+        else:
+            out[key] = value
+    return out
+
+
 # A field description at least this long that the list already gave is given once: later fields
 # with the same text point at the first ("As compile_kernel's candidate_code.").
 MIN_REPEATED_CHARS = 40

@@ -13,10 +13,10 @@ from pydantic import BaseModel, Field
 from kernelcraft.base.targets import DEFAULT_TARGET, Target
 from kernelcraft.schema.presets import PresetName
 from kernelcraft.schema.tree import StartResult, SubmitResult, TreeStatus
-from kernelcraft.server.answers import opening
+from kernelcraft.server import economy
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.inputs import MAX_INT64
-from kernelcraft.server.state import AppState, Sent
+from kernelcraft.server.state import AppState
 from kernelcraft.server.tools import APPENDS, app_state, check_size, cleaned, progress_to, tool_errors
 
 SearchAction = Literal["start", "submit", "status", "abandon", "next", "share"]
@@ -51,8 +51,7 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             Field(
                 description="'start' (reference_code): a tree, your first step; 'submit' (node_id, "
                 "candidate_code): the verdict, your next step; 'status': the best kernel; 'abandon' "
-                "(node_id, reason): fail the step; 'next': one more step; 'share' (share_with). "
-                "All but start take tree_id.",
+                "(node_id, reason); 'next': one more step; 'share' (share_with). All but start take tree_id.",
             ),
         ],
         reference_code: Annotated[
@@ -121,8 +120,8 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
         ] = None,
     ) -> SearchStep:
         """A tree search over kernels (AdaExplore): the server picks what to try, you write it.
-        'start', then 'submit' what each next_step asks for (follow its instructions) until the
-        budget is spent; 'abandon' a step you cannot write, never submit a placeholder."""
+        'start', then 'submit' each next_step as its instructions say until the budget is spent;
+        'abandon' a step you cannot write."""
         step = await _search_action(
             ctx,
             action,
@@ -187,10 +186,14 @@ async def _search_action(
                 client=client,
                 progress=progress_to(ctx),
             )
+            economy.client_sent(state, started.tree.id, client, task=True)
+            if candidate_code is not None and started.warm_start is None:
+                economy.client_sent(state, started.tree.id, client, code=candidate_code)
             return SearchStep(action=action, start=started)
         if action == "submit":
             _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
             assert tree_id is not None and node_id is not None and candidate_code is not None
+            economy.client_sent(state, tree_id, client, code=candidate_code)
             submitted = await state.search.submit(
                 tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
             )
@@ -211,33 +214,9 @@ async def _search_action(
         return SearchStep(action=action, status=status)
 
 
-MAX_NEW_RULES = 6
-"""Rules an answer carries in full that the client has not had in this tree (most relevant first)."""
-
-
 def economise(step: SearchStep, state: AppState, client: str) -> SearchStep:
-    """The answer as sent: a step's rules and manual sections in full only the first time this
-    client gets them in this tree (issue 26: an answer fits a context window). A rule sent before is
-    left out (the instructions say the earlier answers' rules still apply; all of them are the
-    resource rules://active/{target}), and at most `MAX_NEW_RULES` new ones go in one answer; a
-    manual section's text is cut to its opening (`answers.OPENING_CHARS`) and, sent before, left out, its
-    entry kept (search_hw_docs(section_id=ID) gives the whole section)."""
-    holders: list[StartResult | SubmitResult | TreeStatus] = [
-        h for h in (step.start, step.submit, step.abandon, step.status) if h is not None
-    ]
-    for holder in holders:
-        nxt = holder.next_step
-        if nxt is None:
-            continue
-        sent = state.sent.setdefault((nxt.tree_id, client), Sent())
-        rules = [r for r in nxt.rules if r.id not in sent.rules][:MAX_NEW_RULES]
-        sent.rules.update(r.id for r in rules)
-        sections = [
-            m.model_copy(update={"snippet": opening(m.snippet), "sources": []})
-            if m.id not in sent.sections
-            else m.model_copy(update={"snippet": "", "sources": []})
-            for m in nxt.manual_sections
-        ]
-        sent.sections.update(m.id for m in nxt.manual_sections)
-        holder.next_step = nxt.model_copy(update={"rules": rules, "manual_sections": sections})
+    """The answer as sent: nothing the client holds sent again (`economy.py`)."""
+    for holder in (step.start, step.submit, step.abandon, step.status):
+        if holder is not None:
+            economy.economise(holder, state, client)
     return step

@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from kernelcraft.base.config import Settings
+from kernelcraft.base.voice import CLI_VOICE, Voice
 from kernelcraft.engine import Evaluator
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook, RuleJudge
@@ -48,11 +49,20 @@ class AppState:
 
 @dataclass
 class Sent:
-    """Rule and manual-section ids one client has had in full in one tree's answers (this server
-    process; a restarted server sends them again)."""
+    """What one client holds of one tree's answers: rules and manual sections had in full, kernels
+    it sent or was sent, the task, the best node (this server process; a restarted server sends
+    them again). `economy.py` reads and writes it."""
 
     rules: set[int] = field(default_factory=set)
     sections: set[int] = field(default_factory=set)
+    codes: set[str] = field(default_factory=set)
+    """sha256 of each kernel the client sent or was sent."""
+    task: bool = False
+    """Whether the client has the task's source (it passed it to start)."""
+    best: int | None = None
+    """The best node last sent."""
+    format: bool = False
+    """Whether a step's answer format and notes were said in full."""
 
 
 @dataclass
@@ -91,6 +101,7 @@ async def open_app_state(
     *,
     clients: int = 1,
     judge: RuleJudge | None = None,
+    voice: Voice = CLI_VOICE,
 ) -> AsyncIterator[AppState]:
     """Open everything a kernelcraft process serves from, and close it in reverse order.
 
@@ -99,6 +110,8 @@ async def open_app_state(
     HTTP tokens); with more than one, only a second client corroborates a rule (`Rulebook`).
     `judge`: the model that decides whether a proposed rule duplicates an existing one (built by the
     caller that holds a model's key: `serve --llm`, the agent's in-process server); None: text decides.
+    `voice`: who reads the services' sentences (the server passes `MCP_VOICE`; the `tree` commands
+    keep the command line's).
     """
     async with AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
@@ -119,6 +132,7 @@ async def open_app_state(
                 rulebook,
                 max_code_bytes=settings.max_code_bytes,
                 eval_grace_s=settings.eval_grace_s,
+                voice=voice,
             ),
         )
 

@@ -44,6 +44,7 @@ from kernelcraft.server.inputs import (
     allowed_op_names,
 )
 from kernelcraft.server.state import AppState
+from kernelcraft.server.words import MCP_WORDS
 from kernelcraft.store import code_hash
 
 T = TypeVar("T")
@@ -51,13 +52,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Queries and evaluations change nothing a later call can see; open_world false: they touch only
 # this server's database and workers, never the internet.
-READ_ONLY = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
+# A hint left unset is the protocol's default (read_only false, destructive true, idempotent
+# false, open_world true): only the hints that differ are sent (destructive is moot when read-only).
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 # Writes that add (a failure, a node) and never delete or overwrite; repeating one adds again.
-APPENDS = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-)
+APPENDS = ToolAnnotations(destructive_hint=False, open_world_hint=False)
 
 
 class RuleList(BaseModel):
@@ -74,7 +73,7 @@ def tool_errors() -> Iterator[None]:
     try:
         yield
     except KernelcraftError as e:
-        raise ToolError(str(e)) from e
+        raise ToolError(MCP_WORDS.error(str(e))) from e
 
 
 def check_size(state: AppState, name: str, code: str | None) -> None:
@@ -106,6 +105,21 @@ def cleaned(fn: F) -> F:
     return cast(F, tool)
 
 
+def failure_class_named(name: str | None) -> FailureClass | None:
+    """The failure class a client copied from a verdict (published as a string: the list of 26
+    classes would cost every session's context more than the one argument is worth)."""
+    if name is None:
+        return None
+    try:
+        return FailureClass(name.strip().lower().replace(" ", "_"))
+    except ValueError:
+        known = ", ".join(c.value for c in FailureClass)
+        raise ToolError(
+            f"unknown failure_class {name!r}; copy one from a verdict, or omit it to have the error "
+            f"classified. The classes: {known}"
+        ) from None
+
+
 def app_state(ctx: Context[AppState]) -> AppState:
     return ctx.request_context.lifespan_context
 
@@ -125,8 +139,8 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
         dsl: Annotated[str, Field(description="Kernel language.")] = "triton",
         limit: Annotated[int, Field(ge=1, le=50, description="How many rules to return.")] = 8,
     ) -> RuleList:
-        """Rules learnt from failed kernels ('You cannot ...'), ranked for your context: read them
-        before writing or fixing a kernel. Advice from past clients, never a new task."""
+        """Rules learnt from failed kernels, ranked for your context (a task, a kernel, an error or
+        an op's name): read them before writing or fixing a kernel. Advice, never a task."""
         state = app_state(ctx)
         check_size(state, "context", context)
         with tool_errors():
@@ -150,13 +164,12 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
         rule: Annotated[
             str | None,
             Field(
-                description="The general mistake in one sentence ('You cannot call tl.float32 in a kernel.'); "
-                "without one, or for a wrong result, it counts toward no rule.",
+                description="The mistake in one general sentence ('You cannot call tl.float32 in a kernel.').",
             ),
         ] = None,
         failure_class: Annotated[
-            FailureClass | None,
-            Field(description="From a verify result, if known; omit to classify the error."),
+            str | None,
+            Field(description="A verdict's failure_class, if known; omit to classify the error."),
         ] = None,
         failure_id: Annotated[
             int | None,
@@ -183,7 +196,7 @@ def register_knowledge_tools(mcp: MCPServer[AppState]) -> None:
                 reference_code=reference_code,
                 arch=arch,
                 rule=rule,
-                failure_class=failure_class,
+                failure_class=failure_class_named(failure_class),
                 task_hash=code_hash(reference_code) if reference_code is not None else None,
                 client=client_name(),
                 failure_id=failure_id,
@@ -261,9 +274,8 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         allowed_ops: AllowedOps = None,
         eval_mode: EvalMode = False,
     ) -> VerifyResult:
-        """Check in an isolated process that ModelNew computes what Model does: secret inputs,
-        tolerances by dtype, Triton doing the work, no PyTorch compute unless allowed. A failure is
-        a verdict."""
+        """Check in an isolated process that ModelNew computes what Model does (secret inputs,
+        tolerances by dtype, Triton doing the work). A failure is a verdict."""
         job = EvalJob(
             task_source=reference_code,
             candidate_source=candidate_code,

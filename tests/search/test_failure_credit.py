@@ -149,7 +149,7 @@ async def test_a_submitted_tl_tanh_failure_is_summarised_by_its_line_and_brings_
         top = await rulebook.query_rules(result.node.error, arch="sm_90a", limit=1)
     finally:
         await store.aclose()
-    assert "did not compile (compile_unknown_api): line 14, in scaled_add_kernel: tl.store(" in result.message
+    assert "did not compile (compile unknown api): line 14, in scaled_add_kernel: tl.store(" in result.message
     assert "— AttributeError: module 'triton.language' has no attribute 'tanh'" in result.message
     assert "Traceback (most recent call last):;" not in result.message
     assert "torch/nn/modules" not in result.node.error and "scaled_add_kernel" in result.node.error

@@ -61,7 +61,7 @@ def test_tree_commands_step_a_search_with_real_verdicts(tmp_path: Path) -> None:
         "submit", tree, str(good.next_step.node_id), str(tmp_path / "wrong.py"), "--device", "cpu", "--db", db
     )
     assert p.returncode == 1, p.stderr  # a candidate that is not correct
-    assert "compiled but wrong (numerical_mismatch)" in p.stdout and "Next step:" in p.stdout
+    assert "compiled but wrong (numerical mismatch)" in p.stdout and "Next step:" in p.stdout
 
     with sqlite3.connect(db) as conn:
         failures = conn.execute("SELECT class, arch FROM failures").fetchall()

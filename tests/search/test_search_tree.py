@@ -135,7 +135,8 @@ async def test_on_a_cpu_only_correctness_is_checked_and_the_speedup_is_unknown(t
     assert jobs[-1].stages == ["verify"]
     assert res.node.outcome == "correct" and res.node.speedup is None
     assert res.node.reward == pytest.approx(reward_for("correct", 1.0))
-    assert "speedup unknown" in res.message and "speedup unknown: no GPU" in r.message
+    assert "speedup unknown" in res.message and r.next_step is not None
+    assert "speedup unknown: no GPU" in r.next_step.instructions  # the step says it (issue 38)
     assert res.next_step is not None and not res.next_step.speedup_measured
     assert "speedup unknown: no GPU" in res.next_step.instructions
 
@@ -304,7 +305,7 @@ async def test_a_small_step_carries_the_chain_with_verdicts_errors_and_timings(t
     assert step.rules and all(rule.status == "active" for rule in step.rules)
     # The rules' text is in `rules` alone (said once); the instructions point at it.
     assert step.rules[0].text not in step.instructions
-    assert f"Follow the {len(step.rules)} rule(s) learnt from earlier failed kernels" in step.instructions
+    assert f"Follow the {len(step.rules)} rule(s) ranked most relevant to this step" in step.instructions
 
 
 @pytest.mark.anyio
@@ -425,7 +426,7 @@ async def test_a_steps_instructions_carry_the_manual_sections_and_the_parents_pr
     assert words in step.instructions and step.chain[-1].profile == step.parent_profile
     assert 2 <= len(step.manual_sections) <= 3
     for m in step.manual_sections:
-        assert m.heading_path in step.instructions and m.arch in ("any", "sm_90a")
+        assert str(m.id) in step.instructions and m.arch in ("any", "sm_90a")
     headings = " | ".join(m.heading_path for m in step.manual_sections)
     assert "Reductions" in headings or "coalescing" in headings, headings
     # after a candidate that did not compile, the manuals that explain the failure come first

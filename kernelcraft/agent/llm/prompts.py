@@ -62,7 +62,7 @@ def _chain_blocks(step: NextStep) -> list[str]:
         _kernel_block(
             f"Version {i + 1}{' (the current kernel, the one to change)' if i == last else ''} — "
             f"{describe_kernel(k)}",
-            k.code,
+            k.code or "",
         )
         for i, k in enumerate(step.chain)
     ]
@@ -88,7 +88,7 @@ def large_step(step: NextStep, example: str | None = None) -> str:
     parts = [
         step.instructions,
         f"The kernel runs on {gpu}; match the task's dtypes (the reference's inputs and parameters).",
-        _kernel_block("The task (PyTorch reference)", step.task_source),
+        _kernel_block("The task (PyTorch reference)", step.task_source or ""),
     ]
     if example:
         parts.append(
@@ -98,7 +98,7 @@ def large_step(step: NextStep, example: str | None = None) -> str:
                 example,
             )
         )
-    parts.extend(_kernel_block(f"Pool kernel — {describe_kernel(k)}", k.code) for k in step.pool)
+    parts.extend(_kernel_block(f"Pool kernel — {describe_kernel(k)}", k.code or "") for k in step.pool)
     if feedback := _feedback_text(step):
         parts.append(feedback)
     parts.append("Call submit_kernel with the complete new module." + _rules_text(step))
@@ -110,7 +110,7 @@ def reviser(step: NextStep) -> str:
     parts = [
         f"You review a Triton kernel for the task `{step.task_name}` (target {step.target}) and decide "
         "what to change next.",
-        _kernel_block("The task (PyTorch reference)", step.task_source),
+        _kernel_block("The task (PyTorch reference)", step.task_source or ""),
         "Refinement history, oldest first:\n" + "\n".join(f"- {describe_kernel(k)}" for k in step.chain),
         _kernel_block("The current kernel (the one to change)", step.start_code or ""),
     ]
@@ -133,7 +133,7 @@ def tuner(step: NextStep, improvements: list[str], retry_reason: str | None = No
     parts = [
         f"Apply these improvements to the current kernel for the task `{step.task_name}` "
         f"(target {step.target}):\n{items}",
-        _kernel_block("The task (PyTorch reference)", step.task_source),
+        _kernel_block("The task (PyTorch reference)", step.task_source or ""),
         "Previous kernels and their metrics, oldest first; the last is the current kernel:",
         *chain,
     ]

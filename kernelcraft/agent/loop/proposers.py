@@ -270,7 +270,7 @@ class TunerProposer:
         """Kernels the tree shows (chain, pool) and the seed, when they are of this family: their
         configurations count as tried, with their verdicts and times."""
         kernels: list[tuple[str, bool, float | None]] = [
-            (k.code, k.outcome == "correct", k.candidate_us) for k in [*step.chain, *step.pool]
+            (k.code or "", k.outcome == "correct", k.candidate_us) for k in [*step.chain, *step.pool]
         ]
         if self.seed_code is not None and self.seed_outcome is not None:
             kernels.append((self.seed_code, self.seed_outcome == "correct", None))

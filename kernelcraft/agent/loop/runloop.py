@@ -91,7 +91,7 @@ def small_proposer(step: NextStep, tuner_steps: TunerSteps, records: list[dict[s
     if parent is None or parent.node_id != step.parent_id or parent.outcome != "correct":
         return "llm"  # a failing kernel needs a fix, which only the LLM can write
     try:
-        if not find_params(parent.code):
+        if not find_params(parent.code or ""):
             return "llm"
     except SyntaxError:
         return "llm"

@@ -26,7 +26,7 @@ from kernelcraft.base.jobknobs import CALL_WAIT_S, EVALUATING_CALL_WAIT_S
 from kernelcraft.schema.docs import DocSection
 from kernelcraft.schema.evaluation import CompileResult
 from kernelcraft.schema.rules import FailureRecorded, RuleOut
-from kernelcraft.schema.tree import NextStep, StartResult, SubmitResult, TreeStatus
+from kernelcraft.schema.tree import ContextKernel, NextStep, StartResult, SubmitResult, TreeStatus
 
 if TYPE_CHECKING:
     from kernelcraft.agent.llm.judge import ModelJudge
@@ -45,10 +45,11 @@ class ToolSession:
     """Typed calls to the kernelcraft tools over one open MCP client.
 
     The server sends a tree's rules and manual sections in full once per client (an answer must fit
-    a context window); each LLM call of the driver starts afresh, so the session keeps what it
-    was sent, per tree, and gives every step back whole: the rules it has had in the tree (every
-    active rule for the target, read once from rules://active/TARGET, when the tree's preset puts
-    them all in the prompt, as AdaExplore's does) and each manual section's text."""
+    a context window) and never echoes what the client sent (the task, its own kernels); each LLM
+    call of the driver starts afresh, so the session keeps what it sent and was sent, per tree, and
+    gives every step back whole: the task, each kernel's code by node, the rules it has had in the
+    tree (every active rule for the target, read once from rules://active/TARGET, when the tree's
+    preset puts them all in the prompt, as AdaExplore's does) and each manual section's text."""
 
     def __init__(
         self,
@@ -65,6 +66,8 @@ class ToolSession:
         # Every call is bounded: a server that never answers stops the run with a sentence.
         self.call_wait_s = call_wait_s
         self.evaluating_wait_s = evaluating_wait_s
+        self.tree_tasks: dict[int, str] = {}
+        self.tree_codes: dict[int, dict[int, str]] = {}
 
     async def _call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         evaluates = name in EVALUATING_TOOLS or args.get("action") in ("start", "submit")
@@ -118,7 +121,30 @@ class ToolSession:
             if m.snippet:
                 sections[m.id] = m
         whole = [sections.get(m.id, m) for m in step.manual_sections]
-        return step.model_copy(update={"rules": list(rules.values()), "manual_sections": whole})
+        codes = self.tree_codes.setdefault(step.tree_id, {})
+        for k in [*step.chain, *step.pool]:
+            if k.code is not None:
+                codes.setdefault(k.node_id, k.code)
+        if step.start_code is not None:
+            codes.setdefault(step.parent_id, step.start_code)
+        return step.model_copy(
+            update={
+                "rules": list(rules.values()),
+                "manual_sections": whole,
+                "task_source": step.task_source or self.tree_tasks.get(step.tree_id),
+                "start_code": (
+                    step.start_code or codes.get(step.parent_id) if step.kind == "small" else None
+                ),
+                "chain": [self._coded(k, codes) for k in step.chain],
+                "pool": [self._coded(k, codes) for k in step.pool],
+            }
+        )
+
+    @staticmethod
+    def _coded(kernel: ContextKernel, codes: dict[int, str]) -> ContextKernel:
+        if kernel.code is not None:
+            return kernel
+        return kernel.model_copy(update={"code": codes.get(kernel.node_id)})
 
     async def _all_rules(self, tree_id: int, target: str) -> None:
         """Every active rule for `target`, for a tree whose preset puts them all in the prompt."""
@@ -163,13 +189,17 @@ class ToolSession:
             "start",
             StartResult,
         )
+        self.tree_tasks[started.tree.id] = reference_code
+        if seed_code is not None and started.seed_node is not None and started.warm_start is None:
+            self.tree_codes.setdefault(started.tree.id, {})[started.seed_node.id] = seed_code
         if started.tree.params.get("rules_in_prompt") == 0:  # all active rules, as AdaExplore
             await self._all_rules(started.tree.id, started.tree.target)
-            if started.next_step is not None:
-                started.next_step = self._whole(started.next_step)
+        if started.next_step is not None:
+            started.next_step = self._whole(started.next_step)
         return started
 
     async def submit(self, tree_id: int, node_id: int, code: str) -> SubmitResult:
+        self.tree_codes.setdefault(tree_id, {})[node_id] = code
         return await self._model(
             "search_tree_step",
             {"action": "submit", "tree_id": tree_id, "node_id": node_id, "candidate_code": code},
