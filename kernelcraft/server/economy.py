@@ -20,12 +20,14 @@ client once per tree and refers to it afterwards:
 - a verdict's stage timings and its evidence's whole error text: left out (`error` holds the
   candidate's frames and the exceptions; the server's frames are not the client's).
 
-What a client holds is `Sent`, per tree and client, in this server process (a restarted server
-sends each piece once more). The driver agent is an MCP client like any other: its session keeps
+What a client holds is `Sent`, per tree and MCP session, in this server process: a new session (a
+new conversation, a restarted driver) and a restarted server are sent each piece once more. The driver agent is an MCP client like any other: its session keeps
 what it sent and was sent and fills each step back in (`agent/session.py`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus
 from kernelcraft.search.instructions import ANSWER_FORMAT, rules_sentence
@@ -47,6 +49,15 @@ ANSWER_FORMAT_AGAIN = (
 NO_GPU_AGAIN = "no GPU here: correctness is checked, speed is not (a correct kernel scores as parity)"
 
 Holder = StartResult | SubmitResult | TreeStatus
+
+
+def reader_of(state: AppState, session: Any, client: str) -> str:
+    """Who holds an answer: one MCP session of `client` (what a session was sent, another session
+    of the same client has not seen)."""
+    try:
+        return state.readers.setdefault(session, f"{client}#{len(state.readers) + 1}")
+    except TypeError:  # not weakly referable: the session's identity alone
+        return f"{client}#{id(session)}"
 
 
 def sent_to(state: AppState, tree_id: int, client: str) -> Sent:

@@ -7,6 +7,7 @@ that calls the tool, so it says what to pass and in which form.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from mcp.server.mcpserver.exceptions import ToolError
@@ -68,3 +69,27 @@ def allowed_op_names(ops: list[str] | None) -> list[str]:
         return aten_op_names(ops)
     except UsageError as e:
         raise ToolError(str(e)) from None
+
+
+def client_folder(value: str | None, name: str, *, must_exist: bool) -> Path:
+    """A folder a client named, as an absolute path on the server's machine.
+
+    Refuses (ToolError) an empty value and a relative path: either would resolve against the
+    server's working directory (an assistant's user's project), which the client never named, so
+    a tool could read every `.py` there as a task or write its results there. `~` is the server's
+    user's home. `must_exist`: a folder to read from, which must be one.
+    """
+    text = (value or "").strip()
+    if not text:
+        raise ToolError(f"{name} is empty; pass an absolute folder path on the server's machine")
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise ToolError(
+            f"{name} {text!r} is relative; pass an absolute folder path on the server's machine "
+            "(a relative one would resolve against the server's working directory, not a folder you named)"
+        )
+    if must_exist and not path.is_dir():
+        raise ToolError(f"{name} {text!r} is not a folder on the server's machine; pass one that exists")
+    if not must_exist and path.exists() and not path.is_dir():
+        raise ToolError(f"{name} {text!r} is a file, not a folder; pass a folder for the results")
+    return path

@@ -3,12 +3,13 @@
 It reads folders on the server's machine, so it serves only the server's own user: a stdio client
 (the assistant that started the server). Over HTTP a teammate's token would let them read any
 `.py` file of the server's user through the verdicts' error texts, so there it is a tool error
-saying to run `kernelcraft level` on that machine instead.
+saying the server's operator evaluates the level on that machine. Every folder is an absolute
+path the client named (`inputs.client_folder`): an empty or relative one is refused, never
+resolved against the server's working directory.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -20,6 +21,7 @@ from kernelcraft.level.runner import LevelRun, run_level
 from kernelcraft.level.tasks import parse_problems
 from kernelcraft.schema.level import LevelSummary
 from kernelcraft.server.auth import LOCAL_CLIENT, client_name
+from kernelcraft.server.inputs import client_folder
 from kernelcraft.server.state import AppState
 from kernelcraft.server.tools import app_state, cleaned, tool_errors
 
@@ -38,11 +40,15 @@ def register_level_tool(mcp: MCPServer[AppState]) -> None:
         ctx: Context[AppState],
         tasks_dir: Annotated[
             str,
-            Field(description="Folder of tasks on this machine, e.g. KernelBench/level1."),
+            Field(
+                description="Absolute folder of tasks on the server's machine, e.g. /data/KernelBench/level1."
+            ),
         ],
         out_dir: Annotated[
             str,
-            Field(description="Folder for the results; again, it skips the tasks already evaluated."),
+            Field(
+                description="Absolute folder for the results; again, it skips the tasks already evaluated."
+            ),
         ],
         candidates_dir: Annotated[
             str | None,
@@ -58,18 +64,25 @@ def register_level_tool(mcp: MCPServer[AppState]) -> None:
         if client_name() != LOCAL_CLIENT:
             raise ToolError(
                 "evaluate_level reads folders on the server's machine and serves only its own user (a "
-                "stdio client); run `kernelcraft level` on that machine instead"
+                "stdio client); ask the server's operator to evaluate the level on that machine"
             )
         state = app_state(ctx)
+        tasks = client_folder(tasks_dir, "tasks_dir", must_exist=True)
+        out = client_folder(out_dir, "out_dir", must_exist=False)
+        candidates = (
+            client_folder(candidates_dir, "candidates_dir", must_exist=True)
+            if candidates_dir is not None
+            else None
+        )
 
         async def report(done: int, total: int, message: str) -> None:
             await ctx.report_progress(done, total, message)
 
         with tool_errors():
             run = LevelRun(
-                tasks_dir=Path(tasks_dir).expanduser(),
-                out_dir=Path(out_dir).expanduser(),
-                candidates_dir=Path(candidates_dir).expanduser() if candidates_dir else None,
+                tasks_dir=tasks,
+                out_dir=out,
+                candidates_dir=candidates,
                 problems=parse_problems(problems) if problems else None,
             )
             summary = await run_level(state.evaluator, run, report)

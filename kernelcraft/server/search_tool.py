@@ -139,7 +139,8 @@ def register_search_tool(mcp: MCPServer[AppState]) -> None:
             task_name=task_name,
             share_with=share_with,
         )
-        return economise(step, app_state(ctx), client_name())
+        state = app_state(ctx)
+        return economise(step, state, economy.reader_of(state, ctx.session, client_name()))
 
 
 async def _search_action(
@@ -163,6 +164,7 @@ async def _search_action(
     """What search_tree_step does for one action, its arguments checked by the tool's schema."""
     state = app_state(ctx)
     client = client_name()
+    reader = economy.reader_of(state, ctx.session, client)
     for name, code in (
         ("reference_code", reference_code),
         ("candidate_code", candidate_code),
@@ -186,14 +188,14 @@ async def _search_action(
                 client=client,
                 progress=progress_to(ctx),
             )
-            economy.client_sent(state, started.tree.id, client, task=True)
+            economy.client_sent(state, started.tree.id, reader, task=True)
             if candidate_code is not None and started.warm_start is None:
-                economy.client_sent(state, started.tree.id, client, code=candidate_code)
+                economy.client_sent(state, started.tree.id, reader, code=candidate_code)
             return SearchStep(action=action, start=started)
         if action == "submit":
             _require(action, tree_id=tree_id, node_id=node_id, candidate_code=candidate_code)
             assert tree_id is not None and node_id is not None and candidate_code is not None
-            economy.client_sent(state, tree_id, client, code=candidate_code)
+            economy.client_sent(state, tree_id, reader, code=candidate_code)
             submitted = await state.search.submit(
                 tree_id, node_id, candidate_code, client=client, progress=progress_to(ctx)
             )

@@ -13,9 +13,11 @@ through `StateSlot` where the SDK gives them no context (static resources).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.voice import CLI_VOICE, Voice
@@ -44,7 +46,10 @@ class AppState:
     docs: HwDocs
     search: SearchService
     sent: dict[tuple[int, str], Sent] = field(default_factory=dict)
-    """What each (tree, client) has been sent of rules and manual sections (search_tool.py)."""
+    """What each (tree, reader) holds of its answers (`economy.py`)."""
+    readers: weakref.WeakKeyDictionary[Any, str] = field(default_factory=weakref.WeakKeyDictionary)
+    """Each MCP session's reader name: its client's and a number of its own. A new session (a new
+    conversation, a restarted driver) holds nothing of what earlier sessions were sent."""
 
 
 @dataclass

@@ -71,6 +71,7 @@ def _values(alice: dict[str, int], tmp_path: Path) -> dict[str, Any]:
         "family": "elementwise",
         "dsl": "triton",
         "task_name": "vector_add",
+        "tool": "search_tree_step",
         "policy": "adaexplore",
         "policy_params": {},
         "tasks_dir": str(tmp_path / "tasks"),

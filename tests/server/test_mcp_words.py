@@ -9,13 +9,13 @@ from typing import Any
 
 import anyio
 import pytest
-from kernelcraft.engine.checks.shrink import describe
 from mcp import Client
 
 from bench.bench_session import _scripted, kernels, session, task
 from bench.scripted import ScriptedEvaluator
 from kernelcraft.base.errortext import CANDIDATE_FILE
 from kernelcraft.engine.host.job import compile_timeout_words, mode_note
+from kernelcraft.engine.source.shrink import describe
 from kernelcraft.engine.worker.sizing import INPUTS_IGNORED
 from kernelcraft.server.app import create_server
 from kernelcraft.server.words import CLI_ISMS, ENUM_REPR, MCP_WORDS
