@@ -168,6 +168,12 @@ class LocalEvaluator:
         return self._gpus > 0
 
     @property
+    def parallel_jobs(self) -> int:
+        """About how many jobs run at once: two workers each, on every device (a team server's
+        fair queue admits this many, `server/fairness.py`)."""
+        return max(1, self._workers // 2) * max(1, self._gpus)
+
+    @property
     def workers(self) -> int:
         """Workers kept started per device (a job takes two)."""
         return self._workers
