@@ -13,9 +13,9 @@ import pytest
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.job import Job
 from kernelcraft.engine.host.jobtiming import MIN_PROFILE_ROUNDS
-from kernelcraft.engine.host.jobworkers import CandidateSettings
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.machine.gpulock import Device, GpuLock
 from kernelcraft.engine.wire.channel import Frame
@@ -94,7 +94,9 @@ class ScriptedWorker:
                 eager=_samples(EAGER_US), **({"compiled": _samples(COMPILED_US)} if h["compiled"] else {})
             ).to_header(),
             "warmup": lambda: Warm(compiled=1).to_header(),
-            "run": lambda: Outputs(outputs=[REC], inputs_after=[REC], kernels=["relu_kernel"]).to_header(),
+            "run": lambda: Outputs(  # one output set per run asked (two with the determinism re-run)
+                outputs=[REC] * (2 if h["determinism"] else 1), inputs_after=[REC], kernels=["relu_kernel"]
+            ).to_header(),
             # without its kernels, forward breaks: the knockout check passes without a comparison
             "knockout": lambda: KnockedOut(skipped=1, error="RuntimeError: no output").to_header(),
             "time_candidate": lambda: self.candidate_timing,

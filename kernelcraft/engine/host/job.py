@@ -21,10 +21,11 @@ from typing import Any, cast
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.checks import findings, perturb, scaled
+from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.jobtiming import JobTiming
-from kernelcraft.engine.host.jobworkers import CandidateSettings, JobWorkers, Stop
+from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import (
     DECOY_MESSAGE,

@@ -8,11 +8,9 @@ the end kills every worker but a reference worker in sync, which it parks for th
 task. A candidate's failure leaves any of these as `Stop`, carrying the verdict (what an answer,
 a silence or a death means: `replies.py`).
 
-Before the candidate loads, the reference measures the task (`Sized`): the job refuses a task
-that cannot fit the device or the interpreter (`TaskError`, up front), reserves its memory on the
-device's ledger (`memory.py`), and gives the candidate a memory limit sized to the task and, in
-the interpreter, the shrunk task (`shrink.py`). The reference's own timeout or death is the
-task's (`TaskError`), never the candidate's, except while it reads the candidate's outputs.
+Before the candidate loads, the reference measures the task and the job is admitted at its sizes
+(`admission.py`). The reference's own timeout or death is the task's (`TaskError`), never the
+candidate's, except while it reads the candidate's outputs.
 
 Used by one `Job` at a time; only the job's stages call it.
 """
@@ -23,19 +21,18 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup
+from kernelcraft.engine.host import admission
+from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.references import Parked, ReferencePool, reap, task_key
+from kernelcraft.engine.host.references import ReferencePool, reap, task_key
 from kernelcraft.engine.host.replies import (
     R,
     Stop,
@@ -51,12 +48,8 @@ from kernelcraft.engine.machine.gpulock import Device
 from kernelcraft.engine.machine.memory import (
     IDLE_REFERENCE_SHARE,
     LimitOwner,
-    TaskSize,
-    host_available,
-    refusal,
 )
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
-from kernelcraft.engine.source import reach, shrink
 from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
@@ -68,7 +61,6 @@ from kernelcraft.engine.wire.protocol import (
     Loaded,
     MakeInputs,
     Msg,
-    NextJob,
     Request,
     Sized,
     TaskReady,
@@ -101,36 +93,9 @@ def add_up(stages: dict[str, float], seconds: float) -> dict[str, float]:
     return {**stages, "other": round(stages.get("other", 0.0) + rest, 3)}
 
 
-def size_pairs(sized: Sized) -> list[reach.Pair]:
-    """The sizes a shrink changed, trial and full: its constants, the inputs' dimensions and
-    element counts (what `reach.py` tries the candidate's branches on)."""
-    pairs: list[reach.Pair] = [(name, new, old) for name, (old, new) in sized.shrunk.items()]
-    for i, (small, full) in enumerate(zip(sized.trial_dims, sized.full_dims, strict=False)):
-        if len(small) != len(full) or small == full:
-            continue
-        pairs += [
-            (f"input {i + 1}'s dim {j}", a, b) for j, (a, b) in enumerate(zip(small, full, strict=True))
-        ]
-        pairs.append((f"input {i + 1}'s numel", math.prod(small), math.prod(full)))
-    return [p for p in pairs if p[1] != p[2]]
-
-
 SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
 WATCH_INTERVAL_S = 0.25
 REAP_TIMEOUT_S = 15.0
-
-
-@dataclass(frozen=True)
-class CandidateSettings:
-    """What the evaluator imposes on every candidate process."""
-
-    memory_limit_bytes: int | None
-    """The user's cap (`LocalEvaluator`'s `memory_limit_gb`); None: sized to each task (`memory.py`)."""
-    sandbox: bool
-    """The filesystem sandbox (`sandbox.py`; KERNELCRAFT_SANDBOX=off turns it off)."""
-    shrink: bool = True
-    """Shrink large KernelBench tasks for the interpreter (`shrink.py`; KERNELCRAFT_SHRINK=off
-    or `EvalJob.full_size` runs the task's own sizes)."""
 
 
 class JobWorkers:
@@ -244,154 +209,8 @@ class JobWorkers:
         return w
 
     async def start_reference(self) -> TaskReady:
-        """A reference worker with the task loaded: a kept one (rebuilt while it was idle) or a
-        fresh one, which measures the task first (`Sized`): the job checks it fits and reserves
-        its memory (`size_up`) before the worker allocates anything."""
-        try:
-            return await self._start_reference()
-        except Exception as e:
-            if not self.sized.done():
-                self.sized.set_exception(e)
-                self.sized.exception()  # retrieved: a job without a candidate never awaits it
-            raise
-        finally:
-            self.sized.cancel()  # (no-op once set) a cancelled job's candidate stops waiting
-
-    async def _start_reference(self) -> TaskReady:
-        t = time.perf_counter()
-        key = self.key
-        while True:
-            kept = self.references.take(key)
-            if kept is not None:
-                ready = await self._take_kept(kept, t)
-                if ready is not None:
-                    return ready
-                continue
-            if self.references.reserve(key):
-                break
-            # The task has its share of reference workers, all busy: one is soon free (a job
-            # holds it a few seconds), which beats starting another process.
-            await self.references.freed(key, 5.0)
-        self.ref = None
-        try:
-            self.ref = await self.acquire()
-        finally:
-            self.references.started(key, self.ref)
-        self.ref_pool = self.device.pool
-        t = self.stage("workers", t)
-        self.start_deadline()
-        self.ref_in_sync = False
-        # The lock is taken only once a worker is held: a job waiting for a worker (or for
-        # another job's reference) must not hold up a timing, which would hold up that job.
-        async with self.gpu_lock(exclusive=False):
-            frame = await self.load(self.ref, "reference", interpret=self.interpret)
-        try:
-            sized: Sized | None = Sized.from_header(frame.header)
-        except ValueError:
-            sized = None
-        if sized is not None:
-            self.references.sizes[key] = sized
-        await self.size_up(sized, fresh=True)
-        async with self.gpu_lock(exclusive=False):  # building Model uses the GPU
-            frame = await self.ask_ref(NextJob())
-        self.task_error(frame)
-        self.stage("reference", t)
-        return TaskReady.from_header(frame.header)
-
-    async def _take_kept(self, kept: Parked, t: float) -> TaskReady | None:
-        """Hold a kept reference worker and read its answer to the `NextJob` it got when parked;
-        None when it broke meanwhile (it is killed: the caller tries another)."""
-        w = kept.worker
-        self.ref, self.ref_pool = w, kept.pool
-        self.held.append((kept.pool, w))
-        self.active.add(w)
-        t = self.stage("workers", t)
-        self.start_deadline()
-        await self.size_up(self.references.sizes.get(self.key), fresh=False)
-        try:
-            frame = await asyncio.wait_for(
-                asyncio.shield(kept.rebuilt), max(0.1, self.deadline - time.monotonic())
-            )
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            if not kept.rebuilt.cancelled():
-                raise
-            frame = None
-        if frame is not None and frame.header.get("type") == Msg.TASK_READY:
-            self.ref_in_sync = True
-            self.stage("reference", t)
-            return TaskReady.from_header(frame.header)
-        w.kill()  # broken between jobs; try another, or a fresh one
-        self.references.forget(self.key, w)
-        self.ref = None
-        return None
-
-    async def size_up(self, sized: Sized | None, *, fresh: bool) -> None:
-        """Whether the job can run at the task's measured sizes (`TaskError` when not: too big
-        for the device, or for the interpreter), its memory reserved, and what the candidate gets:
-        its memory limit and the task's source (a shrunk one in the interpreter: `shrink.py`)."""
-        kind, override = self.device.kind, self.settings.memory_limit_bytes
-        if sized is not None and sized.error is not None and self.interpret and self.spec.cpu_sizes:
-            raise TaskError(
-                f"--cpu-sizes: the task at the sizes given does not build: {sized.error}",
-                path=self.spec.task_name,
-            )
-        if sized is None or sized.error is not None:
-            self.memory_limit = override or (sized.device_free // 2 if sized and sized.device_free else None)
-            self.bound_frames(sized)
-            self.sized.set_result(sized)
-            return
-        # Only the trials run the interpreter: compile and the roofline never refuse for its limits.
-        trials = "verify" in self.spec.stages
-        if self.interpret and trials and not self.full_size and not sized.has_cpu_inputs:
-            shrink.check_interpreter_work(
-                sized.elements, sized.shapes, self.spec.task_name, sized.params_bytes, sized.not_shrunk
-            )
-            if sized.not_shrunk:
-                self.notes.append(f"ran at the task's own sizes: {sized.not_shrunk}"[:600])
-        size = TaskSize.of(sized)
-        index, ledger = self.device.index, self.device.memory
-        if fresh:
-            ledger.learn(
-                size, self.references.idle_bytes(index), others_in_flight=max(0, self.device.jobs - 1)
-            )
-        self.held_when_idle = size.held_when_idle(kind)
-        candidate = not self.spec.baseline_only  # a baseline job runs the reference alone
-        waited, t = time.monotonic(), time.perf_counter()
-        await ledger.admit(
-            id(self),
-            size.job_need(kind, candidate=candidate),
-            lambda capacity: refusal(self.spec.task_name, size, kind, capacity, candidate=candidate),
-            lambda: self.references.idle_bytes(index),
-            lambda n: self.references.evict(index, n),
-            alone=self.alone,
-        )
-        self.deadline += time.monotonic() - waited  # waiting for other jobs' memory is not this job's time
-        self.stage("memory_wait", t)
-        self.memory_limit = size.candidate_limit(kind, override)
-        if self.alone and not override:  # run again with room: what the device has beside the reference
-            room = ledger.reserved.get(id(self), 0) - size.working_set(kind)
-            self.memory_limit = max(self.memory_limit, min(room, host_available() // 2))
-            self.device_bound = self.memory_limit >= room
-        if sized.shrunk_source is not None:
-            self.task_source = sized.shrunk_source
-            self.notes.append(shrink.describe(sized.shrunk, sized.shapes, given=bool(self.spec.cpu_sizes)))
-            self.notes.extend(reach.note(self.spec.candidate_source, size_pairs(sized)))
-        if sized.probe is not None:
-            # A warning that the trials cannot tell a kernel from one that ignores its inputs
-            # comes first: a reader of a passing verdict must not miss it.
-            at = 0 if sized.probe.startswith("warning:") else len(self.notes)
-            self.notes.insert(at, sized.probe[:800])
-        self.bound_frames(sized)
-        self.sized.set_result(sized)
-
-    def bound_frames(self, sized: Sized | None) -> None:
-        """Bound what the job's workers may send by the task's measured sizes (`wire/bounds.py`)."""
-        if sized is None or sized.error is not None or not sized.outputs_measured:
-            self.bounds = frame_bounds.unsized(self.memory_limit)
-        else:
-            self.bounds = frame_bounds.for_task(sized.inputs_bytes, sized.outputs_bytes)
-        if self.ref is not None:
-            self.ref.bounds = self.bounds
+        """A reference worker with the task loaded, the job admitted at its sizes (`admission.py`)."""
+        return await admission.start_reference(self)
 
     async def start_candidate(self) -> WorkerProcess:
         """A candidate worker with the candidate imported; `Stop` when that fails. It is loaded

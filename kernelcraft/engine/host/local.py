@@ -53,9 +53,10 @@ from typing import Literal
 from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.job import Job
-from kernelcraft.engine.host.jobworkers import CandidateSettings, add_up
+from kernelcraft.engine.host.jobworkers import add_up
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
 from kernelcraft.engine.machine import prestart
