@@ -323,6 +323,34 @@ async def test_optimize_with_llm_none_and_no_seed_says_a_seed_is_needed(home: Pa
 
 
 @pytest.mark.anyio
+async def test_optimize_with_llm_none_starts_the_tuner_from_the_cookbook_kernel_whose_signature_fits(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 41: no seed beside the task, but the cookbook's activation entry takes the same Model
+    # arguments: the tuner starts from it and records its step time per axis it moves along.
+    cookbook = ROOT / "kernelcraft" / "knowledge" / "cookbook" / "entries" / "activation"
+    task = home / "gelu.py"
+    task.write_text((cookbook / "task.py").read_text())
+    summary = await optimize(
+        OptimizeOptions(
+            task=task,
+            steps=1,
+            llm=LLMConfig(kind="none"),
+            out=home / "r",
+            db_path=home / "kc.db",
+            progress=False,
+        )
+    )
+    assert "seed: the cookbook's activation kernel" in capsys.readouterr().err
+    steps = [json.loads(line) for line in (home / "r" / "steps.jsonl").read_text().splitlines()]
+    assert summary["best"] is not None and all(s["proposer"] == "tuner" for s in steps)
+    moved = {a for s in steps for a in (s.get("tuner") or {}).get("axes", [])}
+    assert moved and set(summary["tuner_axis_seconds"]) == moved
+    assert moved <= {"tile", "split-K", "warps", "stages", "precision", "programs per SM"}
+    assert all(v["steps"] >= 1 and v["median"] > 0 for v in summary["tuner_axis_seconds"].values())
+
+
+@pytest.mark.anyio
 async def test_optimize_without_an_api_key_fails_before_starting_anything(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -305,3 +305,59 @@ async def test_tune_searches_an_autotuned_kernels_configs_through_the_rewritten_
 
     result = await tune(GEMM, objective, budget=100, seed=0)
     assert result.best is not None and result.best.time_us == 10.0
+
+
+def test_a_proposal_names_the_axes_it_moves_along_and_the_run_times_each_axis() -> None:
+    from kernelcraft.agent.loop.proposers import axes_changed
+    from kernelcraft.agent.loop.runwords import tuner_axis_seconds
+
+    gemm = (
+        Path(__file__).resolve().parents[2] / "kernelcraft/knowledge/cookbook/entries/gemm/kernel.py"
+    ).read_text()
+    params = find_params(gemm)
+    start = current_config(params)
+    by_kind = {p.kind: p.key for p in params}
+    tile = next(p.key for p in params if p.kind == "meta" and "SPLIT" not in p.key.upper())
+    moved = dict(start) | {
+        tile: start[tile] * 2,
+        by_kind["num_warps"]: 8 if start[by_kind["num_warps"]] != 8 else 4,
+    }
+    assert axes_changed(params, start, moved) == ["tile", "warps"]
+    assert axes_changed(params, start, start) == []
+    records = [
+        {"proposer": "tuner", "seconds": 2.0, "tuner": {"axes": ["tile", "warps"]}, "new_best": True},
+        {"proposer": "tuner", "seconds": 4.0, "tuner": {"axes": ["tile"]}},
+        {"proposer": "tuner", "seconds": 1.0, "cookbook": "gemm"},
+        {"proposer": "llm", "seconds": 30.0},
+    ]
+    assert tuner_axis_seconds(records) == {
+        "cookbook": {"steps": 1, "median": 1.0, "total": 1.0, "new_best": 0},
+        "tile": {"steps": 2, "median": 3.0, "total": 6.0, "new_best": 1},
+        "warps": {"steps": 1, "median": 2.0, "total": 2.0, "new_best": 1},
+    }
+
+
+@pytest.mark.anyio
+async def test_the_tuners_first_step_beside_a_seed_is_the_cookbook_kernel_once() -> None:
+    from kernelcraft.agent.loop.proposers import TunerProposer
+    from kernelcraft.base.tree import NextStep
+
+    tuner = TunerProposer(
+        None,  # type: ignore[arg-type]  # the cookbook step asks the server nothing
+        task_source="task",
+        seed_code=SAMPLE,
+        seed_outcome="correct",
+        search_seed=0,
+        compile_check=False,
+    )
+    tuner.cookbook = ("gemm", "class ModelNew: pass  # the cookbook's kernel")
+    step = NextStep.model_construct(
+        kind="small", start_code=SAMPLE, pool=[], chain=[], target="sm_90a", speedup_measured=True
+    )
+    first = await tuner.step(step, [], None)
+    assert first.code == "class ModelNew: pass  # the cookbook's kernel" and first.info == {
+        "mode": "tuner",
+        "cookbook": "gemm",
+    }
+    second = await tuner.step(step, [{"cookbook": "gemm", **first.info}], None)
+    assert second.code != first.code and second.info.get("tuner") is not None

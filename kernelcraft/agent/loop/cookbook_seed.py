@@ -6,8 +6,9 @@ server's `search_examples` tool (the agent reaches the knowledge layer only over
         seed_code = example.kernel_code    # a ModelNew for the cookbook's own task
 
 The example's ModelNew takes the init arguments of the cookbook's task, which may differ from
-the task at hand: the writer adapts it (the LLM's first step), or, with `--llm none`, uses it only
-when `compatible` says so. A cookbook entry is advice: the verdict on whatever is built from it
+the task at hand: the writer adapts it (the LLM's first step), or, with `--llm none`, the offline
+tuner starts from it only when `compatible` says so (`tunable_match`): as the seed when none was
+given, else as its first step beside the given seed, so the tree keeps whichever is faster. A cookbook entry is advice: the verdict on whatever is built from it
 comes from the evaluator like any other candidate's.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ast
 
 from kernelcraft.agent.loop.session import ToolSession
+from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.schema.cookbook import CookbookExample
 
 
@@ -25,6 +27,18 @@ async def cookbook_seed(session: ToolSession, task_source: str) -> CookbookExamp
     data = await session._call("search_examples", {"query": task_source, "limit": 1, "include_code": True})
     found = data.get("examples") or []
     return CookbookExample.model_validate(found[0]) if found else None
+
+
+async def tunable_match(session: ToolSession, task_source: str) -> CookbookExample | None:
+    """The cookbook kernel the offline tuner can start from for this task: the best match, when its
+    Model's signature fits the task's (`compatible`) and it has launch parameters to tune; else None."""
+    example = await cookbook_seed(session, task_source)
+    if example is None or not example.kernel_code or not compatible(example, task_source):
+        return None
+    try:
+        return example if find_params(example.kernel_code) else None
+    except SyntaxError:
+        return None
 
 
 def compatible(example: CookbookExample, task_source: str) -> bool:

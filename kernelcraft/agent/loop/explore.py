@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import logging
 import sys
 import tempfile
 import time
@@ -60,14 +61,18 @@ from kernelcraft.agent.llm.config import load_dotenv, make_llm
 from kernelcraft.agent.llm.core import Usage, UsageMeter
 from kernelcraft.agent.llm.judge import judge_for
 from kernelcraft.agent.llm.wrappers import DryRunLLM, LoggedLLM
+from kernelcraft.agent.loop.cookbook_seed import tunable_match
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import Explorer, StartedRun, save_best, sha256_of
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import UsageError
+from kernelcraft.schema.cookbook import CookbookExample
 from kernelcraft.schema.presets import config_of
 from kernelcraft.schema.tree import NodeInfo, WarmStart
+
+logger = logging.getLogger(__name__)
 
 
 def find_seed(task: Path) -> Path | None:
@@ -131,15 +136,40 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
     meter = meter_so_far(run)
     try:
         async with _session(opts, place, session, meter, run) as tools:
-            if meta is None:
-                started = await start_tree(opts, inputs, tools, run, place)
-            else:
-                started = await resume_tree(opts, inputs, tools, run, meta)
-            explorer = Explorer(opts, tools, llm, run, meter, started)
-            return await explorer.explore(started_at)
+            cookbook = await tuner_start(inputs, tools) if opts.llm.kind == "none" else None
+            if opts.llm.kind != "none" or cookbook is not None or inputs.seed_code is not None:
+                if cookbook is not None and inputs.seed_code is None:
+                    print(
+                        f"seed: the cookbook's {cookbook.id} kernel (its Model's signature fits the task)",
+                        file=sys.stderr,
+                    )
+                    inputs = RunInputs(inputs.task_source, None, cookbook.kernel_code)
+                if meta is None:
+                    started = await start_tree(opts, inputs, tools, run, place)
+                else:
+                    started = await resume_tree(opts, inputs, tools, run, meta)
+                explorer = Explorer(opts, tools, llm, run, meter, started)
+                if cookbook is not None:  # beside a given seed: the first tuner step, the faster kept
+                    explorer.tuner.cookbook = (cookbook.id, cookbook.kernel_code)
+                return await explorer.explore(started_at)
+        raise UsageError(
+            f"--llm none needs a seed kernel to tune and no cookbook entry's signature fits {opts.task}: "
+            f"pass --seed FILE, or put {opts.task.stem}_seed.py (or seed.py beside a task.py) next to it; "
+            "the offline tuner tunes a kernel, it does not write one"
+        )
     finally:
         if llm is not None:
             await llm.aclose()
+
+
+async def tuner_start(inputs: RunInputs, tools: ToolSession) -> CookbookExample | None:
+    """The offline tuner starts from the best kernel known for the task: the cookbook's match when
+    its signature fits (`tunable_match`), as the seed when none was given, else beside it."""
+    try:
+        return await tunable_match(tools, inputs.task_source)
+    except Exception as e:  # noqa: BLE001 - the cookbook helps; a server without it is no failure
+        logger.info("no cookbook match for the tuner: %s", e)
+        return None
 
 
 @asynccontextmanager
@@ -187,12 +217,6 @@ def read_inputs(opts: OptimizeOptions) -> RunInputs:
     if opts.llm.kind == "none" and seed_code is None and opts.no_seed:
         raise UsageError(
             "--llm none with --no-seed has nothing to start from: the offline tuner tunes a seed"
-        )
-    if opts.llm.kind == "none" and seed_code is None:
-        raise UsageError(
-            f"--llm none needs a seed kernel to tune: pass --seed FILE, or put {opts.task.stem}_seed.py "
-            f"(or seed.py beside a task.py) next to {opts.task}; the offline tuner tunes a kernel, it "
-            "does not write one"
         )
     if seed_code is not None and not _defines_model_new(seed_code, seed_path):
         raise UsageError(

@@ -37,6 +37,7 @@ from kernelcraft.agent.tuner.search import (
     find_params,
     next_config,
 )
+from kernelcraft.agent.tuner.source import Param
 from kernelcraft.schema.evaluation import CompileResult
 from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo
 
@@ -218,6 +219,26 @@ class LLMProposer:
         }
 
 
+_AXES = {"num_warps": "warps", "num_stages": "stages", "precision": "precision", "split": "precision",
+          "persistent": "programs per SM"}  # fmt: skip
+
+
+def axes_changed(params: list[Param], start: dict[str, int], config: dict[str, int]) -> list[str]:
+    """The axes a proposal moves along: 'tile' (block sizes), 'split-K', 'warps', 'stages',
+    'precision' (a dot's input precision, an operand split), 'programs per SM'."""
+    kinds = {p.key: p for p in params}
+    out = set()
+    for key, value in config.items():
+        if value == start.get(key) or key not in kinds:
+            continue
+        p = kinds[key]
+        if p.kind == "meta":
+            out.add("split-K" if "SPLIT" in key.upper() else "tile")
+        else:
+            out.add(_AXES.get(p.kind, p.kind))
+    return sorted(out)
+
+
 class TunerProposer:
     """The offline tuner's steps: configurations of a kernel's launch parameters, at no token cost.
 
@@ -242,6 +263,8 @@ class TunerProposer:
         self.search_seed = search_seed
         self.compile_check = compile_check
         self.compiled_any = False
+        self.cookbook: tuple[str, str] | None = None
+        """(entry id, kernel) of the cookbook's match, submitted as the run's first tuner step."""
 
     def observations(self, family: str, records: list[dict[str, Any]]) -> list[Observation]:
         """What the run's earlier tuner steps (and their rejected proposals) tried in this family."""
@@ -292,6 +315,11 @@ class TunerProposer:
         return best_code or self.seed_code
 
     async def step(self, step: NextStep, records: list[dict[str, Any]], best_code: str | None) -> StepOutcome:
+        if self.cookbook is not None and not any(r.get("cookbook") for r in records):
+            entry, code = self.cookbook
+            self.cookbook = None  # once per run: the tree then tunes whichever kernel is faster
+            if code != self.seed_code:
+                return StepOutcome(code, {"mode": "tuner", "cookbook": entry})
         jump = step.kind == "large"
         base = self.pool_base(step.pool, best_code) if jump else step.start_code
         if is_failed_step(base):  # a step that produced nothing: tune the best kernel instead
@@ -324,6 +352,7 @@ class TunerProposer:
                     "family": family,
                     "config": config,
                     "changed": {k: [start[k], v] for k, v in config.items() if v != start[k]},
+                    "axes": axes_changed(params, start, config),
                 },
                 "rejected": rejected,
             }

@@ -21,7 +21,7 @@ from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.proposers import LLMProposer, StepOutcome, TunerProposer
 from kernelcraft.agent.loop.rundir import Progress, RunDir
 from kernelcraft.agent.loop.runreport import write_run_report
-from kernelcraft.agent.loop.runwords import GPU_NOTE, final_words, run_stop, step_seconds
+from kernelcraft.agent.loop.runwords import GPU_NOTE, final_words, run_stop, step_seconds, tuner_axis_seconds
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import KernelcraftError, LLMError
@@ -382,6 +382,7 @@ class Explorer:
             "driver_failures": sum(1 for r in self.records if r.get("driver_failure")),
             "steps_by_proposer": dict(Counter(r.get("proposer", r.get("mode")) for r in self.records)),
             "step_seconds": step_seconds(self.records),
+            "tuner_axis_seconds": tuner_axis_seconds(self.records),
             "best": None
             if best is None
             else {

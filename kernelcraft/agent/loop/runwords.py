@@ -73,3 +73,25 @@ def step_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             "median_writing": round(statistics.median(write), 3),
         }
     return out
+
+
+def tuner_axis_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per axis the offline tuner moved along ('tile', 'split-K', 'warps', 'stages', 'precision',
+    'programs per SM'; 'cookbook' for its start from the cookbook's kernel): steps, the median and
+    total seconds a step took, and how many found a new best. A step moving two axes counts for both."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if "seconds" not in r or r.get("proposer", r.get("mode")) != "tuner":
+            continue
+        axes = ["cookbook"] if r.get("cookbook") else list((r.get("tuner") or {}).get("axes") or [])
+        for axis in axes:
+            by.setdefault(axis, []).append(r)
+    return {
+        axis: {
+            "steps": len(rs),
+            "median": round(statistics.median(float(r["seconds"]) for r in rs), 3),
+            "total": round(sum(float(r["seconds"]) for r in rs), 3),
+            "new_best": sum(1 for r in rs if r.get("new_best")),
+        }
+        for axis, rs in sorted(by.items())
+    }
