@@ -340,7 +340,7 @@ def test_a_proposal_names_the_axes_it_moves_along_and_the_run_times_each_axis() 
 @pytest.mark.anyio
 async def test_the_tuners_first_step_beside_a_seed_is_the_cookbook_kernel_once() -> None:
     from kernelcraft.agent.loop.proposers import TunerProposer
-    from kernelcraft.base.tree import NextStep
+    from kernelcraft.schema.tree import NextStep
 
     tuner = TunerProposer(
         None,  # type: ignore[arg-type]  # the cookbook step asks the server nothing

@@ -319,7 +319,14 @@ class TunerProposer:
             entry, code = self.cookbook
             self.cookbook = None  # once per run: the tree then tunes whichever kernel is faster
             if code != self.seed_code:
-                return StepOutcome(code, {"mode": "tuner", "cookbook": entry})
+                first: dict[str, Any] = {"mode": "tuner", "cookbook": entry}
+                if not (self.compile_check and not step.speedup_measured):
+                    return StepOutcome(code, first)
+                # compiled for the target first, as every tuner proposal is without a GPU
+                compiled = await self.session.compile(self.task_source, code, [step.target])
+                self.compiled_any = True
+                if compiled.ok:
+                    return StepOutcome(code, first)
         jump = step.kind == "large"
         base = self.pool_base(step.pool, best_code) if jump else step.start_code
         if is_failed_step(base):  # a step that produced nothing: tune the best kernel instead
