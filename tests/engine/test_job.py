@@ -26,6 +26,7 @@ from kernelcraft.engine.wire.protocol import (
     KnockedOut,
     Loaded,
     Outputs,
+    Replayed,
     RooflineCounted,
     Samples,
     Sized,
@@ -49,6 +50,16 @@ CANDIDATE_US, EAGER_US, COMPILED_US = 10.0, 20.0, 15.0
 
 def _samples(us: float) -> Samples:
     return Samples(times_us=[us] * 20, method="cuda_graph", sets=8)
+
+
+def _program(run: dict[str, Any]) -> dict[str, Any]:
+    """The first run's record for the fresh-input replay (asked for with `program`)."""
+    if not run.get("program"):
+        return {}
+    return {
+        "program": {"inputs": [], "storages": [], "steps": [], "kernels": [], "outputs": []},
+        "program_kept": [],
+    }
 
 
 class ScriptedWorker:
@@ -94,9 +105,13 @@ class ScriptedWorker:
                 eager=_samples(EAGER_US), **({"compiled": _samples(COMPILED_US)} if h["compiled"] else {})
             ).to_header(),
             "warmup": lambda: Warm(compiled=1).to_header(),
-            "run": lambda: Outputs(  # one output set per run asked (two with the determinism re-run)
-                outputs=[REC] * (2 if h["determinism"] else 1), inputs_after=[REC], kernels=["relu_kernel"]
+            "run": lambda: Outputs(
+                outputs=[REC] * (2 if h.get("determinism") else 1),
+                inputs_after=[REC],
+                kernels=["relu_kernel"],
+                **_program(h),
             ).to_header(),
+            "fresh_replay": lambda: Replayed().to_header(),
             # without its kernels, forward breaks: the knockout check passes without a comparison
             "knockout": lambda: KnockedOut(skipped=1, error="RuntimeError: no output").to_header(),
             "time_candidate": lambda: self.candidate_timing,
@@ -191,9 +206,9 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
         "inputs",
         "compare",
         "inputs",
+        "fresh_replay",  # forward's record re-run on fresh inputs, last of verify
         "roofline",
         *rounds,
-        "next",  # parked: it drops the job's tensors and rebuilds Model while idle
     ]
     assert cand.ops() == [None, "warmup", "run", "run", "knockout", *["time_candidate"] * MIN_PROFILE_ROUNDS]
     # The first round lets the worker choose; later rounds keep the method it chose.
@@ -203,15 +218,19 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
         "cuda_graph",
     ]
     assert [h["compiled"] for h in ref.sent if h.get("op") == "time_reference"] == [True] * MIN_PROFILE_ROUNDS
-    # The reference ended in sync: kept for the next job on the task; the candidate is killed.
-    assert refs.idle_pids() == [ref.pid] and cand.killed_for and pool.released == [cand]
+    # The reference ran the candidate's kernels (the fresh-input replay): not kept for another
+    # job; the candidate is killed too.
+    assert refs.idle_pids() == [] and cand.killed_for and ref.killed_for
+    assert pool.released == [ref, cand] or pool.released == [cand, ref]
 
 
 @pytest.mark.anyio
 async def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compiled_timing() -> None:
+    # (profile alone: a job that verifies re-runs the candidate's kernels in its reference, which
+    # is then not kept)
     pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
-    first = await _run(pool, refs)
-    second = await _run(pool, refs)
+    first = await _run(pool, refs, ["profile"])
+    second = await _run(pool, refs, ["profile"])
     ref = pool.started[0]
     assert len(pool.started) == 3  # one reference, two candidates
     await _parked(refs)

@@ -67,6 +67,23 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
         {"op": "time_reference", "budget_ms": 60.0, "methods": {"eager": "cuda_graph"}, "compiled": False},
     ),
     (p.Run(inputs=[REC], determinism=True), {"op": "run", "inputs": [REC], "determinism": True}),
+    (
+        p.Run(inputs=[REC], determinism=True, program=True),
+        {"op": "run", "inputs": [REC], "determinism": True, "program": True},
+    ),
+    (
+        p.FreshReplay(program={"steps": []}, kept=[REC], seed=9, allowed_ops=["add"]),
+        {"op": "fresh_replay", "program": {"steps": []}, "kept": [REC], "seed": 9, "allowed_ops": ["add"]},
+    ),
+    (p.Replayed(note="n"), {"type": "replayed", "note": "n"}),
+    (
+        p.Replayed(failure_class="forbidden_construct", evidence={"message": "m", "op": "fresh replay"}),
+        {
+            "type": "replayed",
+            "failure_class": "forbidden_construct",
+            "evidence": {"message": "m", "op": "fresh replay"},
+        },
+    ),
     (p.Compile(targets=["sm_90"], inputs=[REC]), {"op": "compile", "targets": ["sm_90"], "inputs": [REC]}),
     (p.Warmup(inputs=[REC]), {"op": "warmup", "inputs": [REC]}),
     (
@@ -151,8 +168,8 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 
 def test_every_op_and_message_type_has_one_model() -> None:
-    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 13
-    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 16
+    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 14
+    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 17
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above
 

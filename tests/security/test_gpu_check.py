@@ -13,12 +13,21 @@ TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("probe", ["jit_global.py", "jit_python_call.py"])
+@pytest.mark.parametrize("probe", ["jit_global.py"])
 def test_a_kernel_the_gpu_compiler_refuses_fails_a_cpu_verify(evaluator, job_for, probe: str) -> None:
     v = evaluator.submit(job_for(TASK, PROBES / probe, trials=1, gpu_check="sm_90a")).verify
     assert v is not None and not v.correct, v
     assert v.status.startswith("compile_") and v.evidence is not None, v
     assert "the compiler for sm_90a rejects it" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
+def test_a_kernel_body_that_calls_numpy_fails_before_the_gpu_check(evaluator, job_for) -> None:
+    """Python in a kernel body (numpy here) is refused earlier, by the fresh-input replay, which
+    rebuilds kernels from their source only when the body is Triton language."""
+    v = evaluator.submit(job_for(TASK, PROBES / "jit_python_call.py", trials=1, gpu_check="sm_90a")).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert "the Python module 'numpy'" in v.evidence.message, v.evidence.message
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from kernelcraft.engine.checks import findings, perturb, scaled
 from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.engine.host.freshreplay import fresh_replay
 from kernelcraft.engine.host.jobtiming import JobTiming
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.references import ReferencePool
@@ -95,6 +96,9 @@ class Job:
         """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
         """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
         """The tolerances the reference applied (`compare.describe`), from the last comparison."""
+        self.recorded: tuple[Outputs, list[bytes]] | None = None
+        """The first trial's answer, with forward's record (`Run.program`), and its blobs: the
+        fresh-input replay re-runs it at the end of verify (`fresh_replay`)."""
         self.compile_worker: WorkerProcess | None = None
         self.ready: TaskReady | None = None
         self.refreshed: set[str] = set()
@@ -343,6 +347,12 @@ class Job:
                     decoy = await self.knockout(cand)
                 if decoy is not None:
                     return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, decoy)
+            await self.workers.progress(0.89, "re-running forward's record on fresh inputs")
+            async with self.workers.gpu_lock(exclusive=False):
+                unreplayed = await fresh_replay(self.workers, self.spec, self.recorded)
+                self.recorded = None
+            if unreplayed is not None:
+                return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, unreplayed)
         except Stop as stop:
             if stop.evidence.trial is None:
                 stop.evidence.trial = done % self.spec.trials
@@ -367,10 +377,12 @@ class Job:
         small = scaled.is_scaled_trial(s, t, self.spec.trials)
         made, blobs = await self.workers.inputs(s, scaled.SCALE if small else None)
         determinism = s == 0 and t == 0
-        run = Run(inputs=made.inputs, determinism=determinism, autotune_pick=pick)
+        run = Run(inputs=made.inputs, determinism=determinism, autotune_pick=pick, program=determinism)
         await cand.send(run.to_header(), blobs)
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
+        if determinism:  # the first trial: its record is re-run on fresh inputs (freshreplay.py)
+            self.recorded = (out, frame.blobs)
         configs = self.seen.autotune.add(out.autotune)
         self.seen.spent.add(out.interpreted)
         runs = 2 if determinism else 1

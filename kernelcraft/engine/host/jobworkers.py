@@ -56,6 +56,7 @@ from kernelcraft.engine.wire.protocol import (
     FOUND_LAUNCHES,
     IMPORTING_CANDIDATE,
     Compare,
+    FreshReplay,
     InputsMade,
     Load,
     Loaded,
@@ -149,6 +150,8 @@ class JobWorkers:
         """id() of each candidate worker -> its memory limit (the watchdog's)."""
         self.held_when_idle = 0
         self.ref_reading_candidate = False
+        self.ran_candidate_kernels = False
+        """The reference re-ran the candidate's kernels (the fresh-input replay): it is not kept."""
         self.ref: WorkerProcess | None = None
         self.ref_pool: WorkerPool | None = None
         self.ref_in_sync = True
@@ -379,7 +382,7 @@ class JobWorkers:
         assert self.ref is not None
         self.ref_in_sync = False
         # Reading the candidate's outputs, the reference may break or hang on what it was sent.
-        self.ref_reading_candidate = isinstance(request, Compare)
+        self.ref_reading_candidate = isinstance(request, (Compare, FreshReplay))
         await self.ref.send(request.to_header(), blobs)
         frame = await self.recv(self.ref, candidate=False)
         kind = frame.header.get("type")
@@ -427,6 +430,7 @@ class JobWorkers:
             ref is not None
             and self.ref_pool is not None
             and self.ref_in_sync
+            and not self.ran_candidate_kernels
             and ref.alive()
             and ref.frames.empty()
             and not self.references.closed

@@ -62,6 +62,8 @@ _NOTHING_TO_REPLAY = frozenset(
         "record_stream",
     }
 )
+# Ops that read a value back to the host: what forward's host code does next may depend on it.
+_HOST_READS = frozenset({"_local_scalar_dense", "is_nonzero"})
 _ALLOCATIONS = frozenset(
     {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
 )
@@ -99,6 +101,7 @@ class _Op:
     outs: list[Ref]
     created: list[int]  # indices of the outputs in storages this op made
     rng_state: Any = None
+    value: Any = None  # a host read's result (`.item()`, `bool(t)`): what forward's host code got
 
 
 @dataclass
@@ -136,6 +139,9 @@ class Tape:
     _gen: dict[tuple[str, int], int] = field(default_factory=dict)
     _created: set[tuple[tuple[str, int], int]] = field(default_factory=set)
     _sizes: dict[tuple[tuple[str, int], int], int] = field(default_factory=dict)
+    input_index: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Each input's storage key -> its place among the inputs (`program.py` names inputs so)."""
+    input_order: list[torch.Tensor] = field(default_factory=list)
 
     # ----------------------------------------------------------------------------------------
     # Before forward
@@ -147,9 +153,11 @@ class Tape:
         from a copy of `pristine`, their untouched originals, in the same order), the model's
         parameters (fingerprinted: forward must not change them) and every other tensor reachable
         from the model or from `scopes` (the candidate's module globals), copied now."""
-        for t, p in zip(inputs, pristine, strict=True):
+        for i, (t, p) in enumerate(zip(inputs, pristine, strict=True)):
             self.kept[storage.key(t)] = t
             self._pristine[storage.key(t)] = p
+            self.input_index.setdefault(storage.key(t), i)
+            self.input_order.append(t)
         params = dict(model.named_parameters()) if isinstance(model, torch.nn.Module) else {}
         for name, p in params.items():
             k = storage.key(p)
@@ -185,7 +193,8 @@ class Tape:
                 self._sizes[(k, self._gen[k])] = t.untyped_storage().nbytes()
                 created.append(i)
         outs = [self._ref(t) for t in made]
-        self.entries.append(_Op(func, name, frozen_args, frozen_kwargs, outs, created, rng))
+        value = out if name in _HOST_READS and isinstance(out, (bool, int, float)) else None
+        self.entries.append(_Op(func, name, frozen_args, frozen_kwargs, outs, created, rng, value))
         return out
 
     def launch(self, run: Any, fn: Any, args: Any, kwargs: Any, grid: tuple[int, ...]) -> None:

@@ -105,6 +105,16 @@ class Compared(Reply):
     """On a pass: the worst float output's margin ({"ratio", "l2_ratio", "text"}: `compare.Margin`)."""
 
 
+class Replayed(Reply):
+    """Reference: the fresh-input replay's verdict (no `failure_class`: the record gave the
+    reference's answer); `note` where it could not be made (the task's inputs changed shape)."""
+
+    TAG = Msg.REPLAYED
+    failure_class: str | None = None
+    evidence: dict[str, Any] | None = None
+    note: str | None = None
+
+
 class RooflineCounted(Reply):
     """Reference: the roofline (a `Roofline` dump), or None and why."""
 
@@ -197,6 +207,12 @@ class Outputs(Reply):
     """In the interpreter: per kernel, [launches, programs, seconds] of these runs (`checks/slow.py`)."""
     replay_limit: str | None = None
     """The replay ran out of memory (`worker/room.py`): a harness limit, with the figures."""
+    program: dict[str, Any] | None = None
+    """Asked for (`Run.program`): forward's record (a `program.Program` dump), or None and
+    `program_error` says why it could not be written."""
+    program_kept: Any = None
+    """The tensors kept on the model that `program` names, as they were before forward (packed)."""
+    program_error: str | None = None
 
 
 class Compiled(Reply):
@@ -247,5 +263,6 @@ REPLIES: dict[str, type[Reply]] = {
         Compiled,
         Ok,
         KnockedOut,
+        Replayed,
     )
 }

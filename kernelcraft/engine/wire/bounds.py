@@ -38,6 +38,9 @@ UNSIZED_BLOB_BYTES = 1024**3
 RUNS_PER_OUTPUTS = 2
 """An `Outputs` frame holds up to two runs (the determinism check) beside the inputs after the first."""
 
+KEPT_COPIES = 2
+"""The parameters' bytes an `Outputs` frame may carry for the fresh-input replay, in copies."""
+
 _HEADERS = {m.value: MAX_HEADER_BYTES for m in LARGE_HEADERS}
 
 
@@ -59,14 +62,16 @@ def unsized(memory_limit: int | None) -> Bounds:
     return Bounds(headers=_HEADERS, blobs=blobs, why=why)
 
 
-def for_task(inputs_bytes: int, outputs_bytes: int) -> Bounds:
-    """Bounds from the reference's measurement: its outputs and inputs with headroom."""
+def for_task(inputs_bytes: int, outputs_bytes: int, params_bytes: int = 0) -> Bounds:
+    """Bounds from the reference's measurement: its outputs and inputs with headroom. The first
+    trial's `Outputs` also carries the tensors kept on the model for the fresh-input replay
+    (`watch/program.py`): room for the parameters twice (a model may keep a second layout)."""
 
     def room(n: int) -> int:
         return int(n * HEADROOM) + SLACK_BYTES
 
     blobs = {
-        Msg.OUTPUTS.value: room(RUNS_PER_OUTPUTS * outputs_bytes + inputs_bytes),
+        Msg.OUTPUTS.value: room(RUNS_PER_OUTPUTS * outputs_bytes + inputs_bytes + KEPT_COPIES * params_bytes),
         Msg.KNOCKED_OUT.value: room(outputs_bytes + inputs_bytes),
         Msg.INPUTS.value: room(inputs_bytes),
     }

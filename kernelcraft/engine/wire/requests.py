@@ -81,6 +81,20 @@ class Compare(Request):
     runs: int = 1
 
 
+class FreshReplay(Request):
+    """Reference: re-run a candidate's recorded forward (`program`, a `program.Program` dump, with
+    the kept tensors `kept` in the frame's blobs) on fresh inputs of `input_set` drawn from `seed`,
+    and compare with its own outputs for them (`watch/fresh.py`); answered `replayed`.
+    `allowed_ops`: the ATen ops forward may run outside its kernels (None: any, AdaExplore's rule)."""
+
+    TAG = Op.FRESH_REPLAY
+    program: dict[str, Any]
+    kept: Any
+    seed: int
+    input_set: int = 0
+    allowed_ops: list[str] | None = None
+
+
 class ComputeRoofline(Request):
     """Reference: count FLOPs and bytes; `full_size`: on `get_inputs()`'s shapes (meta device)."""
 
@@ -114,6 +128,8 @@ class Run(Request):
     determinism: bool = False
     autotune_pick: int = Field(default=0, ge=0, le=1 << 20)
     """In the interpreter: which `@triton.autotune` config runs, modulo their number (`checks/autotune.py`)."""
+    program: bool = False
+    """Send forward's record as a `program.Program` (the fresh-input replay re-runs it)."""
 
 
 class Compile(Request):
@@ -167,6 +183,7 @@ REQUESTS: dict[str, type[Request]] = {
         MakeInputs,
         Knockout,
         Compare,
+        FreshReplay,
         ComputeRoofline,
         WarmupReference,
         TimeReference,

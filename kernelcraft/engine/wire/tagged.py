@@ -19,6 +19,7 @@ class Op(str, Enum):
     ROOFLINE = "roofline"
     WARMUP_REFERENCE = "warmup_reference"
     TIME_REFERENCE = "time_reference"
+    FRESH_REPLAY = "fresh_replay"
     # the candidate worker
     RUN = "run"
     COMPILE = "compile"
@@ -49,6 +50,7 @@ class Msg(str, Enum):
     COMPILED = "compiled"
     OK = "ok"
     KNOCKED_OUT = "knocked_out"
+    REPLAYED = "replayed"
 
 
 IMPORTING_CANDIDATE = "importing the candidate"

@@ -72,6 +72,10 @@ class CandidateWorker(CandidateStages):
         """The last call's `@triton.autotune` configs in the interpreter (`Outputs.autotune`)."""
         self.replay_limit: str | None = None
         """The harness-limit verdict's words when the replay ran out of memory (`room.py`)."""
+        self.program: tuple[dict[str, Any] | None, list[Any], str | None] | None = None
+        """Forward's record for the fresh-input replay (`watch/program.py`), when a run asked for
+        it: (the Program's dump, the kept tensors it names, why it could not be written). The kept
+        tensors stay alive until the process ends: the reference reads them at the end of verify."""
         self.sent: Any = None
         """The last outputs sent: kept alive until the next run (the reference reads them through
         CUDA IPC handles on a GPU)."""
@@ -203,7 +207,13 @@ class CandidateWorker(CandidateStages):
             call_inputs = self._map(self.inputs, lambda t: t.clone())
             # The first run is replayed from its record (replay.py); the determinism re-run must
             # then match it.
-            result = self.call(call_inputs, value, replay=run == 0, autotune_pick=req.autotune_pick)
+            result = self.call(
+                call_inputs,
+                value,
+                replay=run == 0,
+                autotune_pick=req.autotune_pick,
+                program=req.program and run == 0,
+            )
             if result is None:
                 return False
             out, names = result
@@ -218,6 +228,13 @@ class CandidateWorker(CandidateStages):
         recs = [self.tensors.pack(o, out_blobs, cuda_ipc=self.cuda_ipc) for o in outputs]
         after_rec = self.tensors.pack(after, out_blobs, cuda_ipc=self.cuda_ipc)
         self.sent = (outputs, after)
+        said: dict[str, Any] = {}
+        if req.program and self.program is not None:
+            dump, kept, error = self.program
+            if dump is not None:
+                said["program"] = dump
+                said["program_kept"] = self.tensors.pack(kept, out_blobs, cuda_ipc=self.cuda_ipc)
+            said["program_error"] = error
         dots = (tf32.rounded() - dots_before) if tf32 is not None else 0
         self.send(
             Outputs(
@@ -230,6 +247,7 @@ class CandidateWorker(CandidateStages):
                 autotune=self.autotune_ran,
                 interpreted=self.interpreted,
                 torch_ops=self.torch_ops,
+                **said,
             ),
             out_blobs,
         )
@@ -282,7 +300,12 @@ class CandidateWorker(CandidateStages):
         del bufs
 
     def call(
-        self, inputs: list[Any], value: float, replay: bool = False, autotune_pick: int = 0
+        self,
+        inputs: list[Any],
+        value: float,
+        replay: bool = False,
+        autotune_pick: int = 0,
+        program: bool = False,
     ) -> tuple[Any, list[str]] | None:
         """forward(*inputs) over memory poisoned with `value`, ops recorded and launches counted
         (and, with `replay`, forward replayed from that record: `replay.py`): the outputs and the
@@ -379,6 +402,8 @@ class CandidateWorker(CandidateStages):
                     self.replayed = tape.replay(outputs, self.sync)
             except replays.ReplayOutOfMemory as e:
                 self.replay_limit = room.limit_message(str(e), limit, peak.peak)
+            if program:
+                self.program = _export(tape, outputs)
         return out, names
 
     def check_harness(self, when: str) -> bool:
@@ -438,3 +463,14 @@ class CandidateWorker(CandidateStages):
                 },
             )
         )
+
+
+def _export(tape: Any, outputs: list[Any]) -> tuple[dict[str, Any] | None, list[Any], str | None]:
+    """Forward's record as a `program.Program` dump and the kept tensors it names; or why not."""
+    from kernelcraft.engine.watch.export import Exporter
+
+    try:
+        program, kept = Exporter(tape).export(outputs)
+    except Exception as e:  # noqa: BLE001 - reported: the job fails a run it cannot re-run
+        return None, [], f"forward's record could not be written down ({type(e).__name__}: {str(e)[:300]})"
+    return program.model_dump(), kept, None

@@ -21,12 +21,14 @@ from kernelcraft.engine.wire.protocol import (
     Compare,
     Compared,
     ComputeRoofline,
+    FreshReplay,
     InputsMade,
     Load,
     MakeInputs,
     NextJob,
     Ok,
     Perturb,
+    Replayed,
     Reply,
     RooflineCounted,
     Samples,
@@ -94,6 +96,13 @@ class ReferenceWorker(Worker):
                     self.task_error(e, "the reference compared the candidate's outputs (out of memory?)")
                     return
                 self.send(compared)
+            elif isinstance(req, FreshReplay):
+                try:
+                    replayed = self.fresh_replay(req, frame.blobs)
+                except Exception as e:  # ours (making inputs, running Model): not the candidate's verdict
+                    self.task_error(e, "the reference re-ran the candidate's record on fresh inputs")
+                    return
+                self.send(replayed)
             elif isinstance(req, ComputeRoofline):
                 self.send(self.roofline(req))
             elif isinstance(req, WarmupReference):
@@ -283,6 +292,76 @@ class ReferenceWorker(Worker):
             else {"ratio": worst.ratio, "l2_ratio": worst.l2_ratio, "text": worst.text()}
         )
         return Compared(failure_class=None, tolerance=tolerance, margin=margin)
+
+    def fresh_replay(self, req: FreshReplay, blobs: list[bytes]) -> Replayed:
+        """The candidate's recorded forward re-run here on fresh inputs (`watch/fresh.py`), against
+        Model's outputs for them. The reference outputs wait on the host meanwhile: the re-run
+        runs the candidate's kernels in this process, and a kernel may write beyond its buffers."""
+        from kernelcraft.base.failures import FailureClass
+        from kernelcraft.engine.checks.compare import compare_outputs
+        from kernelcraft.engine.watch import fresh, kernelsource
+        from kernelcraft.engine.watch.program import Program
+
+        assert self.job is not None
+        torch = self.torch
+
+        def refused(message: str, **evidence: Any) -> Replayed:
+            return Replayed(
+                failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value,
+                evidence={"message": message[:2000], "op": "fresh replay", **evidence},
+            )
+
+        try:
+            program = Program.model_validate(req.program)
+            kept = list(self.unpack_cloned(req.kept, blobs))
+        except Exception as e:  # noqa: BLE001 - the candidate's record: a verdict, never our error
+            return refused(f"the candidate's record of forward cannot be read ({error_line(e)[:300]})")
+        if self.job.interpret:
+            from kernelcraft.engine.watch.tf32 import emulate_tf32
+
+            emulate_tf32()  # the kernels' dots as the candidate's interpreter (and a GPU) computes them
+        inputs = self.make_inputs(self.task, self.job, req.input_set, req.seed)
+        with torch.no_grad():
+            expected = self.model(*[self._map(x, lambda t: t.clone()) for x in inputs])
+        self.sync()
+        expected = self._map(expected, lambda t: t.detach().to("cpu", copy=True))
+        leaves = [
+            torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+            for x in self.tensors.leaves(inputs)
+            if isinstance(x, torch.Tensor)
+        ]
+        shapes = [list(x.shape) for x in leaves]
+        if shapes != [d.shape for d in program.inputs]:
+            return Replayed(
+                note=f"not re-run on fresh inputs: the task's inputs change shape between draws ({shapes[:4]})"
+            )
+        from kernelcraft.engine.watch.guard import ALLOWED_OPS
+
+        allowed = None if req.allowed_ops is None else ALLOWED_OPS | frozenset(req.allowed_ops)
+        try:
+            got = fresh.run_program(program, leaves, kept, allowed)
+            self.sync()
+        except (fresh.Refused, kernelsource.KernelRefused) as e:
+            return refused(str(e))
+        except Exception as e:  # noqa: BLE001 - what the candidate's record raises is its verdict
+            return refused(
+                "forward's recorded Triton launches and PyTorch ops, re-run on fresh inputs the candidate "
+                f"never saw, raised {error_line(e)[:400]}: forward's host code computed something the "
+                "harness cannot re-derive from the inputs"
+            )
+        reference = self._map(self.tensors.leaves(expected), lambda t: t.to(self.device))
+        verdict = compare_outputs(reference, list(got), self.job.correctness)
+        if verdict is None:
+            return Replayed()
+        _cls, ev = verdict
+        return refused(
+            "forward's recorded Triton launches and PyTorch ops, re-run on fresh inputs the candidate never "
+            f"saw (in the reference worker, kernels rebuilt from their source), gave a wrong answer ({ev.message}): "
+            "part of forward's answer came from its host code (a scalar or fill value computed from the "
+            "inputs in Python or numpy), not from its kernels. Compute the answer in Triton kernels; hand "
+            "kernels only sizes, strides, constants and values read back from their own outputs",
+            output_index=ev.output_index,
+        )
 
     def roofline(self, req: ComputeRoofline) -> RooflineCounted:
         """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the

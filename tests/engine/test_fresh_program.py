@@ -1,0 +1,130 @@
+"""The fresh-input replay's trusted side takes nothing of a candidate's record on trust: a kernel's
+recorded source must be Triton language before it is rebuilt (`kernelsource.check`), and a
+record that names other operators, storages or views than it may is refused (`fresh.run_program`),
+with words that say what was wrong. Fast: no kernel runs, no worker starts."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from kernelcraft.engine.watch import fresh, kernelsource
+from kernelcraft.engine.watch.program import KernelDesc, OpStep, Program, RefDesc, StorageDesc
+
+TL = {"tl": {"module": "triton.language"}}
+
+
+def desc(body: str, name: str = "k", **globals_: object) -> KernelDesc:
+    source = textwrap.dedent(body).strip() + "\n"
+    return KernelDesc(name=name, source=source, globals={**TL, **globals_})
+
+
+GOOD = """
+def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, helper(x) * SCALE + min(n, 3), mask=offs < n)
+"""
+
+
+def test_a_triton_kernel_with_a_helper_and_constants_is_accepted() -> None:
+    kernelsource.check(desc(GOOD, helper={"kernel": 1}, SCALE={"f": 2.0}), count=2)
+
+
+@pytest.mark.parametrize(
+    ("body", "globals_", "words"),
+    [
+        (GOOD, {"helper": {"kernel": 1}, "SCALE": {"module": "numpy"}}, "the Python module 'numpy'"),
+        (GOOD, {"helper": {"opaque": "builtins.function"}, "SCALE": {"f": 1.0}}, "a Python object"),
+        (GOOD, {"helper": {"kernel": 7}, "SCALE": {"f": 1.0}}, "names no recorded kernel"),
+        (GOOD, {"helper": {"kernel": 1}}, "reads 'SCALE', which is neither Triton"),
+        ("def k(x):\n    import numpy\n", {}, "contains an import"),
+        ("def k(x):\n    def inner():\n        pass\n", {}, "contains a nested function"),
+        ("def k(x):\n    f = lambda: 0\n", {}, "contains a lambda"),
+        ("def k(x):\n    y = x.__class__\n", {}, "the attribute '__class__'"),
+        ("def k(x):\n    y = tl.load(x).handle\n", {}, "the attribute 'handle'"),
+        ("def k(x):\n    y = tl.core.builtins\n", {}, "reaches the module builtins"),
+        ("def k(x):\n    y = triton.runtime\n", {"triton": {"module": "triton"}}, "reaches triton.runtime"),
+        ("def k(x):\n    y = getattr(x, 'handle')\n", {}, "reads 'getattr'"),
+        ("def k(x):\n    y = eval('1')\n", {}, "reads 'eval'"),
+        ("def other(x):\n    pass\n", {}, "is not one function named k"),
+    ],
+)
+def test_a_kernel_that_is_not_triton_language_is_refused(body: str, globals_: dict, words: str) -> None:
+    with pytest.raises(kernelsource.KernelRefused, match=None) as caught:
+        kernelsource.check(desc(body, **globals_), count=2)
+    assert words in str(caught.value), str(caught.value)
+
+
+def ref(storage: int, size: list[int], dtype: str = "float32", offset: int = 0) -> RefDesc:
+    stride = [1] * len(size)
+    for i in range(len(size) - 2, -1, -1):
+        stride[i] = stride[i + 1] * size[i + 1]
+    return RefDesc(storage=storage, offset=offset, size=size, stride=stride, dtype=dtype)
+
+
+def program(*steps: OpStep, outputs: list[RefDesc] | None = None) -> Program:
+    return Program.model_validate(
+        {
+            "inputs": [{"dtype": "float32", "shape": [4]}],
+            "storages": [StorageDesc(kind="input", index=0, nbytes=16), StorageDesc(kind="fresh", nbytes=16)],
+            "steps": [s.model_dump() for s in steps],
+            "kernels": [],
+            "outputs": outputs if outputs is not None else [ref(1, [4])],
+        }
+    )
+
+
+def op(name: str, args: list, outs: list[RefDesc] | None = None, created: list[int] | None = None) -> OpStep:
+    return OpStep(op=name, args=args, kwargs={}, outs=outs or [], created=created or [])
+
+
+def run(p: Program, allowed: frozenset[str] | None = frozenset({"copy_"})) -> list[torch.Tensor]:
+    return fresh.run_program(p, [torch.arange(4, dtype=torch.float32)], [], allowed)
+
+
+def test_a_record_of_allowed_ops_re_runs_on_the_inputs_it_is_given() -> None:
+    (out,) = run(
+        program(
+            op("aten.copy_.default", [{"ref": ref(1, [4]).model_dump()}, {"ref": ref(0, [4]).model_dump()}])
+        )
+    )
+    assert torch.equal(out, torch.arange(4, dtype=torch.float32))
+
+
+@pytest.mark.parametrize(
+    ("step", "words"),
+    [
+        (op("aten.mm.default", []), "aten.mm, which forward may not run"),
+        (op("mylib.clone.default", []), "not an ATen operator"),
+        (op("aten.no_such_op.default", []), "not an ATen operator"),
+        (op("aten.lift_fresh.default", [], [ref(1, [4])]), "from host values"),
+        (op("aten.copy_.default", [{"ref": ref(5, [4]).model_dump()}, {"i": 1}]), "storage it does not list"),
+        (
+            op("aten.copy_.default", [{"ref": ref(1, [4], offset=3).model_dump()}, {"i": 1}]),
+            "beyond its storage",
+        ),
+        (op("aten.copy_.default", [{"opaque": "numpy.ndarray"}]), "a Python object (numpy.ndarray)"),
+    ],
+)
+def test_a_record_that_names_what_it_may_not_is_refused(step: OpStep, words: str) -> None:
+    with pytest.raises(fresh.Refused) as caught:
+        run(program(step), allowed=frozenset({"copy_", "lift_fresh", "clone"}))
+    assert words in str(caught.value), str(caught.value)
+
+
+def test_a_host_read_that_differs_is_traced_into_sizes_scalars_and_grids() -> None:
+    s = fresh.Substitutions()
+    s.add(3, 37, 41)
+    assert s.number(37) == 41 and s.number(36) == 36 and s.number(37.0) == 37.0
+    assert s.grid(37, [8]) == 41 and s.grid(5, [8]) == 6 and s.grid(9, [8]) == 9
+    moved = s.ref(RefDesc(storage=0, offset=0, size=[37, 2], stride=[2, 1], dtype="float32"))
+    assert moved.size == [41, 2] and moved.stride == [2, 1]
+
+
+@pytest.mark.parametrize(("recorded", "got"), [(True, False), (1, 2), (0, 5), (-1, 3)])
+def test_a_host_read_that_cannot_be_traced_is_refused(recorded: object, got: object) -> None:
+    with pytest.raises(fresh.Refused):
+        fresh.Substitutions().add(2, recorded, got)

@@ -1,0 +1,70 @@
+"""Threat: an answer that does not come from the kernels. Forward's host code computes the answer
+from the inputs (in numpy or Python) and hands it to a kernel as a scalar argument, or writes it
+with a PyTorch fill; or, under Triton's interpreter, a kernel body does the work in Python. The
+same-input replay re-uses forward's host numbers on the same inputs, so it reproduces all of it.
+The fresh-input replay (watch/fresh.py) re-runs forward's record in the reference worker, with no
+candidate Python and kernels rebuilt from their recorded source, on inputs drawn from a seed the
+candidate never saw, and must get the reference's answer for them (docs/security.md, "Verdict
+integrity"). Honest kernels (autotuned, `.item()`-driven sizes, views, in-place kernels, several
+launches, @triton.jit helpers) must still pass: the cookbook's entries are the wider honest set
+(tests/knowledge/test_cookbook.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+PROBES = Path(__file__).parent / "probes"
+CHEATS = Path(__file__).parents[1] / "cheats"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("task", "probe"),
+    [
+        ("task_rowsum.py", "fresh_host_scalar.py"),
+        ("task_rowsum.py", "fresh_fill.py"),
+        ("task_rowsum.py", "fresh_sentinel.py"),
+        ("task_positives.py", "fresh_host_count.py"),
+    ],
+)
+def test_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
+    evaluator, job_for, static_checks_off, task, probe
+) -> None:
+    v = evaluator.submit(job_for(PROBES / task, PROBES / probe, trials=1, gpu_check=None)).verify
+    assert v is not None and not v.correct, v
+    assert v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+    assert "fresh inputs the candidate never saw" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
+def test_a_kernel_body_that_calls_python_is_refused_by_the_fresh_input_replay(
+    evaluator, job_for, static_checks_off
+) -> None:
+    job = job_for(PROBES / "task_rowsum.py", PROBES / "fresh_numpy_body.py", trials=1, gpu_check=None)
+    v = evaluator.submit(job).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+    assert "reads 'rows_in_numpy', a Python object" in v.evidence.message, v.evidence.message
+
+
+AUTOTUNED = (
+    (Path(__file__).parent / "test_verdict_replay.py").read_text().split('AUTOTUNED = """')[1].split('"""')[0]
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("task", "candidate"),
+    [
+        (PROBES / "task_positives.py", PROBES / "honest_compact.py"),
+        (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
+        (CHEATS / "task_scale.py", AUTOTUNED),
+    ],
+    ids=["item-driven-size", "helper-views-launches", "autotuned"],
+)
+def test_an_honest_kernel_passes_the_fresh_input_replay(evaluator, job_for, task, candidate) -> None:
+    v = evaluator.submit(job_for(task, candidate, trials=2, gpu_check=None)).verify
+    assert v is not None and v.correct, (v.status, v.evidence) if v else None
