@@ -77,6 +77,10 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
     ),
     (p.Replayed(note="n"), {"type": "replayed", "note": "n"}),
     (
+        p.CompileRecorded(program={"steps": []}, targets=["sm_90a"]),
+        {"op": "compile_recorded", "program": {"steps": []}, "targets": ["sm_90a"]},
+    ),
+    (
         p.Replayed(failure_class="forbidden_construct", evidence={"message": "m", "op": "fresh replay"}),
         {
             "type": "replayed",
@@ -168,7 +172,7 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 
 def test_every_op_and_message_type_has_one_model() -> None:
-    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 14
+    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 15
     assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 17
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above

@@ -1,6 +1,9 @@
 """Threat: a CPU verdict passes a kernel the GPU compiler refuses (Python in a kernel body that only
-the interpreter runs). Without a GPU, a passing verify also compiles the launched kernels for
-`EvalJob.gpu_check` (sm_90a) and fails with the compiler's message (docs/security.md)."""
+the interpreter runs), also when forward launches a decoy that compiles wherever the interpreter
+is off. Without a GPU, a passing verify also compiles, for `EvalJob.gpu_check` (sm_90a), exactly
+the kernels the first trial launched, from their recorded source in a worker that loads neither
+the task nor the candidate (`worker/kernels.py`), and fails with the compiler's message
+(docs/security.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,19 @@ def test_a_kernel_the_gpu_compiler_refuses_fails_a_cpu_verify(evaluator, job_for
     assert v is not None and not v.correct, v
     assert v.status.startswith("compile_") and v.evidence is not None, v
     assert "the compiler for sm_90a rejects it" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
+def test_the_gpu_check_compiles_the_kernel_the_trials_ran_not_a_decoy(
+    evaluator, job_for, static_checks_off
+) -> None:
+    """Forward launches another kernel where the interpreter is off: what is compiled is the
+    first trial's kernel, from its recorded source, so the compiler still refuses it."""
+    v = evaluator.submit(job_for(TASK, PROBES / "gpu_check_decoy.py", trials=1, gpu_check="sm_90a")).verify
+    assert v is not None and not v.correct, v
+    assert v.status.startswith("compile_") and v.evidence is not None, v
+    assert "the compiler for sm_90a rejects it" in v.evidence.message, v.evidence.message
+    assert "SCALE" in (v.evidence.message + (v.evidence.error_text or "")), v.evidence
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from kernelcraft.engine.checks import findings, perturb, scaled
 from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.freshreplay import fresh_replay
+from kernelcraft.engine.host.freshreplay import compile_recorded, fresh_replay, gpu_rejects
 from kernelcraft.engine.host.jobtiming import JobTiming
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.references import ReferencePool
@@ -96,6 +96,8 @@ class Job:
         """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
         """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
         """The tolerances the reference applied (`compare.describe`), from the last comparison."""
+        self.program: dict[str, Any] | None = None
+        """The first trial's record (`watch/program.py`): the GPU check compiles its kernels."""
         self.recorded: tuple[Outputs, list[bytes]] | None = None
         """The first trial's answer, with forward's record (`Run.program`), and its blobs: the
         fresh-input replay re-runs it at the end of verify (`fresh_replay`)."""
@@ -217,12 +219,22 @@ class Job:
     async def gpu_check(self, result: EvalResult) -> None:
         """Without a GPU, a verdict the interpreter passed also needs the GPU compiler's word: the
         interpreter runs what Triton's compiler refuses (Python calls and globals in a kernel
-        body, an autotune config over the shared-memory limit). Compile the launches for
-        `spec.gpu_check`; where the compiler rejects a kernel, the verdict fails with its message.
-        A check that cannot be made (the task too large to build here, a harness limit) is a note."""
+        body, an autotune config over the shared-memory limit). Compile for `spec.gpu_check`
+        exactly the kernels the first trial launched, from their recorded source
+        (`compile_recorded`), then the launches discovery finds at the task's own sizes (every
+        autotune config, dropped for lack of resources as Triton's autotuner does); where the
+        compiler rejects a kernel, the verdict fails with its message. A check that cannot be
+        made (the task too large to build here, a harness limit) is a note."""
         target, verify = self.spec.gpu_check, result.verify
         if not (self.workers.interpret and target and verify is not None and verify.correct):
             return
+        if self.program is not None and self.device.compile_pool is not None:
+            t = time.perf_counter()  # exactly the kernels the trials launched, as recorded
+            recorded = await compile_recorded(self.workers, self.device.compile_pool, self.program, target)
+            self.workers.stage("gpu_check", t)
+            if gpu_rejects(verify, recorded, target, recorded=True):
+                return
+        compiled: CompileResult | None
         if "compile" in self.spec.stages:
             compiled = result.compile
         else:
@@ -237,22 +249,7 @@ class Job:
             t = time.perf_counter()
             compiled = await self.compile_stage([target])
             self.workers.stage("gpu_check", t)
-        if compiled is not None:  # autotune configs dropped for lack of resources (`aot.py`)
-            verify.notes.extend(n for t in compiled.targets if t.target == target for n in t.notes)
-        if compiled is None or compiled.ok or compiled.failure_class is None:
-            return
-        if not compiled.failure_class.value.startswith("compile_"):
-            reason = (
-                compiled.evidence.message if compiled.evidence is not None else compiled.failure_class.value
-            )
-            verify.notes.append(f"not compiled for {target} ({reason[:300]})")
-            return
-        ev = compiled.evidence or Evidence(message="the GPU compiler rejected a kernel")
-        ev.message = (f"Triton's interpreter ran it, but the compiler for {target} rejects it: {ev.message}")[
-            :2000
-        ]
-        verify.correct, verify.status = False, compiled.failure_class.value
-        verify.failure_class, verify.evidence = compiled.failure_class, ev
+        gpu_rejects(verify, compiled, target, recorded=False)
 
     async def compile_stage(self, targets: list[str] | None = None) -> CompileResult:
         """Discover launches (no kernel runs) and compile them for each target (the job's, unless
@@ -382,7 +379,7 @@ class Job:
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
         if determinism:  # the first trial: its record is re-run on fresh inputs (freshreplay.py)
-            self.recorded = (out, frame.blobs)
+            self.recorded, self.program = (out, frame.blobs), out.program
         configs = self.seen.autotune.add(out.autotune)
         self.seen.spent.add(out.interpreted)
         runs = 2 if determinism else 1

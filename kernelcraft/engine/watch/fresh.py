@@ -205,6 +205,11 @@ class Runner:
             return [self.memory.view(self.subst.ref(r)) for r in self.program.outputs]
 
     def launch(self, step: LaunchStep) -> None:
+        kernel, args, kwargs, grid = self.launch_args(step)
+        kernel.run(*args, grid=grid, warmup=False, **kwargs)
+
+    def launch_args(self, step: LaunchStep) -> tuple[Any, list[Any], dict[str, Any], tuple[int, ...]]:
+        """The kernel of a launch and what it is called with in this re-run."""
         from kernelcraft.engine.watch.records import jit_function_for
 
         if not 0 <= step.kernel < len(self.kernels):
@@ -226,7 +231,7 @@ class Runner:
         if not 1 <= len(step.grid) <= 3:
             raise Refused("forward's record has a launch with a malformed grid")
         grid = tuple(self.subst.grid(int(g), divisors) for g in step.grid)
-        kernel.run(*args, grid=grid, warmup=False, **kwargs)
+        return kernel, args, kwargs, grid
 
     def op(self, index: int, step: OpStep) -> None:
         func = _aten(step.op)
@@ -303,3 +308,41 @@ def run_program(
     device = inputs[0].device if inputs else torch.device("cpu")
     memory = FreshMemory(program, inputs, kept, device)
     return Runner(program, memory, kernels, allowed).run()
+
+
+RECORDED_BYTES = 4 << 30
+"""The most memory `recorded_launches` allocates for a record's storages."""
+
+
+def recorded_launches(program: Program) -> list[Any]:
+    """Each launch of `program` as a `records.LaunchRecord` (what `checks.aot` compiles), with its
+    kernel rebuilt from its source and its arguments laid out as the trial had them (dtypes,
+    sizes, strides, the alignment their offsets give, the scalars and constexprs it passed). No
+    kernel runs; the storages are CPU memory of the recorded sizes."""
+    from kernelcraft.engine.watch import kernelsource
+    from kernelcraft.engine.watch.records import make_record
+    from kernelcraft.engine.wire.tensors import DTYPES
+
+    total = sum(d.nbytes for d in program.storages)
+    if total > RECORDED_BYTES:
+        raise Refused(
+            f"forward's record names {total} bytes of storages, over the {RECORDED_BYTES} allowed here"
+        )
+    kernels = kernelsource.build(program.kernels)
+    inputs = []
+    for d in program.inputs:
+        dtype = DTYPES.get(d.dtype)
+        if dtype is None:
+            raise Refused(f"forward's record names the dtype {d.dtype!r}")
+        inputs.append(torch.zeros(d.shape, dtype=dtype))
+    kept = [
+        torch.zeros(d.nbytes, dtype=torch.uint8)
+        for d in sorted((d for d in program.storages if d.kind == "kept"), key=lambda d: d.index)
+    ]
+    runner = Runner(program, FreshMemory(program, inputs, kept, torch.device("cpu")), kernels, None)
+    records = []
+    for step in program.steps:
+        if isinstance(step, LaunchStep):
+            kernel, args, kwargs, grid = runner.launch_args(step)
+            records.append(make_record(kernel, tuple(args), kwargs, grid))
+    return records

@@ -16,7 +16,9 @@ class Load(BaseModel):
     """A worker's one job (the first frame it gets): its role and what to load."""
 
     model_config = ConfigDict(populate_by_name=True)
-    role: Literal["reference", "candidate"]
+    role: Literal["reference", "candidate", "kernels"]
+    """`kernels`: trusted, loads neither task nor candidate; compiles a recorded program's kernels
+    from their source (`worker/kernels.py`)."""
     workdir: str
     task_source: str
     seed0: int
@@ -144,6 +146,15 @@ class Compile(Request):
     either cannot run on meta."""
 
 
+class CompileRecorded(Request):
+    """Kernels worker: compile the launches of a candidate's recorded forward (`program`, a
+    `program.Program` dump), kernels rebuilt from their source, for each target; answered `compiled`."""
+
+    TAG = Op.COMPILE_RECORDED
+    program: dict[str, Any]
+    targets: list[str]
+
+
 class Warmup(Request):
     """Candidate: JIT-compile the kernels forward launches, without running any."""
 
@@ -189,6 +200,7 @@ REQUESTS: dict[str, type[Request]] = {
         TimeReference,
         Run,
         Compile,
+        CompileRecorded,
         Warmup,
         TimeCandidate,
         UseInputs,

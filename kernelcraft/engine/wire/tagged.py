@@ -23,6 +23,7 @@ class Op(str, Enum):
     # the candidate worker
     RUN = "run"
     COMPILE = "compile"
+    COMPILE_RECORDED = "compile_recorded"
     WARMUP = "warmup"
     TIME_CANDIDATE = "time_candidate"
     USE_INPUTS = "use_inputs"

@@ -185,6 +185,11 @@ def serve(fd: int) -> None:
         job = Load.from_header(channel.recv_frame(sock).header)
     except Exception:
         return
+    if job.role == "kernels":
+        from kernelcraft.engine.worker.kernels import KernelsWorker
+
+        KernelsWorker(sock, device, cuda_ipc).run(job, Path(job.workdir))
+        return
     role = ReferenceWorker if job.role == "reference" else CandidateWorker
     role(sock, device, cuda_ipc).run(job, Path(job.workdir))
 
