@@ -68,3 +68,40 @@ AUTOTUNED = (
 def test_an_honest_kernel_passes_the_fresh_input_replay(evaluator, job_for, task, candidate) -> None:
     v = evaluator.submit(job_for(task, candidate, trials=2, gpu_check=None)).verify
     assert v is not None and v.correct, (v.status, v.evidence) if v else None
+
+
+# ---- on the GPU: kernels rebuilt as JITFunctions in the reference, kept tensors over CUDA IPC ----
+
+HOSTILE = [
+    ("task_rowsum.py", "fresh_host_scalar.py"),
+    ("task_rowsum.py", "fresh_fill.py"),
+    ("task_rowsum.py", "fresh_sentinel.py"),
+    ("task_positives.py", "fresh_host_count.py"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.parametrize(("task", "probe"), HOSTILE)
+def test_gpu_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
+    gpu_submit, job_for, static_checks_off, task, probe
+) -> None:
+    v = gpu_submit(job_for(PROBES / task, PROBES / probe, trials=1))
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("task", "candidate"),
+    [
+        (PROBES / "task_positives.py", PROBES / "honest_compact.py"),
+        (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
+        (CHEATS / "task_scale.py", AUTOTUNED),
+    ],
+    ids=["item-driven-size", "helper-views-launches", "autotuned"],
+)
+def test_gpu_an_honest_kernel_passes_the_fresh_input_replay(gpu_submit, job_for, task, candidate) -> None:
+    v = gpu_submit(job_for(task, candidate, trials=3))
+    assert v is not None and v.correct, (v.status, v.evidence) if v else None
