@@ -14,7 +14,6 @@ import secrets
 import time
 from typing import Any
 
-from kernelcraft.base.evaluation import CompileResult, EvalJob, Evidence, VerifyResult
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.verdicts import compile_result, evidence_from
@@ -27,6 +26,7 @@ from kernelcraft.engine.wire.protocol import (
     Outputs,
     Replayed,
 )
+from kernelcraft.schema.evaluation import CompileResult, EvalJob, Evidence, VerifyResult
 
 
 async def fresh_replay(
