@@ -73,11 +73,12 @@ async def compile_recorded(
     the task nor the candidate (`worker/kernels.py`): a forward that launches other kernels where
     the interpreter is off has no say in what is compiled."""
     from kernelcraft.engine import box
+    from kernelcraft.engine.box import cgroup
 
     start = time.perf_counter()
     w = await workers.acquire(pool)
-    if workers.settings.sandbox:
-        w.limit_processes(box.CANDIDATE_TASKS)  # it compiles the candidate's source
+    if workers.settings.sandbox:  # it compiles the candidate's source: bounded as a candidate is
+        w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(workers.device.kind, workers.memory_limit))
     load = Load(role="kernels", workdir=str(w.dir), task_source="", seed0=0, sandbox=workers.settings.sandbox)
     await w.send(load.to_header())
     workers.candidate_verdict(await workers.recv(w, candidate=True), Msg.OK)
