@@ -255,6 +255,6 @@ def bound_frames(jw: JobWorkers, sized: Sized | None) -> None:
     if sized is None or sized.error is not None or not sized.outputs_measured:
         jw.bounds = frame_bounds.unsized(jw.memory_limit)
     else:
-        jw.bounds = frame_bounds.for_task(sized.inputs_bytes, sized.outputs_bytes)
+        jw.bounds = frame_bounds.for_task(sized.inputs_bytes, sized.outputs_bytes, sized.params_bytes)
     if jw.ref is not None:
         jw.ref.bounds = jw.bounds
