@@ -19,6 +19,8 @@ CHEATS = Path(__file__).parents[1] / "cheats"
 TRIPS: dict[str, list[tuple[str, str]]] = {
     "banned-module": [
         ("import threading\n", "import threading"),
+        ("import pydoc\n", "import pydoc"),
+        ("from unittest import mock\n", "from unittest import"),
         ("import multiprocessing.pool as mp\n", "import multiprocessing.pool"),
         ("from concurrent.futures import ThreadPoolExecutor\n", "from concurrent.futures import"),
         ("from kernelcraft.engine.watch import guard\n", "from kernelcraft.engine.watch import"),
@@ -126,6 +128,7 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("import sys\nm = sys\n", "sys"),
         ("import torch\nhelper(torch)\n", "torch"),
         ("import triton\nx = getattr(triton, 'o' + 's')\n", ".os"),
+        ("import numpy as np\np = np.ctypeslib.as_array(q)\n", ".ctypeslib"),
     ],
     "string-evaluation": [
         ("import torch\nm = torch.hub.import_module('x')\n", ".import_module"),
@@ -133,6 +136,13 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("import torch\nobj = torch.load('x.pt', weights_only=False)\n", "torch.load"),
         ("import numpy as np\na = np.load('x.npy', allow_pickle=True)\n", "np.load"),
         ("import string\nv = string.Formatter().get_field('0.x', (f,), {})\n", ".get_field"),
+        ("import logging.config\nlogging.config.dictConfig(c)\n", ".dictConfig"),
+    ],
+    "process-spawn": [
+        ("import os\nos.system('true')\n", "os.system"),
+        ("import os as o\npid = o.fork()\n", "o.fork"),
+        ("from os import posix_spawn\n", "from os import posix_spawn"),
+        ("import os\nf = getattr(os, 'exec' + 'v')\n", "os.execv"),
     ],
 }
 
@@ -181,6 +191,7 @@ NEAR: dict[str, list[str]] = {
         "import torch\nx = torch.float16\ndt = getattr(torch, 'bfloat16')\n",
         "import sys\nv = sys.version_info\n",
     ],
+    "process-spawn": ["import os\nn = os.cpu_count()\np = os.path.join('a', 'b')\n"],
     "string-evaluation": [
         "import triton.language as tl\nx = tl.load(p)\n",
         "import torch\ny = torch.compile(f)\n",

@@ -34,6 +34,8 @@ STATIC = {
     "reach_type_hints.py": ("string-evaluation", ".get_type_hints"),
     "reach_pickle.py": ("string-evaluation", "torch.load"),
     "reach_queue_threading.py": ("module-reach", ".threading"),
+    "reach_pydoc.py": ("banned-module", "import pydoc"),
+    "reach_os_system.py": ("process-spawn", "os.system"),
 }
 
 # probe -> words the refusal must hold (what was changed)

@@ -11,7 +11,8 @@ ways by its shape, whatever name it leads to:
 - `dunder-attribute`: no dunder attribute or dunder string key beyond a short list;
 - `module-reach`: no module reached as an attribute or from-import of another (`torch.sys`), and
   no imported module used as a value (only as the base of an attribute);
-- `string-evaluation`: nothing that imports, unpickles or evaluates by a name in a string.
+- `string-evaluation`: nothing that imports, unpickles or evaluates by a name in a string;
+- `process-spawn`: no process or program started through `os` (as `subprocess` would).
 
 Registered in `rulebase.RULES` (imported by `static.py`). Written by the evaluation engine only.
 """
@@ -27,6 +28,7 @@ from kernelcraft.engine.source.forbidden import (
     EVALUATING_ATTRS,
     INTROSPECTION_ATTRS,
     PICKLE_LOADERS,
+    PROCESS_ATTRS,
     REACH_ATTRS,
 )
 from kernelcraft.engine.source.rulebase import Candidate, Hit, attribute, const_str, dotted, rule
@@ -115,3 +117,21 @@ def _attribute_of(parent: ast.AST | None, node: ast.AST) -> bool:
         and bool(parent.args)
         and parent.args[0] is node
     )
+
+
+@rule("process-spawn")
+def process_spawn(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
+    """A process or program started through os (system, fork, exec, spawn) works out of every recorder's sight."""
+    if isinstance(node, ast.ImportFrom) and node.module == "os":
+        for i, a in enumerate(node.names):
+            if a.name in PROCESS_ATTRS:
+                yield Hit(
+                    node, f"from os import {a.name}", f"takes os.{a.name}, which starts a process", i + 1
+                )
+        return
+    got = attribute(node)
+    if got is None or got[1] not in PROCESS_ATTRS:
+        return
+    names = dotted(got[0])
+    if names and cand.root_of(names) == "os":
+        yield Hit(node, f"{'.'.join(names)}.{got[1]}", f"uses os.{got[1]}, which starts a process")

@@ -50,6 +50,8 @@ BANNED_MODULES = (
     "_posixsubprocess",
     "pty",
     "sysconfig",
+    "pydoc",
+    "unittest",
 )
 # Modules (and everything under them) that reach past PyTorch's and Triton's public behaviour:
 # the dispatcher's switches (`torch._C._DisableTorchDispatch`), the mode stacks the harness's
@@ -121,7 +123,7 @@ REFERENCE_MODULES = ("task", "reference", "__main__")
 # Attribute names that reach a module from any object (`torch.sys`, `os.sys`, `np.os`, a
 # from-import of one: `from torch import sys`): a module reached so is one the rules never name.
 REACH_ATTRS = frozenset(
-    {"sys", "os", "builtins", "importlib", "posix", "io", "_io"}
+    {"sys", "os", "builtins", "importlib", "posix", "io", "_io", "ctypeslib"}
     | {m for m in BANNED_MODULES if m not in ("code", "dis", "trace", "profile", "site", "kernelcraft")}
 )
 # The only dunder attributes a candidate may touch (any other reaches the interpreter's
@@ -150,6 +152,9 @@ EVALUATING_ATTRS = frozenset(
         "_eval_type",
         "evaluate_forward_ref",
         "get_field",
+        "dictConfig",
+        "fileConfig",
+        "compile_module_from_src",
         "cpp_extension",
         "load_inline",
     }
@@ -157,4 +162,12 @@ EVALUATING_ATTRS = frozenset(
 # Loaders that unpickle (a pickle imports and calls whatever it names), by (package, attribute).
 PICKLE_LOADERS = frozenset(
     {("torch", "load"), ("torch", "serialization"), ("torch", "package"), ("torch", "hub"), ("numpy", "load")}
+)
+# os functions that start a process or a program (`os.system`, `os.fork`, `os.posix_spawn`): work
+# that outlives forward, out of every recorder's sight, as `subprocess` (banned) would.
+PROCESS_ATTRS = frozenset(
+    {"system", "popen", "fork", "forkpty", "vfork", "startfile", "register_at_fork"}
+    | {f"exec{s}" for s in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
+    | {f"spawn{s}" for s in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
+    | {"posix_spawn", "posix_spawnp"}
 )
