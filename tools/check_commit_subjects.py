@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 LIMIT = 72
-BASE = "82fa9a2"
-"""The last commit before the rule was checked: older subjects are history, not rewritten."""
+BASE = "919b2ba"
+"""The last commit not held to the rule: older subjects are history, not rewritten. (82fa9a2 until
+919b2ba landed on main with a 74-character subject; every commit between them passed.)"""
 
 
 def too_long(subject: str) -> bool:
