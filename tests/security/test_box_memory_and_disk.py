@@ -154,3 +154,30 @@ def test_a_candidate_filling_its_folder_stops_at_its_tmpfs_and_the_disk_is_not_w
     assert said is not None, v.evidence
     folder, written, error = int(said[1]), int(said[2]), said[3]
     assert folder == mounts.WORKDIR_BYTES and written <= mounts.WORKDIR_BYTES and error == "OSError", said[0]
+
+
+def test_a_worker_cannot_grow_its_log_on_the_servers_disk_past_the_file_limit(tmp_path: Path) -> None:
+    from kernelcraft.engine import box
+
+    log = tmp_path / "output.log"
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    script = (
+        "import os, sys\n"
+        f"os.environ.update(KERNELCRAFT_WORKER_BOX='on,nopidns', KERNELCRAFT_WORKER_DIR={str(workdir)!r},"
+        " KERNELCRAFT_WORKER_DEVICE='cpu')\n"
+        "from kernelcraft.engine import box\n"
+        "box.start()\n"
+        "block = b'x' * (16 * 1024 * 1024)\n"
+        "try:\n"
+        f"    for _ in range({box.FILE_BYTES // (16 * 1024 * 1024) + 4}):\n"
+        "        os.write(1, block)\n"
+        "except OSError as e:\n"
+        "    os.write(2, type(e).__name__.encode())\n"
+    )
+    with open(log, "wb") as out:
+        done = subprocess.run(
+            [sys.executable, "-c", script], stdout=out, stderr=subprocess.PIPE, timeout=120, cwd=ROOT
+        )
+    assert done.returncode == 0 and done.stderr.endswith(b"OSError"), done.stderr[-300:]
+    assert log.stat().st_size <= box.FILE_BYTES

@@ -89,6 +89,8 @@ DIR_ENV = "KERNELCRAFT_WORKER_DIR"
 """The worker's own directory (set by the pool): a worker that leaves root owns it."""
 REAPER_ENV = "KERNELCRAFT_WORKER_REAPER"
 """Set to "zygote" by a zygote that kills what its workers leave behind (zygote.py)."""
+FILE_BYTES = 256 * 1024**2
+"""The largest file a worker may write (RLIMIT_FSIZE): its log, a cache entry, a scratch file."""
 WORKER_UMASK = 0o022
 """Every worker's umask, whatever the server's (issue 39: 077 left the box partial)."""
 CANDIDATE_TASKS = 128
@@ -152,6 +154,10 @@ def start() -> None:
     # process makes for itself (the mount points of its own view, its directory's files) must be
     # readable by the identity it takes next, so the box is the same whoever started it.
     os.umask(WORKER_UMASK)
+    # No file it writes grows past this, its log on the server's disk included (its directory
+    # is a tmpfs, mounts.py; the log is not): Python ignores SIGXFSZ, so a write past it fails.
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
     _box.reaped = os.environ.get(REAPER_ENV) == "zygote"
     if not sys.platform.startswith("linux"):
         _box.missing.update(userns="not Linux", netns="not Linux", pidns="not Linux")
