@@ -120,7 +120,7 @@ def small() -> Iterator[_Runner]:
 
 
 def _submit(runner: _Runner, probe: str):  # type: ignore[no-untyped-def]
-    from kernelcraft.base.evaluation import EvalJob
+    from kernelcraft.schema.evaluation import EvalJob
 
     job = EvalJob(
         task_source=TASK.read_text(), candidate_source=(PROBES / probe).read_text(), trials=1, timeout_s=90
