@@ -128,3 +128,12 @@ def test_a_host_read_that_differs_is_traced_into_sizes_scalars_and_grids() -> No
 def test_a_host_read_that_cannot_be_traced_is_refused(recorded: object, got: object) -> None:
     with pytest.raises(fresh.Refused):
         fresh.Substitutions().add(2, recorded, got)
+
+
+def test_a_triton_dtype_passed_as_a_constexpr_travels_as_data() -> None:
+    import triton.language as tl
+
+    from kernelcraft.engine.watch.program import decode_constant, encode_plain
+
+    for dt in (tl.float16, tl.bfloat16, tl.float32, tl.int8):
+        assert decode_constant(encode_plain(tl.constexpr(dt), lambda fn: 0)) is dt

@@ -167,9 +167,9 @@ def decode_constant(value: Any) -> Any:
     if tag == "tldtype":
         import triton.language as tl
 
-        dt = getattr(tl, str(inner), None)
-        if isinstance(dt, tl.dtype):
-            return dt
+        named = {v.name: v for v in vars(tl).values() if isinstance(v, tl.dtype)}  # "fp16": tl.float16
+        if inner in named:
+            return named[inner]
     if tag == "device" and isinstance(inner, str):
         return torch.device(inner)
     if tag == "layout" and inner == "strided":

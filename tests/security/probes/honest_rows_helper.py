@@ -1,5 +1,6 @@
 """Honest (fresh replay): row sums by a kernel that calls another @triton.jit function, one launch
-per half of the rows on views, and the total by a second kernel that reads the first's output."""
+per half of the rows on views, and the total by a second kernel that reads the first's output
+(a Triton dtype passed as a constexpr, a tl.constexpr global)."""
 
 import torch
 import torch.nn as nn
@@ -22,8 +23,8 @@ def rows_kernel(x_ptr, rows_ptr, n, stride):
 
 
 @triton.jit
-def total_kernel(rows_ptr, total_ptr, m, BLOCK: tl.constexpr):
-    tl.store(total_ptr, _row_total(rows_ptr, m, BLOCK))
+def total_kernel(rows_ptr, total_ptr, m, BLOCK: tl.constexpr, OUT: tl.constexpr):
+    tl.store(total_ptr, _row_total(rows_ptr, m, BLOCK).to(OUT))
 
 
 class ModelNew(nn.Module):
@@ -33,5 +34,5 @@ class ModelNew(nn.Module):
         for part, out in ((x[:half], rows[:half]), (x[half:], rows[half:])):
             rows_kernel[(part.shape[0],)](part, out, part.shape[1], part.stride(0))
         total = torch.empty((), device=x.device, dtype=x.dtype)
-        total_kernel[(1,)](rows, total, rows.numel(), BLOCK=16)
+        total_kernel[(1,)](rows, total, rows.numel(), BLOCK=16, OUT=tl.float32)
         return rows, total
