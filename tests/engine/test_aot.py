@@ -277,3 +277,26 @@ def test_an_autotuned_kernel_whose_every_config_is_over_the_limit_still_fails(k:
     (result,) = compile_for_targets(_tuned_matmul(k, (128, 3), (128, 4)), ["gfx942"])
     assert not result.ok and result.failure_class is FailureClass.COMPILE_OUT_OF_SHARED_MEMORY
     assert result.notes == []
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_an_autotune_config_over_its_shared_memory_is_dropped_and_the_rest_compile(k: Any) -> None:
+    """The H200 (232,448 bytes a block): a 256x256x256 fp16 tile in 4 stages cannot load, a 32^3
+    tile can; `compile` on the GPU (target "host") drops the first with a note, as Triton's
+    autotuner does, and passes. Run: pytest -m gpu tests/engine/test_aot.py -k dropped"""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from kernelcraft.engine.checks.aot import compile_host
+
+    configs = [
+        triton.Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 256}, num_stages=4),
+        triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, num_stages=2),
+    ]
+    tuned = triton.autotune(configs=configs, key=["M"])(k.matmul_kernel)
+    a = torch.ones(256, 256, dtype=torch.float16, device="cuda")
+    c = torch.empty(256, 256, dtype=torch.float32, device="cuda")
+    with intercept_launches() as rec:
+        tuned[(1, 1)](a, a, c, 256, 256, 256, 256, 256, 256)
+    result = compile_host(rec.records)
+    assert result.ok, result.error
+    assert len(result.notes) == 1 and "BLOCK_K=256" in result.notes[0] and "dropped" in result.notes[0]

@@ -201,8 +201,10 @@ def test_a_rewrite_that_would_break_the_structure_is_named_and_not_made() -> Non
         "c / g = 16 became 256/256"
     ]
     small, changes, broken = shrink.shrunk_source(src, 64)
-    assert small == src and changes == {} and broken
-    assert any("num_groups" in b and "hidden_size" in b for b in broken), broken
+    # The model's three sizes are linked and no common power of two divides them: they stay as
+    # they are, ratios kept, and the batch (the inputs' own size) shrinks alone.
+    assert broken == [] and changes == {"batch_size": (1024, 64)}
+    assert "input_size = 6000\nhidden_size = 6000\nnum_groups = 375\n" in small
 
 
 # ---- memory: the sizes, the ledger, the kept references ----
@@ -695,20 +697,50 @@ def test_an_incidental_divisor_between_model_sizes_no_longer_refuses_the_task() 
     assert plan.sizes["elements"] < 2 * shrink.SHRINK_ABOVE_ELEMENTS
 
 
+INCEPTION = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_1x1, reduce_3x3, out_3x3, reduce_5x5, out_5x5, pool_proj):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(in_channels, 1, 1))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+in_channels = 480
+out_1x1 = 192
+reduce_3x3 = 96
+out_3x3 = 208
+reduce_5x5 = 16
+out_5x5 = 48
+pool_proj = 64
+batch_size = 10
+height = 224
+width = 224
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_1x1, reduce_3x3, out_3x3, reduce_5x5, out_5x5, pool_proj]
+"""
+
+
 def test_a_model_whose_sizes_cannot_shrink_together_keeps_them_and_shrinks_its_inputs() -> None:
-    # 6000 features in 375 groups of 16: no common power of two, and each size on its own loses
-    # the group size at every limit. Before, the task was refused; now the model's sizes stay
-    # and the batch shrinks.
-    src = (
-        GROUP_NORM.replace("batch_size = 1024", "batch_size = 65536")
-        .replace("input_size = 8192", "input_size = 96")
-        .replace("hidden_size = 8192", "hidden_size = 6000")
-        .replace("num_groups = 512", "num_groups = 375")
-    )
-    plan = _plan(src)
-    assert plan.source is not None and plan.changes == {"batch_size": [65536, 256]}
+    # KernelBench level 3 #6 (GoogleNet's inception module): its channel counts divide each
+    # other incidentally (96 | 480, 16 | 208), and every limit breaks one of those. Before, it ran
+    # unshrunk or was refused; now its channels stay and the image shrinks.
+    assert all(shrink.shrunk_source(INCEPTION, limit)[2] for limit in shrink.LIMITS)
+    plan = _plan(INCEPTION)
+    assert plan.source is not None and plan.changes == {"height": [224, 14], "width": [224, 14]}
     assert plan.probe is not None and plan.probe.startswith("kept the model's own sizes")
-    assert "num_groups" in plan.probe and plan.sizes["elements"] < shrink.REFUSE_ABOVE_ELEMENTS
+    assert "reduce_3x3 (96) divided in_channels (480)" in plan.probe
+    assert plan.sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS
 
 
 def test_a_model_size_that_is_a_multiple_of_16_stays_one_and_at_least_32() -> None:

@@ -248,8 +248,10 @@ def plan_sizes(
         twos = min(twos, *(_tile_twos(sizes[n]) for n in group & model), 64)
         t = next((t for t in range(1, twos + 1) if top >> t <= limit), twos or None)
         for n in group:
-            if t is not None and len(group) > 1:
-                new[n] = sizes[n] >> t
+            if len(group) > 1 and (t is not None or group & model):
+                # no common power of two left (a floor reached): the model's linked sizes stay
+                # as they are, their ratios kept, while other sizes shrink at this limit
+                new[n] = sizes[n] >> t if t is not None else sizes[n]
             else:
                 new[n] = _divisor_keeping(sizes[n], limit, small, n in model)
     return new
