@@ -166,6 +166,8 @@ def start() -> None:
     _box.root = os.geteuid() == 0
     if not _box.root:
         _user_namespace(libc)  # first: it gives the capabilities the next two need
+        # (its own view of the files, its folder a tmpfs, is made by root: mounts.py)
+        _box.missing["disk"] = "its user is not root: its folder is on the server's disk"
     if libc.unshare(_CLONE_NEWNET) != 0:
         _box.missing["netns"] = _errno()
     if "nopidns-gpu" in setting:
