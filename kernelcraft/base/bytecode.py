@@ -29,9 +29,10 @@ import os
 import sys
 from pathlib import Path
 
-from kernelcraft.base.config import cache_file, env_switch
+from kernelcraft.base.config import cache_file
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import engine_settings
 
-SWITCH = "KERNELCRAFT_BYTECODE_CACHE"
 _in_use: list[Path] = []  # the folder `use_cache()` gave this process
 
 
@@ -52,7 +53,10 @@ def _torch_keeps_no_bytecode() -> bool:
 def cache_dir() -> Path | None:
     """Where this machine's Python should keep bytecode for kernelcraft's processes, or None
     where it needs no help (or may not have it)."""
-    if not env_switch(SWITCH):
+    try:
+        if not engine_settings().bytecode_cache:  # KERNELCRAFT_BYTECODE_CACHE (`base/knobs.py`)
+            return None
+    except UsageError:  # a bad value is the command line's to report
         return None
     if os.environ.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix:
         return None

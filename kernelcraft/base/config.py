@@ -1,8 +1,8 @@
-"""Settings from flags and KERNELCRAFT_* environment variables.
+"""What the server and the CLI start from: the home, the database, `Settings`.
 
 `KERNELCRAFT_HOME` (default `~/.kernelcraft`) holds the database (`kernelcraft.db`), the
 evaluator's scratch space and run directories. A flag given on the command line beats the
-environment, which beats the default.
+environment, which beats the default; every variable is read and parsed by `base/knobs.py`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import Literal
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.jobknobs import EVAL_GRACE_S
-
-DEFAULT_HOME = Path("~/.kernelcraft")
+from kernelcraft.base.knobs import EVAL_GRACE_S, settings
 
 
 def home_dir() -> Path:
     """The kernelcraft home directory, created if missing. UsageError when it cannot be created or
     written (the database, its WAL journal and run directories live there)."""
-    home = Path(os.environ.get("KERNELCRAFT_HOME", str(DEFAULT_HOME))).expanduser()
+    home = settings().paths.home
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         private(home)
@@ -58,26 +56,10 @@ def _unusable_home(home: Path, why: str) -> UsageError:
 
 def default_db_path() -> Path:
     """Where the database lives unless `--db` or `KERNELCRAFT_DB` says otherwise."""
-    explicit = os.environ.get("KERNELCRAFT_DB")
-    if explicit:
-        return Path(explicit).expanduser()
+    explicit = settings().paths.db
+    if explicit is not None:
+        return explicit
     return home_dir() / "kernelcraft.db"
-
-
-def env_int(name: str, default: int) -> int:
-    """An integer setting from the environment, with a clear error when it is not one."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError as e:
-        raise UsageError(f"{name}={raw!r} is not an integer; unset it or give a whole number") from e
-
-
-def env_switch(name: str) -> bool:
-    """A setting that is on unless the environment says "off", "0" or "no" (any case)."""
-    return os.environ.get(name, "on").lower() not in ("off", "0", "no")
 
 
 @dataclass(frozen=True)
@@ -95,21 +77,16 @@ class Settings:
     """A cap on each candidate process (`serve --memory-limit-gb`); None: sized to each task."""
     eval_grace_s: float = EVAL_GRACE_S
     """Beyond a job's deadline, what a search step's evaluation may wait for workers and the GPU
-    before the search service calls the evaluator stuck (`base/jobknobs.py`)."""
+    before the search service calls the evaluator stuck (`base/knobs.py`)."""
     text_content: Literal["summary", "json"] = "summary"
     """What a tool answer's text content holds (`server/answers.py`): a summary for people, or
     the compact JSON for hosts that show their model only the text (KERNELCRAFT_TEXT_CONTENT)."""
 
     @classmethod
     def from_env(cls, db_path: str | Path | None = None) -> Settings:
+        server = settings().server
         return cls(
             db_path=Path(db_path).expanduser() if db_path else default_db_path(),
-            rule_activation_count=env_int("KERNELCRAFT_RULE_ACTIVATION", 3),
-            text_content=_text_content(os.environ.get("KERNELCRAFT_TEXT_CONTENT", "summary")),
+            rule_activation_count=server.rule_activation,
+            text_content=server.text_content,
         )
-
-
-def _text_content(value: str) -> Literal["summary", "json"]:
-    if value.strip().lower() not in ("summary", "json"):
-        raise ValueError(f"KERNELCRAFT_TEXT_CONTENT must be 'summary' or 'json', not {value!r}")
-    return "json" if value.strip().lower() == "json" else "summary"

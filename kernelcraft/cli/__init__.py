@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from kernelcraft.base.errors import KernelcraftError, StoreError, UsageError
+from kernelcraft.base.knobs import settings
 from kernelcraft.cli.common import (
     ERROR_KINDS,
     EXIT_BROKEN_PIPE,
@@ -112,6 +113,7 @@ def _run(argv: list[str], *, as_json: bool) -> int:
     _configure_logging(args.verbose)
     as_json = bool(getattr(args, "json", False))
     try:
+        settings()  # every KERNELCRAFT_* variable, parsed once: a bad value is one line, here
         return int(args.func(args) or EXIT_OK)
     except (SystemExit, BrokenPipeError):
         raise

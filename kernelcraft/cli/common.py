@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias, TypeVar
@@ -21,6 +20,7 @@ import anyio
 from pydantic import BaseModel
 
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import TIMEOUT_S, TRIALS, JobKnob
 
 T = TypeVar("T")
 
@@ -174,11 +174,17 @@ def print_error(kind: str, message: str, exit_code: int) -> None:
 
 
 def seconds(text: str) -> float:
-    """argparse type of a deadline: a finite number of seconds in (0, 3600]."""
+    """argparse type of a deadline: a job's `timeout_s` within its bounds (`base/knobs.py`)."""
+    return TIMEOUT_S.arg_type(text)
+
+
+def within(knob: JobKnob, value: float, flag: str) -> None:
+    """A `UsageError` naming `flag` when `value` is out of the knob's bounds (`base/knobs.py`)."""
     try:
-        value = float(text)
+        knob.check(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be in (0, 3600] seconds, not {text}")
-    return value
+        raise UsageError(f"{flag} must be in {knob.bounds_words()}, not {value:g}") from None
+
+
+def check_trials(value: int) -> None:
+    within(TRIALS, value, "--trials")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import TIMEOUT_S, TRIALS
 from kernelcraft.base.occupancy import describe, occupancy
 from kernelcraft.base.ops import aten_op_names
 from kernelcraft.base.targets import DEFAULT_TARGET, KNOWN_TARGETS, TARGET_LIST
@@ -34,9 +35,11 @@ from kernelcraft.cli.common import (
     add_device,
     add_json,
     add_memory_limit,
+    check_trials,
     emit,
     run,
     seconds,
+    within,
 )
 from kernelcraft.cli.progress import JobProgress
 from kernelcraft.engine import (
@@ -55,7 +58,9 @@ def register(sub: Subcommands) -> None:
             "task", metavar="TASK", help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"
         )
         p.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining ModelNew")
-        p.add_argument("--timeout", type=seconds, default=300.0, metavar="S", help="deadline in seconds")
+        p.add_argument(
+            "--timeout", type=seconds, default=TIMEOUT_S.default, metavar="S", help="deadline in seconds"
+        )
         add_memory_limit(p)
         p.add_argument(
             "--full-size",
@@ -91,7 +96,7 @@ def register(sub: Subcommands) -> None:
 
     p = sub.add_parser("verify", help="check a candidate against its task's reference (isolated, anti-cheat)")
     common(p)
-    p.add_argument("--trials", type=int, default=5, metavar="N", help="trials per input set")
+    p.add_argument("--trials", type=int, default=TRIALS.default, metavar="N", help="trials per input set")
     p.add_argument(
         "--gpu-check",
         default=DEFAULT_TARGET,
@@ -132,8 +137,7 @@ def _job(args: argparse.Namespace, stages: list[str], **extra: Any) -> EvalJob:
     candidate_source = read_source(args.candidate)
     check_task(task_source, args.task)
     check_candidate(candidate_source, args.candidate)
-    if args.timeout <= 0 or args.timeout > 3600:
-        raise UsageError(f"--timeout must be in (0, 3600] seconds, not {args.timeout:g}")
+    within(TIMEOUT_S, args.timeout, "--timeout")
     return EvalJob(
         task_source=task_source,
         candidate_source=candidate_source,
@@ -238,8 +242,7 @@ def _allowed_ops(ops: list[str]) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if not 1 <= args.trials <= 100:
-        raise UsageError(f"--trials must be between 1 and 100, not {args.trials}")
+    check_trials(args.trials)
     job = _job(args, ["verify"], trials=args.trials, allowed_ops=_allowed_ops(args.allow_op))
     v = _run(job, args).verify
     assert v is not None

@@ -31,7 +31,18 @@ from rich.progress import (
 from rich.table import Column
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_device, add_json, emit, run, seconds
+from kernelcraft.base.knobs import LEVEL_TIMEOUT_S, TIMEOUT_S, TRIALS
+from kernelcraft.cli.common import (
+    EXIT_OK,
+    Subcommands,
+    add_device,
+    add_json,
+    check_trials,
+    emit,
+    run,
+    seconds,
+    within,
+)
 from kernelcraft.level.runner import LevelRun, run_level
 from kernelcraft.level.tasks import parse_problems
 from kernelcraft.schema.level import LevelSummary
@@ -61,8 +72,12 @@ def register(sub: Subcommands) -> None:
         "--out", type=Path, required=True, metavar="DIR", help="where results go; rerunning resumes from it"
     )
     p.add_argument("--problems", metavar="IDS", help="only these problem ids, e.g. 1-10,19")
-    p.add_argument("--trials", type=int, default=5, metavar="N", help="correctness trials per input set")
-    p.add_argument("--timeout", type=seconds, default=300.0, metavar="S", help="deadline per task in seconds")
+    p.add_argument(
+        "--trials", type=int, default=TRIALS.default, metavar="N", help="correctness trials per input set"
+    )
+    p.add_argument(
+        "--timeout", type=seconds, default=LEVEL_TIMEOUT_S, metavar="S", help="deadline per task in seconds"
+    )
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="tasks evaluated at once")
     p.add_argument(
         "--level-key",
@@ -82,10 +97,8 @@ def level_run(args: argparse.Namespace) -> LevelRun:
             if args.baseline
             else "give CANDIDATES_DIR (the folder of candidates), or --baseline to time the references alone"
         )
-    if not 1 <= args.trials <= 100:
-        raise UsageError(f"--trials must be between 1 and 100, not {args.trials}")
-    if not 0 < args.timeout <= 3600:
-        raise UsageError(f"--timeout must be in (0, 3600] seconds, not {args.timeout:g}")
+    check_trials(args.trials)
+    within(TIMEOUT_S, args.timeout, "--timeout")
     if not 1 <= args.jobs <= 64:
         raise UsageError(f"--jobs must be between 1 and 64, not {args.jobs}")
     return LevelRun(

@@ -14,13 +14,14 @@ import dataclasses
 import errno
 import functools
 import logging
-import os
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import TOKENS_ENV as TOKENS
+from kernelcraft.base.knobs import settings
 from kernelcraft.cli.common import (
     EXIT_OK,
     Subcommands,
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
     from kernelcraft.server.state import AppState
 
 # `kernelcraft.server.auth` imports mcp (~0.8 s): it is imported only when `serve` runs, so that
-# `kernelcraft --help` and `kernelcraft verify` stay fast. These two match auth.TOKENS_ENV/FORMAT.
-TOKENS_ENV = "KERNELCRAFT_TOKENS"
+# `kernelcraft --help` and `kernelcraft verify` stay fast. The format matches auth.TOKENS_FORMAT.
+TOKENS_ENV = TOKENS
 TOKENS_FORMAT = "token=name pairs, e.g. KERNELCRAFT_TOKENS='s3cr3t-a=alice,s3cr3t-b=bob'"
 
 logger = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:
         if args.no_auth:
             raise UsageError("--no-auth and --tokens-file contradict each other; give one of them")
         tokens.update(load_tokens_file(args.tokens_file))
-    env_tokens = os.environ.get(TOKENS_ENV, "")
+    env_tokens = settings().secrets.tokens or ""
     if env_tokens.strip():
         if args.no_auth:
             logger.warning("%s is set but --no-auth was given: serving without authentication", TOKENS_ENV)

@@ -30,6 +30,7 @@ import anyio
 
 from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.knobs import LEVEL_TIMEOUT_S, TRIALS
 from kernelcraft.engine import Evaluator, check_candidate, check_task
 from kernelcraft.level import kernelbench, score
 from kernelcraft.level.tasks import LevelTask, find_tasks, match_candidates
@@ -56,8 +57,8 @@ class LevelRun:
     out_dir: Path
     candidates_dir: Path | None = None
     problems: set[int] | None = None
-    trials: int = 5
-    timeout_s: float = 300.0
+    trials: int = int(TRIALS.default)
+    timeout_s: float = LEVEL_TIMEOUT_S
     jobs: int = 2
     level_key: str | None = None
     """The level's key in KernelBench's baseline files ('level1'); default: from the folder's name."""

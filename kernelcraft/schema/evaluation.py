@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.knobs import TIMEOUT_S, TRIALS
 from kernelcraft.base.targets import DEFAULT_TARGET, DEFAULT_TARGETS
 
 Stage = Literal["compile", "verify", "profile", "baseline"]
@@ -211,8 +212,8 @@ class EvalJob(BaseModel):
     candidate_name: str = "candidate.py"
     stages: list[Stage] = Field(default_factory=lambda: ["verify"])  # type: ignore[arg-type]
     targets: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGETS))  # type: ignore[arg-type]
-    trials: int = Field(default=5, ge=1, le=100)
-    timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    trials: int = TRIALS.field()
+    timeout_s: float = TIMEOUT_S.field()
     allowed_ops: list[str] = Field(default_factory=list, description="PyTorch ops forward() may use.")
     roofline_target: str = DEFAULT_TARGET
     gpu_check: str | None = Field(

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelcraft.base.jobknobs import TIMEOUT_S
+from kernelcraft.base.knobs import TIMEOUT_S
 
 PresetName = Literal["adaexplore", "kernelcraft"]
 PRESET_NAMES: tuple[PresetName, ...] = ("kernelcraft", "adaexplore")

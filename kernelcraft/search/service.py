@@ -31,7 +31,7 @@ from typing import Any
 import aiosqlite
 
 from kernelcraft.base.errors import BudgetError, InfrastructureError, NotFoundError, UsageError
-from kernelcraft.base.jobknobs import EVAL_GRACE_S, TIMEOUT_S, eval_wait_s
+from kernelcraft.base.knobs import EVAL_GRACE_S, TIMEOUT_S, TRIALS, eval_wait_s
 from kernelcraft.base.targets import DEFAULT_TARGET
 from kernelcraft.base.voice import CLI_VOICE, Voice
 from kernelcraft.engine import Evaluator, ProgressCallback
@@ -69,7 +69,7 @@ class SearchService:
         *,
         docs: HwDocs | None = None,
         max_code_bytes: int = 1_000_000,
-        trials: int = 5,
+        trials: int = int(TRIALS.default),
         clock: Callable[[], datetime] | None = None,
         eval_grace_s: float = EVAL_GRACE_S,
         voice: Voice = CLI_VOICE,

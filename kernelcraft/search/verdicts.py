@@ -14,7 +14,7 @@ import aiosqlite
 
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.jobknobs import TIMEOUT_S
+from kernelcraft.base.knobs import TIMEOUT_S
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.search import repository

@@ -34,11 +34,12 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kernelcraft.base import knobs
 from kernelcraft.base.errors import UsageError
 
 LOCAL_CLIENT = "local"
 SCOPE = "kernelcraft"
-TOKENS_ENV = "KERNELCRAFT_TOKENS"
+TOKENS_ENV = knobs.TOKENS_ENV
 TOKENS_FORMAT = "token=name pairs, e.g. KERNELCRAFT_TOKENS='s3cr3t-a=alice,s3cr3t-b=bob'"
 
 

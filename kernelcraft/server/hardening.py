@@ -24,11 +24,13 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from kernelcraft.base import knobs
+
 logger = logging.getLogger(__name__)
 
 # What `serve` holds and never needs once started: the tokens after they are read, and the
 # driver agent's LLM keys (the server makes no LLM calls).
-SERVE_SECRETS = ("KERNELCRAFT_TOKENS", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+SERVE_SECRETS = knobs.SERVE_SECRETS
 
 PR_SET_DUMPABLE = 4
 # /proc/self/stat fields 50 and 51 (env_start, env_end), counted from 1, as indices after "comm)".

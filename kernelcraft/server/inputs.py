@@ -14,6 +14,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import TIMEOUT_S, TRIALS
 from kernelcraft.base.ops import aten_op_names
 from kernelcraft.base.targets import TARGET_LIST
 
@@ -38,15 +39,10 @@ Arch = Annotated[
     ),
 ]
 
-DEFAULT_TIMEOUT_S = 120.0
-Timeout = Annotated[
-    float,
-    Field(
-        gt=0,
-        le=600,
-        description="Seconds the whole evaluation may take; then its worker is killed.",
-    ),
-]
+DEFAULT_TIMEOUT_S = TIMEOUT_S.default
+Timeout = Annotated[float, TIMEOUT_S.constraint()]
+DEFAULT_TRIALS = int(TRIALS.default)
+Trials = Annotated[int, TRIALS.constraint()]
 AllowedOps = Annotated[
     list[str] | None,
     Field(

@@ -34,6 +34,7 @@ from kernelcraft.server.answers import answer, opening
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.inputs import (
     DEFAULT_TIMEOUT_S,
+    DEFAULT_TRIALS,
     MAX_INT64,
     AllowedOps,
     Arch,
@@ -41,6 +42,7 @@ from kernelcraft.server.inputs import (
     EvalMode,
     ReferenceCode,
     Timeout,
+    Trials,
     allowed_op_names,
 )
 from kernelcraft.server.state import AppState
@@ -267,9 +269,7 @@ def register_engine_tools(mcp: MCPServer[AppState]) -> None:
         ctx: Context[AppState],
         reference_code: ReferenceCode,
         candidate_code: CandidateCode,
-        trials: Annotated[
-            int, Field(ge=1, le=100, description="Correctness trials, each on fresh random inputs.")
-        ] = 5,
+        trials: Trials = DEFAULT_TRIALS,
         timeout_s: Timeout = DEFAULT_TIMEOUT_S,
         allowed_ops: AllowedOps = None,
         eval_mode: EvalMode = False,

@@ -29,7 +29,7 @@ def every_parser(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 def test_verify_help_shows_the_default_trials_and_timeout(capsys: pytest.CaptureFixture[str]) -> None:
     page = help_page(capsys, "verify")
     assert "trials per input set (default: 5)" in page
-    assert "deadline in seconds (default: 300.0)" in page
+    assert "deadline in seconds (default: 120.0)" in page  # the MCP tools' default too (base/knobs.py)
 
 
 def test_a_nested_command_shows_its_defaults_too(capsys: pytest.CaptureFixture[str]) -> None:

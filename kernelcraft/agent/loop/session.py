@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from kernelcraft.base.errors import BudgetError, KernelcraftError, StalledError, UsageError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.jobknobs import CALL_WAIT_S, EVALUATING_CALL_WAIT_S
+from kernelcraft.base.knobs import CALL_WAIT_S, EVALUATING_CALL_WAIT_S
 from kernelcraft.schema.docs import DocSection
 from kernelcraft.schema.evaluation import CompileResult
 from kernelcraft.schema.rules import FailureRecorded, RuleOut

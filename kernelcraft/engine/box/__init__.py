@@ -81,14 +81,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kernelcraft.engine.box import cgroup, mounts, sandbox, seccomp
+from kernelcraft.engine.wire import childenv
 
-BOX_ENV = "KERNELCRAFT_WORKER_BOX"
-"""How the pool tells its workers to box themselves: "off", "on", "on,nopidns" (switched off) or
-"on,nopidns-gpu" (off by default on a GPU)."""
-DIR_ENV = "KERNELCRAFT_WORKER_DIR"
-"""The worker's own directory (set by the pool): a worker that leaves root owns it."""
-REAPER_ENV = "KERNELCRAFT_WORKER_REAPER"
-"""Set to "zygote" by a zygote that kills what its workers leave behind (zygote.py)."""
+# How the pool tells its workers to box themselves, their directory, their zygote's reaping: the
+# worker wire (`wire/childenv.py` names and reads them).
+BOX_ENV, DIR_ENV, REAPER_ENV = childenv.BOX, childenv.DIR, childenv.REAPER
 FILE_BYTES = 256 * 1024**2
 """The largest file a worker may write (RLIMIT_FSIZE): its log, a cache entry, a scratch file."""
 WORKER_UMASK = 0o022
@@ -123,9 +120,9 @@ _box = _Box()
 def mode(device: str) -> str:
     """The box setting a pool gives its workers (KERNELCRAFT_SANDBOX, KERNELCRAFT_SANDBOX_PIDNS).
     The PID namespace is on by default for CPU workers only: on a GPU it breaks CUDA IPC (see 3)."""
-    from kernelcraft.base.engine_settings import EngineSettings  # (the parent's: pydantic is there)
+    from kernelcraft.base.knobs import engine_settings
 
-    settings = EngineSettings()
+    settings = engine_settings()
     if not settings.sandbox:
         return "off"
     # KERNELCRAFT_SANDBOX_IDENTITY=root|nobody: run by root, stay root in a user namespace of its own
@@ -146,7 +143,8 @@ def host_pid() -> int:
 def start() -> None:
     """Enter the namespaces and take the identity (1-3 of the module docstring) as `BOX_ENV`
     says. Call it while this process has a single thread."""
-    setting = os.environ.get(BOX_ENV, "off")
+    wire = childenv.mine()
+    setting = wire.box
     if setting == "off" or _box.on:
         return
     _box.on = True
@@ -158,7 +156,7 @@ def start() -> None:
     # is a tmpfs, mounts.py; the log is not): Python ignores SIGXFSZ, so a write past it fails.
     with contextlib.suppress(OSError, ValueError):
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
-    _box.reaped = os.environ.get(REAPER_ENV) == "zygote"
+    _box.reaped = wire.reaper == "zygote"
     if not sys.platform.startswith("linux"):
         _box.missing.update(userns="not Linux", netns="not Linux", pidns="not Linux")
         return
@@ -192,14 +190,13 @@ def _leave_root(libc: Any) -> None:
     uid, which makes RLIMIT_NPROC hold (programs it runs would ignore TMPDIR and LD_LIBRARY_PATH,
     glibc's secure mode, which the GPU's compilers cannot live with)."""
     uid, gid = _overflow("uid"), _overflow("gid")
-    mounts.private_mounts(
-        libc, os.environ.get(DIR_ENV), os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu", _box.missing
-    )
+    wire = childenv.mine()
+    mounts.private_mounts(libc, wire.workdir, wire.device == "cpu", _box.missing)
     why = _why_not_nobody()
-    if why is None and "root" in os.environ.get(BOX_ENV, "").split(","):
+    if why is None and "root" in wire.box_parts:
         why = "KERNELCRAFT_SANDBOX_IDENTITY=root keeps root (in a user namespace of its own)"
     if why is None:
-        _own(os.environ[DIR_ENV], uid, gid)
+        _own(wire.workdir or "", uid, gid)
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
@@ -207,7 +204,7 @@ def _leave_root(libc: Any) -> None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     else:
         _box.missing["identity"] = why
-        if os.environ.get("KERNELCRAFT_WORKER_DEVICE") == "cpu":
+        if wire.device == "cpu":
             os.setresuid(uid, 0, 0)
     _user_namespace(libc)
 
@@ -231,7 +228,7 @@ def _overflow(kind: str) -> int:
 
 def _why_not_nobody() -> str | None:
     """Why this worker could not run as nobody, or None."""
-    workdir = os.environ.get(DIR_ENV)
+    workdir = childenv.mine().workdir
     if not workdir or not os.path.isdir(workdir):
         return "no worker directory was named"
     own = os.path.realpath(workdir)

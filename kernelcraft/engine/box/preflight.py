@@ -15,7 +15,6 @@ Called by the `serve` command (`cli/server.py`); imports the box room only.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup
+from kernelcraft.engine.wire import childenv
 
 PREFLIGHT_TIMEOUT_S = 60.0
 PREFLIGHT_MEMORY_BYTES = 1024**3
@@ -60,7 +60,7 @@ def check(env: Mapping[str, str], base_dir: Path, device: str) -> BoxReport:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kernelcraft.engine.box.preflight", str(workdir)],
-            env={**env, "KERNELCRAFT_WORKER_DIR": str(workdir), "HOME": str(workdir), "TMPDIR": str(workdir)},
+            env={**env, **childenv.own_dir(str(workdir)), "HOME": str(workdir), "TMPDIR": str(workdir)},
             cwd=workdir,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -102,7 +102,7 @@ def _remove(workdir: Path) -> None:
 def main(argv: list[str]) -> int:
     """The check process: enter the box as a worker does, print its gaps as one JSON line."""
     sys.stdin.readline()  # until the parent has put this process in its cgroups
-    os.environ.setdefault(box.REAPER_ENV, "zygote")  # as a forked worker: its zygote reaps
+    childenv.mark_reaped()  # as a forked worker: its zygote reaps
     box.start()
     box.confine(argv[0])
     print(json.dumps({"gaps": box.gaps()}), flush=True)

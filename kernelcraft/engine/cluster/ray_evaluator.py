@@ -43,8 +43,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import InfrastructureError, KernelcraftError, TaskError, UsageError
+from kernelcraft.base.knobs import SERVE_SECRETS, EngineSettings, engine_settings
 from kernelcraft.engine.cluster.routing import Router, Slot
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.machine.pool import scrubbed_env
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 # What a serving process holds (kernelcraft.server.hardening.SERVE_SECRETS): an actor refuses to
 # run with any of them in its environment.
-SERVER_SECRETS = ("KERNELCRAFT_TOKENS", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+SERVER_SECRETS = SERVE_SECRETS
 # The engine's settings, passed to the actors explicitly (the scrub drops every KERNELCRAFT_*): every
 # field of EngineSettings, so that none is left behind (an actor ran with the defaults of five).
 ENGINE_SETTINGS = tuple(EngineSettings.env_names())
@@ -71,7 +71,7 @@ def _kept_for_ray(name: str) -> bool:
 
 def actor_env() -> dict[str, str]:
     """The environment an actor gets on top of its node's: the engine's settings, every one."""
-    return EngineSettings().to_env()
+    return engine_settings().to_env()
 
 
 PROGRESS_POLL_S = 0.5

@@ -50,9 +50,9 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.knobs import engine_settings
 from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.job import Job
@@ -148,7 +148,7 @@ class LocalEvaluator:
         self._devices: list[Device] | None = None
         self._closed = False
         self._active: set[WorkerProcess] = set()
-        engine = EngineSettings()
+        engine = engine_settings()
         self._candidates = CandidateSettings(
             memory_limit_bytes=int(memory_limit_gb * 1024**3) if memory_limit_gb else None,
             # KERNELCRAFT_SANDBOX=off turns the candidates' box off (see box/__init__.py).

@@ -28,14 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.base import bytecode
-from kernelcraft.base.engine_settings import EngineSettings
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
+from kernelcraft.base.knobs import engine_settings
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup, environment, shmsweep
 from kernelcraft.engine.startup import logfile, prebuilt
 from kernelcraft.engine.startup.zygote import ForkedChild, Zygote, ZygoteUnavailable
 from kernelcraft.engine.wire import bounds as frame_bounds
+from kernelcraft.engine.wire import childenv
 from kernelcraft.engine.wire.channel import Bounds, ChannelError, Frame, FrameRefused, read_frame, write_frame
 
 log = logging.getLogger(__name__)
@@ -72,14 +73,12 @@ def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) 
     none (`base/bytecode.py`), and (`lazy`) the imports a job may not need (dynamo, inductor) left
     to the job that needs them."""
     env = scrubbed_env()
-    env["KERNELCRAFT_WORKER_DEVICE"] = device
-    env[box.BOX_ENV] = box.mode(device)
     ours = bytecode.add_to_env(env)
-    if lazy:
-        # Measuring most tasks on meta imports dynamo: where kernelcraft keeps the bytecode, the
-        # zygote imports it once (0.9 s on the H200, beside Triton's key) rather than leave it to
-        # each job's reference worker; elsewhere a small task's verdict does without it.
-        env["KERNELCRAFT_WORKER_IMPORTS"] = "lazy-inductor" if ours else "lazy"
+    # Measuring most tasks on meta imports dynamo: where kernelcraft keeps the bytecode, a lazy
+    # pool's zygote imports it once (0.9 s on the H200, beside Triton's key) rather than leave it
+    # to each job's reference worker; elsewhere a small task's verdict does without it.
+    imports = ("lazy-inductor" if ours else "lazy") if lazy else None
+    env.update(childenv.worker_env(device=device, box=box.mode(device), imports=imports))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
     # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
     # Triton upgrade does not silently change candidates' rounding.
@@ -105,7 +104,7 @@ def own_env(workdir: Path) -> dict[str, str]:
     first use sets TORCHINDUCTOR_CACHE_DIR in the environment, so a zygote that imported inductor
     would hand every fork its own temporary directory (closed to a worker that left root: H200)."""
     return {
-        box.DIR_ENV: str(workdir),
+        **childenv.own_dir(str(workdir)),
         "TRITON_CACHE_DIR": str(workdir / "triton-cache"),
         "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor-cache"),
         "TRITON_HOME": str(workdir),
@@ -345,7 +344,7 @@ class WorkerPool:
         if zygote is not None and not zygote.started_for(env):  # for another environment
             zygote.kill()
             zygote = None
-        if zygote is None and EngineSettings().zygote:
+        if zygote is None and engine_settings().zygote:
             zygote = Zygote(
                 env,
                 Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelcraft.base.config import env_switch
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import engine_settings
 from kernelcraft.engine.startup.zygote import Zygote, ZygoteUnavailable
 
 if TYPE_CHECKING:
@@ -49,11 +50,22 @@ class HeadStart:
 _waiting: list[HeadStart] = []
 
 
+def wanted(argv: Sequence[str]) -> bool:
+    """Whether the command in `argv` gets a zygote at once: one of `COMMANDS`, not asking for help,
+    and KERNELCRAFT_ZYGOTE on (read as the pool reads it; a bad value is the command line's to report)."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in COMMANDS or {"-h", "--help"} & set(argv):
+        return False
+    try:
+        return engine_settings().zygote
+    except UsageError:
+        return False
+
+
 def start(argv: Sequence[str]) -> None:
     """Start the zygote that the evaluator of the command in `argv` will want, if it is one of
     `COMMANDS` (anything unusable in `argv` is left for the command line to report)."""
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command not in COMMANDS or {"-h", "--help"} & set(argv) or not env_switch("KERNELCRAFT_ZYGOTE"):
+    if not wanted(argv):
         return
     device = _option(argv, "--device") or "auto"
     if device not in ("auto", "cuda", "cpu"):

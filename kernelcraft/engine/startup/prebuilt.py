@@ -41,11 +41,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.base.config import cache_file, env_switch
+from kernelcraft.base.config import cache_file
+from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import engine_settings
 
 log = logging.getLogger(__name__)
 
-SWITCH = "KERNELCRAFT_PREBUILT"
 FAILED = "prebuilt.failed"
 """In KERNELCRAFT_HOME's cache: touched when a build failed."""
 RETRY_AFTER_S = 3600.0
@@ -70,11 +71,19 @@ def _installed(package: str) -> str | None:
     return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
+def _switched_on() -> bool:
+    """KERNELCRAFT_PREBUILT (`base/knobs.py`); a bad value is the command line's to report."""
+    try:
+        return engine_settings().prebuilt
+    except UsageError:
+        return False
+
+
 def folder() -> Path | None:
     """Where this machine's Triton helpers are kept, or None where they are not (switched off,
     no Triton, no usable KERNELCRAFT_HOME)."""
     triton = _installed("triton")
-    if not env_switch(SWITCH) or triton is None:
+    if not _switched_on() or triton is None:
         return None
     return cache_file(f"triton-helpers/{triton}-{sys.implementation.cache_tag}")
 
@@ -87,7 +96,7 @@ def _compile_bytecode_missing(env: dict[str, str]) -> bool:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
         return False
-    if not prefix or spec is None or not spec.origin or not env_switch(SWITCH):
+    if not prefix or spec is None or not spec.origin or not _switched_on():
         return False
     # Python's layout under a prefix: the source's absolute folder, then NAME.TAG.pyc
     folder_of = os.path.join(os.path.dirname(os.path.abspath(spec.origin)), "_inductor").lstrip(os.sep)

@@ -344,12 +344,12 @@ def _become_reaper() -> bool:
     (and when a worker's keeper is killed, its namespace's init and worker come here too)."""
     import ctypes
 
-    from kernelcraft.engine import box
+    from kernelcraft.engine.wire import childenv
 
     pr_set_child_subreaper = 36
     if ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
         return False
-    os.environ[box.REAPER_ENV] = "zygote"  # the workers' box notes it
+    os.environ[childenv.REAPER] = "zygote"  # the workers' box notes it
     return True
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.engine.wire import childenv
 from kernelcraft.engine.wire.protocol import Load, Ready
 from kernelcraft.engine.worker.candidate import CandidateWorker
 from kernelcraft.engine.worker.reference import ReferenceWorker
@@ -128,7 +129,7 @@ def import_stages(*, cuda: bool) -> list[tuple[str, Any]]:
     # its outputs unmeasured rather than import it), and on the H200 the workers that imported
     # inductor took 17.6 s of a 22 s first verdict. `lazy-inductor` leaves inductor only (where
     # kernelcraft keeps the bytecode: pool.base_env).
-    imports = os.environ.get("KERNELCRAFT_WORKER_IMPORTS", "")
+    imports = childenv.mine().imports
     if imports != "lazy":
         stages.append(("dynamo", _import_dynamo))
     if _compiles():  # (after dynamo, whose import it overlaps; the interpreter compiles nothing)
@@ -161,7 +162,7 @@ def serve(fd: int) -> None:
 
     from kernelcraft.engine.wire import channel
 
-    want = os.environ.get("KERNELCRAFT_WORKER_DEVICE", "cpu")
+    want = childenv.mine().device
     prepare(cuda=want == "cuda")
     t2 = time.perf_counter()
     # The job's own modules (the task, the candidate, each in this worker's directory) are used
