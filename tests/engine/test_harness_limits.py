@@ -10,7 +10,7 @@ import pytest
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import NOT_THE_CANDIDATES, FailureClass
-from kernelcraft.engine.host.replies import Stop, expect_candidate, limited, memory_stop
+from kernelcraft.engine.host.replies import Stop, deadline_stop, expect_candidate, limited, memory_stop
 from kernelcraft.engine.machine.memory import GIB, MemoryLedger, TaskSize, ran_out
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, Verdict
@@ -75,7 +75,13 @@ def test_a_candidate_cannot_claim_a_harness_limit_for_itself() -> None:
 
 def test_a_harness_limit_is_run_again_alone_like_running_out_of_memory() -> None:
     limited_verdict = VerifyResult(
-        correct=False, status="harness_limit", failure_class=HARNESS, trials=1, device="cpu", interpreter=True
+        correct=False,
+        status="harness_limit",
+        failure_class=HARNESS,
+        evidence=memory_stop(GIB, owner="ours").evidence,
+        trials=1,
+        device="cpu",
+        interpreter=True,
     )
     assert ran_out(EvalResult(verify=limited_verdict))
 
@@ -119,3 +125,23 @@ async def test_a_job_that_fits_the_idle_device_waits_while_other_jobs_are_in_fli
     alone.learn(_size(GIB, free=34 * GIB, total=140 * GIB), idle_bytes=0, others_in_flight=0)
     with pytest.raises(TaskError, match="refused at"):
         await alone.admit(1, 40 * GIB, lambda cap: TaskError(f"refused at {cap}"), lambda: 0, _no_evict)
+
+
+def test_the_interpreters_deadline_is_a_harness_limit_and_is_not_run_again_for_memory() -> None:
+    stop = deadline_stop(
+        candidate=True, reading_candidate=False, timeout_s=300, task_name="t", interpreter=True
+    )
+    assert stop.cls is HARNESS and "300 s deadline in Triton's CPU interpreter" in stop.evidence.message
+    assert "--cpu-sizes" in stop.evidence.message
+    gpu = deadline_stop(candidate=True, reading_candidate=False, timeout_s=300, task_name="t")
+    assert gpu.cls is FailureClass.RUNTIME_TIMEOUT
+    timed_out = VerifyResult(
+        correct=False,
+        status="harness_limit",
+        failure_class=HARNESS,
+        evidence=stop.evidence,
+        trials=1,
+        device="cpu",
+        interpreter=True,
+    )
+    assert not ran_out(EvalResult(verify=timed_out))  # more memory would not help it

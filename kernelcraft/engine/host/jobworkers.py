@@ -306,11 +306,13 @@ class JobWorkers:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 w.kill("timeout")
+                compiling = any(w is x and p is self.device.compile_pool for p, x in self.held)
                 raise deadline_stop(
                     candidate=candidate,
                     reading_candidate=self.ref_reading_candidate,
                     timeout_s=self.spec.timeout_s,
                     task_name=self.spec.task_name,
+                    interpreter=self.interpret and not compiling,  # the trials' interpreter
                 )
             waited = False
             try:

@@ -93,15 +93,30 @@ class Exited(Protocol):
     def tail(self, limit: int = ...) -> str: ...
 
 
-def deadline_stop(*, candidate: bool, reading_candidate: bool, timeout_s: float, task_name: str) -> Stop:
+def deadline_stop(
+    *, candidate: bool, reading_candidate: bool, timeout_s: float, task_name: str, interpreter: bool = False
+) -> Stop:
     """The verdict when the job's deadline passed waiting on a worker; `TaskError` when it was the
-    reference at its own work (not reading the candidate's outputs)."""
+    reference at its own work (not reading the candidate's outputs). A candidate running its
+    trials in Triton's interpreter (`interpreter`) reached a harness limit: the interpreter's
+    speed is ours, not the kernel's (a kernel that never ends looks the same here; a GPU tells
+    them apart, and a harness limit never scores above a wrong kernel)."""
     if not candidate and not reading_candidate:
         raise TaskError(
             f"the reference (the task's own Model and inputs) did not finish within the {timeout_s:g} s "
             "deadline; this is not the candidate's verdict: give it more time (--timeout) or smaller "
             "sizes (get_cpu_inputs() without a GPU)",
             path=task_name,
+        )
+    if candidate and interpreter:
+        return Stop(
+            FailureClass.HARNESS_LIMIT,
+            Evidence(
+                message=f"harness limit: the candidate did not finish within the {timeout_s:g} s deadline "
+                "in Triton's CPU interpreter, which runs a kernel's programs one at a time (a kernel fast "
+                "on a GPU can take minutes here); its process was killed. Give it more time (--timeout) "
+                f"or smaller sizes (--cpu-sizes); {NOT_THEIRS}"
+            ),
         )
     who = "the candidate" if candidate else "the reference"
     return Stop(

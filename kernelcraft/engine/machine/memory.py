@@ -146,8 +146,11 @@ def ran_out(outcome: EvalResult | TaskError) -> bool:
     timing, or an unusable task whose reason is memory."""
     if isinstance(outcome, TaskError):
         return is_out_of_memory(str(outcome))
-    if outcome.failure_class in (FailureClass.RUNTIME_OUT_OF_MEMORY, FailureClass.HARNESS_LIMIT):
+    if outcome.failure_class is FailureClass.RUNTIME_OUT_OF_MEMORY:
         return True
+    if outcome.failure_class is FailureClass.HARNESS_LIMIT:  # a memory limit of ours, not the time's
+        parts = (outcome.compile, outcome.verify, outcome.profile)
+        return any(p is not None and p.evidence is not None and "memory" in p.evidence.message for p in parts)
     timed = [p for p in (outcome.profile, outcome.baseline) if p is not None and not p.available]
     return any(is_out_of_memory(p.message) for p in timed)
 
