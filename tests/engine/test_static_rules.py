@@ -119,6 +119,7 @@ TRIPS: dict[str, list[tuple[str, str]]] = {
         ("r = (1).__reduce_ex__(2)\n", ".__reduce_ex__"),
         ("f = table['__import__']\n", "['__import__']"),
         ("f = getattr(print, '__se' + 'lf__')\n", ".__self__"),
+        ("x.__class__ = Lazy\n", ".__class__"),
     ],
     "module-reach": [
         ("import torch\nm = torch.sys.modules\n", ".sys"),

@@ -53,6 +53,12 @@ def builtin_alias(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
 def dunder_attribute(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     """Dunder attributes and keys (__builtins__, __import__, a builtin's __self__, __loader__) reach the interpreter's machinery."""
     got = attribute(node)
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) and _dunder(node.attr):
+        if node.attr not in INTROSPECTION_ATTRS:  # (x.__class__ = ...: a tensor that runs code when read)
+            yield Hit(
+                node, f".{node.attr}", f"assigns .{node.attr}: the interpreter's machinery is off limits"
+            )
+        return
     if got is not None:
         name = got[1]
         if _dunder(name) and name not in ALLOWED_DUNDERS and name not in INTROSPECTION_ATTRS:

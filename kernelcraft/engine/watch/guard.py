@@ -263,7 +263,14 @@ def _watched_classes() -> list[type]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction, KernelInterface
 
-    return [TorchDispatchMode, JITFunction, KernelInterface, InterpretedFunction]
+    return [
+        TorchDispatchMode,
+        JITFunction,
+        KernelInterface,
+        InterpretedFunction,
+        torch.Tensor,
+        torch.nn.Module,
+    ]
 
 
 def recorder_intact(recorder: OpRecorder, built: dict[str, Any]) -> str | None:

@@ -5,10 +5,10 @@
 a method in a class's dict (`OpRecorder.__init__`, `Integrity.changed`), a function's
 `__code__` or defaults, a module global rebound or added (a global named `isinstance` in a harness
 module shadows the builtin there), a member of the dispatch-mode base class the recorder relies
-on (`TorchDispatchMode.__enter__`). `snapshot` flattens all of that into one dict of
-"where -> object", taken before the candidate is imported; `differences` names every entry that
-is now another object, gone, or new. Only identities are kept: nothing is copied, and a check
-costs a fraction of a millisecond.
+on (`TorchDispatchMode.__enter__`), of `torch.Tensor` or of `torch.nn.Module`. `snapshot`
+flattens all of that into one dict of "where -> object", taken before the candidate is
+imported; `differences` names every entry that is now another object, gone, or new. Only identities are kept: nothing is copied; a check of
+the ~4400 entries takes ~2.5 ms.
 
 Module state the harness itself rebinds while it runs is named in `REBOUND` and left out.
 Written by the evaluation engine only; runs in the candidate worker.
