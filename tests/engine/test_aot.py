@@ -23,6 +23,7 @@ triton = pytest.importorskip("triton")
 
 from kernelcraft.base.errors import UsageError  # noqa: E402
 from kernelcraft.base.failures import FailureClass  # noqa: E402
+from kernelcraft.base.targets import REGISTRY  # noqa: E402
 from kernelcraft.engine.checks.aot import (  # noqa: E402
     AotCompileError,
     InterpretedKernelError,
@@ -34,7 +35,7 @@ from kernelcraft.engine.watch.launches import intercept_launches  # noqa: E402
 from kernelcraft.engine.watch.records import LaunchRecord  # noqa: E402
 
 KERNELS = Path(__file__).parents[1] / "fixtures" / "kernels" / "launch_kernels.py"
-ALL_TARGETS = ["sm_80", "sm_89", "sm_90a", "sm_100", "gfx942"]
+ALL_TARGETS = list(REGISTRY)  # every target of the registry compiles here, a new one too
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_a_recorded_launch_compiles_for_every_target_and_reports_resources(k: An
     assert info.num_warps == 4
     assert info.num_stages is not None
     assert info.constexprs == {"BLOCK": 32}
-    if target == "gfx942":
+    if REGISTRY[target].backend == "hip":
         assert info.sgprs is not None and info.sgprs > 0
     else:
         assert info.sgprs is None
