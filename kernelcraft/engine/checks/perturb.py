@@ -25,9 +25,10 @@ order and named in the notes. A task opts out by defining `KERNELCRAFT_PERTURB_P
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a model is at hand: the evaluator's process never needs it
+    import torch
 
 OPT_OUT = "KERNELCRAFT_PERTURB_PARAMETERS"
 # Mixed into the build seed, so that the fresh values are not the ones the build seed just drew.
@@ -56,6 +57,8 @@ Tensors = list[list[Any]]
 def named_signature(model: Any) -> Tensors:
     """What the job compares between the two models (`differences`); empty for a model that is
     not an `nn.Module`."""
+    import torch
+
     if not isinstance(model, torch.nn.Module):
         return []
     return [
@@ -99,19 +102,21 @@ def renamed_note(renamed: str) -> str:
     return f"parameters perturbed by order: ModelNew names some differently from Model ({renamed})"
 
 
-@torch.no_grad()
 def perturb(model: torch.nn.Module, seed: int) -> int:
     """Overwrite the model's float parameters and buffers from `seed`; returns how many."""
+    import torch
+
     tensors = _tensors(model)
-    for i, (kind, t) in enumerate(tensors):
-        g = torch.Generator(device="cpu").manual_seed((seed + 7919 * i) % (2**63))
-        scale = torch.empty(t.shape, dtype=torch.float32).uniform_(0.5, 1.5, generator=g)
-        new = t.detach().float().cpu() * scale
-        if kind == "parameter":
-            mean_abs = float(t.detach().float().abs().mean()) if t.numel() else 0.0
-            s = mean_abs if mean_abs > 0 else 1.0
-            new = new + 0.1 * s * torch.randn(t.shape, generator=g)
-        t.copy_(new.to(dtype=t.dtype, device=t.device))
+    with torch.no_grad():
+        for i, (kind, t) in enumerate(tensors):
+            g = torch.Generator(device="cpu").manual_seed((seed + 7919 * i) % (2**63))
+            scale = torch.empty(t.shape, dtype=torch.float32).uniform_(0.5, 1.5, generator=g)
+            new = t.detach().float().cpu() * scale
+            if kind == "parameter":
+                mean_abs = float(t.detach().float().abs().mean()) if t.numel() else 0.0
+                s = mean_abs if mean_abs > 0 else 1.0
+                new = new + 0.1 * s * torch.randn(t.shape, generator=g)
+            t.copy_(new.to(dtype=t.dtype, device=t.device))
     return len(tensors)
 
 
