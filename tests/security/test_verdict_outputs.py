@@ -3,9 +3,10 @@
 recorded region (`worker/freeze.py`): a container or a tensor that runs the candidate's code when
 the harness reads it, after the recorders close, is refused, whichever way it gets that code run
 (a list's `__iter__`, a tuple's `__len__`, a dict key's `__hash__`, a Tensor subclass, a forged
-`__class__`, an input whose class was swapped). Then the parent and the reference hold the answer
-to the reference's: as many output sets as runs asked for (zero is not "nothing differs"), the
-reference's structure, and every part of a complex output."""
+`__class__`, an input whose class was swapped, a torch function or dispatch mode left active).
+Then the parent and the reference hold the answer to the reference's: as many output sets as runs
+asked for (zero is not "nothing differs"), the reference's structure, and every part of a
+complex output."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ EXPECTED = {
     "out_none.py": (TASK, "wrong_shape", "a sequence of 0"),
     "out_forged_zero_sets.py": (TASK, "forbidden_construct", "0 output set(s)"),
     "out_complex_imag.py": (PROBES / "task_complex.py", "numerical_mismatch", "differ"),
+    "out_function_mode_left.py": (TASK, "forbidden_construct", "torch function mode"),
+    "out_dispatch_mode_left.py": (TASK, "forbidden_construct", "dispatch mode"),
 }
 
 

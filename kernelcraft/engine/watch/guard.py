@@ -283,3 +283,18 @@ def recorder_intact(recorder: OpRecorder, built: dict[str, Any]) -> str | None:
     if set(state) != set(built) or any(state[k] is not v for k, v in built.items()):
         return "the op recorder's state (its allow-list, its record or its tape)"
     return None
+
+
+def modes_left(recorder: OpRecorder | None) -> str | None:
+    """What forward left active that would run its code when the harness touches a tensor after
+    the recording (None when nothing): a torch function mode, or a dispatch mode other than the
+    recorder it ran under (none, for `None`). Called as forward returns, inside the region."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    functions = torch._C._len_torch_function_stack()
+    if functions:
+        return f"{functions} torch function mode(s)"
+    stack = _get_current_dispatch_mode_stack()
+    if stack != ([recorder] if recorder is not None else []):
+        return f"{len(stack)} dispatch mode(s) where only the harness's own should be"
+    return None

@@ -253,13 +253,20 @@ class CandidateWorker(CandidateStages):
         )
         return True
 
-    def knockout(self) -> tuple[KnockedOut, list[bytes]]:
+    def knockout(self) -> tuple[KnockedOut | Verdict, list[bytes]]:
         """forward with every Triton launch skipped and fresh allocations poisoned: what it
         returns goes to the reference, which must find it wrong (`knockout.py`)."""
+        from kernelcraft.engine.watch import guard
         from kernelcraft.engine.watch.knockout import run_knocked_out
 
         call_inputs = self._map(self.inputs, lambda t: t.clone())
         out, skipped, error = run_knocked_out(self.model, call_inputs)
+        left = guard.modes_left(None)
+        if left is not None:  # (its code would run as its output is read, deciding the knockout)
+            message = f"forward left {left} active, which would run its code after the knockout"
+            return Verdict(
+                failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value, evidence={"message": message}
+            ), []
         self.restore_stream()
         self.sync()
         try:
@@ -351,6 +358,9 @@ class CandidateWorker(CandidateStages):
                     freeze(inputs, "an input after forward")  # (a tensor's __class__ swapped)
                 except Unfrozen as e:
                     unfrozen = str(e)
+                left = guard.modes_left(recorder)
+                if left is not None:
+                    unfrozen = f"forward left {left} active, which would run its code after the recording"
             self.sync()
         except BaseException as e:
             if rec is None or not rec.refused:
