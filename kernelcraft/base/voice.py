@@ -51,6 +51,15 @@ class Voice:
             return "query_rules, or the resource rules://active"
         return "`kernelcraft rules list`"
 
+    def teach(self, failure_id: int) -> str | None:
+        """How a recorded failure gets the rule it teaches (None: this audience has no way)."""
+        if self.mcp:
+            return (
+                f"call record_failure with failure_id={failure_id}, the candidate, its error and a rule "
+                "('You cannot ...') to teach the rulebook"
+            )
+        return None
+
     def tree_report(self, tree_id: int) -> str:
         """Draws a tree's report."""
         if self.mcp:

@@ -18,7 +18,8 @@ from kernelcraft.base.errors import UsageError
 from kernelcraft.base.errortext import looks_like_error, pointed_names
 from kernelcraft.base.failures import FailureClass, classify, diagnosis
 from kernelcraft.base.targets import arch_family
-from kernelcraft.knowledge.text import fts_phrases, fts_query
+from kernelcraft.knowledge.opwords import op_families, op_words
+from kernelcraft.knowledge.text import fts_phrases, fts_query, fts_terms
 from kernelcraft.schema.rules import RuleOut, RuleScope, RuleStatus
 
 RULE_COLUMNS = "r.id, r.uid, r.text, r.count, r.status, r.dsl, r.arch_family, r.op_category, r.reason, r.failure_class, r.seed"
@@ -29,6 +30,9 @@ Order = Callable[[Any], tuple[bool, ...]]
 SCOPE_MATCH, SCOPE_GENERAL, SCOPE_OTHER = 1.25, 1.0, 0.3
 # Candidates fetched from FTS5 per result slot before re-weighting by count and scope.
 OVERFETCH = 4
+# A context of at most this many search terms is a query (an op's name, a few words), whose op
+# names are widened to the words rules use (`searched`); a longer one is a task or a kernel.
+QUERY_TERMS = 8
 
 
 def row_scope(row: Any) -> RuleScope:
@@ -85,7 +89,8 @@ async def ranked(
     # For a Triton error text, search with the diagnosis only: the kernel source a
     # CompilationError quotes (pointers, offsets, masks) would outvote the few words that say
     # what went wrong.
-    q = fts_query(diagnosis(context or "")) or fts_query(context or "")
+    wide = searched(context or "")
+    q = fts_query(diagnosis(wide)) or fts_query(wide)
     if q is None:
         rows = list(
             await conn.execute_fetchall(
@@ -104,6 +109,37 @@ async def ranked(
         ]
     scored.sort(key=lambda sr: (*first(sr[1]), -sr[0], sr[1]["id"]))
     return [rule_out(r, s) for s, r in scored[:limit]]
+
+
+async def found(
+    conn: aiosqlite.Connection, context: str, *, arch: str | None, dsl: str, limit: int
+) -> tuple[list[RuleOut], str | None]:
+    """`ranked`, and a sentence when the search was not the context's words alone: the construct
+    words an op name was widened to (`searched`), or, when no rule matched, that the answer holds
+    the rules most often broken for the arch instead (never an empty answer without a word)."""
+    rules = await ranked(conn, context, arch=arch, dsl=dsl, limit=limit)
+    families = op_families(context) if searched(context) != context else []
+    widened = (
+        f"rules name constructs, not operators: the search added what {' and '.join(families)} "
+        f"kernels are made of ({op_words(context)})"
+        if families
+        else None
+    )
+    if rules or not context.strip():
+        return rules, widened
+    fallback = await ranked(conn, "", arch=arch, dsl=dsl, limit=limit)
+    said = f"no rule matched {context.strip()[:80]!r}"
+    return fallback, f"{said}; these are the rules most often broken{' for ' + arch if arch else ''}"
+
+
+def searched(context: str) -> str:
+    """What a query-like context (a few words, not code or an error) searches for: its words and
+    the construct words of the op names it holds (`opwords`: 'softmax' also searches for the
+    reductions and exponentials softmax kernels are made of). Other contexts: their own words."""
+    if looks_like_error(context) or len(fts_terms(context)) > QUERY_TERMS:
+        return context
+    extra = op_words(context)
+    return f"{context} {extra}" if extra else context
 
 
 async def listed(conn: aiosqlite.Connection, status: RuleStatus | None, arch: str | None) -> list[RuleOut]:

@@ -14,6 +14,7 @@ Who writes: `Rulebook.export_jsonl`, `import_jsonl` and `import_seed` delegate h
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from importlib import resources
 from pathlib import Path
@@ -101,23 +102,38 @@ async def export_adaexplore(store: Store, path: str | Path) -> int:
 
 def parse_adaexplore(text: str, name: str) -> list[RuleLine]:
     """Every `rule text||count` line of an AdaExplore memory file, each checked first: a bad file
-    changes nothing."""
+    changes nothing. The count is a number as AdaExplore writes it (`34.0`: its memory keeps
+    counts as floats), rounded to a whole count; a `no guidance` line (AdaExplore's answer when a
+    failure teaches nothing general) is read and skipped."""
     lines = []
     for n, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
         body, sep, count = raw.rpartition(ADAEXPLORE_SEPARATOR)
-        if not sep or not count.strip().isdigit():
+        number = _count(count) if sep else None
+        if number is None:
             raise UsageError(
                 f"{name}:{n}: not an AdaExplore memory line; each line is 'rule text||count' "
-                f"(a count of 0 or more), got {raw[:80]!r}"
+                f"(a count of 0 or more, such as 3 or 34.0), got {raw[:80]!r}"
             )
         try:
-            validate_rule(body)
+            rule = validate_rule(body)
         except UsageError as e:
             raise UsageError(f"{name}:{n}: {e}") from e
-        lines.append(RuleLine(text=" ".join(body.split()), count=int(count), status="candidate"))
+        if rule is None:  # "no guidance"
+            continue
+        lines.append(RuleLine(text=rule, count=number, status="candidate"))
     return lines
+
+
+def _count(text: str) -> int | None:
+    """A memory line's count (`3`, `34.0`, `2.5`) as a whole count, or None when it is not a
+    finite number of 0 or more."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return round(value) if math.isfinite(value) and value >= 0 else None
 
 
 async def import_adaexplore(

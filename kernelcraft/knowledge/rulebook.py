@@ -50,6 +50,7 @@ from typing import Any
 import aiosqlite
 
 from kernelcraft.base.errors import KernelcraftError, NotFoundError, UsageError
+from kernelcraft.base.errortext import pointed_names
 from kernelcraft.base.failures import NOT_THE_CANDIDATES, WRONG_RESULT_CLASSES, FailureClass, classify
 from kernelcraft.base.targets import arch_family
 from kernelcraft.knowledge import dedup, retrieval, rule_import
@@ -60,6 +61,7 @@ from kernelcraft.knowledge.text import (
     normalize_rule,
     rule_similarity,
     rule_uid,
+    same_signature,
     validate_rule,
 )
 from kernelcraft.schema.rules import (
@@ -219,6 +221,7 @@ class Rulebook:
                 failure_id=failure_id,
                 op_category=op_category,
                 judged=judged,
+                pointed=frozenset(n.lower() for n in pointed_names(error)),
             )
             # The failure corroborates the rule's *text* only when its reporter proposed that very
             # text (normalised): a near-duplicate counts (AdaExplore's count) but does not vouch for
@@ -297,9 +300,10 @@ class Rulebook:
         failure_id: int | None,
         op_category: str | None,
         judged: Judged | None,
+        pointed: frozenset[str] = frozenset(),
     ) -> tuple[int, RuleAction]:
         norm = normalize_rule(text)
-        match = await self._find_duplicate(conn, norm, judged)
+        match = await self._find_duplicate(conn, norm, judged, (cls.value, pointed))
         now = utcnow()
         if match is not None:
             rule_id, rule_family = match
@@ -326,10 +330,16 @@ class Rulebook:
         return cur.lastrowid, "created"
 
     async def _find_duplicate(
-        self, conn: aiosqlite.Connection, norm: str, judged: Judged | None
+        self,
+        conn: aiosqlite.Connection,
+        norm: str,
+        judged: Judged | None,
+        signature: tuple[str, frozenset[str]] = ("", frozenset()),
     ) -> tuple[int, str | None] | None:
         """The rule `norm` duplicates: the same normalised text; else the judge's pick when the
-        judge answered; else the most similar near-duplicate by text."""
+        judge answered; else the most similar near-duplicate by text; else one of the same failure
+        signature (`text.same_signature`: the failure's class, and the names its error points at
+        among the code both rules name)."""
         rows = await _rows(conn, "SELECT id, arch_family FROM rules WHERE norm_text = ?", (norm,))
         if rows:
             return rows[0][0], rows[0][1]
@@ -339,21 +349,29 @@ class Rulebook:
             rows = await _rows(conn, "SELECT id, arch_family FROM rules WHERE id = ?", (judged.rule_id,))
             return (rows[0][0], rows[0][1]) if rows else None
         best: tuple[float, int, str | None] | None = None
-        for rid, fam, other in await self._similar(conn, norm, 20):
+        similar = await self._similar(conn, norm, 20)
+        for rid, fam, other, _cls in similar:
             if is_near_duplicate(norm, other):
                 sim = rule_similarity(norm, other)
                 if best is None or sim > best[0]:
                     best = (sim, rid, fam)
-        return (best[1], best[2]) if best else None
+        if best is None:
+            cls, pointed = signature
+            same = [
+                (rid, fam) for rid, fam, other, c in similar if same_signature(norm, other, pointed, c == cls)
+            ]
+            return same[0] if same else None
+        return (best[1], best[2])
 
     async def _similar(self, conn: aiosqlite.Connection, norm: str, limit: int) -> list[Any]:
-        """(id, arch_family, norm_text) of the rules FTS5 ranks closest to `norm`, best first."""
+        """(id, arch_family, norm_text, failure_class) of the rules FTS5 ranks closest to `norm`, best
+        first."""
         q = fts_query(norm)
         if q is None:
             return []
         return await _rows(
             conn,
-            "SELECT r.id, r.arch_family, r.norm_text FROM"
+            "SELECT r.id, r.arch_family, r.norm_text, r.failure_class FROM"
             " (SELECT rowid, rank FROM rules_fts WHERE rules_fts MATCH ? ORDER BY rank LIMIT ?) f"
             " JOIN rules r ON r.id = f.rowid ORDER BY f.rank",
             (q, limit),
@@ -428,6 +446,12 @@ class Rulebook:
         """Active rules ranked for `context` (any text: a task, a kernel, an error message); see
         `retrieval.ranked`."""
         return await retrieval.ranked(self.store.conn, context, arch=arch, dsl=dsl, limit=limit)
+
+    async def find_rules(
+        self, context: str, *, arch: str | None = None, dsl: str = "triton", limit: int = 10
+    ) -> tuple[list[RuleOut], str | None]:
+        """`query_rules`, and what was searched when worth saying (`retrieval.found`)."""
+        return await retrieval.found(self.store.conn, context, arch=arch, dsl=dsl, limit=limit)
 
     async def list_rules(self, status: RuleStatus | None = None, arch: str | None = None) -> list[RuleOut]:
         """Every rule (of `status`, scoped to `arch`'s family or general), most counted first."""

@@ -161,6 +161,18 @@ def rule_similarity(a_norm: str, b_norm: str) -> float:
     return SequenceMatcher(None, ta, tb, autojunk=False).ratio()
 
 
+def same_signature(a_norm: str, b_norm: str, pointed: frozenset[str], same_class: bool) -> bool:
+    """Whether two rules are one rule by the failure behind them, where their words differ too much
+    for `is_near_duplicate`: the failures are of one class, the code one rule names is all named by
+    the other too ("You cannot call tl.tanh in a kernel" and the seed's "You cannot call tl.tanh,
+    tl.relu or tl.gelu ..."), and the new failure's error points at a name both say (`pointed`:
+    `errortext.pointed_names`, lower case). A rule naming no code never merges this way."""
+    ids_a, ids_b = _identifiers(_content_tokens(a_norm)), _identifiers(_content_tokens(b_norm))
+    if not same_class or not ids_a or not ids_b or not (ids_a <= ids_b or ids_b <= ids_a):
+        return False
+    return bool(ids_a & ids_b & pointed)
+
+
 def is_near_duplicate(a_norm: str, b_norm: str) -> bool:
     """Whether two normalised rules say the same thing (see the thresholds above)."""
     if a_norm == b_norm:

@@ -86,9 +86,13 @@ def start_message(
     return " ".join(parts)
 
 
-def step_message(node: NodeInfo, *, new_best: bool, best: NodeInfo | None) -> str:
-    """What `submit` and `abandon` say about the node they closed."""
+def step_message(node: NodeInfo, *, new_best: bool, best: NodeInfo | None, voice: Voice) -> str:
+    """What `submit` and `abandon` say about the node they closed; a failure says it was recorded
+    (its failure_id) and how its rule is taught, in the reader's words."""
     message = f"Node {node.id}: {verdict_words(node)}"
+    if node.failure_id is not None:
+        teach = voice.teach(node.failure_id)
+        message += f" Recorded as failure {node.failure_id}" + (f"; {teach}." if teach else ".")
     if new_best:
         message += " This is the tree's best kernel so far."
     elif best is not None:

@@ -276,7 +276,7 @@ class SearchService:
             best_id=best_id,
             best=best,
             budget_left=max(tree.budget - closed.used_after, 0),
-            message=step_message(node, new_best=new_best, best=best),
+            message=step_message(node, new_best=new_best, best=best, voice=self.voice),
             next_step=step,
             next_step_note=None if step is not None else closed.note,
         )

@@ -115,7 +115,9 @@ def _rules(r: Any) -> str:
     rules = getattr(r, "rules", [])
     lines = [f"- {clip(x.text, 140)}" for x in rules[:5]]
     more = f"\n… and {len(rules) - 5} more" if len(rules) > 5 else ""
-    return f"{len(rules)} rule(s):\n" + "\n".join(lines) + more
+    note = getattr(r, "note", None)
+    said = f"{note[0].upper()}{note[1:]}.\n" if note else ""
+    return f"{said}{len(rules)} rule(s):\n" + "\n".join(lines) + more
 
 
 def _search(r: Any) -> str:

@@ -64,11 +64,14 @@ INSTRUCTIONS = """\
 kernelcraft helps you write fast, correct Triton kernels for PyTorch operators.
 A task is a KernelBench-format module (class Model, get_inputs, get_init_inputs); a candidate is a
 module with class ModelNew whose forward launches @triton.jit kernels. Pass both as source text.
-Before writing a kernel, call query_rules with the task (rules learnt from earlier failures),
-search_hw_docs for the target's hardware facts and search_examples for a verified kernel of the
-same op family to start from. Check a candidate with verify_against_reference;
-when it fails, call record_failure with the error so the rulebook learns. For a full optimisation,
-use search_tree_step (start, then submit one candidate per step, following each next_step).
+Before writing a kernel, call query_rules with the task or the op's name (rules learnt from
+earlier failures), search_hw_docs for the target's hardware facts and search_examples for a verified
+kernel of the same op family to start from. Check a candidate with verify_against_reference. For a
+full optimisation, use search_tree_step (start, then submit one candidate per step, following each
+next_step). Failures: search_tree_step records each failed candidate itself and its answer gives
+the node's failure_id; verify_against_reference records nothing. Either way, when a failure
+teaches a general lesson, call record_failure with a rule ('You cannot ...'), passing the
+failure_id for a search step, so the rulebook learns.
 """
 
 

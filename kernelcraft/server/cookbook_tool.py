@@ -36,7 +36,7 @@ def register_cookbook_tool(mcp: MCPServer[AppState]) -> None:
         include_code: Annotated[bool, Field(description="With the kernel's and task's code.")] = False,
     ) -> Examples:
         """Verified Triton kernels for KernelBench's ops (GEMM, norms, softmax, attention, conv,
-        scan, loss, pooling) with H200 timings; one by id with include_code."""
+        ...) with H200 timings."""
         with tool_errors():
             found = load_cookbook().search(query, family=family, limit=limit, with_code=include_code)
         return Examples(examples=found)

@@ -34,7 +34,9 @@ Optimise the PyTorch operator below into Triton kernels for {target}, using kern
    @triton.jit kernels (no PyTorch compute).
 4. Call search_tree_step with action "submit", the tree_id, that node_id and your candidate_code. It
    returns the verdict and the next step; repeat step 3 until next_step is null (budget spent).
-   A failed candidate is recorded in the rulebook automatically.
+   A failed candidate is recorded automatically: the answer gives node.failure_id. When the failure
+   teaches a general lesson, call record_failure with that failure_id, the candidate, its error and
+   a rule (one sentence starting "You cannot ...") so the rulebook learns it.
 5. Call search_tree_step with action "status" and report the best kernel: its code, its verdict and
    its speedup (unknown without a GPU: then say that only correctness was checked).
 

@@ -132,3 +132,40 @@ def test_a_malformed_memory_file_changes_nothing_and_names_its_line(
     assert code == EXIT_USAGE and "memory.txt:2" in err and "You cannot" in err
     code, out, _ = cli(capsys, "rules", "list", "--json", "--db", db)
     assert not any("tl.arange with a non-constexpr size." in r["text"] for r in json.loads(out))
+
+
+def test_adaexplores_released_memory_file_with_float_counts_imports_as_released(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AdaExplore's released memory keeps counts as floats (`rule||34.0`) and writes `no guidance`
+    for a failure that teaches nothing general (issue 38)."""
+    memory = tmp_path / "memory.txt"
+    memory.write_text(
+        "You cannot use tl.arange with a non-constexpr size in Triton.||34.0\n"
+        "no guidance||12.0\n"
+        "You cannot index a Triton block with a Python list of offsets.||2.0\n"
+    )
+    db = str(tmp_path / "k.db")
+    code, out, err = cli(
+        capsys, "rules", "import", str(memory), "--format", "adaexplore", "--json", "--db", db
+    )
+    assert code == 0, err
+    assert json.loads(out)["created"] == 2
+    code, out, _ = cli(capsys, "rules", "list", "--json", "--db", db)
+    by_text = {r["text"]: r for r in json.loads(out)}
+    arange = by_text["You cannot use tl.arange with a non-constexpr size in Triton."]
+    assert (arange["count"], arange["status"]) == (34, "active")
+    assert by_text["You cannot index a Triton block with a Python list of offsets."]["count"] == 2
+    assert not any(t.lower() == "no guidance" for t in by_text)
+
+
+@pytest.mark.parametrize("count", ["-1.0", "nan", "inf", "many"])
+def test_a_memory_line_whose_count_is_not_a_number_of_zero_or_more_names_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str
+) -> None:
+    memory = tmp_path / "memory.txt"
+    memory.write_text(f"You cannot use tl.arange with a non-constexpr size.||{count}\n")
+    code, _, err = cli(
+        capsys, "rules", "import", str(memory), "--format", "adaexplore", "--db", str(tmp_path / "k.db")
+    )
+    assert code == EXIT_USAGE and "memory.txt:1" in err and "34.0" in err
