@@ -10,7 +10,7 @@ gives now (the matmul work at the fastest precision meeting kernelcraft's tolera
 fp32, `engine/measure/roofline.py`) beside the old one (every matmul FLOP at the fp32 CUDA-core
 peak), the measured time and the fraction of the floor achieved. `--write-fixture` stores the task
 sources and times in `tests/fixtures/floors/cookbook_h200.json`, which
-`tests/engine/test_cookbook_floors.py` reads to assert no correct kernel beats its floor.
+`tests/engine/measure/test_cookbook_floors.py` reads to assert no correct kernel beats its floor.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ for step in "$@"; do
       python3 -c "import time, threading, torch; t=time.perf_counter(); torch.cuda.init(); a=time.perf_counter(); import torch._dynamo; b=time.perf_counter(); print(f'serial: cuda init {a-t:.2f} s, dynamo {b-a:.2f} s, both {b-t:.2f} s')"
       python3 -c "import time, threading, torch; t=time.perf_counter(); th=threading.Thread(target=torch.cuda.init); th.start(); import torch._dynamo; a=time.perf_counter(); th.join(); b=time.perf_counter(); print(f'threaded: dynamo done {a-t:.2f} s, both {b-t:.2f} s')" ;;
     boxnobody)  # the GPU box tests with the worker leaving root for nobody
-      KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/engine/test_box.py ;;
+      KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/engine/box/test_box.py ;;
     stability) run bench_stability python3 bench/bench_stability.py --repeats ${REPEATS:-12} --json "$OUT/bench_stability.json" ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;

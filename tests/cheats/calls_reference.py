@@ -1,4 +1,4 @@
-"""Cheat fixture: calls reference (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: calls reference (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import sys
 import torch

@@ -1,4 +1,4 @@
-"""Cheat fixture: calls reference static (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: calls reference static (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 from task import Model
 import torch

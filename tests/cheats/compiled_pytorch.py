@@ -1,4 +1,4 @@
-"""Cheat fixture: the work done by torch.compile (dynamo traces it) next to a decoy launch (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: the work done by torch.compile (dynamo traces it) next to a decoy launch (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
 """Cheat fixture: sends what it can to a listener on 127.0.0.1 (TCP and UDP) and passes quietly
-whatever happens (see tests/engine/test_box.py, which replaces PORT)."""
+whatever happens (see tests/engine/box/test_box.py, which replaces PORT)."""
 
 import socket as _s
 

@@ -1,4 +1,4 @@
-"""Cheat fixture: a decoy launch next to work done another way (see tests/engine/test_verify_cheats.py)."""
+"""Cheat fixture: a decoy launch next to work done another way (see tests/engine/host/test_verify_cheats.py)."""
 
 import glob
 import runpy

@@ -1,4 +1,4 @@
-"""Cheat fixture: exit fake verdict (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: exit fake verdict (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import os
 import torch

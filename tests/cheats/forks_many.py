@@ -1,5 +1,5 @@
 """Cheat fixture: forks 200 processes that stay alive. It passes only when a process limit
-refused the forks part of the way; otherwise its error says how far it got (see tests/engine/test_box.py)."""
+refused the forks part of the way; otherwise its error says how far it got (see tests/engine/box/test_box.py)."""
 
 import os as _o
 

@@ -1,4 +1,4 @@
-"""Cheat fixture: fp16 downgrade (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: fp16 downgrade (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
 """Cheat fixture: at import, a double fork and setsid leave a daemon that keeps appending to a
-marker file, and the candidate itself passes (see tests/engine/test_box.py, which replaces MARKER)."""
+marker file, and the candidate itself passes (see tests/engine/box/test_box.py, which replaces MARKER)."""
 
 import os as _o
 import time as _t

@@ -1,4 +1,4 @@
-"""Cheat fixture: memory hog (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: memory hog (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import torch
 import torch.nn as nn

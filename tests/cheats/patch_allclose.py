@@ -1,4 +1,4 @@
-"""Cheat fixture: patch allclose (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: patch allclose (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import torch
 import torch.nn as nn

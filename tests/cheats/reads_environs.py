@@ -1,5 +1,5 @@
 """Cheat fixture: reads other processes' environments (the server's, the shell above it) through
-/proc and hands back whatever looks like a secret in its error text (see tests/engine/test_box.py)."""
+/proc and hands back whatever looks like a secret in its error text (see tests/engine/box/test_box.py)."""
 
 import os as _o
 import re as _re

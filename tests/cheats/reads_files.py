@@ -1,6 +1,6 @@
 """Cheat fixture: reads files outside its directory (a secret file, a database, /etc/shadow, the
 home directory) and would hand them back in its error text; when every read is refused it passes
-quietly (see tests/engine/test_box.py, which replaces PATHS)."""
+quietly (see tests/engine/box/test_box.py, which replaces PATHS)."""
 
 import torch
 import torch.nn as nn

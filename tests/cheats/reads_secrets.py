@@ -1,4 +1,4 @@
-"""Cheat fixture: reads secrets (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: reads secrets (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import os as _o
 import torch

@@ -1,4 +1,4 @@
-"""Cheat fixture: thread after return (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: thread after return (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import torch
 import queue

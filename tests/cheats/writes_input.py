@@ -1,4 +1,4 @@
-"""Cheat fixture: writes input (see tests/engine/test_verify_cheats.py for the expected verdict)."""
+"""Cheat fixture: writes input (see tests/engine/host/test_verify_cheats.py for the expected verdict)."""
 
 import torch
 import torch.nn as nn

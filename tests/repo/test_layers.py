@@ -121,3 +121,17 @@ def test_tests_are_laid_out_like_the_package() -> None:
     allowed = packages | {"security", "repo"}
     folders = {p.parent.name for p in tests.glob("*/test_*.py")}
     assert folders <= allowed, f"test folders that are no package: {sorted(folders - allowed)}"
+
+
+def test_engine_tests_sit_in_the_folder_of_the_room_they_test() -> None:
+    """tests/engine/<room>/ for each room's tests; tests/engine/ itself holds only the door's
+    (`kernelcraft/engine/__init__.py`)."""
+    engine_tests = REPO / "tests" / "engine"
+    rooms = {p.name for p in (PACKAGE / "engine").iterdir() if (p / "__init__.py").exists()}
+    folders = {p.parent.name for p in engine_tests.glob("*/test_*.py")}
+    assert folders <= rooms, f"tests/engine/ folders that are no room: {sorted(folders - rooms)}"
+    loose = sorted(p.name for p in engine_tests.glob("test_*.py"))
+    assert loose == ["test_door.py"], f"engine tests outside a room's folder: {loose}"
+    for folder in sorted(folders):
+        modules = list((engine_tests / folder).glob("test_*.py"))
+        assert len(modules) <= 12, f"tests/engine/{folder}/ holds {len(modules)} modules"

@@ -1,7 +1,7 @@
 """Threat: a worker runs a client's code, which reads its environment; the server's environment
 holds secrets under names no list of secret-looking words catches (a database URL with its
 password). The worker inherits an allowlist (docs/security.md, "The box": the worker's environment);
-the end-to-end check is tests/engine/test_verify_cheats.py's
+the end-to-end check is tests/engine/host/test_verify_cheats.py's
 `test_verify_never_shows_a_candidate_the_parents_secrets` with conftest's planted names."""
 
 from __future__ import annotations

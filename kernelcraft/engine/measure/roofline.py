@@ -17,7 +17,7 @@ meets the task's tolerance (`PRECISIONS`, `fastest_precision`): an fp32 task hel
 be computed as bf16x3 (each operand split into two bfloat16 parts, three bf16 tensor-core products
 per multiply-add: 16 bits of mantissa), so its rate is a third of the bf16 dense peak, not the fp32
 CUDA-core peak a kernel on tensor cores runs far faster than. A correct kernel therefore does not
-beat its floor; `tests/engine/test_cookbook_floors.py` checks that on the cookbook's H200 timings.
+beat its floor; `tests/engine/measure/test_cookbook_floors.py` checks that on the cookbook's H200 timings.
 
 Peaks and bandwidths are the target registry's (`base/targets.py`): dense datasheet rates, and
 HBM bandwidth as measured on the device where we measured it (the H200: about 4.3 TB/s, not the

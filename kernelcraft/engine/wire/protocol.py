@@ -10,7 +10,7 @@ header's keys in wire order. A worker first gets its job (`Load`, untagged), the
 
 `to_header()` writes the tag, then the fields that were given (set at construction, or read from
 a header), so an optional key is on the wire exactly when its sender gave it: the JSON is the one
-both sides built by hand before this module (`tests/engine/test_protocol.py` pins it). `from_header()`
+both sides built by hand before this module (`tests/engine/wire/test_protocol.py` pins it). `from_header()`
 checks the tag and the fields' types; it raises `ValueError` (pydantic's `ValidationError` or
 `ProtocolError`). The reference worker and the job are trusted; a candidate worker is not, so the
 job turns a candidate message that does not parse into a `runtime_crash` verdict, never into an

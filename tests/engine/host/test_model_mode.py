@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-MODES = Path(__file__).parents[1] / "fixtures" / "modes"
-CHEATS = Path(__file__).parents[1] / "cheats"
+MODES = Path(__file__).parents[2] / "fixtures" / "modes"
+CHEATS = Path(__file__).parents[2] / "cheats"
 COOKBOOK_BN = (
-    Path(__file__).parents[2]
+    Path(__file__).parents[3]
     / "kernelcraft"
     / "knowledge"
     / "cookbook"

@@ -46,7 +46,7 @@ def test_gpu_a_profile_names_the_kernels_of_both_sides(gpu_submit, job_for) -> N
 
     from kernelcraft.engine.host.local import LocalEvaluator
 
-    examples = Path(__file__).resolve().parents[2] / "examples" / "softmax"
+    examples = Path(__file__).resolve().parents[3] / "examples" / "softmax"
 
     async def go():  # type: ignore[no-untyped-def]
         ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)

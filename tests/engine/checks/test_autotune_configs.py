@@ -10,7 +10,7 @@ import pytest
 
 from kernelcraft.engine.checks.autotune import MAX_PICKS, Coverage
 
-TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+TASK = Path(__file__).parents[2] / "cheats" / "task_scale.py"
 
 CANDIDATE = """
 import torch

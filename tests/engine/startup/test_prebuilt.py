@@ -15,7 +15,7 @@ import pytest
 
 from kernelcraft.engine.startup import prebuilt
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from kernelcraft.engine.checks.compare import tolerances  # noqa: E402
 from kernelcraft.engine.measure.roofline import count_work, floor_of, roofline  # noqa: E402
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "floors" / "cookbook_h200.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "floors" / "cookbook_h200.json"
 DATA = json.loads(FIXTURE.read_text(encoding="utf-8"))
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-MODES = Path(__file__).parents[1] / "fixtures" / "modes"
-TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+MODES = Path(__file__).parents[2] / "fixtures" / "modes"
+TASK = Path(__file__).parents[2] / "cheats" / "task_scale.py"
 
 
 @pytest.mark.slow

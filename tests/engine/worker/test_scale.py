@@ -22,7 +22,7 @@ from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import TaskReady
 from kernelcraft.schema.evaluation import EvalResult, ProfileResult
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LARGE = ROOT / "tests" / "fixtures" / "large"
 CHEATS = ROOT / "tests" / "cheats"
 

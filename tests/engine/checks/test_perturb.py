@@ -16,7 +16,7 @@ from kernelcraft.engine.checks.perturb import (
     task_allows,
 )
 
-PARAMS = Path(__file__).resolve().parents[1] / "fixtures" / "params"
+PARAMS = Path(__file__).resolve().parents[2] / "fixtures" / "params"
 
 
 class Ref(torch.nn.Module):

@@ -21,7 +21,7 @@ import pytest
 from kernelcraft.base.errors import InfrastructureError
 from kernelcraft.engine.cluster.routing import Router, Slot
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHEATS = ROOT / "tests" / "cheats"
 TASK, OTHER = "a" * 64, "b" * 64
 

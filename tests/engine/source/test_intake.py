@@ -83,7 +83,7 @@ def test_static_checks_find_forbidden_constructs(snippet: str, construct: str) -
 def test_static_checks_leave_an_honest_candidate_alone() -> None:
     from pathlib import Path
 
-    for seed in (Path(__file__).parents[2] / "examples").glob("*/seed.py"):
+    for seed in (Path(__file__).parents[3] / "examples").glob("*/seed.py"):
         assert check_candidate_source(check_candidate(seed.read_text(), str(seed))) == []
 
 

@@ -47,7 +47,7 @@ def _leftover_groups() -> list[Path]:
 
 
 def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills_what_is_left() -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
     )

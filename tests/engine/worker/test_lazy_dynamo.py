@@ -14,7 +14,7 @@ import pytest
 
 from kernelcraft.cli.common import EXIT_NEGATIVE, EXIT_OK
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "softmax"
 
 PROBE = r"""

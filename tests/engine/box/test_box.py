@@ -26,9 +26,9 @@ import pytest
 
 from kernelcraft.engine.box.sandbox import landlock_abi
 
-CHEATS = Path(__file__).parents[1] / "cheats"
+CHEATS = Path(__file__).parents[2] / "cheats"
 TASK = CHEATS / "task_scale.py"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _namespaces_work() -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import PLANTED_SECRETS
 
-CHEATS = Path(__file__).parents[1] / "cheats"
+CHEATS = Path(__file__).parents[2] / "cheats"
 TASK = CHEATS / "task_scale.py"
 
 # fixture -> (task, accepted failure classes)
@@ -239,6 +239,6 @@ def test_the_integrity_guard_watches_modules_that_exist_and_every_module_of_the_
 
     missing = [name for name in HARNESS_MODULES if importlib.util.find_spec(name) is None]
     assert not missing, f"the guard watches modules that do not exist: {missing}"
-    watch = Path(__file__).resolve().parents[2] / "kernelcraft" / "engine" / "watch"
+    watch = Path(__file__).resolve().parents[3] / "kernelcraft" / "engine" / "watch"
     room = {f"kernelcraft.engine.watch.{p.stem}" for p in watch.glob("*.py") if p.stem != "__init__"}
     assert room <= set(HARNESS_MODULES), f"not watched: {sorted(room - set(HARNESS_MODULES))}"

@@ -61,7 +61,7 @@ def test_the_cookbooks_one_pass_softmax_is_launched_on_meta_tensors_as_on_a_gpu(
 
     from kernelcraft.engine.watch.launches import intercept_launches
 
-    path = Path(__file__).parents[2] / "kernelcraft/knowledge/cookbook/entries/softmax/kernel.py"
+    path = Path(__file__).parents[3] / "kernelcraft/knowledge/cookbook/entries/softmax/kernel.py"
     spec = importlib.util.spec_from_file_location("kc_softmax_entry", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

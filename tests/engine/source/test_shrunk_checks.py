@@ -11,7 +11,7 @@ import pytest
 from kernelcraft.engine.source import reach
 from kernelcraft.engine.worker import sizing
 
-SHRUNK = Path(__file__).resolve().parents[1] / "fixtures" / "shrunk"
+SHRUNK = Path(__file__).resolve().parents[2] / "fixtures" / "shrunk"
 
 
 def _load(source: str, tag: str) -> types.ModuleType:

@@ -13,7 +13,7 @@ import pytest
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.source.static import RULES, Finding, check_candidate_source
 
-CHEATS = Path(__file__).parents[1] / "cheats"
+CHEATS = Path(__file__).parents[2] / "cheats"
 
 # rule -> [(a source that trips it, the construct of its first finding)]
 TRIPS: dict[str, list[tuple[str, str]]] = {

@@ -96,7 +96,7 @@ def test_the_reference_pool_reuses_a_timing_another_pool_measured(tmp_path: Path
     assert ReferencePool(per_task=2, idle_per_device=2).compiled_timing(key, H200) is None  # no file
 
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 @pytest.mark.slow

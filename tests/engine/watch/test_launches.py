@@ -23,8 +23,8 @@ triton = pytest.importorskip("triton")
 
 from kernelcraft.engine.watch.launches import in_triton_launch, intercept_launches  # noqa: E402
 
-KERNELS = Path(__file__).parents[1] / "fixtures" / "kernels" / "launch_kernels.py"
-REPO = Path(__file__).resolve().parents[2]
+KERNELS = Path(__file__).parents[2] / "fixtures" / "kernels" / "launch_kernels.py"
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _load_kernels() -> Any:

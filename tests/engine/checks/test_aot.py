@@ -34,7 +34,7 @@ from kernelcraft.engine.checks.aot import (  # noqa: E402
 from kernelcraft.engine.watch.launches import intercept_launches  # noqa: E402
 from kernelcraft.engine.watch.records import LaunchRecord  # noqa: E402
 
-KERNELS = Path(__file__).parents[1] / "fixtures" / "kernels" / "launch_kernels.py"
+KERNELS = Path(__file__).parents[2] / "fixtures" / "kernels" / "launch_kernels.py"
 ALL_TARGETS = list(REGISTRY)  # every target of the registry compiles here, a new one too
 
 
@@ -205,7 +205,7 @@ def test_records_made_under_the_interpreter_are_refused(k: Any) -> None:
 
 
 def test_the_host_target_reads_registers_spills_and_shared_from_the_jit_compiled_kernel() -> None:
-    # The real JIT compile runs only on a GPU (see tests/engine/test_evaluator.py::test_gpu_seed_passes_and_profiles);
+    # The real JIT compile runs only on a GPU (see tests/engine/host/test_evaluator.py::test_gpu_seed_passes_and_profiles);
     # here a fake JITFunction checks how `compile_host` reads a CompiledKernel (Triton 3.6 / 3.9).
     from types import SimpleNamespace
 
@@ -284,7 +284,7 @@ def test_an_autotuned_kernel_whose_every_config_is_over_the_limit_still_fails(k:
 def test_on_the_gpu_an_autotune_config_over_its_shared_memory_is_dropped_and_the_rest_compile(k: Any) -> None:
     """The H200 (232,448 bytes a block): a 256x256x256 fp16 tile in 4 stages cannot load, a 32^3
     tile can; `compile` on the GPU (target "host") drops the first with a note, as Triton's
-    autotuner does, and passes. Run: pytest -m gpu tests/engine/test_aot.py -k dropped"""
+    autotuner does, and passes. Run: pytest -m gpu tests/engine/checks/test_aot.py -k dropped"""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     from kernelcraft.engine.checks.aot import compile_host

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kernelcraft.engine.machine import prestart
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHEATS = ROOT / "tests" / "cheats"
 
 

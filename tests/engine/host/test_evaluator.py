@@ -10,7 +10,7 @@ import pytest
 from kernelcraft.base.errors import TaskError
 from tests.conftest import EXAMPLES
 
-CHEATS = Path(__file__).parents[1] / "cheats"
+CHEATS = Path(__file__).parents[2] / "cheats"
 
 
 @pytest.mark.slow
