@@ -15,6 +15,8 @@ rooms below it, as `pyproject.toml`'s import-linter contract says and CI checks)
   perturbed and scaled trials, every autotune config, the ahead-of-time GPU compile) and the
   timing a profile rests on (timers, input rotation, statistics, roofline floors, per-kernel
   breakdowns).
+- `replay/`: forward's record run again without the candidate's Python: the same-input replay,
+  the fresh-input replay in the reference worker.
 - `watch/`: what watches the candidate inside its own process: launch interception, refused
   launch hooks, the op recorder and integrity guard, the knockout, the replay, TF32 emulation.
 - `box/`: what confines a worker: identity, namespaces, mounts, Landlock, seccomp, process limits,

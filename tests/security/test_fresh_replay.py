@@ -2,7 +2,7 @@
 from the inputs (in numpy or Python) and hands it to a kernel as a scalar argument, or writes it
 with a PyTorch fill; or, under Triton's interpreter, a kernel body does the work in Python. The
 same-input replay re-uses forward's host numbers on the same inputs, so it reproduces all of it.
-The fresh-input replay (watch/fresh.py) re-runs forward's record in the reference worker, with no
+The fresh-input replay (replay/fresh.py) re-runs forward's record in the reference worker, with no
 candidate Python and kernels rebuilt from their recorded source, on inputs drawn from a seed the
 candidate never saw, and must get the reference's answer for them (docs/security.md, "Verdict
 integrity"). Honest kernels (autotuned, `.item()`-driven sizes, views, in-place kernels, several

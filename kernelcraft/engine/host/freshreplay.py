@@ -1,4 +1,4 @@
-"""The job's side of the fresh-input replay (`engine/watch/fresh.py`), last of verify, and of the
+"""The job's side of the fresh-input replay (`engine/replay/fresh.py`), last of verify, and of the
 GPU check's compile of the kernels the trials launched (`compile_recorded`).
 
 The first trial asks the candidate for forward's record (`Run.program`); once every trial and the

@@ -97,7 +97,7 @@ class Job:
         """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
         """The tolerances the reference applied (`compare.describe`), from the last comparison."""
         self.program: dict[str, Any] | None = None
-        """The first trial's record (`watch/program.py`): the GPU check compiles its kernels."""
+        """The first trial's record (`replay/program.py`): the GPU check compiles its kernels."""
         self.recorded: tuple[Outputs, list[bytes]] | None = None
         """The first trial's answer, with forward's record (`Run.program`), and its blobs: the
         fresh-input replay re-runs it at the end of verify (`fresh_replay`)."""

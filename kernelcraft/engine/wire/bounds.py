@@ -65,7 +65,7 @@ def unsized(memory_limit: int | None) -> Bounds:
 def for_task(inputs_bytes: int, outputs_bytes: int, params_bytes: int = 0) -> Bounds:
     """Bounds from the reference's measurement: its outputs and inputs with headroom. The first
     trial's `Outputs` also carries the tensors kept on the model for the fresh-input replay
-    (`watch/program.py`): room for the parameters twice (a model may keep a second layout)."""
+    (`replay/program.py`): room for the parameters twice (a model may keep a second layout)."""
 
     def room(n: int) -> int:
         return int(n * HEADROOM) + SLACK_BYTES

@@ -86,7 +86,7 @@ class Compare(Request):
 class FreshReplay(Request):
     """Reference: re-run a candidate's recorded forward (`program`, a `program.Program` dump, with
     the kept tensors `kept` in the frame's blobs) on fresh inputs of `input_set` drawn from `seed`,
-    and compare with its own outputs for them (`watch/fresh.py`); answered `replayed`.
+    and compare with its own outputs for them (`replay/fresh.py`); answered `replayed`.
     `allowed_ops`: the ATen ops forward may run outside its kernels (None: any, AdaExplore's rule)."""
 
     TAG = Op.FRESH_REPLAY

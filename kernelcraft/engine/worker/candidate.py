@@ -73,7 +73,7 @@ class CandidateWorker(CandidateStages):
         self.replay_limit: str | None = None
         """The harness-limit verdict's words when the replay ran out of memory (`room.py`)."""
         self.program: tuple[dict[str, Any] | None, list[Any], str | None] | None = None
-        """Forward's record for the fresh-input replay (`watch/program.py`), when a run asked for
+        """Forward's record for the fresh-input replay (`replay/program.py`), when a run asked for
         it: (the Program's dump, the kept tensors it names, why it could not be written). The kept
         tensors stay alive until the process ends: the reference reads them at the end of verify."""
         self.sent: Any = None
@@ -317,8 +317,8 @@ class CandidateWorker(CandidateStages):
         """forward(*inputs) over memory poisoned with `value`, ops recorded and launches counted
         (and, with `replay`, forward replayed from that record: `replay.py`): the outputs and the
         kernels launched, or None when it failed (reported)."""
+        from kernelcraft.engine.replay import replay as replays
         from kernelcraft.engine.watch import guard
-        from kernelcraft.engine.watch import replay as replays
         from kernelcraft.engine.watch.launches import intercept_launches
 
         assert self.job is not None
@@ -477,7 +477,7 @@ class CandidateWorker(CandidateStages):
 
 def _export(tape: Any, outputs: list[Any]) -> tuple[dict[str, Any] | None, list[Any], str | None]:
     """Forward's record as a `program.Program` dump and the kept tensors it names; or why not."""
-    from kernelcraft.engine.watch.export import Exporter
+    from kernelcraft.engine.replay.export import Exporter
 
     try:
         program, kept = Exporter(tape).export(outputs)

@@ -4,8 +4,8 @@ Without a GPU, a verdict the interpreter passed also needs the GPU compiler's wo
 The compile stage finds launches by running the candidate's forward again in its own process, so a
 forward that launches another kernel there (it can tell: Triton's interpreter is off, the inputs
 are on the meta device) has a decoy compiled instead of what the trials ran. This role loads
-neither the task nor the candidate: it gets the first trial's record (`watch/program.py`),
-rebuilds its kernels from their recorded source (`watch/kernelsource.py`, checked first), lays
+neither the task nor the candidate: it gets the first trial's record (`replay/program.py`),
+rebuilds its kernels from their recorded source (`replay/kernelsource.py`, checked first), lays
 their arguments out as the trial had them (`fresh.recorded_launches`) and compiles exactly those
 specialisations for the asked targets (`checks/aot.py`). Its pool runs Triton without the
 interpreter. Runs in the worker process only.
@@ -37,8 +37,8 @@ class KernelsWorker(Worker):
 
     def compile(self, req: CompileRecorded) -> Compiled:
         from kernelcraft.engine.checks.aot import compile_for_targets
-        from kernelcraft.engine.watch.fresh import recorded_launches
-        from kernelcraft.engine.watch.program import Program
+        from kernelcraft.engine.replay.fresh import recorded_launches
+        from kernelcraft.engine.replay.program import Program
 
         start = time.perf_counter()
         try:

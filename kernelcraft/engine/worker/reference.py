@@ -294,13 +294,13 @@ class ReferenceWorker(Worker):
         return Compared(failure_class=None, tolerance=tolerance, margin=margin)
 
     def fresh_replay(self, req: FreshReplay, blobs: list[bytes]) -> Replayed:
-        """The candidate's recorded forward re-run here on fresh inputs (`watch/fresh.py`), against
+        """The candidate's recorded forward re-run here on fresh inputs (`replay/fresh.py`), against
         Model's outputs for them. The reference outputs wait on the host meanwhile: the re-run
         runs the candidate's kernels in this process, and a kernel may write beyond its buffers."""
         from kernelcraft.base.failures import FailureClass
         from kernelcraft.engine.checks.compare import compare_outputs
-        from kernelcraft.engine.watch import fresh, kernelsource
-        from kernelcraft.engine.watch.program import Program
+        from kernelcraft.engine.replay import fresh, kernelsource
+        from kernelcraft.engine.replay.program import Program
 
         assert self.job is not None
         torch = self.torch

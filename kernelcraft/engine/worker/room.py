@@ -1,6 +1,6 @@
 """The replay's memory: what forward needed, given to the replay on top of the candidate's limit.
 
-The candidate's limit (`machine/memory.py`) is sized for forward. The replay (`watch/replay.py`)
+The candidate's limit (`machine/memory.py`) is sized for forward. The replay (`replay/replay.py`)
 runs forward's launches and ops again on fresh memory while forward's outputs are still held, so
 at its peak it needs about what forward needed once more. On a GPU the limit is a memory fraction
 (`torch.cuda.set_per_process_memory_fraction`): `ForwardPeak` measures what forward allocated

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelcraft.engine.watch.program import (
+from kernelcraft.engine.replay.program import (
     InputDesc,
     KernelDesc,
     LaunchStep,
@@ -34,7 +34,7 @@ class Exporter:
     def export(self, outputs: list[Any]) -> tuple[Program, list[Any]]:
         """The Program and the kept tensors it names (whole storages, as bytes, as they were
         before forward)."""
-        from kernelcraft.engine.watch import replay
+        from kernelcraft.engine.replay import replay
 
         tape = self.tape
         steps: list[OpStep | LaunchStep] = []
@@ -72,7 +72,7 @@ class Exporter:
         return program, self.kept
 
     def value(self, obj: Any) -> Any:
-        from kernelcraft.engine.watch.replay import Ref
+        from kernelcraft.engine.replay.replay import Ref
 
         if isinstance(obj, Ref):
             return {"ref": self.ref(obj).model_dump()}
@@ -93,7 +93,7 @@ class Exporter:
         )
 
     def storage(self, r: Any) -> int:
-        from kernelcraft.engine.watch import storage as storages
+        from kernelcraft.engine.replay import storage as storages
 
         tape = self.tape
         kept = r.key in tape.kept
@@ -120,7 +120,7 @@ class Exporter:
         return self.index[sid]
 
     def kernel(self, fn: Any) -> int:
-        from kernelcraft.engine.watch import kernelsource
+        from kernelcraft.engine.replay import kernelsource
 
         found = self.kernel_ids.get(id(fn))
         if found is not None:

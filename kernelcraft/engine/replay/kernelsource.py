@@ -29,7 +29,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from kernelcraft.engine.watch.program import KernelDesc, decode_constant, encode_plain
+from kernelcraft.engine.replay.program import KernelDesc, decode_constant, encode_plain
 
 SAFE_BUILTINS = (
     "range",

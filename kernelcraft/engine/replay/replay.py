@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from kernelcraft.base.failures import is_out_of_memory
-from kernelcraft.engine.watch import storage
+from kernelcraft.engine.replay import storage
 
 
 class ReplayOutOfMemory(Exception):

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from kernelcraft.engine.watch.program import LaunchStep, OpStep, Program, RefDesc, Refused, decode_constant
-from kernelcraft.engine.watch.replay import _ALLOCATIONS, _FROM_HOST, _METADATA, _NOTHING_TO_REPLAY
+from kernelcraft.engine.replay.program import LaunchStep, OpStep, Program, RefDesc, Refused, decode_constant
+from kernelcraft.engine.replay.replay import _ALLOCATIONS, _FROM_HOST, _METADATA, _NOTHING_TO_REPLAY
 
 GROWTH = 64
 """How far a storage may outgrow forward's where a size was traced to a host read."""
@@ -294,7 +294,7 @@ def run_program(
     contiguous, in the order of `program.inputs`): its outputs. Raises `Refused` for a record that
     cannot be re-run here, `kernelsource.KernelRefused` for a kernel that is not Triton language,
     and whatever a kernel or op raises."""
-    from kernelcraft.engine.watch import kernelsource
+    from kernelcraft.engine.replay import kernelsource
     from kernelcraft.engine.wire.tensors import DTYPES
 
     if len(inputs) != len(program.inputs):
@@ -319,7 +319,7 @@ def recorded_launches(program: Program) -> list[Any]:
     kernel rebuilt from its source and its arguments laid out as the trial had them (dtypes,
     sizes, strides, the alignment their offsets give, the scalars and constexprs it passed). No
     kernel runs; the storages are CPU memory of the recorded sizes."""
-    from kernelcraft.engine.watch import kernelsource
+    from kernelcraft.engine.replay import kernelsource
     from kernelcraft.engine.watch.records import make_record
     from kernelcraft.engine.wire.tensors import DTYPES
 

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 import torch
 
-from kernelcraft.engine.watch import fresh, kernelsource
-from kernelcraft.engine.watch.program import KernelDesc, OpStep, Program, RefDesc, StorageDesc
+from kernelcraft.engine.replay import fresh, kernelsource
+from kernelcraft.engine.replay.program import KernelDesc, OpStep, Program, RefDesc, StorageDesc
 
 TL = {"tl": {"module": "triton.language"}}
 
@@ -133,7 +133,7 @@ def test_a_host_read_that_cannot_be_traced_is_refused(recorded: object, got: obj
 def test_a_triton_dtype_passed_as_a_constexpr_travels_as_data() -> None:
     import triton.language as tl
 
-    from kernelcraft.engine.watch.program import decode_constant, encode_plain
+    from kernelcraft.engine.replay.program import decode_constant, encode_plain
 
     for dt in (tl.float16, tl.bfloat16, tl.float32, tl.int8):
         assert decode_constant(encode_plain(tl.constexpr(dt), lambda fn: 0)) is dt

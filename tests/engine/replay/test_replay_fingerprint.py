@@ -1,11 +1,11 @@
-"""The replay's fingerprint of a kept buffer (`watch/storage.py`): chunked sums equal whole ones and see a changed byte."""
+"""The replay's fingerprint of a kept buffer (`replay/storage.py`): chunked sums equal whole ones and see a changed byte."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kernelcraft.engine.watch import storage
+from kernelcraft.engine.replay import storage
 
 
 def test_the_fingerprint_sums_in_chunks_what_a_whole_sum_gives_and_sees_one_changed_byte(

@@ -18,7 +18,8 @@ _SCRIPT = textwrap.dedent(
     os.environ["TRITON_INTERPRET"] = "1"
     import numpy as np
     import torch, triton, triton.language as tl
-    from kernelcraft.engine.watch import guard, replay
+    from kernelcraft.engine.watch import guard
+    from kernelcraft.engine.replay import replay
     from kernelcraft.engine.watch.launches import intercept_launches
 
     @triton.jit
