@@ -16,10 +16,18 @@ LIMIT = 72
 BASE = "919b2ba"
 """The last commit not held to the rule: older subjects are history, not rewritten. (82fa9a2 until
 919b2ba landed on main with a 74-character subject; every commit between them passed.)"""
+LANDED_LONG = frozenset({"994b8a3", "1463796"})
+"""Commits on main after BASE that landed over the limit (73 and 77 characters, 2026-12-04): main is
+never rewritten, so they are named here one by one and every other commit is still held to the rule."""
 
 
 def too_long(subject: str) -> bool:
     return len(subject) > LIMIT
+
+
+def landed_long(commit: str | None) -> bool:
+    """Whether COMMIT (an abbreviation of any length git chose) is one of `LANDED_LONG`."""
+    return commit is not None and any(commit.startswith(h) or h.startswith(commit) for h in LANDED_LONG)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             ["git", "log", "--format=%h%x00%s", f"{since}..HEAD"], capture_output=True, text=True, check=True
         ).stdout
         subjects = [tuple(line.split("\0", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
-    bad = [(h, s) for h, s in subjects if too_long(s)]
+    bad = [(h, s) for h, s in subjects if too_long(s) and not landed_long(h)]
     for h, s in bad:
         where = f"{h}: " if h else ""
         print(
