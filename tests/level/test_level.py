@@ -352,7 +352,7 @@ async def test_evaluate_level_is_refused_to_an_http_client(
     async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as client:
         result = await client.call_tool("evaluate_level", {"tasks_dir": str(TASKS), "out_dir": str(tmp_path)})
     assert result.is_error
-    assert "run `kernelcraft level` on that machine" in result.content[0].text  # type: ignore[union-attr]
+    assert "ask the server's operator to evaluate the level" in result.content[0].text  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------------------- on the GPU (H200)
