@@ -22,6 +22,7 @@ from kernelcraft.engine.box import cgroup, mounts
 ROOT = Path(__file__).resolve().parents[2]
 PROBES = Path(__file__).parent / "probes"
 TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+CANDIDATE = Path(__file__).parents[1] / "cheats" / "good.py"
 LIMIT = 200 * 1024**2
 
 needs_memory_cgroup = pytest.mark.skipif(
@@ -119,11 +120,14 @@ def small() -> Iterator[_Runner]:
         runner.close()
 
 
-def _submit(runner: _Runner, probe: str):  # type: ignore[no-untyped-def]
+def _submit(runner: _Runner, probe: str, task: Path = TASK):  # type: ignore[no-untyped-def]
     from kernelcraft.schema.evaluation import EvalJob
 
     job = EvalJob(
-        task_source=TASK.read_text(), candidate_source=(PROBES / probe).read_text(), trials=1, timeout_s=90
+        task_source=task.read_text(),
+        candidate_source=(CANDIDATE if task != TASK else PROBES / probe).read_text(),
+        trials=1,
+        timeout_s=90,
     )
     return runner.call(runner.evaluator.submit(job))
 
@@ -181,3 +185,17 @@ def test_a_worker_cannot_grow_its_log_on_the_servers_disk_past_the_file_limit(tm
         )
     assert done.returncode == 0 and done.stderr.endswith(b"OSError"), done.stderr[-300:]
     assert log.stat().st_size <= box.FILE_BYTES
+
+
+@pytest.mark.slow
+@needs_memory_cgroup
+def test_a_tasks_forked_children_are_held_to_the_reference_workers_memory_cgroup(
+    small: _Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelcraft.base.errors import TaskError
+
+    monkeypatch.setattr(cgroup, "reference_memory", lambda: 1024**3)  # 1 GiB, not half the host
+    with pytest.raises(TaskError, match=r"children alive: \d of 6") as raised:
+        _submit(small, "task_forks_hoarders.py", task=PROBES / "task_forks_hoarders.py")
+    alive = re.search(r"children alive: (\d) of 6", str(raised.value))
+    assert alive is not None and int(alive[1]) <= 3, alive[0] if alive else raised.value  # 1.8 GB in 1 GiB

@@ -91,9 +91,23 @@ def memory_for(device: str, limit: int | None) -> int | None:
     return (limit if device == "cpu" else max(limit, GPU_HOST_FLOOR_BYTES)) + SLACK_BYTES
 
 
-def confine(pid: int, extra_tasks: int, memory_bytes: int | None = None) -> Groups | None:
-    """Move process `pid` (all its threads) into new cgroups allowing its present tasks plus
-    `extra_tasks` and, when given, `memory_bytes` of memory counted from now on; None where no
+REFERENCE_SHARE = 0.5
+"""A reference worker (the task's code, a client's too) may use this share of the host's
+available memory with its children. Not its process count: torch.compile's compile workers."""
+
+
+def reference_memory() -> int | None:
+    """A reference worker's memory cgroup limit (None where the host's memory is unknown)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        text = Path("/proc/meminfo").read_text()
+        line = next(x for x in text.splitlines() if x.startswith("MemAvailable:"))
+        return int(int(line.split()[1]) * 1024 * REFERENCE_SHARE)
+    return None
+
+
+def confine(pid: int, extra_tasks: int | None, memory_bytes: int | None = None) -> Groups | None:
+    """Move process `pid` (all its threads) into new cgroups allowing, when given, its present
+    tasks plus `extra_tasks` and `memory_bytes` of memory counted from now on; None where no
     cgroup could be made (best effort: each controller on its own)."""
     roots = _roots()
     if not roots:
@@ -104,7 +118,8 @@ def confine(pid: int, extra_tasks: int, memory_bytes: int | None = None) -> Grou
         if root not in _swept:
             _swept.add(root)
             sweep(root)
-        wanted = [c for c, r in roots.items() if r == root and (c != "memory" or memory_bytes is not None)]
+        given = {"pids": extra_tasks is not None, "memory": memory_bytes is not None}
+        wanted = [c for c, r in roots.items() if r == root and given[c]]
         if not wanted:
             continue
         group = root / name
@@ -125,8 +140,9 @@ def confine(pid: int, extra_tasks: int, memory_bytes: int | None = None) -> Grou
     return groups if groups.paths else None
 
 
-def _limit(group: Path, controller: str, pid: int, extra_tasks: int, memory_bytes: int | None) -> None:
+def _limit(group: Path, controller: str, pid: int, extra_tasks: int | None, memory_bytes: int | None) -> None:
     if controller == "pids":
+        assert extra_tasks is not None
         tasks = len(os.listdir(f"/proc/{pid}/task"))
         (group / "pids.max").write_text(str(tasks + extra_tasks))
         return

@@ -273,6 +273,8 @@ class JobWorkers:
         if role == "candidate" and settings.sandbox:
             # before it imports the candidate: its processes, and its memory with its children's
             w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(self.device.kind, self.memory_limit))
+        elif settings.sandbox:  # the task is client code too: its memory with its children's
+            w.limit(None, cgroup.reference_memory())
         await w.send(load.to_header())
         frame = await self.recv(w, candidate=role == "candidate")
         if id(w) in self.untrusted and frame.header.get("type") == Msg.TASK_ERROR:

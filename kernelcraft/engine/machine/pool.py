@@ -266,7 +266,7 @@ class WorkerProcess:
         """The end of the worker's log, read through the descriptor opened before it started."""
         return logfile.tail(self.log_fd, limit)
 
-    def limit(self, extra_tasks: int, memory_bytes: int | None) -> None:
+    def limit(self, extra_tasks: int | None, memory_bytes: int | None) -> None:
         """Put the worker in cgroups of its own: `extra_tasks` more processes and threads, and
         `memory_bytes` of memory for it and its children (`box/cgroup.py`; best effort)."""
         pid = self.info.get("pid", self.pid)
