@@ -307,9 +307,7 @@ def test_without_a_pid_namespace_the_zygote_kills_the_daemon(
 
 
 @pytest.mark.slow
-def test_a_candidate_cannot_fork_200_processes(
-    evaluator, job_for, box_notes: str, static_checks_off
-) -> None:
+def test_a_candidate_cannot_fork_200_processes(evaluator, job_for, box_notes: str, static_checks_off) -> None:
     # The static rules refuse os.fork before the box is reached; the box must hold on its own.
     _skip_unless_in_force(box_notes, "no process limit", "about 300")
     result = evaluator.submit(job_for(TASK, CHEATS / "forks_many.py", trials=1))
