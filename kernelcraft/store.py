@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import aiosqlite
 
 from kernelcraft.base.config import private
 from kernelcraft.base.errors import StalledError, StoreError
+from kernelcraft.base.files import kind_of
 
 logger = logging.getLogger(__name__)
 
@@ -273,8 +275,16 @@ class Store:
         in_memory = str(path) == ":memory:"
         file_path = None if in_memory else Path(path).expanduser()
         if file_path is not None:
-            if file_path.is_dir():
-                raise StoreError(f"{file_path} is a directory; give the path of a database file")
+            try:
+                mode = file_path.stat().st_mode
+            except FileNotFoundError:
+                mode = None  # a new database
+            except (OSError, ValueError) as e:
+                raise StoreError(
+                    f"cannot use {file_path}: {getattr(e, 'strerror', None) or e}; pass another --db"
+                ) from None
+            if mode is not None and not stat.S_ISREG(mode):
+                raise StoreError(f"{file_path} is {kind_of(mode)}; give the path of a database file")
             try:
                 file_path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:

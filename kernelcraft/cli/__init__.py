@@ -28,6 +28,7 @@ from kernelcraft.cli.common import (
     EXIT_USAGE,
     ArgumentsError,
     Parser,
+    bound_numbers,
     print_error,
 )
 
@@ -87,6 +88,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     command = _command(argv)
     for name in (COMMAND_MODULES[command],) if command else _MODULES:
         importlib.import_module(f"kernelcraft.cli.{name}").register(sub)
+    bound_numbers(parser)
     return parser
 
 

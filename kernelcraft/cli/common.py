@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias, TypeVar
@@ -68,6 +70,53 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise ArgumentsError(self.prog, message, self.format_usage())
+
+
+MAX_INT64 = 2**63 - 1
+
+
+def whole_number(text: str) -> int:
+    """argparse type of every whole number the command line takes: it fits SQLite's 64-bit integer
+    (an id of 10^23 was an OverflowError deep in the database)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not -MAX_INT64 - 1 <= value <= MAX_INT64:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: give a whole number within ±{MAX_INT64}")
+    return value
+
+
+def finite_number(text: str) -> float:
+    """argparse type of every other number: finite (nan and inf say nothing a flag can mean)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def user_path(text: str) -> Path:
+    """argparse type of every path: one the operating system can name (no NUL byte)."""
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a path cannot hold a NUL byte")
+    if len(os.fsencode(text)) > 4096 or any(len(os.fsencode(part)) > 255 for part in Path(text).parts):
+        raise argparse.ArgumentTypeError("the path is too long (a name over 255 bytes, or 4096 in all)")
+    return Path(text)
+
+
+def bound_numbers(parser: argparse.ArgumentParser) -> None:
+    """Give every `int`, `float` and `Path` argument of `parser` and its subcommands the types above
+    (the class of bad numbers and paths, whatever command takes them)."""
+    swap: dict[Any, Any] = {int: whole_number, float: finite_number, Path: user_path}
+    for action in parser._actions:
+        if action.type in swap:
+            action.type = swap[action.type]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                bound_numbers(sub)
 
 
 # What each command module's `register` receives, and what the adders add to (a parser or an

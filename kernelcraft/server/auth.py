@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kernelcraft.base import knobs
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.files import read_text
 
 LOCAL_CLIENT = "local"
 SCOPE = "kernelcraft"
@@ -79,7 +80,7 @@ def load_tokens_file(path: Path) -> dict[str, str]:
     try:
         path = path.expanduser()
         mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "tokens file", limit=1024**2)  # a regular file (a FIFO would hang)
     except OSError as e:
         raise UsageError(f"cannot read tokens file {path}: {e.strerror}; check the path") from e
     if mode & 0o077:

@@ -92,6 +92,13 @@ def check_size(state: AppState, name: str, code: str | None) -> None:
         )
 
 
+NESTED_TOO_DEEPLY = (
+    "an argument nests too deeply for the server to read (an expression or a structure thousands of "
+    "levels deep); split it into statements and retry"
+)
+TOO_LARGE = "a number in the arguments is too large: ids, seeds and counts fit a 64-bit signed integer"
+
+
 def cleaned(fn: F) -> F:
     """A tool as published: its docstring dedented (the SDK publishes it as the tool's description;
     Python < 3.13 keeps the indent), its result sent as structured content with a short summary
@@ -100,7 +107,12 @@ def cleaned(fn: F) -> F:
 
     @functools.wraps(fn)
     async def tool(*args: Any, **kwargs: Any) -> Any:
-        result = await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except RecursionError:  # whatever layer met it: a client's text, never a fault of ours
+            raise ToolError(NESTED_TOO_DEEPLY) from None
+        except OverflowError:
+            raise ToolError(TOO_LARGE) from None
         ctx = kwargs.get("ctx")
         settings = ctx.request_context.lifespan_context.settings if ctx is not None else None
         return answer(result, settings)

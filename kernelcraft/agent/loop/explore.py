@@ -68,6 +68,7 @@ from kernelcraft.agent.loop.runloop import Explorer, StartedRun, save_best, sha2
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.files import read_text
 from kernelcraft.schema.cookbook import CookbookExample
 from kernelcraft.schema.presets import config_of
 from kernelcraft.schema.tree import NodeInfo, WarmStart
@@ -202,10 +203,7 @@ async def _session(
 
 
 def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"cannot read {what} {path}: {e}") from e
+    return read_text(path, what)
 
 
 def read_inputs(opts: OptimizeOptions) -> RunInputs:

@@ -44,6 +44,17 @@ def parse(source: str, path: str) -> ast.Module:
         raise TaskError(f"syntax error: {e.msg}; fix the file and retry", path=path, line=e.lineno) from e
     except ValueError as e:  # null bytes
         raise TaskError(f"cannot parse: {e}", path=path) from e
+    except (RecursionError, MemoryError):
+        raise too_deep(path) from None
+
+
+def too_deep(path: str) -> TaskError:
+    """A module whose expressions nest deeper than Python's parser or our checks can follow."""
+    return TaskError(
+        "nested too deeply to read (an expression or a nesting of thousands of levels); "
+        "split it into statements",
+        path=path,
+    )
 
 
 def top_level_names(tree: ast.Module) -> dict[str, int]:
@@ -154,10 +165,13 @@ def _kept(kind: str, text: str, name: str) -> Source:
 
 
 def _checked(kind: str, text: str, name: str) -> Source:
-    if len(text) > KEPT_BYTES:
-        check = _check_task if kind == "task" else _check_candidate
-        return Source(text, name, check(text, name))
-    return _kept(kind, text, name)
+    try:
+        if len(text) > KEPT_BYTES:
+            check = _check_task if kind == "task" else _check_candidate
+            return Source(text, name, check(text, name))
+        return _kept(kind, text, name)
+    except RecursionError:  # a tree the parser built but a check cannot walk
+        raise too_deep(name) from None
 
 
 def task_source(text: str, name: str) -> Source:
@@ -198,4 +212,8 @@ def take_in(job: EvalJob) -> Intake:
     if job.baseline_only:  # no candidate: nothing of one to check
         return Intake(task, None, ())
     candidate = candidate_source(job.candidate_source, job.candidate_name)
-    return Intake(task, candidate, tuple(check_candidate_source(candidate.tree)))
+    try:
+        findings = tuple(check_candidate_source(candidate.tree))
+    except RecursionError:
+        raise too_deep(job.candidate_name) from None
+    return Intake(task, candidate, findings)
