@@ -99,6 +99,7 @@ def test_every_command_answers_hostile_arguments_with_one_line_and_an_exit_code(
     parser = dict(COMMANDS)[command]
     positionals = [a for a in parser._actions if not a.option_strings and a.nargs not in (0, "?", "*")]
     options = [a for a in parser._actions if takes_value(a)]
+    monkeypatch.chdir(tmp_path)  # a value taken as a file to write lands here, not in the repository
     monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
     for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "KERNELCRAFT_DB", "KERNELCRAFT_TOKENS"):
         monkeypatch.delenv(key, raising=False)
