@@ -1,4 +1,5 @@
-"""`kernelcraft report RUN_DIR`: redraw the HTML report of a `kernelcraft optimize` run.
+"""`kernelcraft report RUN_DIR` / `kernelcraft report --tree N`: the HTML report of an optimize run,
+or of any search tree of the database (started over MCP, by `tree start` or by optimize).
 
 The page is built from the run directory alone (tree.json, steps.jsonl, summary.json), so it works
 without the database or the server the run used; `optimize` writes the same page at its end.
@@ -10,15 +11,22 @@ import argparse
 from pathlib import Path
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_json, print_json
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, print_json, run
+from kernelcraft.report.model import RunReport
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from kernelcraft.report.build import from_run_dir
     from kernelcraft.report.html import render_html
 
-    report = from_run_dir(args.run_dir)
-    out: Path = args.out or args.run_dir / "report.html"
+    if (args.run_dir is None) == (args.tree is None):
+        raise UsageError("give a run directory or --tree N (a search tree of the database), not both")
+    if args.tree is not None:
+        report = _tree_report(args)
+        out: Path = args.out or Path(f"tree-{args.tree}-report.html")
+    else:
+        report = from_run_dir(args.run_dir)
+        out = args.out or args.run_dir / "report.html"
     try:
         out.write_text(render_html(report), encoding="utf-8")
     except OSError as e:
@@ -32,6 +40,27 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _tree_report(args: argparse.Namespace) -> RunReport:
+    """The report of search tree `args.tree` of the database, however it was built (over MCP too)."""
+    from kernelcraft.base.config import Settings
+    from kernelcraft.knowledge.rulebook import Rulebook
+    from kernelcraft.search import repository
+    from kernelcraft.server.resources import tree_report
+    from kernelcraft.store import Store, utcnow
+
+    settings = Settings.from_env(args.db)
+
+    async def go() -> RunReport:
+        store = await Store.open(settings.db_path)
+        try:
+            view = await repository.tree_view(store.conn, args.tree, utcnow(), with_verdicts=True)
+            return await tree_report(store, Rulebook(store, settings.rule_activation_count), view)
+        finally:
+            await store.aclose()
+
+    return run(go)
+
+
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "report",
@@ -41,8 +70,22 @@ def register(sub: Subcommands) -> None:
         "torch.compile, failures by class, tokens and cost, and the best kernel beside the seed.",
     )
     p.add_argument(
-        "run_dir", type=Path, help="the run directory (holds tree.json, steps.jsonl, summary.json)"
+        "run_dir",
+        type=Path,
+        nargs="?",
+        help="the run directory (holds tree.json, steps.jsonl, summary.json); or --tree",
     )
-    p.add_argument("--out", type=Path, help="where to write the page (default RUN_DIR/report.html)")
+    p.add_argument(
+        "--tree",
+        type=int,
+        metavar="N",
+        help="instead: search tree N of the database, however it was built (MCP, `tree`, optimize)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="where to write the page (default RUN_DIR/report.html, or tree-N-report.html)",
+    )
+    add_db(p)
     add_json(p, "the report's data as JSON")
     p.set_defaults(func=cmd_report)

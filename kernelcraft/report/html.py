@@ -23,6 +23,7 @@ from kernelcraft.report.figures import (
     tree_figure,
 )
 from kernelcraft.report.model import RunReport
+from kernelcraft.report.steps import steps_section
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 DIFF_CONTEXT_LINES = 5
@@ -209,5 +210,6 @@ def render_html(report: RunReport) -> str:
         section("Failures by class", "failures-section", failures_section(report)),
         section("Tokens and cost", "tokens-section", tokens_section(report)),
         section("The best kernel beside the seed", "diff-section", diff_section(report)),
+        section("Step by step", "steps-section", steps_section(report)),
     ]
     return PAGE.format(title=escape(title), style=STYLE, plotlyjs=get_plotlyjs(), body="\n".join(parts))

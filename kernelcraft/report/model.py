@@ -68,6 +68,8 @@ class ReportNode(BaseModel):
         default=None, description="Who wrote the step (from steps.jsonl); null when not known."
     )
     usage: TokenUsage | None = Field(default=None, description="The step's tokens (from steps.jsonl).")
+    change: str | None = Field(default=None, description="A diff of its kernel against its parent's.")
+    compiled: list[str] = Field(default_factory=list, description="Its compiled kernels in words.")
 
 
 class RunReport(BaseModel):
@@ -92,6 +94,7 @@ class RunReport(BaseModel):
     )
     seed_code: str | None = Field(default=None, description="The tree's seed kernel, if it had one.")
     best_code: str | None = Field(default=None, description="The best kernel's code.")
+    rules: list[str] = Field(default_factory=list, description="The active rules ranked for the task.")
     best_why: list[str] = Field(
         default_factory=list,
         description="The best kernel's compiled kernels in words: registers, occupancy, what its "

@@ -1,7 +1,8 @@
 """MCP resources and prompts: read-only views a client can attach to a conversation.
 
 Resources are JSON documents (the same pydantic models the tools return) or, for manual sections,
-markdown. A tree's report (`trees://{tree_id}/report`) is the data `kernelcraft report` draws,
+markdown. A tree's report (`trees://{tree_id}/report`, drawn as `trees://{tree_id}/report.html`)
+is what `kernelcraft report --tree N` draws,
 built from the database: the driver's token counts live in its run directory, not here, so they
 are null. Static URIs get no request context from the SDK, so they read the running lifespan's
 state from the `StateSlot`; templated ones get it from their Context.
@@ -15,13 +16,17 @@ from pydantic import BaseModel, Field
 
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.targets import GPU_LIST, TARGET_LIST
+from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.report.build import from_tree
+from kernelcraft.report.html import render_html
 from kernelcraft.report.model import RunReport
+from kernelcraft.report.steps import with_steps
 from kernelcraft.schema.docs import section_markdown
 from kernelcraft.schema.rules import RuleOut
 from kernelcraft.schema.tree import NodeInfo, TreeView
 from kernelcraft.server.auth import client_name
 from kernelcraft.server.state import AppState, StateSlot
+from kernelcraft.store import Store
 
 JSON = "application/json"
 MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
@@ -151,7 +156,7 @@ def register_tree_resources(mcp: MCPServer[AppState]) -> None:
         "trees://{tree_id}/report",
         name="search-tree-report",
         title="A kernel search tree's report",
-        description="The data of a tree's report (what `kernelcraft report` draws): every node with its "
+        description="The data of a tree's report (what trees://{tree_id}/report.html draws): every node with its "
         "verdict and speedups against PyTorch eager and torch.compile, failures by class, the seed's and "
         "the best kernel's code. Token usage is the driver's and is not in the database: null here.",
         mime_type=JSON,
@@ -192,6 +197,20 @@ def register_tree_resources(mcp: MCPServer[AppState]) -> None:
             )
         return code
 
+    @mcp.resource(
+        "trees://{tree_id}/report.html",
+        name="search-tree-report-html",
+        title="A kernel search tree's report, drawn",
+        description="The tree's report as one HTML page (what `trees://{tree_id}/report` holds, drawn): the "
+        "tree, the speedup over the steps, failures by class, each step's change, compiled kernels and "
+        "roofline floor, and the rules in play. Save it and open it in a browser.",
+        mime_type="text/html",
+    )
+    async def tree_report_html(tree_id: str, ctx: Context[AppState]) -> str:
+        state = ctx.request_context.lifespan_context
+        view = await _show(state, tree_id, with_verdicts=True)
+        return render_html(await build_report(state, view))
+
 
 async def _show(state: AppState, tree_id: str, *, with_verdicts: bool) -> TreeView:
     number = row_id(tree_id, "tree id", "search_tree_step start returns one")
@@ -202,15 +221,24 @@ async def _show(state: AppState, tree_id: str, *, with_verdicts: bool) -> TreeVi
 
 
 async def build_report(state: AppState, view: TreeView) -> RunReport:
-    """The tree's report: the view's nodes, with the seed's and the best kernel's code."""
+    return await tree_report(state.store, state.rulebook, view)
 
-    async def code_of(node_id: int | None) -> str | None:
-        node = next((n for n in view.nodes if n.id == node_id), None)
-        return await state.store.get_code(node.code_hash) if node and node.code_hash else None
 
+async def tree_report(store: Store, rulebook: Rulebook, view: TreeView) -> RunReport:
+    """The tree's report, however the tree was built (over MCP, the command line or the driver):
+    the view's nodes, with the seed's and the best kernel's code, each step's change against its
+    parent and its compiled kernels, and the rules in play (`report.steps`). `kernelcraft report
+    --tree N` and the trees://{tree_id}/report resources draw it."""
+    codes = {n.id: code for n in view.nodes if n.code_hash and (code := await store.get_code(n.code_hash))}
     seed = next((n for n in view.nodes if n.seed), None)
-    return from_tree(
+    report = from_tree(
         view,
-        seed_code=await code_of(seed.id if seed else None),
-        best_code=await code_of(view.best_node_id),
+        seed_code=codes.get(seed.id) if seed else None,
+        best_code=codes.get(view.best_node_id) if view.best_node_id is not None else None,
     )
+    task = await store.get_code(view.tree.task_hash) or ""
+    rules = await rulebook.query_rules(task, arch=view.tree.target, limit=RULES_IN_REPORT)
+    return with_steps(report, view, codes, [r.text for r in rules])
+
+
+RULES_IN_REPORT = 8
