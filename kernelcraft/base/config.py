@@ -79,7 +79,7 @@ class Settings:
     """Beyond a job's deadline, what a search step's evaluation may wait for workers and the GPU
     before the search service calls the evaluator stuck (`base/knobs.py`)."""
     text_content: Literal["summary", "json"] = "summary"
-    """What a tool answer's text content holds (`server/answers.py`): a summary for people, or
+    """What a tool answer's text content holds (`server/tools/answers.py`): a summary for people, or
     the compact JSON for hosts that show their model only the text (KERNELCRAFT_TEXT_CONTENT)."""
 
     @classmethod

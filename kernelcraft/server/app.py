@@ -3,7 +3,7 @@
 `create_server(settings)` builds the server; the transports (`kernelcraft/cli/server.py`) only run
 it. The lifespan enters `open_app_state` (`state.py`: the one Store, the evaluator, the rulebook
 with its seed rules, the hardware-manual index and the search service, closed in reverse order);
-the tools (`tools.py`), resources (`resources.py`) and prompts (`prompts.py`) reach them through
+the tools (`tools/`, one registry: `tools.TOOLS`), resources (`resources.py`) and prompts (`prompts.py`) reach them through
 `AppState`.
 
 Only this process writes to the database on behalf of clients; candidate code never runs here
@@ -32,8 +32,6 @@ from kernelcraft.base.config import Settings
 from kernelcraft.base.voice import MCP_VOICE
 from kernelcraft.knowledge.dedup import RuleJudge
 from kernelcraft.server.auth import HttpAuth
-from kernelcraft.server.cookbook_tool import register_cookbook_tool
-from kernelcraft.server.level_tool import register_level_tool
 from kernelcraft.server.prompts import register_prompts
 from kernelcraft.server.resources import (
     register_doc_resources,
@@ -41,7 +39,6 @@ from kernelcraft.server.resources import (
     register_tree_resources,
 )
 from kernelcraft.server.schema import listed, published
-from kernelcraft.server.search_tool import register_search_tool
 from kernelcraft.server.state import (
     AppState,
     EvaluatorFactory,
@@ -49,11 +46,7 @@ from kernelcraft.server.state import (
     default_evaluator_factory,
     open_app_state,
 )
-from kernelcraft.server.tools import (
-    register_docs_tool,
-    register_engine_tools,
-    register_knowledge_tools,
-)
+from kernelcraft.server.tools import register_tools
 from kernelcraft.server.words import MCP_WORDS
 
 logger = logging.getLogger(__name__)
@@ -204,12 +197,7 @@ def create_server(
         log_level="INFO",
     )
 
-    register_knowledge_tools(mcp)
-    register_engine_tools(mcp)
-    register_level_tool(mcp)
-    register_search_tool(mcp)
-    register_docs_tool(mcp)
-    register_cookbook_tool(mcp)
+    register_tools(mcp)
     register_rule_resources(mcp, slot)
     register_doc_resources(mcp, slot)
     register_tree_resources(mcp)

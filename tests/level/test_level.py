@@ -346,7 +346,7 @@ async def test_evaluate_level_is_refused_to_an_http_client(
 ) -> None:
     from server_support import NoEvaluations
 
-    import kernelcraft.server.level_tool as level_tool
+    import kernelcraft.server.tools.level as level_tool
 
     monkeypatch.setattr(level_tool, "client_name", lambda: "alice")
     async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as client:

@@ -135,3 +135,17 @@ def test_engine_tests_sit_in_the_folder_of_the_room_they_test() -> None:
     for folder in sorted(folders):
         modules = list((engine_tests / folder).glob("test_*.py"))
         assert len(modules) <= 12, f"tests/engine/{folder}/ holds {len(modules)} modules"
+
+
+def test_no_folder_of_the_package_holds_more_than_12_modules() -> None:
+    """A folder that grows past 12 modules is split by concern into rooms (issue 40). The
+    cookbook's entries are data (each a task and a kernel), not modules of the package."""
+    entries = PACKAGE / "knowledge" / "cookbook" / "entries"
+    folders = [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists())]
+    crowded = {
+        str(folder.relative_to(REPO)): n
+        for folder in folders
+        if entries not in (folder, *folder.parents)
+        and (n := len([m for m in folder.glob("*.py") if m.name != "__init__.py"])) > 12
+    }
+    assert not crowded, f"folders over 12 modules: {crowded}"

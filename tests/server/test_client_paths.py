@@ -12,9 +12,9 @@ from mcp import Client
 from server_support import NoEvaluations, settings_for
 
 from kernelcraft.server.app import create_server
-from kernelcraft.server.economy import reader_of
-from kernelcraft.server.inputs import client_folder
 from kernelcraft.server.state import AppState
+from kernelcraft.server.tools.economy import reader_of
+from kernelcraft.server.tools.inputs import client_folder
 
 
 async def call_level(tmp_path: Path, **args: Any) -> str:

@@ -39,8 +39,8 @@ from kernelcraft.schema.tree import (
     WarmStart,
 )
 from kernelcraft.server.app import create_server
-from kernelcraft.server.level_tool import LevelReport
-from kernelcraft.server.search_tool import SearchStep
+from kernelcraft.server.tools.level import LevelReport
+from kernelcraft.server.tools.search import SearchStep
 
 # Issue 15 asked for the tool list in 30 KB (compact JSON, as sent). It is 29.5 KB with eight tools
 # (79 KB before kernelcraft/server/schema.py, 34.9 KB before results left out what a reader needs

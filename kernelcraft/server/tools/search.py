@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from kernelcraft.base.targets import DEFAULT_TARGET, Target
 from kernelcraft.schema.presets import PresetName
 from kernelcraft.schema.tree import StartResult, SubmitResult, TreeStatus
-from kernelcraft.server import economy
 from kernelcraft.server.auth import client_name
-from kernelcraft.server.inputs import MAX_INT64
 from kernelcraft.server.state import AppState
-from kernelcraft.server.tools import APPENDS, app_state, check_size, cleaned, progress_to, tool_errors
+from kernelcraft.server.tools import economy
+from kernelcraft.server.tools.common import APPENDS, app_state, check_size, progress_to, tool, tool_errors
+from kernelcraft.server.tools.inputs import MAX_INT64
 
 SearchAction = Literal["start", "submit", "status", "abandon", "next", "share"]
 
@@ -41,106 +41,102 @@ def _require(action: str, **given: object) -> None:
         )
 
 
-def register_search_tool(mcp: MCPServer[AppState]) -> None:
-    @mcp.tool(title="Step a kernel search tree", annotations=APPENDS)
-    @cleaned
-    async def search_tree_step(
-        ctx: Context[AppState],
-        action: Annotated[
-            SearchAction,
-            Field(
-                description="'start' (reference_code): a tree, your first step; 'submit' (node_id, "
-                "candidate_code): the verdict, your next step; 'status': the best kernel; 'abandon' "
-                "(node_id, reason); 'next': one more step; 'share' (share_with). All but start take tree_id.",
-            ),
-        ],
-        reference_code: Annotated[
-            str | None,
-            Field(
-                description="start: the task's source (a KernelBench module).",
-            ),
-        ] = None,
-        candidate_code: Annotated[
-            str | None,
-            Field(
-                description="submit: your kernel for the step; start: a seed kernel, if any.",
-            ),
-        ] = None,
-        tree_id: Annotated[
-            int | None,
-            Field(ge=1, le=MAX_INT64, description="All but start: the tree's id (from start)."),
-        ] = None,
-        node_id: Annotated[
-            int | None,
-            Field(ge=1, le=MAX_INT64, description="submit, abandon: the step's node_id."),
-        ] = None,
-        reason: Annotated[
-            str | None,
-            Field(description="abandon: why you wrote no candidate."),
-        ] = None,
-        share_with: Annotated[
-            str | None,
-            Field(description="share: a client to let read the tree, or '*' for all."),
-        ] = None,
-        target: Annotated[
-            Target,
-            Field(description="start: the GPU the kernels are for."),
-        ] = DEFAULT_TARGET,
-        policy: Annotated[
-            str,
-            Field(description="start: 'adaexplore', 'greedy' or 'beam'."),
-        ] = "adaexplore",
-        preset: Annotated[
-            PresetName | None,
-            Field(
-                description="start: 'kernelcraft' (default: AdaExplore plus manuals and profiles) or "
-                "'adaexplore'."
-            ),
-        ] = None,
-        budget: Annotated[
-            int, Field(ge=1, le=10_000, description="start: how many candidates the tree evaluates.")
-        ] = 50,
-        seed: Annotated[
-            int,
-            Field(
-                ge=-MAX_INT64 - 1,
-                le=MAX_INT64,
-                description="start: the seed of its random choices.",
-            ),
-        ] = 0,
-        policy_params: Annotated[
-            dict[str, int | float | str | bool] | None,
-            Field(
-                description="start: over the preset's, e.g. {'p_large': 0.3} or {'level': 3} (KernelBench)."
-            ),
-        ] = None,
-        task_name: Annotated[
-            str | None,
-            Field(description="start: the task's file name; omit to name the tree after its operator."),
-        ] = None,
-    ) -> SearchStep:
-        """A tree search over kernels (AdaExplore): the server picks what to try, you write it.
-        'start', then 'submit' each next_step as its instructions say until the budget is spent;
-        'abandon' a step you cannot write."""
-        step = await _search_action(
-            ctx,
-            action,
-            reference_code=reference_code,
-            candidate_code=candidate_code,
-            tree_id=tree_id,
-            node_id=node_id,
-            reason=reason,
-            target=target,
-            policy=policy,
-            preset=preset,
-            policy_params=policy_params,
-            budget=budget,
-            seed=seed,
-            task_name=task_name,
-            share_with=share_with,
-        )
-        state = app_state(ctx)
-        return economise(step, state, economy.reader_of(state, ctx.session, client_name()))
+@tool(title="Step a kernel search tree", annotations=APPENDS)
+async def search_tree_step(
+    ctx: Context[AppState],
+    action: Annotated[
+        SearchAction,
+        Field(
+            description="'start' (reference_code): a tree, your first step; 'submit' (node_id, "
+            "candidate_code): the verdict, your next step; 'status': the best kernel; 'abandon' "
+            "(node_id, reason); 'next': one more step; 'share' (share_with). All but start take tree_id.",
+        ),
+    ],
+    reference_code: Annotated[
+        str | None,
+        Field(
+            description="start: the task's source (a KernelBench module).",
+        ),
+    ] = None,
+    candidate_code: Annotated[
+        str | None,
+        Field(
+            description="submit: your kernel for the step; start: a seed kernel, if any.",
+        ),
+    ] = None,
+    tree_id: Annotated[
+        int | None,
+        Field(ge=1, le=MAX_INT64, description="All but start: the tree's id (from start)."),
+    ] = None,
+    node_id: Annotated[
+        int | None,
+        Field(ge=1, le=MAX_INT64, description="submit, abandon: the step's node_id."),
+    ] = None,
+    reason: Annotated[
+        str | None,
+        Field(description="abandon: why you wrote no candidate."),
+    ] = None,
+    share_with: Annotated[
+        str | None,
+        Field(description="share: a client to let read the tree, or '*' for all."),
+    ] = None,
+    target: Annotated[
+        Target,
+        Field(description="start: the GPU the kernels are for."),
+    ] = DEFAULT_TARGET,
+    policy: Annotated[
+        str,
+        Field(description="start: 'adaexplore', 'greedy' or 'beam'."),
+    ] = "adaexplore",
+    preset: Annotated[
+        PresetName | None,
+        Field(
+            description="start: 'kernelcraft' (default: AdaExplore plus manuals and profiles) or "
+            "'adaexplore'."
+        ),
+    ] = None,
+    budget: Annotated[
+        int, Field(ge=1, le=10_000, description="start: how many candidates the tree evaluates.")
+    ] = 50,
+    seed: Annotated[
+        int,
+        Field(
+            ge=-MAX_INT64 - 1,
+            le=MAX_INT64,
+            description="start: the seed of its random choices.",
+        ),
+    ] = 0,
+    policy_params: Annotated[
+        dict[str, int | float | str | bool] | None,
+        Field(description="start: over the preset's, e.g. {'p_large': 0.3} or {'level': 3} (KernelBench)."),
+    ] = None,
+    task_name: Annotated[
+        str | None,
+        Field(description="start: the task's file name; omit to name the tree after its operator."),
+    ] = None,
+) -> SearchStep:
+    """A tree search over kernels (AdaExplore): the server picks what to try, you write it.
+    'start', then 'submit' each next_step as its instructions say until the budget is spent;
+    'abandon' a step you cannot write."""
+    step = await _search_action(
+        ctx,
+        action,
+        reference_code=reference_code,
+        candidate_code=candidate_code,
+        tree_id=tree_id,
+        node_id=node_id,
+        reason=reason,
+        target=target,
+        policy=policy,
+        preset=preset,
+        policy_params=policy_params,
+        budget=budget,
+        seed=seed,
+        task_name=task_name,
+        share_with=share_with,
+    )
+    state = app_state(ctx)
+    return economise(step, state, economy.reader_of(state, ctx.session, client_name()))
 
 
 async def _search_action(

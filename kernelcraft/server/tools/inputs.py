@@ -1,7 +1,7 @@
 """What the tools take: the annotated input types their schemas show, and the checks a schema
 cannot express (`allowed_op_names`).
 
-Shared by the tool handlers (`tools.py`); every `Field(description=...)` here is read by the model
+Shared by the tool handlers (`tools/`); every `Field(description=...)` here is read by the model
 that calls the tool, so it says what to pass and in which form.
 """
 

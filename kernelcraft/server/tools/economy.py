@@ -32,8 +32,8 @@ from typing import Any
 from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus
 from kernelcraft.search.instructions import ANSWER_FORMAT, rules_sentence
 from kernelcraft.search.messages import NO_GPU_NOTE
-from kernelcraft.server.answers import clip
 from kernelcraft.server.state import AppState, Sent
+from kernelcraft.server.tools.answers import clip
 from kernelcraft.store import code_hash
 
 MAX_STEP_RULES = 4
