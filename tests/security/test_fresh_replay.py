@@ -47,7 +47,20 @@ def test_a_kernel_body_that_calls_python_is_refused_by_the_fresh_input_replay(
     v = evaluator.submit(job).verify
     assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
     assert v.evidence.op == "fresh replay", v.evidence
-    assert "reads 'rows_in_numpy', a Python object" in v.evidence.message, v.evidence.message
+    assert "reads 'rows_in_numpy'" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
+def test_a_record_that_names_another_kernel_than_the_one_that_ran_is_held_to_the_source(
+    evaluator, job_for, static_checks_off
+) -> None:
+    """The record is the candidate's word: a clean kernel named in place of one that works in
+    numpy is caught on the submitted source, which the parent reads itself."""
+    job = job_for(PROBES / "task_rowsum.py", PROBES / "fresh_lying_record.py", trials=1, gpu_check=None)
+    v = evaluator.submit(job).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+    assert "reads 'rows_in_numpy', a plain Python function" in v.evidence.message, v.evidence.message
 
 
 AUTOTUNED = (

@@ -45,6 +45,9 @@ async def fresh_replay(
             "kernels do the work, and cannot without it",
             op="fresh replay",
         )
+    unheld = held_to_source(out.program, spec.candidate_source)
+    if unheld is not None:
+        return Evidence(message=unheld, op="fresh replay")
     allowed = None if spec.correctness == "adaexplore" else list(spec.allowed_ops)
     request = FreshReplay(
         program=out.program, kept=out.program_kept, seed=secrets.randbits(62), allowed_ops=allowed
@@ -121,3 +124,30 @@ def gpu_rejects(verify: VerifyResult, compiled: CompileResult | None, target: st
     verify.correct, verify.status = False, compiled.failure_class.value
     verify.failure_class, verify.evidence = compiled.failure_class, ev
     return True
+
+
+def held_to_source(program: dict[str, Any], candidate_source: str) -> str | None:
+    """Why the record's kernels are not the submitted ones, or a submitted kernel is not Triton
+    language (`kernelsource.not_submitted`, `submitted_problems`), read against the candidate's
+    source and the sources of its own modules it imports."""
+    import ast
+    from pathlib import Path
+
+    from kernelcraft.engine.source.local_imports import local_imports, local_search_path
+    from kernelcraft.engine.watch.kernelsource import not_submitted, submitted_problems
+    from kernelcraft.engine.watch.program import KernelDesc
+
+    try:
+        kernels = [KernelDesc.model_validate(k) for k in program.get("kernels", [])]
+    except ValueError as e:
+        return f"the candidate's record of forward names malformed kernels ({str(e)[:200]})"
+    texts = [candidate_source]
+    try:
+        tree = ast.parse(candidate_source)
+        texts += [Path(path).read_text() for _line, _name, path in local_imports(tree, local_search_path())]
+    except (SyntaxError, OSError, UnicodeDecodeError):
+        pass
+    why = not_submitted(kernels, texts)
+    for text in texts:
+        why = why or submitted_problems(text)
+    return why

@@ -311,3 +311,89 @@ def _build(descs: list[KernelDesc], index: int, built: dict[int, Any], busy: set
     built[index] = kernel
     busy.discard(index)
     return kernel
+
+
+# --------------------------------------------------------------------------------------------
+# The trusted side, on the submitted text: what the record claims must be what was sent
+
+
+def not_submitted(kernels: list[KernelDesc], texts: list[str]) -> str | None:
+    """Why a record's kernels are not all in the submitted sources `texts`, or None. The record is
+    written in the candidate's process, which may describe a kernel other than the one that ran:
+    every recorded kernel's text must be in what was sent (a kernel made at run time, from a
+    string, cannot be checked)."""
+    sent = [_stripped(t) for t in texts]
+    for desc in kernels:
+        if not any(_stripped(desc.source) in t for t in sent):
+            return (
+                f"the record's kernel {desc.name} is not in the candidate's source: a kernel made at run "
+                "time (from a string, exec) cannot be checked; define kernels with @triton.jit in the module"
+            )
+    return None
+
+
+def submitted_problems(source: str) -> str | None:
+    """Why a `@triton.jit` function of the submitted `source` is not Triton language by the rules
+    of `check`, read from the source alone (whatever the record says ran): no imports, nested
+    functions, private attributes or `handle`, and no name the module binds to a non-Triton
+    module, a plain Python function or a class. None when every one is."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "the candidate's source does not parse"
+    bound = _module_bindings(tree)
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or not _is_kernel(fn):
+            continue
+        desc = KernelDesc(
+            name=fn.name, source=ast.unparse(fn).split("\n", len(fn.decorator_list))[-1], globals={}
+        )
+        for node in ast.walk(fn):
+            what = _REFUSED_NODES.get(type(node))
+            if what is None and isinstance(node, ast.FunctionDef) and node is not fn:
+                what = "a nested function"
+            if what is not None:
+                return f"kernel {fn.name} contains {what} (line {getattr(node, 'lineno', '?')}): a kernel body must be Triton language"
+            if isinstance(node, ast.Attribute) and (node.attr.startswith("_") or node.attr in BANNED_ATTRS):
+                return f"kernel {fn.name} reaches the attribute {node.attr!r} (line {node.lineno})"
+        for name in _outside_names(desc.source):
+            kind = bound.get(name)
+            if kind is not None:
+                return (
+                    f"kernel {fn.name} reads {name!r}, {kind} of the candidate's module: a kernel body must "
+                    "be Triton language; Python it calls runs on the host, not in the kernel"
+                )
+    return None
+
+
+def _stripped(text: str) -> str:
+    return "\n" + "\n".join(line.strip() for line in text.splitlines() if line.strip()) + "\n"
+
+
+def _is_kernel(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for d in fn.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "jit":
+            return True
+    return False
+
+
+def _module_bindings(tree: ast.Module) -> dict[str, str]:
+    """Module-level names a kernel may not read: non-Triton modules, plain functions, classes."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if not _allowed_module(a.name) and not (a.asname is None and a.name == "triton"):
+                    out[a.asname or a.name.split(".")[0]] = f"the module {a.name}"
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if not (module == "triton" or module.startswith("triton.language")):
+                for a in node.names:
+                    out[a.asname or a.name] = f"{a.name} from {module or '.'}"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_kernel(node):
+            out[node.name] = "a plain Python function"
+        elif isinstance(node, ast.ClassDef):
+            out[node.name] = "a class"
+    return out

@@ -98,7 +98,6 @@ NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 def encode_plain(value: Any, kernel_index: Any) -> dict[str, Any]:
     """A plain value (no tensor) as a tagged dict; `kernel_index(fn)`: a kernel's index."""
-    import torch
 
     if value is None:
         return {"none": True}
@@ -144,6 +143,7 @@ _SIMPLE = {"none", "b", "i", "f", "fs", "s", "dtype", "tldtype", "device", "layo
 
 def decode_constant(value: Any) -> Any:
     """A plain value (no tensor, no kernel) from its tagged dict."""
+
     if not isinstance(value, dict) or len(value) != 1:
         raise Refused(f"a value in forward's record is malformed: {str(value)[:80]}")
     ((tag, inner),) = value.items()

@@ -137,3 +137,21 @@ def test_a_triton_dtype_passed_as_a_constexpr_travels_as_data() -> None:
 
     for dt in (tl.float16, tl.bfloat16, tl.float32, tl.int8):
         assert decode_constant(encode_plain(tl.constexpr(dt), lambda fn: 0)) is dt
+
+
+def test_a_kernel_made_at_run_time_or_reading_python_of_its_module_is_not_held_to_the_source() -> None:
+    sent = (
+        "import numpy as np\nimport triton\nimport triton.language as tl\n\ndef helper(x):\n    return x\n\n"
+    )
+    kernel = "@triton.jit\ndef k(x_ptr):\n    tl.store(x_ptr, VALUE)\n"
+    assert kernelsource.submitted_problems(sent + kernel) is None
+    for body, words in [
+        ("    tl.store(x_ptr, np.float32(1.0))\n", "the module numpy"),
+        ("    tl.store(x_ptr, helper(1.0))\n", "a plain Python function"),
+        ("    y = tl.load(x_ptr).handle\n", "the attribute 'handle'"),
+    ]:
+        why = kernelsource.submitted_problems(sent + "@triton.jit\ndef k(x_ptr):\n" + body)
+        assert why is not None and words in why, why
+    made = desc("def k(x_ptr):\n    tl.store(x_ptr, 1.0)\n")
+    assert kernelsource.not_submitted([made], [sent + kernel]) is not None
+    assert kernelsource.not_submitted([desc(kernel.split("\n", 1)[1])], [sent + kernel]) is None
