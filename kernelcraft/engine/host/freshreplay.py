@@ -4,8 +4,9 @@ GPU check's compile of the kernels the trials launched (`compile_recorded`).
 The first trial asks the candidate for forward's record (`Run.program`); once every trial and the
 knockout passed, the reference re-runs that record, with no candidate code, on inputs drawn from a
 seed the candidate never saw, and must get its own answer for them. A candidate that sends no
-record fails: the check cannot be skipped by not answering. The reference ran the candidate's
-kernels, so it is not kept for another job (`JobWorkers.ran_candidate_kernels`).
+record fails: the check cannot be skipped by not answering. The reference is kept for the next
+job on the task as before: parked, it drops the job's tensors and rebuilds Model from the seed, so
+a kernel that wrote beyond its buffers in the re-run leaves no tensor of the next job's behind.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ async def fresh_replay(
     request = FreshReplay(
         program=out.program, kept=out.program_kept, seed=secrets.randbits(62), allowed_ops=allowed
     )
-    workers.ran_candidate_kernels = True
     frame = await workers.ask_ref(request, blobs)
     if frame.header.get("type") != Msg.REPLAYED:
         workers.task_error(frame)
@@ -133,9 +133,9 @@ def held_to_source(program: dict[str, Any], candidate_source: str) -> str | None
     import ast
     from pathlib import Path
 
+    from kernelcraft.engine.replay.kernelsource import not_submitted, submitted_problems
+    from kernelcraft.engine.replay.program import KernelDesc
     from kernelcraft.engine.source.local_imports import local_imports, local_search_path
-    from kernelcraft.engine.watch.kernelsource import not_submitted, submitted_problems
-    from kernelcraft.engine.watch.program import KernelDesc
 
     try:
         kernels = [KernelDesc.model_validate(k) for k in program.get("kernels", [])]
