@@ -10,7 +10,7 @@ error, real tracebacks), one that computes a wrong result (the short path divide
 correct variants, then the tree's status. By default the evaluator is the real one (Triton's CPU
 interpreter, and the AOT compile for sm_90a), so the verdicts, tracebacks and notes are what a
 client gets; `--scripted` answers from marker lines instead (seconds, no compiler: what
-`tests/server/test_answer_budgets.py` runs).
+`tests/server/tools/test_answer_budgets.py` runs).
 
 For each answer: the bytes as sent (the JSON-RPC result, compact), its structured content and
 its text content. Budgets (issue 38): `tools/list` <= 24 KB; a step's answer <= 8 KB with a

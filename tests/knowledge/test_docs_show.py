@@ -31,7 +31,7 @@ def test_docs_show_prints_the_section_that_search_names(
 def test_step_instructions_name_only_tools_the_server_has() -> None:
     import json
 
-    # the server's tools as tests/server/test_server_tools.py holds them to its snapshot
+    # the server's tools as tests/server/tools/test_server_tools.py holds them to its snapshot
     listing = json.loads((ROOT / "tests" / "snapshots" / "list_tools.json").read_text())
     registered = {t["name"] for t in (listing if isinstance(listing, list) else listing["tools"])}
     text = (ROOT / "kernelcraft" / "search" / "instructions.py").read_text()

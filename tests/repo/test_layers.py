@@ -149,3 +149,21 @@ def test_no_folder_of_the_package_holds_more_than_12_modules() -> None:
         and (n := len([m for m in folder.glob("*.py") if m.name != "__init__.py"])) > 12
     }
     assert not crowded, f"folders over 12 modules: {crowded}"
+
+
+def test_a_test_folder_inside_a_packages_tests_is_a_room_of_that_package() -> None:
+    """tests/<package>/<room>/ only where kernelcraft/<package>/<room>/ is a package (engine's
+    rooms, server/tools), and no test folder over 12 modules but security/ (a module per row of
+    security.md's table)."""
+    tests = REPO / "tests"
+    for module in tests.glob("*/*/test_*.py"):
+        package, room = module.parent.parent.name, module.parent.name
+        assert (PACKAGE / package / room / "__init__.py").exists(), (
+            f"tests/{package}/{room}/ mirrors no room: kernelcraft/{package}/{room}/ is not a package"
+        )
+    crowded = {
+        str(folder.relative_to(REPO)): n
+        for folder in {m.parent for m in tests.rglob("test_*.py")}
+        if folder.name != "security" and (n := len(list(folder.glob("test_*.py")))) > 12
+    }
+    assert not crowded, f"test folders over 12 modules: {crowded}"

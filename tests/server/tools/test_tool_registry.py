@@ -14,7 +14,7 @@ from kernelcraft.server.app import create_server
 from kernelcraft.server.tools import TOOLS, register_tools
 from kernelcraft.server.tools.common import Tool
 
-TOOLS_DIR = Path(__file__).resolve().parents[2] / "kernelcraft" / "server" / "tools"
+TOOLS_DIR = Path(__file__).resolve().parents[3] / "kernelcraft" / "server" / "tools"
 
 
 @pytest.mark.anyio

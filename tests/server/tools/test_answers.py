@@ -17,7 +17,7 @@ from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.server.app import create_server
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import bench_answers  # noqa: E402
 
 

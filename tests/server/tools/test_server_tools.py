@@ -50,7 +50,7 @@ def tool_listing(tools: list[Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.anyio
 async def test_the_tool_list_matches_the_snapshot(client: Client) -> None:
-    """Regenerate after a deliberate change: KERNELCRAFT_UPDATE_SNAPSHOTS=1 pytest tests/server/test_server_tools.py"""
+    """Regenerate after a deliberate change: KERNELCRAFT_UPDATE_SNAPSHOTS=1 pytest tests/server/tools/test_server_tools.py"""
     listing = tool_listing((await client.list_tools()).tools)
     if os.environ.get("KERNELCRAFT_UPDATE_SNAPSHOTS"):
         SNAPSHOT.parent.mkdir(exist_ok=True)
