@@ -68,6 +68,8 @@ class Sent:
     """Whether the client has the task's source (it passed it to start)."""
     best: int | None = None
     """The best node last sent."""
+    notes: set[str] = field(default_factory=set)
+    """Verification notes sent."""
     format: bool = False
     """Whether a step's answer format and notes were said in full."""
 

@@ -18,7 +18,8 @@ client once per tree and refers to it afterwards:
 - a submit's best node: only when it is neither the node just judged nor the best sent before
   (`best_id` always names it);
 - a verdict's stage timings and its evidence's whole error text: left out (`error` holds the
-  candidate's frames and the exceptions; the server's frames are not the client's).
+  candidate's frames and the exceptions; the server's frames are not the client's); a verification
+  note sent before (the interpreter's caveats repeat every verdict): left out;
 
 What a client holds is `Sent`, per tree and MCP session, in this server process: a new session (a
 new conversation, a restarted driver) and a restarted server are sent each piece once more. The driver agent is an MCP client like any other: its session keeps
@@ -36,10 +37,10 @@ from kernelcraft.server.state import AppState, Sent
 from kernelcraft.server.tools.answers import clip
 from kernelcraft.store import code_hash
 
-MAX_STEP_RULES = 4
+MAX_STEP_RULES = 3
 """The rules a step names over MCP: the most relevant to it (the whole rulebook is a resource)."""
 
-STEP_OPENING_CHARS = 150
+STEP_OPENING_CHARS = 100
 """How much of a manual section a step quotes (search_hw_docs(section_id=ID) gives all of it)."""
 # Said in full in a tree's first step; later steps say it in a line.
 ANSWER_FORMAT_AGAIN = (
@@ -78,12 +79,12 @@ def economise(holder: Holder, state: AppState, client: str) -> None:
     """`holder` (a start, submit, abandon or status result) as sent to `client`, in place."""
     if isinstance(holder, SubmitResult):
         _best_once(holder, sent_to(state, holder.node.tree_id, client))
-        holder.node = _slim(holder.node)
+        holder.node = _slim(holder.node, sent_to(state, holder.node.tree_id, client))
     if isinstance(holder, StartResult) and holder.seed_node is not None:
-        holder.seed_node = _slim(holder.seed_node)
+        holder.seed_node = _slim(holder.seed_node, sent_to(state, holder.tree.id, client))
     if isinstance(holder, TreeStatus) and holder.best is not None:
         sent = sent_to(state, holder.tree.id, client)
-        holder.best = _slim(holder.best)
+        holder.best = _slim(holder.best, sent)
         if holder.best.code is not None:
             holder.best.code = _code_once(holder.best.code, sent)
     if holder.next_step is not None:
@@ -99,9 +100,11 @@ def _best_once(result: SubmitResult, sent: Sent) -> None:
     sent.best = best.id
 
 
-def _slim(node: NodeInfo) -> NodeInfo:
-    """The node without its verdict's stage timings, and without the evidence's whole error text
-    (the server's frames and all): `error` holds the candidate's frames and the exceptions."""
+def _slim(node: NodeInfo, sent: Sent) -> NodeInfo:
+    """The node without its verdict's stage timings, without the evidence's whole error text
+    (the server's frames and all: `error` holds the candidate's frames and the exceptions), and
+    without a verification note this reader was sent before (the interpreter's caveats, the same
+    every trial)."""
     node = node.model_copy(update={"code_hash": None})  # nodes are named by id
     if node.verdict is None:
         return node
@@ -116,6 +119,10 @@ def _slim(node: NodeInfo) -> NodeInfo:
         evidence = getattr(part, "evidence", None)
         if evidence is not None and evidence.error_text:
             update["evidence"] = evidence.model_copy(update={"error_text": None})
+        notes = getattr(part, "notes", None)
+        if isinstance(notes, list) and notes:
+            update["notes"] = [n for n in notes if n not in sent.notes]
+            sent.notes.update(notes)
         setattr(verdict, stage, part.model_copy(update=update))
     return node.model_copy(update={"verdict": verdict})
 
