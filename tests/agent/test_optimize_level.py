@@ -430,3 +430,22 @@ async def test_under_adaexplore_the_adapt_phase_runs_with_adaexplores_adapt_cons
             conn.execute("SELECT params FROM trees WHERE id = ?", (explore_tree,)).fetchone()[0]
         )
     assert (explore["c"], explore["reward_alpha"], explore["reviser"]) == (0.3, 0.0, True)  # explore's own
+
+
+def test_a_run_stopped_by_any_of_kernelcrafts_errors_or_a_limit_is_resumed_not_counted_finished() -> None:
+    from kernelcraft.agent.batch.levelplan import stopped_short
+
+    for stop in (
+        "InfrastructureError: the evaluator's machine went away",
+        "StalledError: no step finished in 600 s",
+        "LLM error: overloaded",
+        "token budget spent (20,000 of 10,000)",
+        "dollar budget spent ($1.2000 of $1.00)",
+    ):
+        assert stopped_short(stop), stop
+    for stop in (
+        "budget of 10 steps spent",
+        "no new best in 5 steps (--stall 5)",
+        "Error: not a class of ours",
+    ):
+        assert not stopped_short(stop), stop

@@ -18,6 +18,7 @@ from typing import Any
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import sha256_of
+from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.level.tasks import LevelTask, find_tasks
 from kernelcraft.schema.levelrun import (
     ThisRun,
@@ -25,6 +26,19 @@ from kernelcraft.schema.levelrun import (
 
 # Why an optimize run stopped short of its tree's budget: a rerun continues it.
 SHORT_STOPS = ("LLM error", "token budget spent (", "dollar budget spent (")
+
+
+def _error_names(cls: type[BaseException]) -> set[str]:
+    return {cls.__name__}.union(*(_error_names(sub) for sub in cls.__subclasses__()))
+
+
+def stopped_short(stopped: str) -> bool:
+    """Whether a run stopped short of its tree's budget, so a rerun continues it: an LLM error, a
+    token or dollar limit, or any of kernelcraft's errors (a run that raised one writes
+    '<its class>: <its sentence>' as its stop, `runloop.Explorer.explore`)."""
+    if any(s in stopped for s in SHORT_STOPS):
+        return True
+    return stopped.split(":", 1)[0].strip() in _error_names(KernelcraftError)
 
 
 @dataclass
@@ -72,7 +86,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def finished_summary(run: RunDir, task_source: str) -> dict[str, Any] | None:
     """The run's summary when the run finished: written for the tree run.json names, for this
-    task's source, and not stopped short (an LLM error, a token or dollar limit)."""
+    task's source, and not stopped short (`stopped_short`)."""
     meta = read_json(run.run_file)
     summary = read_json(run.summary_file)
     if meta is None or summary is None or summary.get("tree_id") != meta.get("tree_id"):
@@ -80,7 +94,7 @@ def finished_summary(run: RunDir, task_source: str) -> dict[str, Any] | None:
     if meta.get("task_sha256") != sha256_of(task_source):
         return None
     stopped = str(summary.get("stopped_because", ""))
-    return None if any(s in stopped for s in SHORT_STOPS) else summary
+    return None if stopped_short(stopped) else summary
 
 
 def plan(tasks: Sequence[LevelTask], out: Path) -> list[Planned]:

@@ -38,7 +38,6 @@ import anyio
 
 from kernelcraft.agent.batch.adapt import AdaptOptions, adapt, discover_tasks, rule_counts
 from kernelcraft.agent.batch.levelplan import (
-    SHORT_STOPS,
     LevelOptions,
     Planned,
     find_level_tasks,
@@ -46,6 +45,7 @@ from kernelcraft.agent.batch.levelplan import (
     level_of,
     plan,
     read_json,
+    stopped_short,
 )
 from kernelcraft.agent.batch.levelsummary import summarize, task_result, write_level_report
 from kernelcraft.agent.llm.config import load_dotenv
@@ -256,7 +256,7 @@ def _phase(
     short = [
         t.get("error") or t.get("stopped_because")
         for t in report["tasks"]
-        if "error" in t or any(s in str(t.get("stopped_because") or "") for s in SHORT_STOPS)
+        if "error" in t or stopped_short(str(t.get("stopped_because") or ""))
     ]
     if len(report["tasks"]) < n_tasks and not short:
         short = ["stopped before its last task"]
@@ -284,7 +284,7 @@ async def run_task(p: Planned, base: OptimizeOptions, tools: ToolSession) -> tup
     except KernelcraftError as e:  # the LLM or the server failed during its run
         return "error", str(e)
     stopped = str(summary.get("stopped_because", ""))
-    return ("unfinished" if any(s in stopped for s in SHORT_STOPS) else "finished"), stopped
+    return ("unfinished" if stopped_short(stopped) else "finished"), stopped
 
 
 def _level_meta(opts: LevelOptions, out: Path) -> dict[str, Any]:
