@@ -108,8 +108,21 @@ class ToolSession:
         result = model.model_validate(data[key] if key else data)
         step = getattr(result, "next_step", None)
         if isinstance(step, NextStep):
+            await self._read_sections(step)
             setattr(result, "next_step", self._whole(step))  # noqa: B010 - any of three result models
         return result
+
+    async def _read_sections(self, step: NextStep) -> None:
+        """The text of each manual section the step names that this session has not read: a step
+        quotes only a line of each (an assistant's context), the prompts quote their opening."""
+        sections = self.tree_sections.setdefault(step.tree_id, {})
+        for m in step.manual_sections:
+            if m.id in sections:
+                continue
+            data = await self._call("search_hw_docs", {"section_id": m.id})
+            whole = [DocSection.model_validate(x) for x in data.get("sections", [])]
+            if whole:
+                sections[m.id] = whole[0].model_copy(update={"snippet": _opening(whole[0].snippet)})
 
     def _whole(self, step: NextStep) -> NextStep:
         """The step with every rule this session has had in its tree and each section's text."""
@@ -118,7 +131,7 @@ class ToolSession:
             rules.setdefault(r.id, r)
         sections = self.tree_sections.setdefault(step.tree_id, {})
         for m in step.manual_sections:
-            if m.snippet:
+            if m.snippet and m.id not in sections:
                 sections[m.id] = m
         whole = [sections.get(m.id, m) for m in step.manual_sections]
         codes = self.tree_codes.setdefault(step.tree_id, {})
@@ -354,3 +367,14 @@ def _connect_problem(url: str, token_env: str | None, statuses: list[int], e: Ba
         f"could not reach {url} ({type(e).__name__}: {e}); check the URL and that "
         "`kernelcraft serve --transport http` is running there"
     )
+
+
+SECTION_OPENING_CHARS = 900
+"""How much of a manual section a driver's prompt quotes."""
+
+
+def _opening(text: str) -> str:
+    if len(text) <= SECTION_OPENING_CHARS:
+        return text
+    cut = text.rfind(" ", 0, SECTION_OPENING_CHARS)
+    return text[: cut if cut > SECTION_OPENING_CHARS // 2 else SECTION_OPENING_CHARS] + " …"
