@@ -125,6 +125,9 @@ def _run(argv: list[str], *, as_json: bool) -> int:
             raise error from None
         if isinstance(error, KeyboardInterrupt):
             return _failed(EXIT_INTERRUPTED, "interrupted", as_json, "kernelcraft: interrupted")
+        if isinstance(error, RecursionError):  # whatever layer met it: the input, never a fault of ours
+            message = "an input nests too deeply to read (thousands of levels); split its expressions"
+            return _failed(EXIT_USAGE, message, as_json, f"kernelcraft: error: {message}")
         if isinstance(error, KernelcraftError):
             # an unusable database is an unusable file, as `serve` says before it starts
             code = EXIT_USAGE if isinstance(error, UsageError | StoreError) else EXIT_NEGATIVE
@@ -154,7 +157,7 @@ def _the_error(e: BaseException) -> BaseException:
             stack.extend(reversed(inner))
         else:
             leaves.append(x)
-    for kind in (KeyboardInterrupt, BrokenPipeError, KernelcraftError):
+    for kind in (KeyboardInterrupt, BrokenPipeError, KernelcraftError, RecursionError):
         found = [x for x in leaves if isinstance(x, kind)]
         if found:
             return found[0]

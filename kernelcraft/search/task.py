@@ -37,6 +37,8 @@ def task_key(source: str, name: str = "task.py") -> str:
         tree = ast.parse(source, filename=name)
     except SyntaxError as e:
         raise TaskError(f"the task does not parse: {e.msg}; fix the syntax", path=name, line=e.lineno) from e
+    except (RecursionError, MemoryError):
+        raise TaskError("the task nests too deeply to read; split its expressions", path=name) from None
     _strip_docstrings(tree)
     defined: dict[str, ast.stmt] = {}
     constants: list[ast.stmt] = []
@@ -84,7 +86,7 @@ def task_label(source: str) -> str:
     """
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "task"
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     methods = {m.name: m for m in (model.body if model else []) if isinstance(m, ast.FunctionDef)}

@@ -105,7 +105,13 @@ def test_every_command_answers_hostile_arguments_with_one_line_and_an_exit_code(
         monkeypatch.delenv(key, raising=False)
     db = ["--db", str(tmp_path / "kc.db")] if any("--db" in a.option_strings for a in options) else []
 
-    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=20,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=True,
+    )
     @given(st.data())
     def run(data: st.DataObject) -> None:
         argv = [*command, *(data.draw(values(hostile)) for _ in positionals)]
