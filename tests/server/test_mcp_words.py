@@ -102,3 +102,18 @@ async def test_errors_over_mcp_name_the_mcp_tool_not_a_command(tmp_path: Path) -
 
 def marker(verdict: str) -> str:
     return f"# verdict: {verdict}\n"
+
+
+@pytest.mark.anyio
+async def test_every_prompt_names_mcp_tools_and_no_command(tmp_path: Path) -> None:
+    server = create_server(settings_for(tmp_path), lambda _: ScriptedEvaluator())
+    values = {"reference_code": task(), "candidate_code": kernels()["seed"], "error": "AttributeError: x"}
+    async with Client(server) as client:
+        prompts = (await client.list_prompts()).prompts
+        assert prompts
+        for prompt in prompts:
+            args = {a.name: values.get(a.name, "sm_90a") for a in prompt.arguments or [] if a.required}
+            got = await client.get_prompt(prompt.name, args)
+            text = " ".join(getattr(m.content, "text", "") for m in got.messages)
+            assert "search_tree_step" in text or "record_failure" in text, prompt.name
+            assert problems(text.replace(kernels()["seed"], "").replace(task(), "")) == [], prompt.name
