@@ -4,9 +4,10 @@ GPU check's compile of the kernels the trials launched (`compile_recorded`).
 The first trial asks the candidate for forward's record (`Run.program`); once every trial and the
 knockout passed, the reference re-runs that record, with no candidate code, on inputs drawn from a
 seed the candidate never saw, and must get its own answer for them. A candidate that sends no
-record fails: the check cannot be skipped by not answering. The reference is kept for the next
-job on the task as before: parked, it drops the job's tensors and rebuilds Model from the seed, so
-a kernel that wrote beyond its buffers in the re-run leaves no tensor of the next job's behind.
+record fails: the check cannot be skipped by not answering. The reference ran the candidate's
+kernels, which may write beyond their buffers (raw addresses in the interpreter, device memory on
+a GPU), so it is not kept for another job (`JobWorkers.ran_candidate_kernels`): a hostile record
+once corrupted a parked reference that the next job's honest candidate then crashed in.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ async def fresh_replay(
     if unheld is not None:
         return Evidence(message=unheld, op="fresh replay")
     allowed = None if spec.correctness == "adaexplore" else list(spec.allowed_ops)
+    workers.ran_candidate_kernels = True
     request = FreshReplay(
         program=out.program, kept=out.program_kept, seed=secrets.randbits(62), allowed_ops=allowed
     )

@@ -150,6 +150,8 @@ class JobWorkers:
         """id() of each candidate worker -> its memory limit (the watchdog's)."""
         self.held_when_idle = 0
         self.ref_reading_candidate = False
+        self.ran_candidate_kernels = False
+        """The reference re-ran the candidate's kernels (the fresh-input replay): it is not kept."""
         self.ref: WorkerProcess | None = None
         self.ref_pool: WorkerPool | None = None
         self.ref_in_sync = True
@@ -432,6 +434,7 @@ class JobWorkers:
             ref is not None
             and self.ref_pool is not None
             and self.ref_in_sync
+            and not self.ran_candidate_kernels
             and ref.alive()
             and ref.frames.empty()
             and not self.references.closed

@@ -369,19 +369,18 @@ def test_the_reference_worker_is_kept_for_the_next_job_on_the_same_task(evaluato
     ev = evaluator.evaluator
     task = tmp_path / "task.py"
     task.write_text((CHEATS / "task_scale.py").read_text() + "\n# kept-reference test\n")
-    first = evaluator.submit(job_for(task, CHEATS / "good.py", trials=2))
-    assert first.verify is not None and first.verify.correct
+    # A wrong candidate first: its trials fail, no kernel of its runs in the reference...
+    bad = evaluator.submit(job_for(task, CHEATS / "off_by_one_mask.py", trials=2))
+    assert bad.verify is not None and not bad.verify.correct and bad.verify.status == "numerical_mismatch"
     kept = set(ev.idle_reference_pids())
     assert kept, "a reference that finished cleanly is kept"
-    assert {"reference", "candidate", "verify"} <= set(first.stage_seconds)
-    # A wrong candidate next: the kept reference (rebuilt) still catches it...
-    bad = evaluator.submit(job_for(task, CHEATS / "off_by_one_mask.py", trials=2)).verify
-    assert bad is not None and not bad.correct and bad.status == "numerical_mismatch"
-    # ...and passes a right one; it was one of the kept processes, not a new one.
+    assert {"reference", "candidate", "verify"} <= set(bad.stage_seconds)
+    # ...so the next job takes it (rebuilt), not a new process, and passes a right candidate.
     again = evaluator.submit(job_for(task, CHEATS / "good.py", trials=2))
     assert again.verify is not None and again.verify.correct
     assert "workers" not in again.stage_seconds or again.stage_seconds["workers"] < 5
-    assert set(ev.idle_reference_pids()) & kept
+    # That job's fresh-input replay ran the candidate's kernels in the reference: not kept again.
+    assert not set(ev.idle_reference_pids()) & kept
 
 
 @pytest.mark.slow
@@ -442,7 +441,9 @@ def test_concurrent_jobs_on_one_task_share_a_few_reference_workers(evaluator, jo
     ev = evaluator.evaluator
     task = tmp_path / "task.py"
     task.write_text((CHEATS / "task_scale.py").read_text() + "\n# shared-references test\n")
-    src = (CHEATS / "good.py").read_text()
+    # (wrong candidates: a passing job's reference ran its kernels in the fresh-input replay and
+    # is not kept, so only failing jobs hand theirs on)
+    src = (CHEATS / "off_by_one_mask.py").read_text()
     pool = ev._ensure_started()[0].pool
     jobs = [job_for(task, src + f"\n# copy {i}\n", trials=1) for i in range(6)]
 
@@ -452,7 +453,7 @@ def test_concurrent_jobs_on_one_task_share_a_few_reference_workers(evaluator, jo
         return pool.started - before, results
 
     started, results = evaluator.call(batch())
-    assert all(r.verify is not None and r.verify.correct for r in results)
+    assert all(r.verify is not None and r.verify.status == "numerical_mismatch" for r in results)
     # Six candidate workers, at most `per_task` reference workers, and the pool's refills;
     # one reference per job would need six more.
     assert started <= 6 + ev._references.per_task + pool.size, started
