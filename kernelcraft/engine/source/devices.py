@@ -1,15 +1,13 @@
 """Branches of the candidate's host Python on the device, which a CPU verdict does not take.
 
-Without a GPU the trials run on CPU tensors (Triton's interpreter) and `compile` finds launches on
-meta tensors. A forward that asks where its tensors live (`x.is_cuda`, `x.device.type != "cuda"`,
-`torch.cuda.is_available()`) takes, on a GPU, a way neither of those took: the kernels only that
-way launches are not verified here, and `compile` does not compile them. This pass reads the
-candidate's source (`ast` only, in the parent: nothing of it runs) and names each such test, its
-line, and the kernels launched in the branch's body (`kernel[grid](...)`), for the verdict's notes.
-
-The fix it suggests: test for the interpreter (`x.device.type == "cpu"`) rather than for CUDA, so
-that meta tensors (`compile`) take the GPU's way, as the cookbook's one-pass softmax, instance
-norm and group norm do.
+Without a GPU the trials run on CPU tensors (Triton's interpreter), and `compile` finds launches on
+meta tensors that say they are on CUDA (`watch/fakecuda.py`). A forward that asks where its
+tensors live (`x.is_cuda`, `x.device.type != "cuda"`) takes the GPU's way in `compile` (its
+kernels are compiled) but not in the trials (they are not run); one that asks `torch.cuda`
+(`is_available()`, `device_count()`) takes the CPU's way in both. This pass reads the candidate's
+source (`ast` only, in the parent: nothing of it runs) and names each such test, its line, and the
+kernels launched in the branch's body (`kernel[grid](...)`), for the verdict's notes; for a test of
+`torch.cuda` it suggests asking the tensors instead.
 
 Limits: a test reached through a helper's parameter or a global is named where it is written; a
 kernel launched by a helper the branch calls is not followed (the helper's name is given).
@@ -92,17 +90,16 @@ def note(source: str) -> list[str]:
         f"line {line} `{test}`" + (f" (its branches launch or call {', '.join(called)})" if called else "")
         for line, test, called in found[:4]
     )
-    if all(
-        "cpu" in test for _line, test, _called in found
-    ):  # the interpreter's test: compile sees the GPU's way
+    if not any(
+        "cuda.is_available" in test or "cuda.device_count" in test for _line, test, _called in found
+    ):  # a test of the tensors' device: compile's tensors say CUDA (watch/fakecuda.py)
         return [
             f"forward branches on the device ({lines}): these CPU trials ran the interpreter's way; "
-            "the GPU's way was compiled (`compile`, meta tensors), not run"[:1200]
+            "the GPU's way was compiled (`compile`, meta tensors seen as CUDA), not run"[:1200]
         ]
     return [
         f"forward branches on the device ({lines}): on a GPU it may take a way that neither these CPU "
-        "trials nor `compile` (meta tensors) took, and what only that way launches is not checked here. "
-        'Test for the interpreter (`x.device.type == "cpu"`) instead, so that `compile` takes the GPU\'s way'[
-            :1200
-        ]
+        "trials nor `compile` took (`torch.cuda` is not faked there), and what only that way launches is "
+        "not checked here. Ask the tensors instead (`x.is_cuda`, `x.device.type`), so that `compile` "
+        "takes the GPU's way"[:1200]
     ]

@@ -63,6 +63,13 @@ class CandidateStages(Worker):
         if full_size and self.task is not None:
             full = self.full_task or self.task
             try:
+                rec, meta = self._discover_as_cuda(full)
+                return rec, f"get_inputs() on the meta device, seen as CUDA: {shape_text(meta)}"
+            except Exception as e:
+                why = f" (forward could not run on meta tensors seen as CUDA: {type(e).__name__}: {str(e)[:200]})"
+                found.clear()
+                self.restore_stream()
+            try:
                 torch.manual_seed(0)
                 with torch.device("meta"):
                     meta = list(full.get_inputs())
@@ -72,15 +79,40 @@ class CandidateStages(Worker):
                 with torch.no_grad(), intercept_launches(execute=False, on_launch=self._found) as rec:
                     model(*meta)
                 self.restore_stream()
-                return rec, f"get_inputs() on the meta device: {shape_text(meta)}"
+                return (
+                    rec,
+                    f"get_inputs() on the meta device (its own way, not CUDA's): {shape_text(meta)}{why}",
+                )
             except Exception as e:
-                why = f" (forward could not run on meta tensors: {type(e).__name__}: {str(e)[:200]})"
+                why += f" (forward could not run on meta tensors: {type(e).__name__}: {str(e)[:200]})"
                 found.clear()
         with torch.no_grad(), intercept_launches(execute=False, on_launch=self._found) as rec:
             self.model(*self._map(self.inputs, lambda t: t.clone()))
         self.restore_stream()
         leaves = [x for x in self.tensors.leaves(self.inputs) if isinstance(x, torch.Tensor)]
         return rec, f"the trial's inputs: {shape_text(leaves)}{why}"
+
+    def _discover_as_cuda(self, full: Any) -> tuple[Any, list[Any]]:
+        """Forward's launches on the task's `get_inputs()` and a `ModelNew` built on the meta
+        device, every meta tensor seen as a CUDA one (`watch/fakecuda.py`): a forward that
+        branches on `x.is_cuda` or `x.device.type` takes the GPU's way, whose kernels are the
+        ones compiled."""
+        from kernelcraft.engine.watch.fakecuda import looks_cuda
+        from kernelcraft.engine.watch.launches import intercept_launches
+
+        torch = self.torch
+        torch.manual_seed(0)
+        with torch.device("meta"):
+            meta = list(full.get_inputs())
+            model = self.model_class(*full.get_init_inputs())
+        with (
+            torch.no_grad(),
+            intercept_launches(execute=False, on_launch=self._found) as rec,
+            looks_cuda(),
+        ):
+            model(*meta)
+        self.restore_stream()
+        return rec, meta
 
     def _found(self, record: Any) -> None:
         """Say each kernel discovery finds as it is found, and every 100th launch: a compile that

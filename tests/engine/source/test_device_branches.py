@@ -39,7 +39,9 @@ def test_each_device_test_is_named_with_its_line_and_the_kernels_its_branches_la
     assert [(line, test) for line, test, _ in found] == [(13, "x.device.type != 'cuda'"), (20, "x.is_cuda")]
     assert found[0][2] == ["plain_kernel (a kernel)", "fast_kernel (a kernel)"]
     (note,) = devices.note(BRANCHING)
-    assert "line 13" in note and "fast_kernel (a kernel)" in note and 'x.device.type == "cpu"' in note
+    assert "line 13" in note and "fast_kernel (a kernel)" in note and "seen as CUDA), not run" in note
+    (asks_torch,) = devices.note(BRANCHING.replace("x.is_cuda", "torch.cuda.is_available()"))
+    assert "may take a way" in asks_torch and "Ask the tensors instead" in asks_torch
 
 
 def test_a_test_for_the_interpreter_says_compile_took_the_gpus_way_and_none_says_nothing() -> None:
@@ -59,6 +61,7 @@ def test_the_cookbooks_one_pass_softmax_is_launched_on_meta_tensors_as_on_a_gpu(
 
     import torch
 
+    from kernelcraft.engine.watch.fakecuda import looks_cuda
     from kernelcraft.engine.watch.launches import intercept_launches
 
     path = Path(__file__).parents[3] / "kernelcraft/knowledge/cookbook/entries/softmax/kernel.py"
@@ -67,6 +70,9 @@ def test_the_cookbooks_one_pass_softmax_is_launched_on_meta_tensors_as_on_a_gpu(
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with intercept_launches() as rec:
+        module.softmax(torch.empty(4, 65536, device="meta"), dim=1)
+    assert rec.kernel_names == ["softmax_one_pass_kernel"]
+    with intercept_launches(execute=False) as rec, looks_cuda():  # compile's tensors: seen as CUDA
         module.softmax(torch.empty(4, 65536, device="meta"), dim=1)
     assert rec.kernel_names == ["softmax_one_pass_kernel"]
     with intercept_launches() as rec:

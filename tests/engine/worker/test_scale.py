@@ -549,7 +549,7 @@ def test_a_task_that_cannot_fit_in_memory_is_refused_up_front_with_exit_2(tmp_pa
 def test_compile_without_a_gpu_finds_launches_at_the_tasks_real_shapes() -> None:
     p = _cli("compile", str(LARGE / "gelu_task.py"), str(LARGE / "gelu_triton.py"), "--json")
     assert p.returncode == 0, p.stderr
-    assert "get_inputs() on the meta device: float32[8192, 8192]" in p.stdout
+    assert "get_inputs() on the meta device, seen as CUDA: float32[8192, 8192]" in p.stdout
 
 
 @pytest.mark.slow
@@ -561,7 +561,7 @@ def test_compile_without_a_gpu_finds_launches_at_full_size_without_allocating_th
     p = _cli("compile", str(LARGE / "wide_linear_task.py"), str(LARGE / "wide_linear_triton.py"), "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["ok"] and out["shapes"] == "get_inputs() on the meta device: float32[16, 131072]"
+    assert out["ok"] and out["shapes"] == "get_inputs() on the meta device, seen as CUDA: float32[16, 131072]"
     (launch,) = out["launches"]
     assert launch["grid"][:2] == [1, 131072 // 32]  # the full-size grid: N = 131072 columns
     assert time.monotonic() - start < 60

@@ -212,7 +212,11 @@ def matmul_split_k_kernel(
 
 
 def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    """The device's SMs; the H200's 132 where there is no CUDA (`compile`'s tensors seen as CUDA)."""
+    try:
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    except (AssertionError, RuntimeError, ValueError):
+        return 132
 
 
 def split(x: torch.Tensor, k_dim: int, kp: int, precision: str = PRECISION) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,58 @@
+"""Launch discovery sees the GPU's way (watch/fakecuda.py): meta tensors report a CUDA device, so
+`compile` compiles the kernels a forward launches only on CUDA, and names one that fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelcraft.engine.watch.fakecuda import looks_cuda
+
+ROOT = Path(__file__).parents[3]
+FIXTURES = ROOT / "tests/fixtures/devbranch"
+
+
+def test_meta_tensors_report_cuda_inside_and_meta_outside_and_cuda_allocations_are_meta() -> None:
+    with torch.device("meta"):
+        lin = torch.nn.Linear(8, 16)
+        x = torch.empty(4, 8)
+    with looks_cuda():
+        assert x.device == torch.device("cuda", 0) and x.is_cuda and x.device.type == "cuda"
+        assert not x.is_meta and not x.is_cpu and x.get_device() == 0
+        y = lin(x)
+        assert y.is_cuda and y.shape == (4, 16)
+        out = torch.empty(3, device=x.device, dtype=x.dtype)
+        assert out.is_cuda and torch.zeros(2, device="cuda").is_cuda and y.to("cuda").cuda().is_cuda
+        assert not torch.ones(2).is_cuda  # a CPU tensor stays a CPU tensor
+    assert x.device.type == "meta" and out.device.type == "meta"
+
+
+@pytest.mark.slow
+def test_compile_names_the_kernel_only_the_gpus_way_launches_when_it_fails_to_compile() -> None:
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelcraft",
+            "compile",
+            str(FIXTURES / "double_task.py"),
+            str(FIXTURES / "double_gpu_broken.py"),
+            "--device",
+            "cpu",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    out = json.loads(p.stdout)
+    assert not out["ok"], p.stdout
+    assert out["shapes"].startswith("get_inputs() on the meta device, seen as CUDA")
+    assert [la["name"] for la in out["launches"]] == ["double_fast"]
+    assert "double_fast" in p.stdout and "undefined_name" in p.stdout
