@@ -81,6 +81,9 @@ class Settings:
     text_content: Literal["summary", "json"] = "summary"
     """What a tool answer's text content holds (`server/tools/answers.py`): a summary for people, or
     the compact JSON for hosts that show their model only the text (KERNELCRAFT_TEXT_CONTENT)."""
+    audience: Literal["mcp", "cli"] = "mcp"
+    """Who reads the answers' words (`base/voice.py`): an MCP client (tool names, resources), or a
+    person at the command line (`kernelcraft` commands): the driver's in-process server."""
 
     @classmethod
     def from_env(cls, db_path: str | Path | None = None) -> Settings:

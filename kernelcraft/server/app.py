@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from kernelcraft import __version__
 from kernelcraft.base.config import Settings
-from kernelcraft.base.voice import MCP_VOICE
+from kernelcraft.base.voice import CLI_VOICE, MCP_VOICE
 from kernelcraft.knowledge.dedup import RuleJudge
 from kernelcraft.server.auth import HttpAuth
 from kernelcraft.server.prompts import register_prompts
@@ -175,7 +175,11 @@ def create_server(
     async def lifespan(server: MCPServer[AppState]) -> AsyncIterator[AppState]:
         clients = len(auth.clients) if auth else 1
         async with open_app_state(
-            settings, evaluator_factory, clients=clients, judge=judge, voice=MCP_VOICE
+            settings,
+            evaluator_factory,
+            clients=clients,
+            judge=judge,
+            voice=CLI_VOICE if settings.audience == "cli" else MCP_VOICE,
         ) as state:
             slot.stack.append(state)
             try:

@@ -537,6 +537,9 @@ async def test_parallel_lanes_of_one_run_evaluate_the_whole_budget_and_say_it_is
     assert summary["steps_done"] == 4, summary
     assert "budget is spent" in summary["stopped_because"], summary["stopped_because"]
     assert "held by" not in summary["stopped_because"]
+    # The reader is at the command line: the in-process server names commands, not MCP tools.
+    assert "`kernelcraft tree status" in summary["stopped_because"], summary["stopped_because"]
+    assert "search_tree_step" not in summary["stopped_because"]
 
 
 @pytest.mark.slow

@@ -338,7 +338,11 @@ async def open_session(
     from kernelcraft.base.config import Settings
     from kernelcraft.server.app import create_server
 
-    settings = dataclasses.replace(Settings.from_env(db_path), evaluator=evaluator, ray_address=ray_address)
+    # The person reading this server's words is at the command line, where `kernelcraft tree
+    # status N` opens the same database; a client of a team server gets MCP tool names instead.
+    settings = dataclasses.replace(
+        Settings.from_env(db_path), evaluator=evaluator, ray_address=ray_address, audience="cli"
+    )
     server = create_server(settings, judge=judge)
     async with Client(server) as client:
         yield ToolSession(client, f"the in-process server (database {settings.db_path})")

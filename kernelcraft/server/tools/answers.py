@@ -51,11 +51,14 @@ def answer(result: Any, settings: Settings | None) -> Any:
     """The tool's result as sent: structured content and a summary (or the compact JSON)."""
     if not isinstance(result, BaseModel):
         return result
-    data = MCP_WORDS.data(result.model_dump(mode="json", by_alias=True))
+    data = result.model_dump(mode="json", by_alias=True)
+    # The command line's reader (the driver's in-process server) keeps the engine's own words.
+    mcp = settings is None or settings.audience == "mcp"
+    data = MCP_WORDS.data(data) if mcp else data
     if settings is not None and settings.text_content == "json":
         text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     else:
-        text = MCP_WORDS.text(summary(result))
+        text = MCP_WORDS.text(summary(result)) if mcp else summary(result)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
