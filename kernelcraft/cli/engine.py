@@ -18,9 +18,7 @@ Written by the evaluation engine.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.errors import UsageError
@@ -49,6 +47,7 @@ from kernelcraft.engine import (
     check_task,
     read_source,
 )
+from kernelcraft.level.sidecar import sidecar_sizes
 from kernelcraft.schema.evaluation import CompileResult, EvalJob, EvalResult, ProfileResult, VerifyResult
 
 
@@ -165,22 +164,6 @@ def cpu_sizes(text: str) -> dict[str, int]:
     if not out:
         raise argparse.ArgumentTypeError("give at least one NAME=N")
     return out
-
-
-def sidecar_sizes(task: str) -> dict[str, int] | None:
-    """The CPU sizes in TASK's sidecar file (foo.py: foo.cpu.json), or None when it has none."""
-    path = Path(task).with_suffix(".cpu.json")
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: not readable JSON ({e})") from e
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and type(v) is int and v >= 1 for k, v in data.items()
-    ):
-        raise UsageError(f'{path}: must be one object of size constants, e.g. {{"batch_size": 16}}')
-    return data or None
 
 
 def _gpu_check(target: str) -> str | None:

@@ -33,6 +33,7 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.knobs import LEVEL_TIMEOUT_S, TRIALS
 from kernelcraft.engine import Evaluator, check_candidate, check_task
 from kernelcraft.level import kernelbench, score
+from kernelcraft.level.sidecar import sidecar_sizes
 from kernelcraft.level.tasks import LevelTask, find_tasks, match_candidates
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.schema.level import LevelMode, LevelSummary, TaskOutcome
@@ -203,9 +204,17 @@ async def evaluate_task(
         check_task(task_source, task.name)
     except TaskError as e:
         return base.model_copy(update={"status": "task_error", "message": str(e)})
+    try:
+        given = sidecar_sizes(task.path)  # foo.cpu.json: the interpreter's sizes, as verify reads them
+    except UsageError as e:
+        return base.model_copy(update={"status": "task_error", "message": str(e)})
     if run.mode == "baseline":
         job = EvalJob(
-            task_source=task_source, task_name=task.name, stages=["baseline"], timeout_s=run.timeout_s
+            task_source=task_source,
+            task_name=task.name,
+            stages=["baseline"],
+            timeout_s=run.timeout_s,
+            cpu_sizes=given,
         )
     elif cand_source is None:
         return base.model_copy(update={"message": "no candidate file for this task"})
@@ -223,6 +232,7 @@ async def evaluate_task(
             stages=["verify", "profile"] if timed else ["verify"],
             trials=run.trials,
             timeout_s=run.timeout_s,
+            cpu_sizes=given,
         )
     try:
         result = await evaluator.submit(job)

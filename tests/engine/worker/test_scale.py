@@ -768,7 +768,8 @@ def test_cpu_sizes_come_from_the_option_or_the_tasks_sidecar_file(tmp_path: Path
     import argparse
 
     from kernelcraft.base.errors import UsageError
-    from kernelcraft.cli.engine import cpu_sizes, sidecar_sizes
+    from kernelcraft.cli.engine import cpu_sizes
+    from kernelcraft.level.sidecar import sidecar_sizes
 
     assert cpu_sizes("batch_size=16, dim=256") == {"batch_size": 16, "dim": 256}
     with pytest.raises(argparse.ArgumentTypeError, match="not NAME=N"):
