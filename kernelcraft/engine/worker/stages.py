@@ -50,9 +50,10 @@ class CandidateStages(Worker):
         `full_size`: the task's own `get_inputs()` built on the meta device (Triton needs only the
         tensors' dtypes and a 16-byte-aligned address, which meta tensors have), and, where the
         trials run on a shrunk copy, `ModelNew` built from the task as given on the meta device
-        too (its parameters take no memory: KernelBench level 3's MLP has 8.6 GB of them). Else,
-        or when forward or the build cannot run on meta, the trial's inputs and the model built at
-        their sizes."""
+        too (its parameters take no memory: KernelBench level 3's MLP has 8.6 GB of them), every
+        meta tensor seen as a CUDA one so that forward takes the GPU's way (`_discover_as_cuda`);
+        where forward cannot run that way, on plain meta tensors. Else, or when forward or the
+        build cannot run on meta, the trial's inputs and the model built at their sizes."""
         from kernelcraft.engine.watch.launches import intercept_launches
         from kernelcraft.engine.worker.sizing import shape_text
 
