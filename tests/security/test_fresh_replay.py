@@ -40,6 +40,19 @@ def test_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
 
 
 @pytest.mark.slow
+def test_a_record_that_crashes_the_reference_on_fresh_inputs_is_the_fresh_replays_verdict(
+    evaluator, job_for, static_checks_off
+) -> None:
+    job = job_for(
+        PROBES / "task_positives.py", PROBES / "fresh_host_count_crash.py", trials=1, gpu_check=None
+    )
+    v = evaluator.submit(job).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+    assert "crashed the reference worker" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
 def test_a_kernel_body_that_calls_python_is_refused_by_the_fresh_input_replay(
     evaluator, job_for, static_checks_off
 ) -> None:

@@ -55,7 +55,19 @@ async def fresh_replay(
     request = FreshReplay(
         program=out.program, kept=out.program_kept, seed=secrets.randbits(62), allowed_ops=allowed
     )
-    frame = await workers.ask_ref(request, blobs)
+    try:
+        frame = await workers.ask_ref(request, blobs)
+    except Stop as stop:
+        if stop.cls != FailureClass.RUNTIME_CRASH:  # a harness limit, a timeout: as they are
+            raise
+        # Only the candidate's recorded kernels ran there: on inputs it never saw, they wrote
+        # where they had no buffer (a size or an address taken from the trial's own inputs).
+        return Evidence(
+            message=f"re-running forward's record on fresh inputs the candidate never saw crashed "
+            f"the reference worker ({stop.evidence.message}): the launches depend on numbers "
+            "taken from the trial's inputs, not on the inputs they are given",
+            op="fresh replay",
+        )
     if frame.header.get("type") != Msg.REPLAYED:
         workers.task_error(frame)
         raise Stop(
