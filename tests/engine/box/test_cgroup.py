@@ -1,5 +1,5 @@
 """The pids cgroup that limits a candidate which stays root (RLIMIT_NPROC never counts root); the
-memory cgroup is tests/security/test_box_memory_and_disk.py's."""
+memory cgroup is tests/security/box/test_box_memory_and_disk.py's."""
 
 from __future__ import annotations
 

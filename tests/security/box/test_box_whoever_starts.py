@@ -18,7 +18,7 @@ import pytest
 from kernelcraft.engine.box import preflight
 from kernelcraft.engine.machine.pool import base_env, reachable
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _box_available() -> bool:

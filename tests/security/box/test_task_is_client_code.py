@@ -12,8 +12,8 @@ import pytest
 
 from kernelcraft.engine.box.sandbox import landlock_abi
 
-PROBES = Path(__file__).parent / "probes"
-GOOD = Path(__file__).parents[1] / "cheats" / "good.py"
+PROBES = Path(__file__).parents[1] / "probes"
+GOOD = Path(__file__).parents[2] / "cheats" / "good.py"
 
 
 def _probe(name: str, **values: object) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-sys.path.insert(0, str(Path(__file__).parents[1] / "search"))  # test_search_tree's service()
+sys.path.insert(0, str(Path(__file__).parents[2]))
+sys.path.insert(0, str(Path(__file__).parents[2] / "search"))  # test_search_tree's service()
 from search_scripted import TASK, candidate  # noqa: E402
 from test_search_tree import service  # noqa: E402
 

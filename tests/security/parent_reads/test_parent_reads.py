@@ -16,7 +16,7 @@ import pytest
 from kernelcraft.base.errors import TaskError
 from kernelcraft.engine.startup import logfile
 
-TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+TASK = Path(__file__).parents[2] / "cheats" / "task_scale.py"
 SECRET = "planted-tokens-6e1f0c"
 
 SWAP_LOG_AND_DIE = """

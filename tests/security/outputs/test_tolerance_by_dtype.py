@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PROBES = Path(__file__).parent / "probes"
+PROBES = Path(__file__).parents[1] / "probes"
 
 
 @pytest.mark.slow

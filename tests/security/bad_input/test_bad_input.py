@@ -12,7 +12,7 @@ import pytest
 
 from kernelcraft.cli import main
 
-CHEATS = Path(__file__).parents[1] / "cheats"
+CHEATS = Path(__file__).parents[2] / "cheats"
 TASK, GOOD = CHEATS / "task_scale.py", CHEATS / "good.py"
 
 

@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+sys.path.insert(0, str(Path(__file__).parents[2]))
 from search_scripted import TASK, ScriptedEvaluator, candidate  # noqa: E402
 from server_support import settings_for  # noqa: E402
 

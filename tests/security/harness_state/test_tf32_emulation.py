@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PROBES = Path(__file__).parent / "probes"
+PROBES = Path(__file__).parents[1] / "probes"
 
 
 @pytest.mark.slow
@@ -28,7 +28,7 @@ def test_a_tf32_mismatch_names_tf32_and_the_fix_and_other_verdicts_say_nothing_o
     v = evaluator.submit(job).verify
     assert v is not None and v.status == "numerical_mismatch" and v.evidence is not None, v
     assert "ran as TF32" in v.evidence.message and 'input_precision="ieee"' in v.evidence.message
-    good = Path(__file__).parents[1] / "cheats"
+    good = Path(__file__).parents[2] / "cheats"
     honest = evaluator.submit(
         job_for(good / "task_scale.py", good / "good.py", trials=1, gpu_check=None)
     ).verify

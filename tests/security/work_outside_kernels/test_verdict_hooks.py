@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-PROBES = Path(__file__).parent / "probes"
-TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+PROBES = Path(__file__).parents[1] / "probes"
+TASK = Path(__file__).parents[2] / "cheats" / "task_scale.py"
 
 # probe -> the verdict it must get
 EXPECTED = {

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-PROBES = Path(__file__).parent / "probes"
-TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+PROBES = Path(__file__).parents[1] / "probes"
+TASK = Path(__file__).parents[2] / "cheats" / "task_scale.py"
 
 
 def _probe(**values: object) -> str:

@@ -19,10 +19,10 @@ import pytest
 
 from kernelcraft.engine.box import cgroup, mounts
 
-ROOT = Path(__file__).resolve().parents[2]
-PROBES = Path(__file__).parent / "probes"
-TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
-CANDIDATE = Path(__file__).parents[1] / "cheats" / "good.py"
+ROOT = Path(__file__).resolve().parents[3]
+PROBES = Path(__file__).parents[1] / "probes"
+TASK = Path(__file__).parents[2] / "cheats" / "task_scale.py"
+CANDIDATE = Path(__file__).parents[2] / "cheats" / "good.py"
 LIMIT = 200 * 1024**2
 
 needs_memory_cgroup = pytest.mark.skipif(

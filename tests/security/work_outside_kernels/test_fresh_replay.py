@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-PROBES = Path(__file__).parent / "probes"
-CHEATS = Path(__file__).parents[1] / "cheats"
+PROBES = Path(__file__).parents[1] / "probes"
+CHEATS = Path(__file__).parents[2] / "cheats"
 
 
 @pytest.mark.slow

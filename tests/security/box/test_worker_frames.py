@@ -25,8 +25,8 @@ from kernelcraft.engine.wire.channel import (
     read_frame,
 )
 
-PROBES = Path(__file__).parent / "probes"
-TASK = Path(__file__).parents[1] / "cheats" / "task_scale.py"
+PROBES = Path(__file__).parents[1] / "probes"
+TASK = Path(__file__).parents[2] / "cheats" / "task_scale.py"
 
 
 def _frame(header: dict[str, object]) -> bytes:
