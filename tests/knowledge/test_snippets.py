@@ -3,7 +3,7 @@
 The snippets are the fenced blocks of the README, docs/, the hardware manuals `search_hw_docs`
 serves, and the API names cited in the manuals' prose and the seed rules. Which blocks are checked
 and how is stated once, in `tests/snippet_support.py`'s docstring. The cookbook's kernels are
-checked elsewhere, more strictly: tests/knowledge/test_cookbook.py runs each against its task in the
+checked elsewhere, more strictly: tests/knowledge/cookbook/test_cookbook.py runs each against its task in the
 evaluator (the interpreter, and the compile for sm_90a).
 
 Measured on the 2-core CPU machine (Triton 3.9): about 8 s for the file, most of it the one

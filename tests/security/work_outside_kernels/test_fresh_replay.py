@@ -7,7 +7,7 @@ candidate Python and kernels rebuilt from their recorded source, on inputs drawn
 candidate never saw, and must get the reference's answer for them (docs/security.md, "Verdict
 integrity"). Honest kernels (autotuned, `.item()`-driven sizes, views, in-place kernels, several
 launches, @triton.jit helpers) must still pass: the cookbook's entries are the wider honest set
-(tests/knowledge/test_cookbook.py)."""
+(tests/knowledge/cookbook/test_cookbook.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.server.app import create_server
 
-TASKS = Path(__file__).resolve().parents[2] / "bench" / "tasks"
+TASKS = Path(__file__).resolve().parents[3] / "bench" / "tasks"
 
 
 @pytest.mark.anyio

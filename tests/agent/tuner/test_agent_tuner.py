@@ -243,7 +243,7 @@ def test_a_kernel_that_calls_tl_dot_gets_no_tile_under_16_unless_it_already_uses
     assert values["mm_kernel.GROUP_M"] == [8, 16, 32, 64]  # the seed's own 8 stays possible
 
 
-COOKBOOK = Path(__file__).resolve().parents[2] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
+COOKBOOK = Path(__file__).resolve().parents[3] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
 GEMM = (COOKBOOK / "gemm" / "kernel.py").read_text()
 GEMM_CONFIG_1 = """triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=3)"""
 GEMM_CONFIG_2 = """triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=5)"""
@@ -312,7 +312,7 @@ def test_a_proposal_names_the_axes_it_moves_along_and_the_run_times_each_axis() 
     from kernelcraft.agent.loop.runwords import tuner_axis_seconds
 
     gemm = (
-        Path(__file__).resolve().parents[2] / "kernelcraft/knowledge/cookbook/entries/gemm/kernel.py"
+        Path(__file__).resolve().parents[3] / "kernelcraft/knowledge/cookbook/entries/gemm/kernel.py"
     ).read_text()
     params = find_params(gemm)
     start = current_config(params)

@@ -38,7 +38,7 @@ from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import create_server
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "tasks"
 TASK = (FIXTURES / "vector_add.py").read_text()
 SEED = (FIXTURES / "vector_add_triton.py").read_text().replace("BLOCK", "BLOCK_SIZE")

@@ -24,7 +24,7 @@ from kernelcraft.cli import main
 from kernelcraft.schema.docs import DocSection
 from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TASK = ROOT / "examples" / "elementwise" / "task.py"
 SEED = (ROOT / "examples" / "elementwise" / "seed.py").read_text()
 
@@ -252,8 +252,8 @@ def test_no_seed_starts_without_the_seed_beside_the_task(tmp_path: Path) -> None
     from kernelcraft.base.errors import UsageError
 
     task = tmp_path / "t.py"
-    task.write_text((Path(__file__).parents[1] / "cheats" / "task_scale.py").read_text())
-    (tmp_path / "t_seed.py").write_text((Path(__file__).parents[1] / "cheats" / "good.py").read_text())
+    task.write_text((Path(__file__).parents[2] / "cheats" / "task_scale.py").read_text())
+    (tmp_path / "t_seed.py").write_text((Path(__file__).parents[2] / "cheats" / "good.py").read_text())
     with pytest.raises(UsageError, match="--no-seed has nothing to start from"):
         read_inputs(OptimizeOptions(task=task, no_seed=True, llm=LLMConfig(kind="none")))
     assert read_inputs(OptimizeOptions(task=task, llm=LLMConfig(kind="none"))).seed_code is not None
@@ -268,7 +268,7 @@ async def test_a_large_step_prompt_names_the_gpu_and_gives_one_worked_example(tm
     from kernelcraft.schema.tree import NextStep
 
     task = (
-        Path(__file__).resolve().parents[2] / "kernelcraft/knowledge/cookbook/entries/softmax/task.py"
+        Path(__file__).resolve().parents[3] / "kernelcraft/knowledge/cookbook/entries/softmax/task.py"
     ).read_text()
     from mcp import Client
 
@@ -337,7 +337,7 @@ def test_a_dry_run_prints_the_first_prompt_calls_no_model_and_leaves_nothing(tmp
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"} | {
         "KERNELCRAFT_HOME": str(tmp_path / "home")
     }
-    task = Path(__file__).resolve().parents[2] / "examples" / "layernorm" / "task.py"
+    task = Path(__file__).resolve().parents[3] / "examples" / "layernorm" / "task.py"
     done = subprocess.run(
         [sys.executable, "-m", "kernelcraft", "optimize", str(task), "--dry-run", "-q"],
         cwd=tmp_path,

@@ -24,7 +24,7 @@ from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import create_server
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from bench.scripted import ScriptedEvaluator  # noqa: E402
 

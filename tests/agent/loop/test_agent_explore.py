@@ -28,7 +28,7 @@ from kernelcraft.agent.loop.session import open_session
 from kernelcraft.base.errors import LLMError, UsageError
 from kernelcraft.schema.tree import ContextKernel, NextStep
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TASK = ROOT / "examples" / "elementwise" / "task.py"
 SEED = (ROOT / "examples" / "elementwise" / "seed.py").read_text()
 BROKEN = SEED.replace("g * 0.5 + x", "g * 0.25 + x")

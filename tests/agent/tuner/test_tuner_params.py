@@ -274,7 +274,7 @@ def test_a_dots_input_precision_is_a_tunable_choice_from_exact_to_tf32() -> None
     assert apply_config(PRECISION_SRC, params, {p.key: p.value for p in params}) == PRECISION_SRC
 
 
-COOKBOOK = Path(__file__).resolve().parents[2] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
+COOKBOOK = Path(__file__).resolve().parents[3] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
 
 AUTOTUNED = """import triton
 import triton.language as tl
