@@ -28,13 +28,14 @@ fails too). `compile_launch` refuses such records with `InterpretedKernelError`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -342,39 +343,50 @@ def compile_for_targets(records: Iterable[LaunchRecord], targets: Iterable[str])
     call compiled (`_excused`); the target fails only when none is left."""
     records = list(records)
     unique = _dedupe(records)
-    results = []
-    for target in targets:
-        spec = target_spec(target)
-        start = time.perf_counter()
-        kernels: list[KernelCompileInfo] = []
-        errors: dict[tuple[Any, ...], AotCompileError] = {}
-        for r in unique:
-            info, error = _try_compile(r, spec.name)
-            if info is not None:
-                kernels.append(info)
-            if error is not None:
-                errors[_key(r)] = error
-        excused = _excused(records, errors)
-        first_error = next((e for k, e in errors.items() if k not in excused), None)
-        notes = [
-            f"{errors[k].kernel}: an @triton.autotune config ({_constexprs(k)}) does not fit {spec.name} "
-            f"and is dropped, as Triton's autotuner drops it; the other configs run ({why})"
-            for k, why in excused.items()
-        ]
-        results.append(
-            TargetCompileResult(
-                target=spec.name,
-                ok=first_error is None and bool(unique),
-                kernels=kernels,
-                error=(f"{first_error.kernel}: {first_error.error_text}" if first_error else None)
-                or (None if unique else "no Triton kernel was launched"),
-                failure_class=(first_error.failure_class if first_error else None)
-                or (None if unique else FailureClass.NO_TRITON_LAUNCH),
-                seconds=round(time.perf_counter() - start, 3),
-                notes=[n[:600] for n in notes[:16]],
-            )
-        )
-    return results
+    return [
+        _judge(records, unique, spec.name, spec.name, functools.partial(_try_compile, target=spec.name))
+        for spec in map(target_spec, targets)
+    ]
+
+
+def _judge(
+    records: list[LaunchRecord],
+    unique: list[LaunchRecord],
+    target: str,
+    where: str,
+    compile_one: Callable[[LaunchRecord], tuple[KernelCompileInfo | None, AotCompileError | None]],
+) -> TargetCompileResult:
+    """Compile each distinct launch with `compile_one` and judge the target (ahead of time or
+    this GPU's JIT alike): it fails on the first error that no other `@triton.autotune` config of
+    the same call excuses (`_excused`: dropped, with a note naming `where`), or when nothing was
+    launched; the kernels that compiled are kept either way."""
+    start = time.perf_counter()
+    kernels: list[KernelCompileInfo] = []
+    errors: dict[tuple[Any, ...], AotCompileError] = {}
+    for r in unique:
+        info, error = compile_one(r)
+        if info is not None:
+            kernels.append(info)
+        if error is not None:
+            errors[_key(r)] = error
+    excused = _excused(records, errors)
+    first_error = next((e for k, e in errors.items() if k not in excused), None)
+    notes = [
+        f"{errors[k].kernel}: an @triton.autotune config ({_constexprs(k)}) does not fit {where} "
+        f"and is dropped, as Triton's autotuner drops it; the other configs run ({why})"
+        for k, why in excused.items()
+    ]
+    return TargetCompileResult(
+        target=target,
+        ok=first_error is None and bool(unique),
+        kernels=kernels,
+        error=(f"{first_error.kernel}: {first_error.error_text}" if first_error else None)
+        or (None if unique else "no Triton kernel was launched"),
+        failure_class=(first_error.failure_class if first_error else None)
+        or (None if unique else FailureClass.NO_TRITON_LAUNCH),
+        seconds=round(time.perf_counter() - start, 3),
+        notes=[n[:600] for n in notes[:16]],
+    )
 
 
 def _constexprs(key: tuple[Any, ...]) -> str:
@@ -422,31 +434,4 @@ def compile_host(records: Iterable[LaunchRecord]) -> TargetCompileResult:
     `TargetCompileResult` with target "host" (CUDA workers only; the kernels do not run). An
     autotune config out of resources is dropped with a note, as in `compile_for_targets`."""
     records = list(records)
-    unique = _dedupe(records)
-    start = time.perf_counter()
-    kernels: list[KernelCompileInfo] = []
-    errors: dict[tuple[Any, ...], AotCompileError] = {}
-    for r in unique:
-        info, error = _try_host(r)
-        if info is not None:
-            kernels.append(info)
-        if error is not None:
-            errors[_key(r)] = error
-    excused = _excused(records, errors)
-    first_error = next((e for k, e in errors.items() if k not in excused), None)
-    notes = [
-        f"{errors[k].kernel}: an @triton.autotune config ({_constexprs(k)}) does not fit this GPU and is "
-        f"dropped, as Triton's autotuner drops it ({why})"
-        for k, why in excused.items()
-    ]
-    return TargetCompileResult(
-        target="host",
-        ok=first_error is None and bool(unique),
-        kernels=kernels,
-        error=(f"{first_error.kernel}: {first_error.error_text}" if first_error else None)
-        or (None if unique else "no Triton kernel was launched"),
-        failure_class=(first_error.failure_class if first_error else None)
-        or (None if unique else FailureClass.NO_TRITON_LAUNCH),
-        seconds=round(time.perf_counter() - start, 3),
-        notes=[n[:600] for n in notes[:16]],
-    )
+    return _judge(records, _dedupe(records), "host", "this GPU", _try_host)
