@@ -1,5 +1,6 @@
 """What the search layer reads from a task module without running it: a check that it is a
-KernelBench task, and the operator-and-shapes key that matches it to earlier trees (warm start).
+KernelBench task (the engine intake's `check_task`, as every verify does), and the
+operator-and-shapes key that matches it to earlier trees (warm start).
 
 The key is the sha256 of the module's computation with comments, docstrings, formatting and
 imports removed: module-level constants (the sizes), `class Model`, `get_inputs` and
@@ -10,18 +11,21 @@ share a key; a different size does not.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 
-from kernelcraft.base.errors import TaskError
+from kernelcraft.engine import check_task
 
-REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+REQUIRED = ("Model", "get_inputs", "get_init_inputs")  # in the key, in this order, where a def binds them
 
 
-def _strip_docstrings(node: ast.AST) -> None:
-    for n in ast.walk(node):
+def _stripped(stmt: ast.stmt) -> ast.stmt:
+    """A copy of `stmt` without docstrings (the intake's tree is shared: never changed here)."""
+    stmt = copy.deepcopy(stmt)
+    for n in ast.walk(stmt):
         body = getattr(n, "body", None)
         if (
-            isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
             and isinstance(body, list)
             and body
             and isinstance(body[0], ast.Expr)
@@ -29,17 +33,14 @@ def _strip_docstrings(node: ast.AST) -> None:
             and isinstance(body[0].value.value, str)
         ):
             n.body = body[1:] or [ast.Pass()]
+    return stmt
 
 
 def task_key(source: str, name: str = "task.py") -> str:
-    """The operator-and-shapes key of a task; a TaskError when it is not a KernelBench task."""
-    try:
-        tree = ast.parse(source, filename=name)
-    except SyntaxError as e:
-        raise TaskError(f"the task does not parse: {e.msg}; fix the syntax", path=name, line=e.lineno) from e
-    except (RecursionError, MemoryError):
-        raise TaskError("the task nests too deeply to read; split its expressions", path=name) from None
-    _strip_docstrings(tree)
+    """The operator-and-shapes key of a task; a TaskError when it is not a KernelBench task, as
+    the engine's intake decides it (`check_task`: one check, and one error, for a tree's start
+    and for every verify of the task)."""
+    tree = check_task(source, name)
     defined: dict[str, ast.stmt] = {}
     constants: list[ast.stmt] = []
     for stmt in tree.body:
@@ -47,14 +48,8 @@ def task_key(source: str, name: str = "task.py") -> str:
             defined[stmt.name] = stmt
         elif isinstance(stmt, ast.Assign | ast.AnnAssign):
             constants.append(stmt)
-    missing = [r for r in REQUIRED if r not in defined]
-    if missing:
-        raise TaskError(
-            f"the task lacks {', '.join(missing)}; a task is a KernelBench module with class Model(nn.Module), "
-            "get_inputs() and get_init_inputs()",
-            path=name,
-        )
-    parts = [ast.unparse(s) for s in constants] + [ast.unparse(defined[r]) for r in REQUIRED]
+    kept = [*constants, *(defined[r] for r in REQUIRED if r in defined)]
+    parts = [ast.unparse(_stripped(s)) for s in kept]
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
 
 

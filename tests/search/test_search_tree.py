@@ -629,10 +629,35 @@ async def test_bad_input_gets_an_error_that_says_what_to_do(tmp_path):
             await svc.start(TASK, policy="random")
         with pytest.raises(UsageError, match="budget must be between 1"):
             await svc.start(TASK, budget=0)
-        with pytest.raises(TaskError, match="lacks get_inputs"):
+        with pytest.raises(TaskError, match="does not define get_inputs"):
             await svc.start("import torch\nclass Model:\n    pass\ndef get_init_inputs():\n    return []\n")
-        with pytest.raises(TaskError, match="does not parse"):
+        with pytest.raises(TaskError, match="syntax error"):
             await svc.start("class Model(:\n")
+
+
+def test_a_tree_starts_on_every_task_verify_accepts_and_refuses_it_with_verifys_words() -> None:
+    """Whether a source is a task is the engine intake's decision, for a tree as for a verify:
+    `get_inputs` bound by an assignment or an import, or under a module-level `if`, is a task to
+    both; a missing one is refused by both in the same words. The key still tells sizes apart."""
+    from kernelcraft.engine import check_task
+    from kernelcraft.search.task import task_key
+
+    head = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    bound_otherwise = [
+        head + "get_inputs = lambda: [torch.randn(N)]\nN = 8\ndef get_init_inputs():\n    return []\n",
+        head + "from helpers import get_inputs\ndef get_init_inputs():\n    return []\n",
+        head + "if True:\n    def get_inputs():\n        return []\ndef get_init_inputs():\n    return []\n",
+    ]
+    for source in bound_otherwise:
+        check_task(source, "task.py")
+        assert len(task_key(source)) == 64
+    assert task_key(bound_otherwise[0]) != task_key(bound_otherwise[0].replace("N = 8", "N = 16"))
+    missing = head + "def get_init_inputs():\n    return []\n"
+    with pytest.raises(TaskError) as by_verify:
+        check_task(missing, "task.py")
+    with pytest.raises(TaskError) as by_search:
+        task_key(missing)
+    assert str(by_search.value) == str(by_verify.value) and "get_inputs" in str(by_search.value)
 
 
 @pytest.mark.anyio
