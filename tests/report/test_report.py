@@ -22,6 +22,7 @@ from search_scripted import TASK, ScriptedEvaluator, candidate
 from server_support import NoEvaluations, settings_for
 
 from kernelcraft.agent.llm.config import LLMConfig
+from kernelcraft.agent.llm.core import Usage
 from kernelcraft.agent.loop.explore import optimize
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
@@ -34,7 +35,7 @@ from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.report.build import from_run_dir, from_tree, telling_line, with_run
 from kernelcraft.report.figures import evaluated_in_order, running_best, tree_layout
 from kernelcraft.report.html import facts, render_html
-from kernelcraft.report.model import ReportNode, RunReport
+from kernelcraft.report.model import ReportNode, RunReport, TokenUsage
 from kernelcraft.schema.evaluation import EvalJob, EvalResult, ProfileResult, Timing, VerifyResult
 from kernelcraft.schema.tree import NodeInfo, TreeInfo, TreeView
 from kernelcraft.server.app import create_server
@@ -224,6 +225,15 @@ def test_the_run_adds_proposers_tokens_and_totals_to_the_trees_report() -> None:
     assert (
         report.usage is not None and report.usage.cost_usd == 0.0234 and report.model == "claude-sonnet-5-5"
     )
+
+
+def test_the_report_reads_every_field_of_usage_the_driver_writes() -> None:
+    """The driver counts tokens in a dataclass (`Usage`) and the report reads them back from
+    steps.jsonl into a model of its own (`TokenUsage`), keeping the fields it knows: a field
+    added to one and not the other would be dropped without a word."""
+    written = Usage(input_tokens=7, output_tokens=5, thinking_tokens=2, calls=1, cost_usd=0.25).to_dict()
+    assert set(written) == set(TokenUsage.model_fields)
+    assert TokenUsage.model_validate(written).model_dump() == written
 
 
 def test_a_cpu_tree_says_no_gpu_and_an_untimed_gpu_tree_says_nothing_was_timed() -> None:
