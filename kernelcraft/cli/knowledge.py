@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from kernelcraft.base.config import Settings
-from kernelcraft.base.errors import UsageError
-from kernelcraft.base.files import MAX_TEXT_BYTES, check_regular
+from kernelcraft.base.files import check_regular
 from kernelcraft.base.targets import TARGET_LIST
 from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, print_json, run
 from kernelcraft.knowledge.docs import HwDocs
@@ -148,9 +147,9 @@ def _rules_export(args: argparse.Namespace) -> int:
 
 
 def _rules_import(args: argparse.Namespace) -> int:
-    check_regular(args.file, "the rules file")
-    if args.file.stat().st_size > MAX_TEXT_BYTES:
-        raise UsageError(f"the rules file {args.file} is over {MAX_TEXT_BYTES // 1024**2} MiB; split it")
+    check_regular(
+        args.file, "the rules file"
+    )  # before the database opens; the import reads it (base/files.py)
     if args.format == "adaexplore":
         res = _run(args, lambda _s, rb: rb.import_adaexplore(args.file, client=args.client))
     else:

@@ -24,6 +24,7 @@ import aiosqlite
 from pydantic import ValidationError
 
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.files import read_text
 from kernelcraft.knowledge.retrieval import row_failure_class, row_scope
 from kernelcraft.knowledge.text import normalize_rule, rule_uid, validate_rule
 from kernelcraft.schema.rules import MAX_RULE_CHARS, ImportResult, RuleLine
@@ -144,12 +145,7 @@ async def import_adaexplore(
     whose count reaches `activation_count` (3, as AdaExplore) is active. An operator's import is
     trusted: no corroboration by clients."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise UsageError(f"{file} does not exist; give the path of an AdaExplore memory file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {file}: {e}; give a UTF-8 text file of 'rule||count' lines") from e
+    text = read_text(file, "the AdaExplore memory file ('rule text||count' lines)")
     lines = parse_adaexplore(text, str(file))
     origin = "adaexplore:" + str(file.resolve())
     result = ImportResult(lines=len(lines))
@@ -297,13 +293,7 @@ async def import_seed(store: Store) -> int:
 
 
 def _read_rule_lines(path: Path) -> list[RuleLine]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise UsageError(f"{path} does not exist; give the path of a rules .jsonl file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {path}: {e}; give a UTF-8 JSON Lines file") from e
-    return _parse_rule_lines(text, str(path))
+    return _parse_rule_lines(read_text(path, "the rules file (JSON Lines)"), str(path))
 
 
 def _parse_rule_lines(text: str, name: str) -> list[RuleLine]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -421,6 +422,21 @@ async def test_a_bad_import_file_changes_nothing_and_names_the_line(
 async def test_importing_a_missing_file_is_a_usage_error(rb: Rulebook, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not exist"):
         await rb.import_jsonl(tmp_path / "nope.jsonl")
+
+
+@pytest.mark.anyio
+async def test_an_import_of_a_fifo_or_a_directory_says_what_it_is_and_does_not_hang(
+    rb: Rulebook, tmp_path: Path
+) -> None:
+    """Both importers read through base/files.py, as every file a user names is read."""
+    fifo = tmp_path / "rules.fifo"
+    os.mkfifo(fifo)
+    for named, kind in ((fifo, "a FIFO"), (tmp_path, "a directory")):
+        with pytest.raises(UsageError, match=f"is {kind}"):
+            await rb.import_jsonl(named)
+        with pytest.raises(UsageError, match=f"is {kind}"):
+            await rb.import_adaexplore(named)
+    assert await rb.list_rules() == []
 
 
 @pytest.mark.anyio
