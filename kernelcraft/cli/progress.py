@@ -5,7 +5,7 @@ percentage, the time spent and an estimate of the time left. Anywhere else (a pi
 is one plain line per message, `[ 10%    4.0s] trial 1 of 10`, and never a control character.
 `quiet` shows nothing at all.
 
-The engine already reports fractions that never go back (`JobWorkers.progress`); the bar keeps
+The engine already reports fractions that never go back (`JobState.progress`); the bar keeps
 its own maximum too, so a caller that restarts its count cannot move it back either.
 """
 

@@ -6,7 +6,8 @@ measures the task first (`Sized`): the job refuses a task that cannot fit the de
 interpreter (`TaskError`, up front), reserves its memory on the device's ledger (`machine/memory.py`),
 gives the candidate a memory limit sized to the task and, in the interpreter, the shrunk task
 (`source/shrink.py`), and bounds what its workers may send by the task's sizes
-(`wire/bounds.py`). Used by one `Job` at a time, through its `JobWorkers`.
+(`wire/bounds.py`): what it learns is written to the job's `JobState` (`jobstate.py`). Used by
+one `Job` at a time, through its `JobWorkers`.
 """
 
 from __future__ import annotations
@@ -15,65 +16,29 @@ import asyncio
 import math
 import time
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.engine.host.references import Parked, ReferencePool
-from kernelcraft.engine.machine.gpulock import Device
+from kernelcraft.engine.host.jobstate import JobState
+from kernelcraft.engine.host.references import Parked
 from kernelcraft.engine.machine.memory import TaskSize, host_available, refusal
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.source import reach, shrink
 from kernelcraft.engine.wire import bounds as frame_bounds
-from kernelcraft.engine.wire.bounds import Bounds
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, NextJob, Request, Sized, TaskReady
-from kernelcraft.schema.evaluation import EvalJob
-
-
-@dataclass(frozen=True)
-class CandidateSettings:
-    """What the evaluator imposes on every candidate process."""
-
-    memory_limit_bytes: int | None
-    """The user's cap (`LocalEvaluator`'s `memory_limit_gb`); None: sized to each task (`memory.py`)."""
-    sandbox: bool
-    """The filesystem sandbox (`sandbox.py`; KERNELCRAFT_SANDBOX=off turns it off)."""
-    shrink: bool = True
-    """Shrink large KernelBench tasks for the interpreter (`shrink.py`; KERNELCRAFT_SHRINK=off
-    or `EvalJob.full_size` runs the task's own sizes)."""
 
 
 class JobWorkers(Protocol):
-    """What admitting a job reads and sets of its workers (`jobworkers.JobWorkers`)."""
+    """What admitting a job uses of its workers (`jobworkers.JobWorkers`): the processes; what
+    the job learns (its measure, its limits, the deadline) goes to the job's `JobState`."""
 
-    spec: EvalJob
-    device: Device
-    settings: CandidateSettings
-    references: ReferencePool
-    key: tuple[str, int | None]
-    sized: asyncio.Future[Sized | None]
+    state: JobState
     ref: WorkerProcess | None
     ref_pool: WorkerPool | None
     ref_in_sync: bool
     held: list[tuple[WorkerPool, WorkerProcess]]
     active: set[WorkerProcess]
-    deadline: float
-    memory_limit: int | None
-    device_bound: bool
-    bounds: Bounds
-    notes: list[str]
-    full_size: bool
-    held_when_idle: int
-    alone: bool
-    task_source: str
-
-    @property
-    def interpret(self) -> bool: ...
-
-    def stage(self, name: str, since: float) -> float: ...
-
-    def start_deadline(self) -> None: ...
 
     async def acquire(self, pool: WorkerPool | None = None) -> WorkerProcess: ...
 
@@ -113,148 +78,151 @@ async def start_reference(jw: JobWorkers) -> TaskReady:
     """A reference worker with the task loaded: a kept one (rebuilt while it was idle) or a
     fresh one, which measures the task first (`Sized`): the job checks it fits and reserves
     its memory (`size_up`) before the worker allocates anything."""
+    sized = jw.state.sized
     try:
         return await _start_reference(jw)
     except Exception as e:
-        if not jw.sized.done():
-            jw.sized.set_exception(e)
-            jw.sized.exception()  # retrieved: a job without a candidate never awaits it
+        if not sized.done():
+            sized.set_exception(e)
+            sized.exception()  # retrieved: a job without a candidate never awaits it
         raise
     finally:
-        jw.sized.cancel()  # (no-op once set) a cancelled job's candidate stops waiting
+        sized.cancel()  # (no-op once set) a cancelled job's candidate stops waiting
 
 
 async def _start_reference(jw: JobWorkers) -> TaskReady:
+    st = jw.state
     t = time.perf_counter()
-    key = jw.key
+    key = st.key
     while True:
-        kept = jw.references.take(key)
+        kept = st.references.take(key)
         if kept is not None:
             ready = await _take_kept(jw, kept, t)
             if ready is not None:
                 return ready
             continue
-        if jw.references.reserve(key):
+        if st.references.reserve(key):
             break
         # The task has its share of reference workers, all busy: one is soon free (a job
         # holds it a few seconds), which beats starting another process.
-        await jw.references.freed(key, 5.0)
+        await st.references.freed(key, 5.0)
     jw.ref = None
     try:
         jw.ref = await jw.acquire()
     finally:
-        jw.references.started(key, jw.ref)
-    jw.ref_pool = jw.device.pool
-    t = jw.stage("workers", t)
-    jw.start_deadline()
+        st.references.started(key, jw.ref)
+    jw.ref_pool = st.device.pool
+    t = st.stage("workers", t)
+    st.start_deadline()
     jw.ref_in_sync = False
     # The lock is taken only once a worker is held: a job waiting for a worker (or for
     # another job's reference) must not hold up a timing, which would hold up that job.
     async with jw.gpu_lock(exclusive=False):
-        frame = await jw.load(jw.ref, "reference", interpret=jw.interpret)
+        frame = await jw.load(jw.ref, "reference", interpret=st.interpret)
     try:
         sized: Sized | None = Sized.from_header(frame.header)
     except ValueError:
         sized = None
     if sized is not None:
-        jw.references.sizes[key] = sized
-    await size_up(jw, sized, fresh=True)
+        st.references.sizes[key] = sized
+    await size_up(st, jw.ref, sized, fresh=True)
     async with jw.gpu_lock(exclusive=False):  # building Model uses the GPU
         frame = await jw.ask_ref(NextJob())
     jw.task_error(frame)
-    jw.stage("reference", t)
+    st.stage("reference", t)
     return TaskReady.from_header(frame.header)
 
 
 async def _take_kept(jw: JobWorkers, kept: Parked, t: float) -> TaskReady | None:
     """Hold a kept reference worker and read its answer to the `NextJob` it got when parked;
     None when it broke meanwhile (it is killed: the caller tries another)."""
-    w = kept.worker
+    st, w = jw.state, kept.worker
     jw.ref, jw.ref_pool = w, kept.pool
     jw.held.append((kept.pool, w))
     jw.active.add(w)
-    t = jw.stage("workers", t)
-    jw.start_deadline()
-    await size_up(jw, jw.references.sizes.get(jw.key), fresh=False)
+    t = st.stage("workers", t)
+    st.start_deadline()
+    await size_up(st, w, st.references.sizes.get(st.key), fresh=False)
     try:
-        frame = await asyncio.wait_for(asyncio.shield(kept.rebuilt), max(0.1, jw.deadline - time.monotonic()))
+        frame = await asyncio.wait_for(asyncio.shield(kept.rebuilt), max(0.1, st.deadline - time.monotonic()))
     except (asyncio.TimeoutError, asyncio.CancelledError):
         if not kept.rebuilt.cancelled():
             raise
         frame = None
     if frame is not None and frame.header.get("type") == Msg.TASK_READY:
         jw.ref_in_sync = True
-        jw.stage("reference", t)
+        st.stage("reference", t)
         return TaskReady.from_header(frame.header)
     w.kill()  # broken between jobs; try another, or a fresh one
-    jw.references.forget(jw.key, w)
+    st.references.forget(st.key, w)
     jw.ref = None
     return None
 
 
-async def size_up(jw: JobWorkers, sized: Sized | None, *, fresh: bool) -> None:
+async def size_up(st: JobState, ref: WorkerProcess, sized: Sized | None, *, fresh: bool) -> None:
     """Whether the job can run at the task's measured sizes (`TaskError` when not: too big
     for the device, or for the interpreter), its memory reserved, and what the candidate gets:
-    its memory limit and the task's source (a shrunk one in the interpreter: `shrink.py`)."""
-    kind, override = jw.device.kind, jw.settings.memory_limit_bytes
-    if sized is not None and sized.error is not None and jw.interpret and jw.spec.cpu_sizes:
+    its memory limit and the task's source (a shrunk one in the interpreter: `shrink.py`).
+    `ref`: the job's reference worker, whose frames are bounded by the task's sizes too."""
+    kind, override = st.device.kind, st.settings.memory_limit_bytes
+    if sized is not None and sized.error is not None and st.interpret and st.spec.cpu_sizes:
         raise TaskError(
             f"--cpu-sizes: the task at the sizes given does not build: {sized.error}",
-            path=jw.spec.task_name,
+            path=st.spec.task_name,
         )
     if sized is None or sized.error is not None:
-        jw.memory_limit = override or (sized.device_free // 2 if sized and sized.device_free else None)
-        bound_frames(jw, sized)
-        jw.sized.set_result(sized)
+        st.memory_limit = override or (sized.device_free // 2 if sized and sized.device_free else None)
+        bound_frames(st, ref, sized)
+        st.sized.set_result(sized)
         return
     # Only the trials run the interpreter: compile and the roofline never refuse for its limits.
-    trials = "verify" in jw.spec.stages
-    if jw.interpret and trials and not jw.full_size and not sized.has_cpu_inputs:
+    trials = "verify" in st.spec.stages
+    if st.interpret and trials and not st.full_size and not sized.has_cpu_inputs:
         shrink.check_interpreter_work(
-            sized.elements, sized.shapes, jw.spec.task_name, sized.params_bytes, sized.not_shrunk
+            sized.elements, sized.shapes, st.spec.task_name, sized.params_bytes, sized.not_shrunk
         )
         if sized.not_shrunk:
-            jw.notes.append(f"ran at the task's own sizes: {sized.not_shrunk}"[:600])
+            st.notes.append(f"ran at the task's own sizes: {sized.not_shrunk}"[:600])
     size = TaskSize.of(sized)
-    index, ledger = jw.device.index, jw.device.memory
+    index, ledger = st.device.index, st.device.memory
     if fresh:
-        ledger.learn(size, jw.references.idle_bytes(index), others_in_flight=max(0, jw.device.jobs - 1))
-    jw.held_when_idle = size.held_when_idle(kind)
-    candidate = not jw.spec.baseline_only  # a baseline job runs the reference alone
+        ledger.learn(size, st.references.idle_bytes(index), others_in_flight=max(0, st.device.jobs - 1))
+    st.held_when_idle = size.held_when_idle(kind)
+    candidate = not st.spec.baseline_only  # a baseline job runs the reference alone
     waited, t = time.monotonic(), time.perf_counter()
     await ledger.admit(
-        id(jw),
+        id(st),
         size.job_need(kind, candidate=candidate),
-        lambda capacity: refusal(jw.spec.task_name, size, kind, capacity, candidate=candidate),
-        lambda: jw.references.idle_bytes(index),
-        lambda n: jw.references.evict(index, n),
-        alone=jw.alone,
+        lambda capacity: refusal(st.spec.task_name, size, kind, capacity, candidate=candidate),
+        lambda: st.references.idle_bytes(index),
+        lambda n: st.references.evict(index, n),
+        alone=st.alone,
     )
-    jw.deadline += time.monotonic() - waited  # waiting for other jobs' memory is not this job's time
-    jw.stage("memory_wait", t)
-    jw.memory_limit = size.candidate_limit(kind, override)
-    if jw.alone and not override:  # run again with room: what the device has beside the reference
-        room = ledger.reserved.get(id(jw), 0) - size.working_set(kind)
-        jw.memory_limit = max(jw.memory_limit, min(room, host_available() // 2))
-        jw.device_bound = jw.memory_limit >= room
+    st.deadline += time.monotonic() - waited  # waiting for other jobs' memory is not this job's time
+    st.stage("memory_wait", t)
+    st.memory_limit = size.candidate_limit(kind, override)
+    if st.alone and not override:  # run again with room: what the device has beside the reference
+        room = ledger.reserved.get(id(st), 0) - size.working_set(kind)
+        st.memory_limit = max(st.memory_limit, min(room, host_available() // 2))
+        st.device_bound = st.memory_limit >= room
     if sized.shrunk_source is not None:
-        jw.task_source = sized.shrunk_source
-        jw.notes.append(shrink.describe(sized.shrunk, sized.shapes, given=bool(jw.spec.cpu_sizes)))
-        jw.notes.extend(reach.note(jw.spec.candidate_source, size_pairs(sized)))
+        st.task_source = sized.shrunk_source
+        st.notes.append(shrink.describe(sized.shrunk, sized.shapes, given=bool(st.spec.cpu_sizes)))
+        st.notes.extend(reach.note(st.spec.candidate_source, size_pairs(sized)))
     if sized.probe is not None:
         # A warning that the trials cannot tell a kernel from one that ignores its inputs
         # comes first: a reader of a passing verdict must not miss it.
-        at = 0 if sized.probe.startswith("warning:") else len(jw.notes)
-        jw.notes.insert(at, sized.probe[:800])
-    bound_frames(jw, sized)
-    jw.sized.set_result(sized)
+        at = 0 if sized.probe.startswith("warning:") else len(st.notes)
+        st.notes.insert(at, sized.probe[:800])
+    bound_frames(st, ref, sized)
+    st.sized.set_result(sized)
 
 
-def bound_frames(jw: JobWorkers, sized: Sized | None) -> None:
-    """Bound what the job's workers may send by the task's measured sizes (`wire/bounds.py`)."""
+def bound_frames(st: JobState, ref: WorkerProcess, sized: Sized | None) -> None:
+    """Bound what the job's workers may send by the task's measured sizes (`wire/bounds.py`):
+    the candidate's as it loads, the reference's (`ref`) now."""
     if sized is None or sized.error is not None or not sized.outputs_measured:
-        jw.bounds = frame_bounds.unsized(jw.memory_limit)
+        st.bounds = frame_bounds.unsized(st.memory_limit)
     else:
-        jw.bounds = frame_bounds.for_task(sized.inputs_bytes, sized.outputs_bytes, sized.params_bytes)
-    if jw.ref is not None:
-        jw.ref.bounds = jw.bounds
+        st.bounds = frame_bounds.for_task(sized.inputs_bytes, sized.outputs_bytes, sized.params_bytes)
+    ref.bounds = st.bounds

@@ -6,8 +6,10 @@ knockout passed, the reference re-runs that record, with no candidate code, on i
 seed the candidate never saw, and must get its own answer for them. A candidate that sends no
 record fails: the check cannot be skipped by not answering. The reference ran the candidate's
 kernels, which may write beyond their buffers (raw addresses in the interpreter, device memory on
-a GPU), so it is not kept for another job (`JobWorkers.ran_candidate_kernels`): a hostile record
-once corrupted a parked reference that the next job's honest candidate then crashed in.
+a GPU), so it is not kept for another job (`JobWorkers.ask_ref` marks a reference asked to
+replay): a hostile record once corrupted a parked reference that the next job's honest candidate
+then crashed in. Both read the job's facts from its `JobState` and ask its processes through its
+`JobWorkers`.
 """
 
 from __future__ import annotations
@@ -17,26 +19,26 @@ import time
 from typing import Any
 
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.jobstate import JobState
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.verdicts import compile_result, evidence_from
+from kernelcraft.engine.machine.pool import WorkerPool
 from kernelcraft.engine.wire.protocol import (
     Compiled,
     CompileRecorded,
     FreshReplay,
     Load,
     Msg,
-    Outputs,
     Replayed,
 )
-from kernelcraft.schema.evaluation import CompileResult, EvalJob, Evidence, VerifyResult
+from kernelcraft.schema.evaluation import CompileResult, Evidence, VerifyResult
 
 
-async def fresh_replay(
-    workers: JobWorkers, spec: EvalJob, recorded: tuple[Outputs, list[bytes]] | None
-) -> Evidence | None:
-    """The evidence when the first trial's record (`recorded`: its answer and blobs) does not give
-    the reference's answer on fresh inputs, or was not sent; None when it does (or when no trial
-    ran)."""
+async def fresh_replay(state: JobState, workers: JobWorkers) -> Evidence | None:
+    """The evidence when the first trial's record (`state.recorded`: its answer and blobs) does not
+    give the reference's answer on fresh inputs, or was not sent; None when it does (or when no
+    trial ran)."""
+    spec, recorded = state.spec, state.recorded
     if recorded is None:
         return None
     out, blobs = recorded
@@ -51,7 +53,6 @@ async def fresh_replay(
     if unheld is not None:
         return Evidence(message=unheld, op="fresh replay")
     allowed = None if spec.correctness == "adaexplore" else list(spec.allowed_ops)
-    workers.ran_candidate_kernels = True
     request = FreshReplay(
         program=out.program, kept=out.program_kept, seed=secrets.randbits(62), allowed_ops=allowed
     )
@@ -76,14 +77,14 @@ async def fresh_replay(
         )
     replayed = Replayed.from_header(frame.header)
     if replayed.note is not None:
-        workers.notes.append(replayed.note)
+        state.notes.append(replayed.note)
     if replayed.failure_class is None:
         return None
     return evidence_from(replayed.evidence, "forward's record gave a wrong answer on fresh inputs")
 
 
 async def compile_recorded(
-    workers: JobWorkers, pool: Any, program: dict[str, Any], target: str
+    state: JobState, workers: JobWorkers, pool: WorkerPool, program: dict[str, Any], target: str
 ) -> CompileResult:
     """The GPU check's compile of exactly the kernels the first trial launched (its record,
     `program`), in a trusted worker of `pool` (Triton without the interpreter) that loads neither
@@ -94,9 +95,10 @@ async def compile_recorded(
 
     start = time.perf_counter()
     w = await workers.acquire(pool)
-    if workers.settings.sandbox:  # it compiles the candidate's source: bounded as a candidate is
-        w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(workers.device.kind, workers.memory_limit))
-    load = Load(role="kernels", workdir=str(w.dir), task_source="", seed0=0, sandbox=workers.settings.sandbox)
+    sandbox = state.settings.sandbox
+    if sandbox:  # it compiles the candidate's source: bounded as a candidate is
+        w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(state.device.kind, state.memory_limit))
+    load = Load(role="kernels", workdir=str(w.dir), task_source="", seed0=0, sandbox=sandbox)
     await w.send(load.to_header())
     workers.candidate_verdict(await workers.recv(w, candidate=True), Msg.OK)
     await w.send(CompileRecorded(program=program, targets=[target]).to_header())

@@ -21,10 +21,10 @@ from typing import Any, cast
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.checks import findings, perturb, scaled
-from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.compilefacts import from_known, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.freshreplay import compile_recorded, fresh_replay, gpu_rejects
+from kernelcraft.engine.host.jobstate import CandidateSettings, JobState
 from kernelcraft.engine.host.jobtiming import JobTiming
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.references import ReferencePool
@@ -81,81 +81,64 @@ class Job:
         *,
         alone: bool = False,
     ) -> None:
-        self.spec = spec
-        self.device = device
-        self.references = references
-        self.workers = JobWorkers(spec, device, references, settings, active, progress, alone=alone)
-        self.timing = JobTiming(spec, device, references, self.workers)
-        self.input_sets = 1
-        self.kernels: list[str] = []
-        self.tolerance: str | None = None
-        self.tf32_dots = 0
-        self.seen = findings.Findings()
-        """The autotune configs the trials ran, their worst margin, the interpreter's time."""
-        self.torch_ops: list[str] = []
-        """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
-        """fp32 tl.dots the interpreter rounded to TF32 in this job's trials."""
-        """The tolerances the reference applied (`compare.describe`), from the last comparison."""
-        self.program: dict[str, Any] | None = None
-        """The first trial's record (`replay/program.py`): the GPU check compiles its kernels."""
-        self.recorded: tuple[Outputs, list[bytes]] | None = None
-        """The first trial's answer, with forward's record (`Run.program`), and its blobs: the
-        fresh-input replay re-runs it at the end of verify (`fresh_replay`)."""
+        self.state = JobState(spec, device, references, settings, progress, alone=alone)
+        """What the job was given and what it learns: the one object its parts share."""
+        self.workers = JobWorkers(self.state, active)
+        self.timing = JobTiming(self.state, self.workers)
         self.compile_worker: WorkerProcess | None = None
-        self.ready: TaskReady | None = None
-        self.refreshed: set[str] = set()
-        """Model's parameters and buffers both models got the same fresh values for (`fresh_parameters`)."""
-        """The reference's word once Model is built (its parameters among it)."""
+        """The compile stage's own candidate worker (on a GPU, the trials then run on it)."""
 
     @property
     def wants_candidate(self) -> bool:
         """Without a GPU, profile is the roofline floor alone: it needs no candidate."""
-        stages = self.spec.stages
-        return "verify" in stages or ("profile" in stages and not self.workers.interpret)
+        stages = self.state.spec.stages
+        return "verify" in stages or ("profile" in stages and not self.state.interpret)
 
     async def run(self) -> EvalResult:
+        st = self.state
         result = EvalResult()
         started = time.perf_counter()
         try:
-            await self.workers.progress(0.0, "waiting for workers")
+            await st.progress(0.0, "waiting for workers")
             cand = await self.start_workers()
-            if self.spec.baseline_only:
+            if st.spec.baseline_only:
                 t = time.perf_counter()
                 result.baseline = await self.timing.baseline()
-                self.workers.stage("baseline", t)
-            if "compile" in self.spec.stages:
+                st.stage("baseline", t)
+            if "compile" in st.spec.stages:
                 t = time.perf_counter()
                 result.compile = await self.compile_stage()
-                self.workers.stage("compile", t)
-                if not self.workers.interpret:
+                st.stage("compile", t)
+                if not st.interpret:
                     cand = self.compile_worker
             if self.wants_candidate:
                 if cand is None:
                     cand = await self.workers.start_candidate()
                 await self.candidate_stages(result, cand)
                 await self.gpu_check(result)
-            elif "profile" in self.spec.stages:
+            elif "profile" in st.spec.stages:
                 t = time.perf_counter()
-                result.profile = await self.timing.profile(None, self.input_sets)
-                self.workers.stage("profile", t)
+                result.profile = await self.timing.profile(None, st.input_sets)
+                st.stage("profile", t)
         except Stop as stop:
-            fill_failed(result, self.spec, self.device, stop.cls, stop.evidence, self.kernels)
+            fill_failed(result, st.spec, st.device, stop.cls, stop.evidence, st.kernels)
         finally:
             await self.workers.release()
-            result.stage_seconds = self.workers.partition(started, time.perf_counter())
+            result.stage_seconds = st.partition(started, time.perf_counter())
         if result.profile is not None and result.compile is not None:
-            target = self.spec.roofline_target or (self.spec.targets[0] if self.spec.targets else "")
+            target = st.spec.roofline_target or (st.spec.targets[0] if st.spec.targets else "")
             result.profile.why = compiled_words(result.compile, target)
         failed = result.failure_class
-        await self.workers.progress(1.0, f"done: {failed.value}" if failed is not None else "done")
+        await st.progress(1.0, f"done: {failed.value}" if failed is not None else "done")
         return result
 
     async def start_workers(self) -> WorkerProcess | None:
         """The reference and the candidate load at the same time, in their own processes (the
         compile stage loads its own candidate, after the reference). Returns the candidate
         worker if it was loaded here; the reference's failure (an unusable task) comes first."""
+        st = self.state
         loads: list[Awaitable[Any]] = [self.workers.start_reference()]
-        if self.wants_candidate and "compile" not in self.spec.stages:
+        if self.wants_candidate and "compile" not in st.spec.stages:
             loads.append(self.workers.start_candidate())
         outcome = await asyncio.gather(*loads, return_exceptions=True)
         for o in outcome:
@@ -166,53 +149,55 @@ class Job:
                 raise o
         ready = outcome[0]
         assert isinstance(ready, TaskReady)
-        self.ready = ready
-        self.input_sets = int(ready.input_sets)
+        st.ready = ready
+        st.input_sets = int(ready.input_sets)
         if ready.mode_sensitive:
-            self.workers.notes.append(mode_note(self.spec.model_mode, ready.mode_sensitive))
+            st.notes.append(mode_note(st.spec.model_mode, ready.mode_sensitive))
         return cast("WorkerProcess | None", outcome[1] if len(outcome) > 1 else None)
 
     async def candidate_stages(self, result: EvalResult, cand: WorkerProcess) -> None:
-        if "verify" in self.spec.stages:
+        st = self.state
+        if "verify" in st.spec.stages:
             await self.fresh_parameters(cand)
-        if not self.workers.interpret:
+        if not st.interpret:
             t = time.perf_counter()
             await self.warm_up(cand)
-            self.workers.stage("kernels", t)
-        if "verify" in self.spec.stages:
+            st.stage("kernels", t)
+        if "verify" in st.spec.stages:
             t = time.perf_counter()
-            result.verify = await self.verify_stage(cand, alone_first="profile" in self.spec.stages)
-            self.workers.stage("verify", t)
-        if "profile" in self.spec.stages:
+            result.verify = await self.verify_stage(cand, alone_first="profile" in st.spec.stages)
+            st.stage("verify", t)
+        if "profile" in st.spec.stages:
             if result.verify is not None and not result.verify.correct:
                 result.profile = not_profiled_after(result.verify)
             else:
                 async with self.workers.gpu_lock(exclusive=True):
                     t = time.perf_counter()
-                    result.profile = await self.timing.profile(cand, self.input_sets)
-                    self.workers.stage("profile", t)
+                    result.profile = await self.timing.profile(cand, st.input_sets)
+                    st.stage("profile", t)
 
     async def fresh_parameters(self, cand: WorkerProcess) -> None:
         """Before the trials, fresh values for the float parameters and buffers of both models,
         from one secret seed (`perturb.py`), when Model's (the reference's word) and ModelNew's
         (the candidate's) agree in order, kind, shape and dtype; when they do not, the harness
         cannot give both the same values: neither is perturbed and the notes say so."""
-        ready = self.ready
+        st = self.state
+        ready = st.ready
         if ready is None or not ready.perturb_allowed:
             return
-        why, renamed = perturb.differences(ready.parameters, self.workers.candidate_parameters)
+        why, renamed = perturb.differences(ready.parameters, st.candidate_parameters)
         if why is not None:
-            self.workers.notes.append(perturb.not_perturbed(why)[:800])
+            st.notes.append(perturb.not_perturbed(why)[:800])
             return
         if renamed is not None:
-            self.workers.notes.append(perturb.renamed_note(renamed)[:600])
+            st.notes.append(perturb.renamed_note(renamed)[:600])
         if not ready.parameters:
             return
         request = Perturb(seed=secrets.randbits(62))
         self.workers.task_error(await self.workers.ask_ref(request))
         await cand.send(request.to_header())
         self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
-        self.refreshed = {str(p[1]) for p in ready.parameters}
+        st.refreshed = {str(p[1]) for p in ready.parameters}
 
     # ---- compile ----
 
@@ -225,20 +210,21 @@ class Job:
         autotune config, dropped for lack of resources as Triton's autotuner does); where the
         compiler rejects a kernel, the verdict fails with its message. A check that cannot be
         made (the task too large to build here, a harness limit) is a note."""
-        target, verify = self.spec.gpu_check, result.verify
-        if not (self.workers.interpret and target and verify is not None and verify.correct):
+        st = self.state
+        target, verify = st.spec.gpu_check, result.verify
+        if not (st.interpret and target and verify is not None and verify.correct):
             return
-        if self.program is not None and self.device.compile_pool is not None:
+        if st.program is not None and st.device.compile_pool is not None:
             t = time.perf_counter()  # exactly the kernels the trials launched, as recorded
-            recorded = await compile_recorded(self.workers, self.device.compile_pool, self.program, target)
-            self.workers.stage("gpu_check", t)
+            recorded = await compile_recorded(st, self.workers, st.device.compile_pool, st.program, target)
+            st.stage("gpu_check", t)
             if gpu_rejects(verify, recorded, target, recorded=True):
                 return
         compiled: CompileResult | None
-        if "compile" in self.spec.stages:
+        if "compile" in st.spec.stages:
             compiled = result.compile
         else:
-            sized = await self.workers.sized if self.workers.sized.done() else None
+            sized = await st.sized if st.sized.done() else None
             params = sized.params_bytes if sized is not None else 0
             if params > GPU_CHECK_MAX_PARAMS:
                 verify.notes.append(
@@ -248,7 +234,7 @@ class Job:
                 return
             t = time.perf_counter()
             compiled = await self.compile_stage([target])
-            self.workers.stage("gpu_check", t)
+            st.stage("gpu_check", t)
         gpu_rejects(verify, compiled, target, recorded=False)
 
     async def compile_stage(self, targets: list[str] | None = None) -> CompileResult:
@@ -256,32 +242,31 @@ class Job:
         given). On a CPU machine this worker imports the candidate without the interpreter, so
         real Triton compiles it. Targets an earlier job compiled this candidate for, on this task,
         are not compiled again: their facts come from `compilefacts.py`."""
-        targets = list(targets or self.spec.targets)
+        st = self.state
+        targets = list(targets or st.spec.targets)
         start = time.perf_counter()
         # Without a GPU the worker loads the task as given and finds the launches on its own
         # get_inputs() built on the meta device: the task's real shapes, not the CPU's.
-        full = self.workers.interpret
-        known = self.references.compile_facts.known(self.spec, targets, full)
+        full = st.interpret
+        known = st.references.compile_facts.known(st.spec, targets, full)
         missing = [t for t in targets if t not in known]
         if not missing:
             return from_known(known, targets, time.perf_counter() - start)
-        w = await self.workers.acquire(self.device.compile_pool)
+        w = await self.workers.acquire(st.device.compile_pool)
         self.compile_worker = w
-        await self.workers.progress(0.05, "loading the candidate")
+        await st.progress(0.05, "loading the candidate")
         try:
             self.workers.loaded(await self.workers.load(w, "candidate", interpret=False, full_size=full))
             made, blobs = await self.workers.inputs(0)
-            await self.workers.progress(0.1, f"compiling for {', '.join(missing)}")
+            await st.progress(0.1, f"compiling for {', '.join(missing)}")
             request = Compile(targets=missing, inputs=made.inputs, full_size=full)
             await w.send(request.to_header(), blobs)
             frame = await self.workers.recv(w, candidate=True)
             self.workers.candidate_verdict(frame, Msg.COMPILED)
         except Stop as stop:
             if stop.cls is FailureClass.RUNTIME_TIMEOUT and stop.evidence is not None:
-                stop.evidence.message += compile_timeout_words(
-                    self.workers.found_launches, self.spec.timeout_s
-                )
-            if not self.workers.interpret:
+                stop.evidence.message += compile_timeout_words(st.found_launches, st.spec.timeout_s)
+            if not st.interpret:
                 raise
             return CompileResult(
                 ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start
@@ -292,20 +277,21 @@ class Job:
             compiled = None
         result = compile_result(compiled, time.perf_counter() - start)
         result.shapes = compiled.shapes if compiled is not None else None
-        self.references.compile_facts.keep(self.spec, result, full)
+        st.references.compile_facts.keep(st.spec, result, full)
         return with_known(result, known, targets)
 
     async def warm_up(self, cand: WorkerProcess) -> None:
         """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when
         profiling, torch.compile the reference."""
-        await self.workers.progress(0.08, "compiling kernels")
+        st = self.state
+        await st.progress(0.08, "compiling kernels")
         async with self.workers.gpu_lock(exclusive=False):
             made, blobs = await self.workers.inputs(0)
         # Triton's compiler runs on the CPU: no lock, so other jobs' timings go on meanwhile.
         await cand.send(Warmup(inputs=made.inputs).to_header(), blobs)
         self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.WARM)
-        if "profile" in self.spec.stages and self.timing.compiled_timing() is None:
-            await self.workers.progress(0.09, "compiling the reference with torch.compile")
+        if "profile" in st.spec.stages and self.timing.compiled_timing() is None:
+            await st.progress(0.09, "compiling the reference with torch.compile")
             async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
                 await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)
 
@@ -316,15 +302,14 @@ class Job:
         With `alone_first` (the verdict will be timed) the first trial holds it alone: that first
         call runs each `@triton.autotune`'s benchmarks, and the config they keep, which the timing
         then measures, must not be picked under other jobs' load."""
-        total = self.input_sets * self.spec.trials
+        st = self.state
+        total = st.input_sets * st.spec.trials
         done = 0
         try:
-            for s in range(self.input_sets):
-                for t in range(self.spec.trials):
-                    where = f" (input set {s + 1} of {self.input_sets})" if self.input_sets > 1 else ""
-                    await self.workers.progress(
-                        0.1 + 0.8 * done / total, f"trial {done + 1} of {total}{where}"
-                    )
+            for s in range(st.input_sets):
+                for t in range(st.spec.trials):
+                    where = f" (input set {s + 1} of {st.input_sets})" if st.input_sets > 1 else ""
+                    await st.progress(0.1 + 0.8 * done / total, f"trial {done + 1} of {total}{where}")
                     async with self.workers.gpu_lock(exclusive=alone_first and done == 0):
                         failed = await self.trial(cand, s, t, pick=done)
                     if failed is not None:
@@ -332,37 +317,37 @@ class Job:
                     done += 1
             # The interpreter runs one @triton.autotune config a trial: the configs left get one
             # more trial each (`checks/autotune.py`).
-            for pick in self.seen.autotune.picks_left(total) if self.workers.interpret else ():
-                await self.workers.progress(0.86, f"autotune config trial {pick + 1 - total}")
+            for pick in st.seen.autotune.picks_left(total) if st.interpret else ():
+                await st.progress(0.86, f"autotune config trial {pick + 1 - total}")
                 async with self.workers.gpu_lock(exclusive=False):
-                    failed = await self.trial(cand, 0, self.spec.trials + pick - total, pick=pick)
+                    failed = await self.trial(cand, 0, st.spec.trials + pick - total, pick=pick)
                 if failed is not None:
                     return self.verified(cand, done, *failed)
-            if self.spec.correctness == "kernelcraft":  # AdaExplore's rule has no knockout
-                await self.workers.progress(0.88, "knockout: forward without its kernels")
+            if st.spec.correctness == "kernelcraft":  # AdaExplore's rule has no knockout
+                await st.progress(0.88, "knockout: forward without its kernels")
                 async with self.workers.gpu_lock(exclusive=False):
                     decoy = await self.knockout(cand)
                 if decoy is not None:
                     return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, decoy)
-            await self.workers.progress(0.89, "re-running forward's record on fresh inputs")
+            await st.progress(0.89, "re-running forward's record on fresh inputs")
             async with self.workers.gpu_lock(exclusive=False):
-                unreplayed = await fresh_replay(self.workers, self.spec, self.recorded)
-                self.recorded = None
+                unreplayed = await fresh_replay(self.state, self.workers)
+                st.recorded = None
             if unreplayed is not None:
                 return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, unreplayed)
         except Stop as stop:
             if stop.evidence.trial is None:
-                stop.evidence.trial = done % self.spec.trials
+                stop.evidence.trial = done % st.spec.trials
             return self.verified(cand, done, stop.cls, stop.evidence)
-        notes = self.workers.notes + findings.pass_notes(
-            self.seen,
-            interpret=self.workers.interpret,
-            tf32_dots=self.tf32_dots,
-            candidate_source=self.spec.candidate_source,
-            correctness=self.spec.correctness,
-            torch_ops=self.torch_ops,
+        notes = st.notes + findings.pass_notes(
+            st.seen,
+            interpret=st.interpret,
+            tf32_dots=st.tf32_dots,
+            candidate_source=st.spec.candidate_source,
+            correctness=st.spec.correctness,
+            torch_ops=st.torch_ops,
         )
-        await self.workers.progress(0.9, "verified")
+        await st.progress(0.9, "verified")
         return self.verified(cand, done, None, None, notes=notes)
 
     async def trial(
@@ -371,7 +356,8 @@ class Job:
         """One trial on input set `s`: the candidate runs (twice on the first, for determinism),
         the reference compares. The failure, if the outputs differ. `pick`: the interpreter's
         `@triton.autotune` config (`checks/autotune.py`)."""
-        small = scaled.is_scaled_trial(s, t, self.spec.trials)
+        st = self.state
+        small = scaled.is_scaled_trial(s, t, st.spec.trials)
         made, blobs = await self.workers.inputs(s, scaled.SCALE if small else None)
         determinism = s == 0 and t == 0
         run = Run(inputs=made.inputs, determinism=determinism, autotune_pick=pick, program=determinism)
@@ -379,9 +365,9 @@ class Job:
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
         if determinism:  # the first trial: its record is re-run on fresh inputs (freshreplay.py)
-            self.recorded, self.program = (out, frame.blobs), out.program
-        configs = self.seen.autotune.add(out.autotune)
-        self.seen.spent.add(out.interpreted)
+            st.recorded, st.program = (out, frame.blobs), out.program
+        configs = st.seen.autotune.add(out.autotune)
+        st.seen.spent.add(out.interpreted)
         runs = 2 if determinism else 1
         if len(out.outputs) != runs:
             # Held to what was asked: zero output sets is not "nothing compared, so correct".
@@ -391,15 +377,15 @@ class Job:
                 trial=t,
                 input_set=s,
             )
-        self.kernels = list(dict.fromkeys([*self.kernels, *(n[:200] for n in out.kernels)]))
-        seed = self.workers.input_seed
+        st.kernels = list(dict.fromkeys([*st.kernels, *(n[:200] for n in out.kernels)]))
+        seed = st.input_seed
         compared = await self.compare(
             Compare(outputs=out.outputs, inputs_after=out.inputs_after, runs=runs), frame
         )
-        self.tolerance = compared.tolerance or self.tolerance
-        self.seen.margin.add(compared.margin, done=pick)
-        self.tf32_dots += out.tf32_dots
-        self.torch_ops = list(dict.fromkeys([*self.torch_ops, *out.torch_ops]))
+        st.tolerance = compared.tolerance or st.tolerance
+        st.seen.margin.add(compared.margin, done=pick)
+        st.tf32_dots += out.tf32_dots
+        st.torch_ops = list(dict.fromkeys([*st.torch_ops, *out.torch_ops]))
         if not compared.failure_class:
             if out.replay_limit is not None:  # the replay's memory is the harness's (`worker/room.py`)
                 return FailureClass.HARNESS_LIMIT, Evidence(
@@ -448,25 +434,26 @@ class Job:
     def verified(
         self, cand: WorkerProcess, done: int, cls: FailureClass | None, ev: Evidence | None, **kw: Any
     ) -> VerifyResult:
-        kw.setdefault("notes", list(self.workers.notes))  # a shrunk task's note, on any verdict
-        kw.setdefault("tolerance", self.tolerance)
-        if cls is FailureClass.NUMERICAL_MISMATCH and self.ready is not None:
+        st = self.state
+        kw.setdefault("notes", list(st.notes))  # a shrunk task's note, on any verdict
+        kw.setdefault("tolerance", st.tolerance)
+        if cls is FailureClass.NUMERICAL_MISMATCH and st.ready is not None:
             drawn = [
                 name
-                for name in drawn_otherwise(self.ready.initial_values, self.workers.candidate_initial)
-                if name not in self.refreshed  # both got the same fresh values since
+                for name in drawn_otherwise(st.ready.initial_values, st.candidate_initial)
+                if name not in st.refreshed  # both got the same fresh values since
             ]
             if drawn:
                 kw["notes"] = [*kw["notes"], RNG_ORDER_NOTE.format(names=", ".join(drawn[:5]))]
         return verify_result(
-            self.spec,
-            self.device,
+            st.spec,
+            st.device,
             cls,
             ev,
             trials_passed=done,
-            input_sets=self.input_sets,
-            kernels_launched=self.kernels,
-            device_label=device_label(self.device, cand.info),
+            input_sets=st.input_sets,
+            kernels_launched=st.kernels,
+            device_label=device_label(st.device, cand.info),
             **kw,
         )
 

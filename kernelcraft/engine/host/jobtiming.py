@@ -2,8 +2,9 @@
 the GPU; the roofline floor without one) and the baseline stage (the reference alone), for `Job`.
 
 The compiled reference's timing of a task is measured once and reused (`timingcache.py`), on the
-same GPU as the reference worker names it. Every step goes through the job's `JobWorkers`: its
-processes, deadline, GPU lock and progress.
+same GPU as the reference worker names it. It reads and reports through the job's `JobState`
+(`jobstate.py`: the spec, the device, progress) and asks its processes through the job's
+`JobWorkers` (the reference, the candidate, the GPU lock); its own state is timing's alone.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from typing import Any, Literal
 
 from kernelcraft.base.errortext import exception_text
 from kernelcraft.base.failures import FailureClass
+from kernelcraft.engine.host.jobstate import JobState
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
-from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import device_label, profile_result, timing_note
-from kernelcraft.engine.machine.gpulock import Device
 from kernelcraft.engine.machine.pool import WorkerProcess
 from kernelcraft.engine.measure import gpustate, timingcache
 from kernelcraft.engine.measure.samples import agreeing_rounds, round_spread, spread_within, summarize
@@ -35,7 +35,7 @@ from kernelcraft.engine.wire.protocol import (
     Warm,
     WarmupReference,
 )
-from kernelcraft.schema.evaluation import EvalJob, Evidence, KernelTime, ProfileResult, Roofline, Timing
+from kernelcraft.schema.evaluation import Evidence, KernelTime, ProfileResult, Roofline, Timing
 
 # Timing runs interleaved rounds (candidate, then reference) until, for every timed callable, at
 # least MIN_PROFILE_ROUNDS rounds agree: each round's median within ROUND_AGREEMENT of the median of
@@ -108,10 +108,8 @@ class _Rounds:
 class JobTiming:
     """The timing stages of one job, on its workers."""
 
-    def __init__(self, spec: EvalJob, device: Device, references: ReferencePool, workers: JobWorkers) -> None:
-        self.spec = spec
-        self.device = device
-        self.references = references
+    def __init__(self, state: JobState, workers: JobWorkers) -> None:
+        self.state = state
         self.workers = workers
         self.kernels: dict[str, list[dict[str, Any]]] = {}
         """Each side's kernels and their GPU time per forward, from the first round (kernelprof.py)."""
@@ -119,23 +117,24 @@ class JobTiming:
 
     def reference_device(self) -> str:
         """The GPU as the reference worker named it (a compiled timing is reused on the same one)."""
-        ref = self.workers.ref
-        return str(ref.info.get("device", "")) if ref is not None else ""
+        info = self.workers.reference_info()
+        return str(info.get("device", "")) if info is not None else ""
 
     def compiled_timing(self) -> Timing | None:
-        return self.references.compiled_timing(self.workers.key, self.reference_device())
+        return self.state.references.compiled_timing(self.state.key, self.reference_device())
 
     async def profile(self, cand: WorkerProcess | None, input_sets: int) -> ProfileResult:
         """Time the candidate against the reference on a GPU; without one, the roofline floor
         only (`cand` is None: no candidate runs)."""
         start = time.perf_counter()
-        if input_sets > 1 or not self.workers.ref_has_inputs:
-            # Verification ended on the last extra input set: time on get_inputs(), the task's own.
-            made, blobs = await self.workers.inputs(0)
-            if cand is not None and self.device.kind != "cpu":
+        # Verification ended on the last extra input set: time on get_inputs(), the task's own.
+        own = await self.workers.own_inputs(again=input_sets > 1)
+        if own is not None:
+            made, blobs = own
+            if cand is not None and self.state.device.kind != "cpu":
                 await cand.send(UseInputs(inputs=made.inputs).to_header(), blobs)
                 self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
-        if self.device.kind == "cpu":
+        if self.state.device.kind == "cpu":
             return await self.floor_only(start)
         assert cand is not None
         roof, _ = await self.roofline()
@@ -144,7 +143,7 @@ class JobTiming:
     async def floor_only(self, start: float) -> ProfileResult:
         """Without a GPU: the roofline floor, nothing timed."""
         roof, roof_error = await self.roofline()
-        message = NO_GPU_MESSAGE.format(target=self.spec.roofline_target)
+        message = NO_GPU_MESSAGE.format(target=self.state.spec.roofline_target)
         if roof_error:
             message += f" (roofline unavailable: {roof_error[:300]})"
         return ProfileResult(
@@ -153,7 +152,7 @@ class JobTiming:
 
     async def roofline(self) -> tuple[Roofline | None, str | None]:
         frame = await self.workers.ask_ref(
-            ComputeRoofline(target=self.spec.roofline_target, full_size=self.workers.interpret),
+            ComputeRoofline(target=self.state.spec.roofline_target, full_size=self.state.interpret),
             error_is_an_answer=True,
         )
         counted = RooflineCounted.from_header(frame.header)
@@ -168,7 +167,7 @@ class JobTiming:
         rounds = _Rounds(("candidate", "eager") if cached is not None else ("candidate", "eager", "compiled"))
         while not rounds.done():
             rounds.count += 1
-            await self.workers.progress(
+            await self.state.progress(
                 0.9 + 0.1 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
             )
             first = rounds.count == 1  # the first round also says where each side's time goes
@@ -178,7 +177,7 @@ class JobTiming:
                 return ProfileResult(available=False, message=failed, roofline=roof)
         t = rounds.timings()
         if cached is None:
-            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
+            self.state.references.remember_compiled(self.state.key, self.reference_device(), t["compiled"])
         else:
             t["compiled"] = cached
         result = profile_result(
@@ -186,7 +185,7 @@ class JobTiming:
             t["eager"],
             t["compiled"],
             roof,
-            device_label(self.device, cand.info),
+            device_label(self.state.device, cand.info),
             round(time.perf_counter() - start, 3),
         )
         result.message += f"; {rounds.words()}"
@@ -208,7 +207,7 @@ class JobTiming:
                 f"after {rounds.count} rounds the timings of {', '.join(unsettled)} still varied by more than "
                 f"{ROUND_AGREEMENT:.0%} between rounds"
             )
-        state = await gpustate.gpu_state(self.device.index or 0)
+        state = await gpustate.gpu_state(self.state.device.index or 0)
         result.message += f"; {state.words()}"
         if state.disturbed:
             why.append(state.words())
@@ -266,13 +265,13 @@ class JobTiming:
         (as KernelBench's baseline script does, with our interleaved rounds and L2 handling);
         without a GPU, the roofline floor of the task's real sizes, nothing run."""
         start = time.perf_counter()
-        if self.device.kind == "cpu":
+        if self.state.device.kind == "cpu":
             return await self.floor_only(start)
-        await self.workers.progress(0.1, "making the inputs")
+        await self.state.progress(0.1, "making the inputs")
         async with self.workers.gpu_lock(exclusive=False):
             await self.workers.inputs(0)
         roof, _ = await self.roofline()
-        await self.workers.progress(0.2, "compiling the reference with torch.compile")
+        await self.state.progress(0.2, "compiling the reference with torch.compile")
         async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
             warm = Warm.from_header(
                 (await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)).header
@@ -282,7 +281,7 @@ class JobTiming:
         async with self.workers.gpu_lock(exclusive=True):
             while not rounds.done():
                 rounds.count += 1
-                await self.workers.progress(
+                await self.state.progress(
                     0.3 + 0.7 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
                 )
                 failed = await self.time_reference(rounds, compiled=warm.error is None)
@@ -290,14 +289,14 @@ class JobTiming:
                     return ProfileResult(available=False, message=failed, roofline=roof)
         t = rounds.timings()
         if "compiled" in t:
-            self.references.remember_compiled(self.workers.key, self.reference_device(), t["compiled"])
+            self.state.references.remember_compiled(self.state.key, self.reference_device(), t["compiled"])
         notes = [timing_note(k, v) for k, v in t.items()]
         if warm.error:
             notes.append(f"torch.compile failed: {warm.error[:300]}")
         return ProfileResult(
             available=True,
             message="; ".join([*notes, f"{rounds.words()}, the reference alone"]),
-            device=device_label(self.device, self.workers.ref.info if self.workers.ref else None),
+            device=device_label(self.state.device, self.workers.reference_info()),
             reference_eager=t["eager"],
             reference_compiled=t.get("compiled"),
             roofline=roof,

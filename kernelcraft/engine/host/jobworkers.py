@@ -1,6 +1,6 @@
 """One job's worker processes: taking them, loading them, reading them, letting them go.
 
-`JobWorkers` is the half of a job (`job.py`) that talks to processes. It takes a reference worker
+`JobWorkers` is the part of a job (`job.py`) that talks to processes. It takes a reference worker
 (a parked one from the `ReferencePool`, or a fresh one from the device's pool) and a candidate
 worker and loads them; reads every answer under the job's deadline and the candidate's memory
 watchdog; lends the stages the GPU lock (its wait does not count against the deadline); and at
@@ -12,15 +12,16 @@ Before the candidate loads, the reference measures the task and the job is admit
 (`admission.py`). The reference's own timeout or death is the task's (`TaskError`), never the
 candidate's, except while it reads the candidate's outputs.
 
-Used by one `Job` at a time; only the job's stages call it.
+Its own state is the processes' (which it holds, which may be believed, whether the reference may
+be kept); what the job learns through them (the candidate's word as it loads, the inputs' seed,
+the deadline's pauses, notes and stage spans) it writes to the job's `JobState` (`jobstate.py`).
+Used by one `Job` at a time; only the job's parts call it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -30,9 +31,8 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup
 from kernelcraft.engine.host import admission
-from kernelcraft.engine.host.admission import CandidateSettings
-from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.references import ReferencePool, reap, task_key
+from kernelcraft.engine.host.jobstate import JobState
+from kernelcraft.engine.host.references import reap
 from kernelcraft.engine.host.replies import (
     R,
     Stop,
@@ -44,13 +44,8 @@ from kernelcraft.engine.host.replies import (
     raise_if_task_failed,
     read_candidate,
 )
-from kernelcraft.engine.machine.gpulock import Device
-from kernelcraft.engine.machine.memory import (
-    IDLE_REFERENCE_SHARE,
-    LimitOwner,
-)
+from kernelcraft.engine.machine.memory import IDLE_REFERENCE_SHARE
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
-from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     FOUND_LAUNCHES,
@@ -63,36 +58,9 @@ from kernelcraft.engine.wire.protocol import (
     MakeInputs,
     Msg,
     Request,
-    Sized,
     TaskReady,
 )
-from kernelcraft.schema.evaluation import EvalJob, Evidence
-
-log = logging.getLogger(__name__)
-
-
-def partition(spans: list[tuple[str, float, float]], start: float, end: float) -> dict[str, float]:
-    """Seconds per stage that add up to `end - start`: each instant goes to the stage that started
-    last among those running then (the innermost: a GPU wait inside loading the reference; and of
-    the reference and the candidate, which load at the same time, the later one), and an instant
-    no stage covers to "other" (the harness between stages). Rounded to the millisecond."""
-    cuts = sorted({start, end, *(min(max(t, start), end) for _, a, b in spans for t in (a, b))})
-    out: dict[str, float] = {}
-    for lo, hi in itertools.pairwise(cuts):
-        running = [(a, i, name) for i, (name, a, b) in enumerate(spans) if a <= lo and b >= hi]
-        name = max(running)[2] if running else "other"
-        out[name] = out.get(name, 0.0) + hi - lo
-    return {name: round(s, 3) for name, s in out.items() if s >= 0.0005}
-
-
-def add_up(stages: dict[str, float], seconds: float) -> dict[str, float]:
-    """`stages` with what they leave of `seconds` (the source checks before the job, a first
-    attempt run again alone) added to "other", so that they sum to `seconds`."""
-    rest = round(seconds - sum(stages.values()), 3)
-    if rest <= 0:
-        return dict(stages)
-    return {**stages, "other": round(stages.get("other", 0.0) + rest, 3)}
-
+from kernelcraft.schema.evaluation import Evidence
 
 SEED0 = 42  # KernelBench's weight seed: Model and ModelNew are built after manual_seed(SEED0)
 WATCH_INTERVAL_S = 0.25
@@ -100,55 +68,18 @@ REAP_TIMEOUT_S = 15.0
 
 
 class JobWorkers:
-    """The workers of one job, its deadline, its stage times and its place on the GPU.
+    """The workers of one job: taking them, loading them, reading their answers, letting them go.
 
-    active: the evaluator's set of workers that jobs hold (this job adds and removes its own)."""
+    Its state is the processes' (which it holds, whether the reference may be kept); what the job
+    learns is the `JobState`'s. active: the evaluator's set of workers that jobs hold (this job
+    adds and removes its own)."""
 
-    def __init__(
-        self,
-        spec: EvalJob,
-        device: Device,
-        references: ReferencePool,
-        settings: CandidateSettings,
-        active: set[WorkerProcess],
-        progress: ProgressCallback | None,
-        *,
-        alone: bool = False,
-    ) -> None:
-        self.spec = spec
-        self.device = device
-        self.alone = alone
-        """The device's memory to this job alone (`memory.py`)."""
-        self.shared = False
-        """Set on release: another job held device memory while this one did."""
-        self.references = references
-        self.settings = settings
+    def __init__(self, state: JobState, active: set[WorkerProcess]) -> None:
+        self.state = state
         self.active = active
-        self.progress_cb = progress
-        self.deadline = float("inf")
         self.held: list[tuple[WorkerPool, WorkerProcess]] = []
-        self.full_size = spec.full_size or not settings.shrink
-        """In the interpreter, run the task's own sizes (`shrink.py`)."""
-        variant = ("full" if self.full_size else "") + ("" if spec.model_mode == "train" else spec.model_mode)
-        variant += "" if spec.correctness == "kernelcraft" else spec.correctness
-        if spec.cpu_sizes and not self.full_size:  # the user's sizes: a reference of their own
-            variant += "cpu" + ",".join(f"{k}={v}" for k, v in sorted(spec.cpu_sizes.items()))
-        self.key = task_key(spec.task_source, device.index, variant)
-        self.sized: asyncio.Future[Sized | None] = asyncio.get_running_loop().create_future()
-        """The reference's measurement of the task, once the job may run (the candidate waits)."""
-        self.task_source = spec.task_source
-        """What the candidate loads: the task, or its shrunk copy in the interpreter."""
-        self.memory_limit: int | None = settings.memory_limit_bytes
-        """The candidate's memory limit, sized to the task (`memory.py`)."""
-        self.input_seed: int | None = None
-        """The seed of the last inputs drawn (`inputs`)."""
-        self.device_bound = False
-        """Run alone, the candidate's limit is all the room the device has beside the reference."""
         self.limits: dict[int, int | None] = {}
-        self.bounds = frame_bounds.starting()
-        """What the job's workers' frames may carry, from the task's measured sizes (`wire/bounds.py`)."""
         """id() of each candidate worker -> its memory limit (the watchdog's)."""
-        self.held_when_idle = 0
         self.ref_reading_candidate = False
         self.ran_candidate_kernels = False
         """The reference re-ran the candidate's kernels (the fresh-input replay): it is not kept."""
@@ -160,52 +91,11 @@ class JobWorkers:
         self.ref_has_inputs = False
         self.untrusted: set[int] = set()
         """id() of each worker that said it is importing the candidate: its word is not the task's."""
-        self.notes: list[str] = []
-        self.found_launches = ""
-        """The candidate's last word on the launches its compile discovery found (shown when the
-        compile runs out of time; the candidate's own words, never believed)."""
-        self.candidate_initial: dict[str, str] = {}
-        """A digest of each tensor ModelNew held as built, by name, as its worker said."""
-        self.candidate_parameters: list[list[Any]] = []
-        """ModelNew's float parameters and buffers, as its worker said when it loaded."""
-        self.spans: list[tuple[str, float, float]] = []
-        """(stage, start, end) of each stage as it ran; `partition` turns them into seconds."""
-        self.fraction = 0.0
-        """The highest fraction reported so far: the job's progress only moves forward."""
-
-    @property
-    def interpret(self) -> bool:
-        return self.device.kind == "cpu"
-
-    def stage(self, name: str, since: float) -> float:
-        """Record that stage `name` ran from `since` until now; returns now."""
-        now = time.perf_counter()
-        self.spans.append((name, since, now))
-        return now
-
-    def partition(self, start: float, end: float) -> dict[str, float]:
-        """The job's time from `start` to `end`, split among its stages (`partition`)."""
-        return partition(self.spans, start, end)
-
-    async def progress(self, fraction: float | None, message: str) -> None:
-        """Report `message` at `fraction` (0..1), or at the current fraction when None (a worker's
-        own messages). A fraction below one already reported is raised to it: stages that start
-        their own counts never move the job's progress back."""
-        self.fraction = max(self.fraction, min(1.0, fraction if fraction is not None else 0.0))
-        if self.progress_cb is not None:
-            try:
-                await self.progress_cb(self.fraction, message)
-            except Exception:  # a broken progress callback must not break the evaluation
-                log.exception("progress callback failed")
-
-    def start_deadline(self) -> None:
-        if self.deadline == float("inf"):
-            self.deadline = time.monotonic() + self.spec.timeout_s
 
     # ---- taking and loading workers ----
 
     async def acquire(self, pool: WorkerPool | None = None) -> WorkerProcess:
-        pool = pool or self.device.pool
+        pool = pool or self.state.device.pool
         w = await pool.acquire()
         self.held.append((pool, w))
         self.active.add(w)
@@ -220,14 +110,14 @@ class JobWorkers:
         once the reference has measured the task (its memory limit and task source come from it)."""
         t = time.perf_counter()
         cand = await self.acquire()
-        await asyncio.shield(self.sized)
-        t = self.stage("workers", t)
-        self.start_deadline()
-        await self.progress(0.05, "loading the candidate")
+        await asyncio.shield(self.state.sized)
+        t = self.state.stage("workers", t)
+        self.state.start_deadline()
+        await self.state.progress(0.05, "loading the candidate")
         async with self.gpu_lock(exclusive=False):
-            frame = await self.load(cand, "candidate", interpret=self.interpret)
+            frame = await self.load(cand, "candidate", interpret=self.state.interpret)
         self.loaded(frame)
-        self.stage("candidate", t)
+        self.state.stage("candidate", t)
         return cand
 
     async def load(
@@ -242,11 +132,12 @@ class JobWorkers:
         `full_size`: a candidate also gets the task as given where the trials run on a shrunk
         copy (the compile stage on the CPU, which finds launches at the task's real shapes on the
         meta device); it builds `ModelNew` at the trials' sizes, under the job's memory limit."""
-        spec, settings = self.spec, self.settings
+        st = self.state
+        spec, settings = st.spec, st.settings
         # Only what was given goes on the wire: the candidate's settings, for a candidate.
         given: dict[str, Any]
         if role == "candidate":
-            limit = self.memory_limit
+            limit = st.memory_limit
             self.limits[id(w)] = limit
             given = {
                 "candidate_source": spec.candidate_source,
@@ -254,13 +145,13 @@ class JobWorkers:
                 "allowed_ops": list(spec.allowed_ops),
                 "memory_limit_bytes": limit,
             }
-            if full_size and self.task_source != spec.task_source:
+            if full_size and st.task_source != spec.task_source:
                 given["full_task_source"] = spec.task_source
         else:
-            given = {"full_size": True} if self.full_size and interpret else {}
-            if interpret and spec.cpu_sizes and not self.full_size:
+            given = {"full_size": True} if st.full_size and interpret else {}
+            if interpret and spec.cpu_sizes and not st.full_size:
                 given["cpu_sizes"] = dict(spec.cpu_sizes)
-        source = self.task_source if role == "candidate" else spec.task_source
+        source = st.task_source if role == "candidate" else spec.task_source
         if spec.model_mode != "train":
             given["model_mode"] = spec.model_mode
         if spec.correctness != "kernelcraft":
@@ -269,10 +160,10 @@ class JobWorkers:
             role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
         )
         if role == "candidate":
-            w.bounds = self.bounds
+            w.bounds = st.bounds
         if role == "candidate" and settings.sandbox:
             # before it imports the candidate: its processes, and its memory with its children's
-            w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(self.device.kind, self.memory_limit))
+            w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(st.device.kind, st.memory_limit))
         elif settings.sandbox:  # the task is client code too: its memory with its children's
             w.limit(None, cgroup.reference_memory())
         await w.send(load.to_header())
@@ -293,28 +184,29 @@ class JobWorkers:
         """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set
         and keeps what ModelNew says its parameters are (`Job.fresh_parameters`)."""
         loaded = self.read(frame, Loaded)
-        self.candidate_parameters = loaded.parameters
-        self.candidate_initial = loaded.initial_values
+        self.state.candidate_parameters = loaded.parameters
+        self.state.candidate_initial = loaded.initial_values
         note = loaded.sandbox_unavailable
-        if note and note[:300] not in self.notes:
-            self.notes.append(note[:300])
+        if note and note[:300] not in self.state.notes:
+            self.state.notes.append(note[:300])
 
     # ---- reading answers ----
 
     async def recv(self, w: WorkerProcess, *, candidate: bool) -> Frame:
         """The next frame from `w`, enforcing the deadline and the memory watchdog."""
+        st = self.state
         limit = self.limits.get(id(w))
         while True:
-            remaining = self.deadline - time.monotonic()
+            remaining = st.deadline - time.monotonic()
             if remaining <= 0:
                 w.kill("timeout")
-                compiling = any(w is x and p is self.device.compile_pool for p, x in self.held)
+                compiling = any(w is x and p is st.device.compile_pool for p, x in self.held)
                 raise deadline_stop(
                     candidate=candidate,
                     reading_candidate=self.ref_reading_candidate,
-                    timeout_s=self.spec.timeout_s,
-                    task_name=self.spec.task_name,
-                    interpreter=self.interpret and not compiling,  # the trials' interpreter
+                    timeout_s=st.spec.timeout_s,
+                    task_name=st.spec.task_name,
+                    interpreter=st.interpret and not compiling,  # the trials' interpreter
                 )
             waited = False
             try:
@@ -325,7 +217,7 @@ class JobWorkers:
             # went past its limit all the same (`box/cgroup.py`).
             if candidate and limit and (w.out_of_memory() or (waited and w.rss_bytes() > limit)):
                 w.kill("memory")
-                raise memory_stop(limit, owner=self.limit_owner) from None
+                raise memory_stop(limit, owner=st.limit_owner) from None
             if waited:
                 continue
             if frame is None:
@@ -335,8 +227,8 @@ class JobWorkers:
                 if candidate and message == IMPORTING_CANDIDATE:
                     self.untrusted.add(id(w))
                 if candidate and message.startswith(FOUND_LAUNCHES):
-                    self.found_launches = message
-                await self.progress(None, message)
+                    st.found_launches = message
+                await st.progress(None, message)
                 continue
             return frame
 
@@ -348,32 +240,25 @@ class JobWorkers:
             w,
             candidate=candidate,
             reading_candidate=self.ref_reading_candidate,
-            task_name=self.spec.task_name,
+            task_name=self.state.spec.task_name,
         )
-        return limited(stop, self.limits.get(id(w)), self.limit_owner) if candidate else stop
+        return limited(stop, self.limits.get(id(w)), self.state.limit_owner) if candidate else stop
 
     def read(self, frame: Frame, cls: type[R]) -> R:
         """The candidate's answer of type `cls` (`replies.read_candidate`)."""
         try:
             return read_candidate(frame, cls)
         except Stop as stop:
-            raise limited(stop, self.memory_limit, self.limit_owner) from None
+            raise limited(stop, self.state.memory_limit, self.state.limit_owner) from None
 
     def candidate_verdict(self, frame: Frame, expected: Msg) -> None:
         try:
             expect_candidate(frame, expected)
         except Stop as stop:
-            raise limited(stop, self.memory_limit, self.limit_owner) from None
-
-    @property
-    def limit_owner(self) -> LimitOwner:
-        """Who set the candidate's memory limit (`memory.LimitOwner`)."""
-        if self.settings.memory_limit_bytes:
-            return "user"
-        return "device" if self.device_bound else "ours"
+            raise limited(stop, self.state.memory_limit, self.state.limit_owner) from None
 
     def task_error(self, frame: Frame) -> None:
-        raise_if_task_failed(frame, self.spec.task_name)
+        raise_if_task_failed(frame, self.state.spec.task_name)
 
     # ---- the reference ----
 
@@ -387,6 +272,8 @@ class JobWorkers:
         self.ref_in_sync = False
         # Reading the candidate's outputs, the reference may break or hang on what it was sent.
         self.ref_reading_candidate = isinstance(request, (Compare, FreshReplay))
+        # Re-running the candidate's record, it runs the candidate's kernels: it is not kept after.
+        self.ran_candidate_kernels = self.ran_candidate_kernels or isinstance(request, FreshReplay)
         await self.ref.send(request.to_header(), blobs)
         frame = await self.recv(self.ref, candidate=False)
         kind = frame.header.get("type")
@@ -397,28 +284,39 @@ class JobWorkers:
         """New inputs of one trial from the reference (a secret seed; floating-point inputs times
         `scale`, the small-magnitude trial): the message and its blobs."""
         said = {"scale": scale} if scale is not None else {}
-        self.input_seed = secrets.randbits(62)  # the verdict's evidence names it (a replay by hand)
-        frame = await self.ask_ref(MakeInputs(input_set=input_set, seed=self.input_seed, **said))
+        self.state.input_seed = secrets.randbits(62)  # the verdict's evidence names it (a replay by hand)
+        frame = await self.ask_ref(MakeInputs(input_set=input_set, seed=self.state.input_seed, **said))
         self.task_error(frame)
         self.ref_has_inputs = True
         return InputsMade.from_header(frame.header), frame.blobs
+
+    async def own_inputs(self, *, again: bool) -> tuple[InputsMade, list[bytes]] | None:
+        """The task's own inputs (`get_inputs()`, input set 0) in the reference, drawn when it
+        holds none or `again` (its last were another set's); None when it holds them already."""
+        if not again and self.ref_has_inputs:
+            return None
+        return await self.inputs(0)
+
+    def reference_info(self) -> dict[str, Any] | None:
+        """What the reference worker said of itself as it started (its device among it)."""
+        return self.ref.info if self.ref is not None else None
 
     # ---- the GPU and the end ----
 
     @contextlib.asynccontextmanager
     async def gpu_lock(self, *, exclusive: bool) -> AsyncIterator[None]:
         """The GPU, shared with other jobs' verifications or, to time, alone."""
-        if not self.device.locked:
+        if not self.state.device.locked:
             yield
             return
         waited = time.monotonic()
         t = time.perf_counter()
-        if self.device.lock.busy():
-            await self.progress(0.1, "waiting for the GPU")
-        lock = self.device.lock.exclusive() if exclusive else self.device.lock.shared()
+        if self.state.device.lock.busy():
+            await self.state.progress(0.1, "waiting for the GPU")
+        lock = self.state.device.lock.exclusive() if exclusive else self.state.device.lock.shared()
         async with lock:
-            self.deadline += time.monotonic() - waited
-            self.stage("gpu_wait", t)
+            self.state.deadline += time.monotonic() - waited
+            self.state.stage("gpu_wait", t)
             yield
 
     async def release(self) -> None:
@@ -429,6 +327,7 @@ class JobWorkers:
         be dead or parked regardless. The reaping (wait, close the channel, remove the scratch
         dir) runs in a shielded task, so a repeated cancellation cannot stop it; we wait for it
         at most `REAP_TIMEOUT_S`."""
+        st = self.state
         ref = self.ref
         keep = (
             ref is not None
@@ -437,28 +336,28 @@ class JobWorkers:
             and not self.ran_candidate_kernels
             and ref.alive()
             and ref.frames.empty()
-            and not self.references.closed
+            and not st.references.closed
         )
         workers = [(pool, w) for pool, w in self.held if not (keep and w is ref)]
         for _pool, w in self.held:
             self.active.discard(w)
         for _pool, w in workers:
             w.kill()
-        ledger, job = self.device.memory, id(self)
-        self.shared = ledger.shared(job)
+        ledger, job = st.device.memory, id(st)
+        st.shared = ledger.shared(job)
         if keep:
             assert ref is not None and self.ref_pool is not None
-            capacity = self.device.memory.capacity
-            self.references.keep(
-                self.key,
+            capacity = st.device.memory.capacity
+            st.references.keep(
+                st.key,
                 ref,
                 self.ref_pool,
-                held=self.held_when_idle,
+                held=st.held_when_idle,
                 budget=int(capacity * IDLE_REFERENCE_SHARE) if capacity else None,
-                lock=self.device.lock.shared if self.device.locked else contextlib.nullcontext,
+                lock=st.device.lock.shared if st.device.locked else contextlib.nullcontext,
             )
         elif ref is not None:
-            self.references.forget(self.key, ref)
+            st.references.forget(st.key, ref)
         if not workers:
             ledger.release(job)
             return

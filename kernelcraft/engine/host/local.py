@@ -53,10 +53,9 @@ from typing import Literal
 from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.knobs import engine_settings
-from kernelcraft.engine.host.admission import CandidateSettings
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.job import Job
-from kernelcraft.engine.host.jobworkers import add_up
+from kernelcraft.engine.host.jobstate import CandidateSettings, add_up
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
 from kernelcraft.engine.machine import prestart
@@ -259,18 +258,16 @@ class LocalEvaluator:
         # A limit of ours (other jobs beside it, or the candidate's limit sized to the task) is
         # never the candidate's verdict: run it once more with the device to itself, the candidate
         # allowed the room beside the reference (at most half the host's available RAM).
-        ours = job.workers.shared or not self._candidates.memory_limit_bytes
+        ours = job.state.shared or not self._candidates.memory_limit_bytes
         if not (ours and ran_out(result)):
             if isinstance(result, TaskError):
                 raise result
             return result
-        why = (
-            "beside other jobs" if job.workers.shared else f"under its {_gib(job.workers.memory_limit)} limit"
-        )
+        why = "beside other jobs" if job.state.shared else f"under its {_gib(job.state.memory_limit)} limit"
         log.info("%s ran out of memory %s: running it again alone", spec.task_name, why)
         again = Job(spec, device, self._references, self._candidates, self._active, progress, alone=True)
         result = await again.run()
-        room = "" if spec.baseline_only else f" ({_gib(again.workers.memory_limit)} for the candidate)"
+        room = "" if spec.baseline_only else f" ({_gib(again.state.memory_limit)} for the candidate)"
         note = f"run again with the device's memory to itself{room}: it ran out of memory {why}"
         if result.verify is not None:
             result.verify.notes.append(note)

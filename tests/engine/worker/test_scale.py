@@ -404,6 +404,7 @@ async def test_a_jobs_memory_stays_reserved_until_its_killed_processes_are_gone(
     between must see that memory as ours (and wait), not as someone else's (and be refused)."""
     from types import SimpleNamespace
 
+    from kernelcraft.engine.host.jobstate import JobState
     from kernelcraft.engine.host.jobworkers import JobWorkers
     from kernelcraft.schema.evaluation import EvalJob
 
@@ -418,23 +419,24 @@ async def test_a_jobs_memory_stays_reserved_until_its_killed_processes_are_gone(
     refs = SimpleNamespace(closed=False, forget=lambda *a: None)
     spec = EvalJob(task_source="x", candidate_source="y", stages=["verify"])
     settings = SimpleNamespace(shrink=True, memory_limit_bytes=None, sandbox=False)
-    workers = JobWorkers(spec, device, refs, settings, set(), None)  # type: ignore[arg-type]
+    state = JobState(spec, device, refs, settings)  # type: ignore[arg-type]
+    workers = JobWorkers(state, set())
 
     class Worker:
         def kill(self) -> None:
             pass
 
     workers.held = [(Pool(), Worker())]  # type: ignore[list-item]
-    await ledger.admit(id(workers), 80 * GIB, lambda cap: TaskError("refused"), lambda: 0, _no_evict)
+    await ledger.admit(id(state), 80 * GIB, lambda cap: TaskError("refused"), lambda: 0, _no_evict)
     await ledger.admit(2, 10 * GIB, lambda cap: TaskError("refused"), lambda: 0, _no_evict)
     releasing = asyncio.ensure_future(workers.release())  # told to go; they have not gone yet
     await asyncio.sleep(0.05)
-    assert workers.shared and ledger.reserved[id(workers)] == 80 * GIB
+    assert state.shared and ledger.reserved[id(state)] == 80 * GIB
     ledger.learn(_size(GIB, free=40 * GIB, total=141 * GIB), idle_bytes=0)
     assert not ledger.measured_alone  # the dying job's 80 GiB counts as ours: a job waits for it
     gone.set()
     await asyncio.wait_for(releasing, 5)
-    assert id(workers) not in ledger.reserved
+    assert id(state) not in ledger.reserved
 
 
 async def _no_evict(n: int) -> int:
