@@ -2,9 +2,11 @@
 
 `LocalEvaluator.submit` builds a `Job` with everything it needs (the job's device with its pools
 and GPU lock, the reference pool, the candidate settings, the evaluator's set of held workers)
-and awaits `run()`, which always returns a result: a candidate's failure is a verdict in it. The
-processes are `JobWorkers`' business (`jobworkers.py`), the profile and baseline stages
-`JobTiming`'s (`jobtiming.py`); the result models are built by the pure functions of `verdicts.py`.
+and awaits `run()`, which always returns a result: a candidate's failure is a verdict in it. What
+the job was given and learns is its one `JobState` (`jobstate.py`), which `Job` builds and its
+parts share; the processes are `JobWorkers`' business (`jobworkers.py`), the profile and baseline
+stages `JobTiming`'s (`jobtiming.py`); the result models are built by the pure functions of
+`verdicts.py`.
 
 Order and the GPU: the reference and the candidate load at the same time; the compile stage (if
 asked) loads its own candidate after the reference. On a GPU, the candidate's kernels are
@@ -68,7 +70,7 @@ from kernelcraft.schema.kernelwords import compiled_words
 
 
 class Job:
-    """One submitted job: its stages, on the workers of a `JobWorkers`."""
+    """One submitted job: its stages, on the workers of a `JobWorkers`, writing to its `JobState`."""
 
     def __init__(
         self,
