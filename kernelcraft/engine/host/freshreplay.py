@@ -1,15 +1,17 @@
 """The job's side of the fresh-input replay (`engine/replay/fresh.py`), last of verify, and of the
 GPU check's compile of the kernels the trials launched (`compile_recorded`).
 
-The first trial asks the candidate for forward's record (`Run.program`); once every trial and the
-knockout passed, the reference re-runs that record, with no candidate code, on inputs drawn from a
-seed the candidate never saw, and must get its own answer for them. A candidate that sends no
-record fails: the check cannot be skipped by not answering. The reference ran the candidate's
-kernels, which may write beyond their buffers (raw addresses in the interpreter, device memory on
-a GPU), so it is not kept for another job (`JobWorkers.ask_ref` marks a reference asked to
-replay): a hostile record once corrupted a parked reference that the next job's honest candidate
-then crashed in. Both read the job's facts from its `JobState` and ask its processes through its
-`JobWorkers`.
+Every trial asks the candidate for forward's record (`Run.program`); once every trial and the
+knockout passed, the reference re-runs each distinct record (`replay/records.py`), with no
+candidate code, on inputs drawn from a seed the candidate never saw (the trial's input set,
+scaled as the trial's were), and must get its own answer for them. No trial is the one re-run: a
+forward honest on its first call and computing on the host later, or only on the small-magnitude
+trial, has those records re-run too. A candidate that sends no record fails: the check cannot be
+skipped by not answering. The reference ran the candidate's kernels, which may write beyond their
+buffers (raw addresses in the interpreter, device memory on a GPU), so it is not kept for another
+job (`JobWorkers.ask_ref` marks a reference asked to replay): a hostile record once corrupted a
+parked reference that the next job's honest candidate then crashed in. Both read the job's facts
+from its `JobState` and ask its processes through its `JobWorkers`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kernelcraft.engine.host.jobstate import JobState
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.verdicts import compile_result, evidence_from
 from kernelcraft.engine.machine.pool import WorkerPool
+from kernelcraft.engine.replay.records import Record
 from kernelcraft.engine.wire.protocol import (
     Compiled,
     CompileRecorded,
@@ -35,13 +38,21 @@ from kernelcraft.schema.evaluation import CompileResult, Evidence, VerifyResult
 
 
 async def fresh_replay(state: JobState, workers: JobWorkers) -> Evidence | None:
-    """The evidence when the first trial's record (`state.recorded`: its answer and blobs) does not
-    give the reference's answer on fresh inputs, or was not sent; None when it does (or when no
-    trial ran)."""
-    spec, recorded = state.spec, state.recorded
-    if recorded is None:
-        return None
-    out, blobs = recorded
+    """The evidence when a trial's record (`state.records`) does not give the reference's answer
+    on fresh inputs, or was not sent; None when each one re-run does (`Records.to_rerun`), or
+    when no trial ran. The first is re-run on two fresh draws, each other one on one."""
+    for i, record in enumerate(state.records.to_rerun()):
+        ev = await _fresh_replay_one(state, workers, record, draws=2 if i == 0 else 1)
+        if ev is not None:
+            ev.trial, ev.input_set = record.trial, record.input_set
+            return ev
+    return None
+
+
+async def _fresh_replay_one(
+    state: JobState, workers: JobWorkers, record: Record, draws: int
+) -> Evidence | None:
+    spec, out, blobs = state.spec, record.out, record.blobs
     if out.program is None:
         why = out.program_error or "the candidate's worker sent no record of forward"
         return Evidence(
@@ -54,7 +65,13 @@ async def fresh_replay(state: JobState, workers: JobWorkers) -> Evidence | None:
         return Evidence(message=unheld, op="fresh replay")
     allowed = None if spec.correctness == "adaexplore" else list(spec.allowed_ops)
     request = FreshReplay(
-        program=out.program, kept=out.program_kept, seed=secrets.randbits(62), allowed_ops=allowed
+        program=out.program,
+        kept=out.program_kept,
+        seed=secrets.randbits(62),
+        input_set=record.input_set,
+        scale=record.scale,
+        draws=draws,
+        allowed_ops=allowed,
     )
     try:
         frame = await workers.ask_ref(request, blobs)

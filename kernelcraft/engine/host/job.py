@@ -43,6 +43,7 @@ from kernelcraft.engine.host.verdicts import (
 )
 from kernelcraft.engine.machine.gpulock import Device
 from kernelcraft.engine.machine.pool import WorkerProcess
+from kernelcraft.engine.replay.records import Records
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     Compare,
@@ -334,7 +335,7 @@ class Job:
             await st.progress(0.89, "re-running forward's record on fresh inputs")
             async with self.workers.gpu_lock(exclusive=False):
                 unreplayed = await fresh_replay(self.state, self.workers)
-                st.recorded = None
+                st.records = Records()
             if unreplayed is not None:
                 return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, unreplayed)
         except Stop as stop:
@@ -362,12 +363,15 @@ class Job:
         small = scaled.is_scaled_trial(s, t, st.spec.trials)
         made, blobs = await self.workers.inputs(s, scaled.SCALE if small else None)
         determinism = s == 0 and t == 0
-        run = Run(inputs=made.inputs, determinism=determinism, autotune_pick=pick, program=determinism)
+        run = Run(inputs=made.inputs, determinism=determinism, autotune_pick=pick, program=True)
         await cand.send(run.to_header(), blobs)
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
-        if determinism:  # the first trial: its record is re-run on fresh inputs (freshreplay.py)
-            st.recorded, st.program = (out, frame.blobs), out.program
+        # Every trial's record is re-run on fresh inputs (freshreplay.py); the GPU check compiles
+        # the first's kernels.
+        st.records.add(out, frame.blobs, t, s, scaled.SCALE if small else None, t >= st.spec.trials)
+        if determinism:
+            st.program = out.program
         configs = st.seen.autotune.add(out.autotune)
         st.seen.spent.add(out.interpreted)
         runs = 2 if determinism else 1

@@ -13,7 +13,7 @@ memory; `JobWorkers` writes the candidate's word as it loads (`candidate_paramet
 `candidate_initial`, `found_launches`), the seed of the last inputs, `shared` on release, and
 pauses the deadline while the job waits for the GPU; the job's stages write what the reference
 and the trials said (`ready`, `input_sets`, `kernels`, `tolerance`, `tf32_dots`, `seen`,
-`torch_ops`, `program`, `recorded`, `refreshed`). Every part adds notes, stage spans and progress.
+`torch_ops`, `program`, `records`, `refreshed`). Every part adds notes, stage spans and progress.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.references import ReferencePool, task_key
 from kernelcraft.engine.machine.gpulock import Device
 from kernelcraft.engine.machine.memory import LimitOwner
+from kernelcraft.engine.replay.records import Records
 from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.bounds import Bounds
-from kernelcraft.engine.wire.protocol import Outputs, Sized, TaskReady
+from kernelcraft.engine.wire.protocol import Sized, TaskReady
 from kernelcraft.schema.evaluation import EvalJob
 
 log = logging.getLogger(__name__)
@@ -139,9 +140,9 @@ class JobState:
     """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
     program: dict[str, Any] | None = None
     """The first trial's record (`replay/program.py`): the GPU check compiles its kernels."""
-    recorded: tuple[Outputs, list[bytes]] | None = None
-    """The first trial's answer, with forward's record (`Run.program`), and its blobs: the
-    fresh-input replay re-runs it at the end of verify (`freshreplay.fresh_replay`)."""
+    records: Records = field(default_factory=Records)
+    """Every trial's answer with forward's record (`Run.program`), each distinct one once: the
+    fresh-input replay re-runs them at the end of verify (`freshreplay.fresh_replay`)."""
 
     # ---- the job's account ----
     notes: list[str] = field(default_factory=list)

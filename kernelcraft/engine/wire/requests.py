@@ -85,8 +85,9 @@ class Compare(Request):
 
 class FreshReplay(Request):
     """Reference: re-run a candidate's recorded forward (`program`, a `program.Program` dump, with
-    the kept tensors `kept` in the frame's blobs) on fresh inputs of `input_set` drawn from `seed`,
-    and compare with its own outputs for them (`replay/fresh.py`); answered `replayed`.
+    the kept tensors `kept` in the frame's blobs) on fresh inputs of `input_set` drawn from `seed`
+    (floating-point ones times `scale`, as the trial's were), `draws` times over, and compare with
+    its own outputs for them (`replay/fresh.py`); answered `replayed`.
     `allowed_ops`: the ATen ops forward may run outside its kernels (None: any, AdaExplore's rule)."""
 
     TAG = Op.FRESH_REPLAY
@@ -94,6 +95,8 @@ class FreshReplay(Request):
     kept: Any
     seed: int
     input_set: int = 0
+    scale: float | None = None
+    draws: int = Field(default=2, ge=1, le=2)
     allowed_ops: list[str] | None = None
 
 

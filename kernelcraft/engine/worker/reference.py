@@ -322,22 +322,33 @@ class ReferenceWorker(Worker):
         allowed = None if req.allowed_ops is None else ALLOWED_OPS | frozenset(req.allowed_ops)
         # Two draws: a host number that happens to be right for one fresh draw (a count that came
         # out the same) is wrong for the other but rarely.
-        for seed in (req.seed, (req.seed * 0x9E3779B97F4A7C15 + 1) % (1 << 62)):
-            replayed = self.fresh_draw(program, kept, req.input_set, seed, allowed, refused)
+        seeds = (req.seed, (req.seed * 0x9E3779B97F4A7C15 + 1) % (1 << 62))
+        for seed in seeds[: req.draws]:
+            replayed = self.fresh_draw(program, kept, req.input_set, req.scale, seed, allowed, refused)
             if replayed.failure_class is not None or replayed.note is not None:
                 return replayed
         return Replayed()
 
     def fresh_draw(
-        self, program: Any, kept: list[Any], input_set: int, seed: int, allowed: Any, refused: Any
+        self,
+        program: Any,
+        kept: list[Any],
+        input_set: int,
+        scale: float | None,
+        seed: int,
+        allowed: Any,
+        refused: Any,
     ) -> Replayed:
-        """One fresh draw of the inputs, the record re-run on it, compared with Model's outputs."""
+        """One fresh draw of the inputs (scaled as the trial's were), the record re-run on it,
+        compared with Model's outputs."""
         from kernelcraft.engine.checks.compare import compare_outputs
         from kernelcraft.engine.replay import fresh, kernelsource
 
         assert self.job is not None
         torch = self.torch
         inputs = self.make_inputs(self.task, self.job, input_set, seed)
+        if scale is not None and scaled.task_allows(self.task):
+            inputs = scaled.scale_inputs(inputs, scale)
         with torch.no_grad():
             expected = self.model(*[self._map(x, lambda t: t.clone()) for x in inputs])
         self.sync()

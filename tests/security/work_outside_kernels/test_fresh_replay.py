@@ -40,6 +40,19 @@ def test_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("probe", ["fresh_later_trial.py", "fresh_trial_by_content.py"])
+def test_a_candidate_honest_on_one_trial_and_cheating_on_another_fails_the_fresh_input_replay(
+    evaluator, job_for, static_checks_off, probe
+) -> None:
+    """Every trial's record is re-run, so no trial is the one a candidate can keep honest: one
+    counts its calls, the other tells the small-magnitude trial by its values."""
+    v = evaluator.submit(job_for(PROBES / "task_rowsum.py", PROBES / probe, trials=2, gpu_check=None)).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+    assert "fresh inputs the candidate never saw" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
 def test_a_record_that_crashes_the_reference_on_fresh_inputs_is_the_fresh_replays_verdict(
     evaluator, job_for, static_checks_off
 ) -> None:
