@@ -294,7 +294,10 @@ def replay(path: Path, seed: int | None = None) -> list[dict[str, Any]]:
         if not old.get("grid") or (ARGS.examples and old["example"] not in ARGS.examples):
             continue
         seed_source = (ROOT / "examples" / old["example"] / "seed.py").read_text()
-        params = launch_params(seed_source)
+        # the literals the recording spans: the tuner may since read more of the seed (a branch's
+        # value, a cap), which the grid never measured
+        recorded = {k for config, _, _ in old["grid"] for k in config}
+        params = [p for p in launch_params(seed_source) if p.key in recorded]
         values: dict[str, list[int]] = {p.key: [] for p in params}
         measured: dict[str, Observation] = {}
         for config, us, failure in old["grid"]:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.report.model import ReportNode, RunReport, TokenUsage, Verdict
+from kernelcraft.report.model import ReportNode, RunReport, TokenUsage, TunerAxis, Verdict
 from kernelcraft.schema.evaluation import ProfileResult
 from kernelcraft.schema.kernelwords import compiled_words, roofline_words
 from kernelcraft.schema.tree import NodeInfo, TreeView
@@ -166,6 +166,10 @@ def with_run(
                 update={
                     "proposer": proposer if proposer in ("llm", "tuner") else None,
                     "usage": _usage(step.get("usage")),
+                    "tuner_axes": ["cookbook"]
+                    if step.get("cookbook")
+                    else list((step.get("tuner") or {}).get("axes") or []),
+                    "step_seconds": step.get("seconds"),
                 }
             )
         )
@@ -183,8 +187,26 @@ def with_run(
             "stopped_because": summary.get("stopped_because", report.stopped_because),
             "run_dir": summary.get("run_dir", report.run_dir),
             "speed_note": note,
+            "tuner_axes": tuner_axes(summary.get("tuner_axis_seconds")),
         }
     )
+
+
+def tuner_axes(by_axis: Any) -> list[TunerAxis]:
+    """summary.json's `tuner_axis_seconds` as the report's rows; a run from before it has none."""
+    if not isinstance(by_axis, Mapping):
+        return []
+    return [
+        TunerAxis(
+            axis=str(axis),
+            steps=v["steps"],
+            seconds=v["total"],
+            median_seconds=v["median"],
+            new_best=v.get("new_best", 0),
+            best_gain=v.get("best_gain"),
+        )
+        for axis, v in by_axis.items()
+    ]
 
 
 def read_steps(path: Path) -> list[dict[str, Any]]:

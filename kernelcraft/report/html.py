@@ -23,7 +23,7 @@ from kernelcraft.report.figures import (
     tree_figure,
 )
 from kernelcraft.report.model import RunReport
-from kernelcraft.report.steps import steps_section
+from kernelcraft.report.steps import steps_section, tuner_section
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 DIFF_CONTEXT_LINES = 5
@@ -212,4 +212,6 @@ def render_html(report: RunReport) -> str:
         section("The best kernel beside the seed", "diff-section", diff_section(report)),
         section("Step by step", "steps-section", steps_section(report)),
     ]
+    if report.tuner_axes:
+        parts.append(section("The offline tuner's axes", "tuner-section", tuner_section(report)))
     return PAGE.format(title=escape(title), style=STYLE, plotlyjs=get_plotlyjs(), body="\n".join(parts))

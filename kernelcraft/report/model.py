@@ -68,8 +68,30 @@ class ReportNode(BaseModel):
         default=None, description="Who wrote the step (from steps.jsonl); null when not known."
     )
     usage: TokenUsage | None = Field(default=None, description="The step's tokens (from steps.jsonl).")
+    tuner_axes: list[str] = Field(
+        default_factory=list,
+        description="The axes a tuner step moved along ('tile M', 'warps', 'cookbook', ...; from steps.jsonl).",
+    )
+    step_seconds: float | None = Field(
+        default=None, description="The step's wall time, writing and evaluation (from steps.jsonl)."
+    )
     change: str | None = Field(default=None, description="A diff of its kernel against its parent's.")
     compiled: list[str] = Field(default_factory=list, description="Its compiled kernels in words.")
+
+
+class TunerAxis(BaseModel):
+    """What the offline tuner's steps along one axis cost and gave (summary.json's `tuner_axis_seconds`)."""
+
+    axis: str = Field(description="'tile M', 'block', 'warps', 'split-K', 'precision', 'cookbook', ...")
+    steps: int
+    seconds: float = Field(description="The steps' total wall time.")
+    median_seconds: float
+    new_best: int = Field(description="How many of its steps found a new best kernel.")
+    best_gain: float | None = Field(
+        default=None,
+        description="The most a step made its kernel faster than the kernel it started from "
+        "(its time over the step's); null when untimed (no GPU).",
+    )
 
 
 class RunReport(BaseModel):
@@ -108,6 +130,9 @@ class RunReport(BaseModel):
     )
     stopped_because: str | None = None
     run_dir: str | None = None
+    tuner_axes: list[TunerAxis] = Field(
+        default_factory=list, description="The offline tuner's steps per axis, in the order it moved them."
+    )
 
     def node(self, node_id: int | None) -> ReportNode | None:
         return next((n for n in self.nodes if n.id == node_id), None)

@@ -81,7 +81,9 @@ def steps_section(report: RunReport) -> str:
     for n in steps:
         label = "seed" if n.seed else f"step {n.step_index}" if n.step_index is not None else "step"
         speed = f"{n.speedup:.2f}×" if n.speedup is not None else "not timed"
-        facts = [f"{n.verdict}", speed, n.roofline or "", n.error or ""]
+        moved = f"tuner: {', '.join(n.tuner_axes)}" if n.tuner_axes else ""
+        took = f"{n.step_seconds:.1f} s" if n.step_seconds is not None else ""
+        facts = [f"{n.verdict}", speed, moved, took, n.roofline or "", n.error or ""]
         compiled = "".join(f"<li>{escape(w)}</li>" for w in n.compiled)
         change = (
             f"<details><summary>what changed</summary><pre>{escape(n.change)}</pre></details>"
@@ -94,7 +96,7 @@ def steps_section(report: RunReport) -> str:
             f"<td><ul>{compiled}</ul></td><td>{change}</td></tr>"
         )
     table = (
-        "<table><tr><th>step</th><th>node</th><th>verdict, speed, roofline floor</th>"
+        "<table><tr><th>step</th><th>node</th><th>verdict, speed, axes moved, time, roofline floor</th>"
         f"<th>compiled (registers, occupancy)</th><th>change</th></tr>{''.join(rows)}</table>"
     )
     rules = "".join(f"<li>{escape(r)}</li>" for r in report.rules)
@@ -104,3 +106,22 @@ def steps_section(report: RunReport) -> str:
         else ""
     )
     return table + in_play
+
+
+def tuner_section(report: RunReport) -> str:
+    """The offline tuner's steps per axis: how many, their time, new bests and the best gain."""
+    if not report.tuner_axes:
+        return '<p class="muted">The offline tuner wrote no step.</p>'
+    rows = "".join(
+        f"<tr><td>{escape(a.axis)}</td><td>{a.steps}</td><td>{a.seconds:.1f} s</td>"
+        f"<td>{a.median_seconds:.1f} s</td><td>{a.new_best}</td>"
+        f"<td>{'not timed' if a.best_gain is None else f'{a.best_gain:.2f}×'}</td></tr>"
+        for a in report.tuner_axes
+    )
+    return (
+        '<p class="muted">Each axis the tuner moved along, in the order it first moved them (the axes that '
+        "matter for the kernel's family come first); a step moving two axes counts for both. The gain is "
+        "the kernel it started from over the step's time.</p>"
+        "<table><tr><th>axis</th><th>steps</th><th>time</th><th>median step</th><th>new bests</th>"
+        f"<th>best gain</th></tr>{rows}</table>"
+    )

@@ -31,7 +31,8 @@ async def cookbook_seed(session: ToolSession, task_source: str) -> CookbookExamp
 
 async def tunable_match(session: ToolSession, task_source: str) -> CookbookExample | None:
     """The cookbook kernel the offline tuner can start from for this task: the best match, when its
-    Model's signature fits the task's (`compatible`) and it has launch parameters to tune; else None."""
+    Model fits the task's (`compatible`: arguments, ops, input ranks) and it has launch parameters
+    to tune; else None."""
     example = await cookbook_seed(session, task_source)
     if example is None or not example.kernel_code or not compatible(example, task_source):
         return None
@@ -42,23 +43,104 @@ async def tunable_match(session: ToolSession, task_source: str) -> CookbookExamp
 
 
 def compatible(example: CookbookExample, task_source: str) -> bool:
-    """Whether the example's ModelNew can stand in for the task's Model as it is: both take the
-    same init parameters and forward arguments (by name and order). False when either does not
-    parse."""
-    theirs = _signature(task_source)
-    return theirs is not None and _signature(example.task_code) == theirs
+    """Whether the example's ModelNew can stand in for the task's Model as it is: both Models take
+    the same init parameters and forward arguments (by name and order), compute with the same ops
+    (`model_ops`: a sum is no mean, a matmul under `torch.triu` no plain one, a Conv3d no Conv2d),
+    and take inputs of the same ranks where both tasks build them with literal shapes (a 2-D GEMM is
+    no 3-D tensor matmul). False when either does not parse."""
+    theirs, ours = _model_facts(task_source), _model_facts(example.task_code)
+    if theirs is None or ours is None or theirs[:3] != ours[:3]:
+        return False
+    ranks_theirs, ranks_ours = theirs[3], ours[3]
+    return ranks_theirs is None or ranks_ours is None or ranks_theirs == ranks_ours
 
 
-def _signature(source: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+Facts = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[int, ...] | None]
+
+
+def _model_facts(source: str) -> Facts | None:
+    """The Model's init parameters, forward arguments, ops (`model_ops`) and input ranks
+    (`input_ranks`); None when the source does not parse or has no Model class."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
     for cls in tree.body:
         if isinstance(cls, ast.ClassDef) and cls.name == "Model":
-            params: dict[str, tuple[str, ...]] = {}
-            for fn in cls.body:
-                if isinstance(fn, ast.FunctionDef) and fn.name in ("__init__", "forward"):
-                    params[fn.name] = tuple(a.arg for a in fn.args.args[1:])
-            return params.get("__init__", ()), params.get("forward", ())
+            fns = {fn.name: fn for fn in cls.body if isinstance(fn, ast.FunctionDef)}
+            args = {name: tuple(a.arg for a in fn.args.args[1:]) for name, fn in fns.items()}
+            ops = model_ops(fns.get("__init__"), fns.get("forward"))
+            return args.get("__init__", ()), args.get("forward", ()), ops, input_ranks(tree)
     return None
+
+
+def _call_name(node: ast.AST) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def model_ops(init: ast.FunctionDef | None, forward: ast.FunctionDef | None) -> tuple[str, ...]:
+    """What a Model computes, as a sorted list of names: each call in forward by its last name
+    (`torch.sum` and `x.sum` are `sum`; `self.conv(x)` is the class `__init__` built it from,
+    `Conv2d`), each arithmetic operator (`@`, `*`, ...) and each class or function `__init__`
+    calls to build its modules and parameters. Argument values are left out: the evaluator checks
+    those on the task's inputs."""
+    built: dict[str, str] = {}
+    ops: list[str] = []
+    for node in ast.walk(init) if init is not None else ():
+        if isinstance(node, ast.Call) and _call_name(node.func) not in ("__init__", "super"):
+            ops.append(_call_name(node.func))
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    built[t.attr] = _call_name(node.value.func)
+    for node in ast.walk(forward) if forward is not None else ():
+        if isinstance(node, ast.Call):
+            name = _call_name(node.func)
+            on_self = isinstance(node.func, ast.Attribute) and _call_name(node.func.value) == "self"
+            ops.append(built.get(name, name) if on_self else name)
+        elif isinstance(node, ast.BinOp | ast.UnaryOp):
+            ops.append(type(node.op).__name__)
+    return tuple(sorted(o for o in ops if o))
+
+
+TENSOR_MAKERS = ("rand", "randn", "zeros", "ones", "empty", "randint")
+
+
+def input_ranks(tree: ast.Module) -> tuple[int, ...] | None:
+    """The rank of each tensor `get_inputs` builds with `torch.rand`/`randn`/`zeros`/`ones`/
+    `empty`/`randint`, in order (`torch.randn(N, M, K)` is 3, `torch.rand(shape)` the length of a
+    module-level `shape = (...)`); None when a rank cannot be read so: then no rank is compared."""
+    fn = next((f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "get_inputs"), None)
+    if fn is None:
+        return None
+    module = {
+        t.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    ranks = [
+        _rank(node, module)
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Call) and _call_name(node.func) in TENSOR_MAKERS
+    ]
+    return None if any(r is None for r in ranks) else tuple(r for r in ranks if r is not None)
+
+
+def _rank(call: ast.Call, module: dict[str, ast.expr]) -> int | None:
+    """The rank of the tensor one maker call builds; None when its shape is not written out."""
+    args: list[ast.expr] = list(call.args)
+    if _call_name(call.func) == "randint":  # randint(low, high, size) or size=...
+        size = next((k.value for k in call.keywords if k.arg == "size"), args[2] if len(args) >= 3 else None)
+        args = [size] if size is not None else []
+    if len(args) == 1 and isinstance(args[0], ast.Name):
+        value = module.get(args[0].id)
+        if isinstance(value, ast.Tuple | ast.List):
+            return len(value.elts)
+        return 1 if isinstance(value, ast.Constant | ast.BinOp) else None
+    if len(args) == 1 and isinstance(args[0], ast.Tuple | ast.List):
+        args = list(args[0].elts)
+    if not args or any(isinstance(a, ast.Starred) for a in args):
+        return None
+    return len(args)

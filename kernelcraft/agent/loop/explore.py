@@ -141,7 +141,7 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
             if opts.llm.kind != "none" or cookbook is not None or inputs.seed_code is not None:
                 if cookbook is not None and inputs.seed_code is None:
                     print(
-                        f"seed: the cookbook's {cookbook.id} kernel (its Model's signature fits the task)",
+                        f"seed: the cookbook's {cookbook.id} kernel (its Model fits the task: same arguments and ops)",
                         file=sys.stderr,
                     )
                     inputs = RunInputs(inputs.task_source, None, cookbook.kernel_code)
@@ -154,7 +154,7 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
                     explorer.tuner.cookbook = (cookbook.id, cookbook.kernel_code)
                 return await explorer.explore(started_at)
         raise UsageError(
-            f"--llm none needs a seed kernel to tune and no cookbook entry's signature fits {opts.task}: "
+            f"--llm none needs a seed kernel to tune and no cookbook entry's Model fits {opts.task}: "
             f"pass --seed FILE, or put {opts.task.stem}_seed.py (or seed.py beside a task.py) next to it; "
             "the offline tuner tunes a kernel, it does not write one"
         )
@@ -165,7 +165,7 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
 
 async def tuner_start(inputs: RunInputs, tools: ToolSession) -> CookbookExample | None:
     """The offline tuner starts from the best kernel known for the task: the cookbook's match when
-    its signature fits (`tunable_match`), as the seed when none was given, else beside it."""
+    its Model fits the task's (`tunable_match`), as the seed when none was given, else beside it."""
     try:
         return await tunable_match(tools, inputs.task_source)
     except Exception as e:  # noqa: BLE001 - the cookbook helps; a server without it is no failure

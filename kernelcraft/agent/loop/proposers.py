@@ -18,6 +18,7 @@ is what the step's record in `steps.jsonl` keeps about how the candidate was wri
 
 from __future__ import annotations
 
+import ast
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from kernelcraft.agent.llm.core import ANSWER_TOOLS, LLM, Message, Usage, UsageM
 from kernelcraft.agent.loop.cookbook_seed import cookbook_seed
 from kernelcraft.agent.loop.edits import Edit, EditError, apply_edits, apply_what_applies, parse_edits
 from kernelcraft.agent.loop.session import ToolSession
+from kernelcraft.agent.tuner.family import kernel_family
 from kernelcraft.agent.tuner.search import (
     SHARED_LIMIT_BYTES,
     Observation,
@@ -219,24 +221,23 @@ class LLMProposer:
         }
 
 
-_AXES = {"num_warps": "warps", "num_stages": "stages", "precision": "precision", "split": "precision",
-          "persistent": "programs per SM"}  # fmt: skip
-
-
 def axes_changed(params: list[Param], start: dict[str, int], config: dict[str, int]) -> list[str]:
-    """The axes a proposal moves along: 'tile' (block sizes), 'split-K', 'warps', 'stages',
-    'precision' (a dot's input precision, an operand split), 'programs per SM'."""
-    kinds = {p.key: p for p in params}
-    out = set()
-    for key, value in config.items():
-        if value == start.get(key) or key not in kinds:
-            continue
-        p = kinds[key]
-        if p.kind == "meta":
-            out.add("split-K" if "SPLIT" in key.upper() else "tile")
-        else:
-            out.add(_AXES.get(p.kind, p.kind))
-    return sorted(out)
+    """The axes a proposal moves along (each param's `axis`: 'tile M', 'block', 'warps', 'stages',
+    'split-K', 'precision', 'rows per program', ...), those that matter most for the kernel's
+    family first."""
+    by_key = {p.key: p for p in params}
+    moved = {by_key[k].axis: by_key[k].rank for k, v in config.items() if k in by_key and v != start.get(k)}
+    return sorted(moved, key=lambda axis: (moved[axis], axis))
+
+
+def base_time(step: NextStep, base: str | None) -> float | None:
+    """The time (µs) of the kernel a proposal starts from, where the tree has timed it: a small
+    step's parent, or the pool kernel a jump starts from. None without a GPU."""
+    for k in [*step.chain, *step.pool]:
+        parent = step.kind == "small" and k.node_id == step.parent_id
+        if k.candidate_us is not None and (parent or (k.code is not None and k.code == base)):
+            return k.candidate_us
+    return None
 
 
 class TunerProposer:
@@ -320,6 +321,8 @@ class TunerProposer:
             self.cookbook = None  # once per run: the tree then tunes whichever kernel is faster
             if code != self.seed_code:
                 first: dict[str, Any] = {"mode": "tuner", "cookbook": entry}
+                if (seed_us := base_time(step, step.start_code)) is not None:
+                    first["base_us"] = seed_us
                 if not (self.compile_check and not step.speedup_measured):
                     return StepOutcome(code, first)
                 # compiled for the target first, as every tuner proposal is without a GPU
@@ -343,6 +346,7 @@ class TunerProposer:
             reason = "the kernel has no tunable launch parameters (block sizes, num_warps, num_stages)"
             return StepOutcome.failed(reason, {"mode": "tuner"})
         family = family_of(base, params)
+        kind = kernel_family(ast.parse(base))
         space = Space.of(params)
         start = current_config(params)
         obs = self.observations(family, records) + self.context_observations(family, step)
@@ -357,9 +361,11 @@ class TunerProposer:
                 "mode": "tuner",
                 "tuner": {
                     "family": family,
+                    "op_family": kind,
                     "config": config,
                     "changed": {k: [start[k], v] for k, v in config.items() if v != start[k]},
                     "axes": axes_changed(params, start, config),
+                    "base_us": base_time(step, base),
                 },
                 "rejected": rejected,
             }

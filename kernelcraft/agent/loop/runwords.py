@@ -42,9 +42,17 @@ def final_words(s: dict[str, Any]) -> str:
             else []
         ),
     ]
+    if s.get("tuner_axis_seconds"):
+        lines.append("Tuner axes: " + "; ".join(axis_words(a, v) for a, v in s["tuner_axis_seconds"].items()))
     if s.get("gpu_note"):
         lines.append(s["gpu_note"])
     return "\n".join(lines)
+
+
+def axis_words(axis: str, v: dict[str, Any]) -> str:
+    """One axis of the tuner's summary: 'block 3 steps, 6.2 s, best 1.08x'."""
+    gain = f", best {v['best_gain']:.2f}x" if v.get("best_gain") is not None else ""
+    return f"{axis} {v['steps']:g} steps, {v['total']:.1f} s{gain}"
 
 
 def run_stop(ends: list[str]) -> str:
@@ -75,10 +83,22 @@ def step_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def tuner_axis_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per axis the offline tuner moved along ('tile', 'split-K', 'warps', 'stages', 'precision',
-    'programs per SM'; 'cookbook' for its start from the cookbook's kernel): steps, the median and
-    total seconds a step took, and how many found a new best. A step moving two axes counts for both."""
+def step_gain(record: dict[str, Any]) -> float | None:
+    """How much faster a correct step's kernel ran than the kernel it started from (its `base_us`
+    over its `candidate_us`: above 1 is faster); None when either was not timed (no GPU)."""
+    info = record.get("tuner") or record
+    base, us = info.get("base_us"), record.get("candidate_us")
+    if record.get("outcome") != "correct" or not base or not us:
+        return None
+    return float(base) / float(us)
+
+
+def tuner_axis_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per axis the offline tuner moved along ('tile M', 'block', 'warps', 'stages', 'split-K',
+    'precision', 'rows per program', 'programs per SM', ...; 'cookbook' for its start from the
+    cookbook's kernel), in the order the run first moved them: steps, the median and total seconds
+    a step took, how many found a new best, and the best gain (`step_gain`, None untimed). A step
+    moving two axes counts for both."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if "seconds" not in r or r.get("proposer", r.get("mode")) != "tuner":
@@ -86,12 +106,14 @@ def tuner_axis_seconds(records: list[dict[str, Any]]) -> dict[str, dict[str, flo
         axes = ["cookbook"] if r.get("cookbook") else list((r.get("tuner") or {}).get("axes") or [])
         for axis in axes:
             by.setdefault(axis, []).append(r)
-    return {
-        axis: {
+    out: dict[str, dict[str, float | None]] = {}
+    for axis, rs in by.items():
+        gains = [g for g in map(step_gain, rs) if g is not None]
+        out[axis] = {
             "steps": len(rs),
             "median": round(statistics.median(float(r["seconds"]) for r in rs), 3),
             "total": round(sum(float(r["seconds"]) for r in rs), 3),
             "new_best": sum(1 for r in rs if r.get("new_best")),
+            "best_gain": round(max(gains), 4) if gains else None,
         }
-        for axis, rs in sorted(by.items())
-    }
+    return out

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from kernelcraft.agent.tuner.axes import persistent_params, precision_params, split_params
+from kernelcraft.agent.tuner.family import axis_of, axis_rank, function_families, kernel_family, name_axis
 from kernelcraft.agent.tuner.source import (
     CONFIG_PARAMETERS,
     LAUNCH_OPTIONS,
@@ -58,13 +59,16 @@ def kind_of(name: str) -> ParamKind:
     return "num_warps" if name == "num_warps" else "num_stages" if name == "num_stages" else "meta"
 
 
-def is_tunable(kind: ParamKind, value: int) -> bool:
+def is_tunable(kind: ParamKind, value: int, name: str = "") -> bool:
     """Options within Triton's ranges; a meta-parameter only as a power of two of at least 2 (another
-    value is a shape, not a tile, and 1 is a flag)."""
+    value is a shape, not a tile, and 1 is a flag), or of at least 1 where its name says it counts
+    (`SPLIT_K=1` is no split, `ROWS_PER_PROGRAM=1` one row: `family.name_axis`)."""
     if kind == "num_warps":
         return value in NUM_WARPS
     if kind == "num_stages":
         return value in NUM_STAGES
+    if kind == "meta" and name_axis(name) is not None:
+        return _is_pow2(value)
     return _is_pow2(value) and value >= META_MIN
 
 
@@ -83,10 +87,74 @@ def constant_for(name: ast.Name, launch: Launch, module: Assignments) -> tuple[a
     return None
 
 
-def dot_floor(kind: ParamKind, value: int, fn: JitFn | None) -> int:
+def dot_floor(kind: ParamKind, value: int, fn: JitFn | None, name: str = "") -> int:
     """The least value proposed: in a kernel that calls tl.dot, a meta-parameter stays at 16 or
-    more (tl.dot's least dimension) unless it is already smaller."""
+    more (tl.dot's least dimension) unless it is already smaller; a count (SPLIT_K, GROUP_M: no
+    dimension of a dot) goes down to 1."""
+    if kind == "meta" and name_axis(name) is not None:
+        return 1
     return min(MIN_DOT_DIM, value) if kind == "meta" and fn is not None and fn.uses_dot else META_MIN
+
+
+def literals_in(value: ast.expr) -> Iterator[ast.Constant]:
+    """The literals of an expression passed to a launch parameter that set its value: the arguments
+    of `min`/`max` (a cap or a floor: `min(128, triton.next_power_of_2(n))`), both arms of
+    `a if cond else b`, and the numerator of `//` (a budget shared out over a tile: `8192 //
+    BLOCK_I`). A literal anywhere else (a shape divided, `n // 4`; an argument of another call,
+    `next_power_of_2(max(n, 16))`) is no configuration and is left alone."""
+    if isinstance(value, ast.Constant):
+        yield value
+    elif isinstance(value, ast.IfExp):
+        yield from literals_in(value.body)
+        yield from literals_in(value.orelse)
+    elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("min", "max"):
+        for arg in value.args:
+            yield from literals_in(arg)
+    elif isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv):
+        yield from literals_in(value.left)
+
+
+def scope_values(scope: ast.AST) -> dict[str, list[ast.expr]]:
+    """Every value a scope assigns each name, in source order: `name = value`, and each element of
+    `a, b = 1, 2` (unpacking a tuple or list written out); nested functions and classes left out."""
+    body = getattr(scope, "body", [])
+    found: dict[str, list[ast.expr]] = {}
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.ClassDef):
+            continue
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            target, value = node.targets[0], node.value
+            if isinstance(target, ast.Name):
+                found.setdefault(target.id, []).append(value)
+            elif (
+                isinstance(target, ast.Tuple | ast.List)
+                and isinstance(value, ast.Tuple | ast.List)
+                and len(target.elts) == len(value.elts)
+                and not any(isinstance(e, ast.Starred) for e in [*target.elts, *value.elts])
+            ):
+                for t, v in zip(target.elts, value.elts, strict=True):
+                    if isinstance(t, ast.Name):
+                        found.setdefault(t.id, []).append(v)
+    return found
+
+
+def branch_values(name: ast.Name, launch: Launch, tree: ast.Module) -> list[tuple[ast.expr, str, str]]:
+    """(value, key, the launch it configures) of each value the first scope that assigns a name
+    passed to a launch (the function, then the module) gives it, where `constant_for` finds no one
+    constant: a name set in several branches (`if inner == 1: block = 2048 else: block = 8192 //
+    block_i`, each branch the configuration of one class of shapes) or by unpacking a tuple. Each
+    value is keyed by its line."""
+    for scope, where in ((launch.node, launch.scope), (tree, "")):
+        if scope is None:
+            continue
+        values = scope_values(scope)
+        if name.id in values:
+            head = f"{where}.{name.id}" if where else name.id
+            configures = launch.kernel if where else ""
+            return [(v, f"{head}@{v.lineno}", configures) for v in values[name.id]]
+    return []
 
 
 def unpassed_defaults(
@@ -154,21 +222,41 @@ class _Found:
         return base if n == 1 else f"{base}#{n}"
 
     def add(
-        self, node: ast.expr, base: str, name: str, launch: str, kernel: str, config: int | None = None
+        self,
+        node: ast.expr,
+        base: str,
+        name: str,
+        launch: str,
+        kernel: str,
+        config: int | None = None,
+        alone: bool = False,
     ) -> None:
         """Add `node` if it is a tunable literal for parameter `name` of `kernel`'s launch (or of its
         `config`-th autotune config). A literal found again keeps its first key, launch and config."""
         value = _int_const(node)
         kind = kind_of(name)
-        if value is None or not is_tunable(kind, value):
+        if value is None or not is_tunable(kind, value, name):
             return
-        floor = dot_floor(kind, value, self.jit.get(kernel))
+        floor = dot_floor(kind, value, self.jit.get(kernel), name)
         span = self.offsets.span(node)
         if span not in self.params:
             key = self.key_for(base)
-            self.params[span] = Param(key, kind, value, *span, node.lineno, launch, floor, config=config)
+            self.params[span] = Param(
+                key, kind, value, *span, node.lineno, launch, floor, config=config, name=name, alone=alone
+            )
         elif floor > self.params[span].floor:  # a constant or config list shared with a dot kernel
             self.params[span] = replace(self.params[span], floor=floor)
+
+    def add_value(
+        self, value: ast.expr, base: str, name: str, launch: str, kernel: str, alone: bool = False
+    ) -> None:
+        """Add the literal `value`, or the literals that set an expression's value (`literals_in`),
+        which are each limited alone: a cap is no dimension of the launch's tile."""
+        if isinstance(value, ast.Constant):
+            self.add(value, base, name, launch, kernel, alone=alone)
+            return
+        for literal in literals_in(value):
+            self.add(literal, base, name, launch, kernel, alone=True)
 
 
 def find_params(source: str) -> list[Param]:
@@ -185,10 +273,16 @@ def find_params(source: str) -> list[Param]:
             if not is_launch_parameter(name, launch.fn):
                 continue
             if not isinstance(value, ast.Name):
-                found.add(value, f"{launch.kernel}.{name}", name, launch.kernel, launch.kernel)
-            elif (constant := constant_for(value, launch, module)) is not None:
+                found.add_value(value, f"{launch.kernel}.{name}", name, launch.kernel, launch.kernel)
+                continue
+            constant = constant_for(value, launch, module)
+            branches = branch_values(value, launch, tree)
+            if constant is not None and len(branches) == 1 and branches[0][0] is constant[0]:
                 const_value, key, configures = constant
-                found.add(const_value, key, name, configures, launch.kernel)
+                found.add_value(const_value, key, name, configures, launch.kernel)
+            else:  # set in branches or by unpacking: each value its own param, limited alone
+                for branch, key, configures in branches:
+                    found.add_value(branch, key, name, configures, launch.kernel, alone=True)
     for kernel, name, default in unpassed_defaults(jit, passed):
         found.add(default, f"{kernel}.{name}", name, kernel, kernel)
     for kernel, fn in jit.items():  # a config list shared by kernels is keyed by the first
@@ -198,7 +292,14 @@ def find_params(source: str) -> list[Param]:
     params = list(found.params.values()) + precision_params(tree, found.offsets, source)
     params += split_params(module, found.offsets)
     params += persistent_params(tree, jit, module, found.offsets, source)
-    return sorted(params, key=lambda p: p.start)
+    module_family, families = kernel_family(tree), function_families(tree)
+    placed = []
+    for p in params:
+        # its axis by its kernel's family (a shared constant by the module's); its rank by the
+        # module's, so a GEMM's split pass (an elementwise block) waits for the GEMM's tiles
+        axis = axis_of(p.kind, p.name, families.get(p.launch, module_family))
+        placed.append(replace(p, axis=axis, rank=axis_rank(axis, module_family)))
+    return sorted(placed, key=lambda p: p.start)
 
 
 def launch_params(source: str) -> list[Param]:

@@ -131,11 +131,12 @@ class Space:
         0's tile and config 1's are never live together), stays within Triton's tensor limit, or
         within the product the kernel already has where that is larger: a GEMM config's
         BLOCK_M*BLOCK_N*BLOCK_K*GROUP_M is no one tensor, and the kernel the params were read from
-        stays a configuration the tuner may propose around."""
+        stays a configuration the tuner may propose around. A branch's value or an expression's cap
+        (`alone`) is no dimension of the tile and is left out of it."""
         product: dict[tuple[str, int | None], int] = {}
         start: dict[tuple[str, int | None], int] = {}
         for p in self.params:
-            if p.kind == "meta" and p.launch:
+            if p.kind == "meta" and p.launch and not p.alone:
                 tile = (p.launch, p.config)
                 product[tile] = product.get(tile, 1) * config.get(p.key, p.value)
                 start[tile] = start.get(tile, 1) * p.value
@@ -223,6 +224,10 @@ def next_config(
     keys = [p.key for p in space.params]
     order = list(keys)
     random.Random(seed).shuffle(order)
+    # the axes that matter for the kernel's family first (`family.FAMILY_AXES`); the seed orders
+    # the parameters of one axis (a stable sort keeps the shuffle within a rank)
+    rank = {p.key: p.rank for p in space.params}
+    order.sort(key=lambda k: rank[k])
 
     def fresh(c: Config) -> bool:
         return config_key(c) not in tried and bounds.allows(space, c)

@@ -49,6 +49,10 @@ class Param:
         None  # precision: what goes before the added keyword; persistent: the SM count's text
     )
     config: int | None = None  # in an autotuned kernel's i-th triton.Config: its tile is limited alone
+    name: str = ""  # the kernel parameter or launch option it sets (BLOCK_M, num_warps)
+    alone: bool = False  # one branch's value, or a cap in an expression: no part of the launch's tile
+    axis: str = ""  # what it moves ("tile M", "warps", "split-K", ...): `family.axis_of`
+    rank: int = 0  # its axis's place among what matters for the kernel's family (0 first)
 
     def text(self, value: int) -> str:
         """The source text `value` stands for in this param's span."""
@@ -83,6 +87,7 @@ class Launch:
     fn: JitFn | None  # None: a kernel imported from elsewhere
     scope: str  # the enclosing function's name; "" at module level
     local: Assignments
+    node: ast.AST | None = None  # the enclosing function (the module at module level)
 
 
 def _is_pow2(v: int) -> bool:
@@ -235,7 +240,7 @@ def launches(tree: ast.Module, jit: dict[str, JitFn]) -> Iterator[Launch]:
                 continue
             fn = jit.get(kernel)
             if fn is None or not fn.autotuned:
-                yield Launch(node, kernel, fn, scope_name, local)
+                yield Launch(node, kernel, fn, scope_name, local, scope)
 
 
 def launch_arguments(launch: Launch) -> list[tuple[str, ast.expr]]:

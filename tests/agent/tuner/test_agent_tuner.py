@@ -240,7 +240,7 @@ def test_a_kernel_that_calls_tl_dot_gets_no_tile_under_16_unless_it_already_uses
     assert values["copy_kernel.BLOCK"] == [4, 8, 16, 32, 64, 128, 256]  # no dot: down to 32 / 8
     assert values["mm_kernel.BLOCK_K"] == [16, 32, 64, 128, 256]
     assert values["TILE"] == [16, 32, 64, 128, 256]  # a constant that also feeds the matmul
-    assert values["mm_kernel.GROUP_M"] == [8, 16, 32, 64]  # the seed's own 8 stays possible
+    assert values["mm_kernel.GROUP_M"] == [1, 2, 4, 8, 16, 32, 64]  # a count, no dot dimension
 
 
 COOKBOOK = Path(__file__).resolve().parents[3] / "kernelcraft" / "knowledge" / "cookbook" / "entries"
@@ -307,34 +307,43 @@ async def test_tune_searches_an_autotuned_kernels_configs_through_the_rewritten_
     assert result.best is not None and result.best.time_us == 10.0
 
 
-def test_a_proposal_names_the_axes_it_moves_along_and_the_run_times_each_axis() -> None:
+def test_a_proposal_names_the_axes_it_moves_along_and_the_run_times_and_gains_each_axis() -> None:
     from kernelcraft.agent.loop.proposers import axes_changed
-    from kernelcraft.agent.loop.runwords import tuner_axis_seconds
+    from kernelcraft.agent.loop.runwords import final_words, tuner_axis_seconds
 
-    gemm = (
-        Path(__file__).resolve().parents[3] / "kernelcraft/knowledge/cookbook/entries/gemm/kernel.py"
-    ).read_text()
-    params = find_params(gemm)
+    params = find_params(GEMM)
     start = current_config(params)
     by_kind = {p.kind: p.key for p in params}
-    tile = next(p.key for p in params if p.kind == "meta" and "SPLIT" not in p.key.upper())
+    tile = next(p.key for p in params if p.axis == "tile K")
     moved = dict(start) | {
         tile: start[tile] * 2,
         by_kind["num_warps"]: 8 if start[by_kind["num_warps"]] != 8 else 4,
     }
-    assert axes_changed(params, start, moved) == ["tile", "warps"]
+    assert axes_changed(params, start, moved) == ["tile K", "warps"]  # the GEMM's order: tiles first
     assert axes_changed(params, start, start) == []
     records = [
-        {"proposer": "tuner", "seconds": 2.0, "tuner": {"axes": ["tile", "warps"]}, "new_best": True},
-        {"proposer": "tuner", "seconds": 4.0, "tuner": {"axes": ["tile"]}},
-        {"proposer": "tuner", "seconds": 1.0, "cookbook": "gemm"},
+        {"proposer": "tuner", "seconds": 1.0, "cookbook": "gemm", "outcome": "correct", "candidate_us": 80.0,
+         "base_us": 100.0},
+        {"proposer": "tuner", "seconds": 2.0, "tuner": {"axes": ["tile K", "warps"], "base_us": 80.0},
+         "outcome": "correct", "candidate_us": 64.0, "new_best": True},
+        {"proposer": "tuner", "seconds": 4.0, "tuner": {"axes": ["tile K"], "base_us": 64.0},
+         "outcome": "wrong", "candidate_us": None},
         {"proposer": "llm", "seconds": 30.0},
-    ]
-    assert tuner_axis_seconds(records) == {
-        "cookbook": {"steps": 1, "median": 1.0, "total": 1.0, "new_best": 0},
-        "tile": {"steps": 2, "median": 3.0, "total": 6.0, "new_best": 1},
-        "warps": {"steps": 1, "median": 2.0, "total": 2.0, "new_best": 1},
+    ]  # fmt: skip
+    by_axis = tuner_axis_seconds(records)
+    assert by_axis == {
+        "cookbook": {"steps": 1, "median": 1.0, "total": 1.0, "new_best": 0, "best_gain": 1.25},
+        "tile K": {"steps": 2, "median": 3.0, "total": 6.0, "new_best": 1, "best_gain": 1.25},
+        "warps": {"steps": 1, "median": 2.0, "total": 2.0, "new_best": 1, "best_gain": 1.25},
     }
+    assert list(by_axis) == ["cookbook", "tile K", "warps"]  # in the order the run moved them
+    untimed = tuner_axis_seconds([{**r, "candidate_us": None} for r in records])
+    assert all(v["best_gain"] is None for v in untimed.values())
+    words = final_words(
+        {"best": None, "steps_done": 3, "correct": 2, "stopped_because": "budget", "run_dir": "r",
+         "tuner_axis_seconds": by_axis}
+    )  # fmt: skip
+    assert "Tuner axes: cookbook 1 steps, 1.0 s, best 1.25x; tile K 2 steps, 6.0 s, best 1.25x" in words
 
 
 @pytest.mark.anyio

@@ -369,7 +369,7 @@ def test_find_params_tunes_each_triton_config_of_the_gemm_cookbook_entry() -> No
         ("matmul_kernel.configs[1].BLOCK_M", 128, line, "matmul_kernel", MIN_DOT_DIM, 1),
         ("matmul_kernel.configs[1].BLOCK_N", 128, line, "matmul_kernel", MIN_DOT_DIM, 1),
         ("matmul_kernel.configs[1].BLOCK_K", 32, line, "matmul_kernel", MIN_DOT_DIM, 1),
-        ("matmul_kernel.configs[1].GROUP_M", 8, line, "matmul_kernel", 8, 1),  # under 16 already: kept
+        ("matmul_kernel.configs[1].GROUP_M", 8, line, "matmul_kernel", 1, 1),  # a count: no dot dimension
         ("matmul_kernel.configs[1].num_warps", 8, line, "matmul_kernel", 2, 1),
         ("matmul_kernel.configs[1].num_stages", 3, line, "matmul_kernel", 2, 1),
     ]
