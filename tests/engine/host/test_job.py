@@ -206,7 +206,8 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
         "inputs",
         "compare",
         "inputs",
-        "fresh_replay",  # forward's record re-run on fresh inputs, last of verify
+        "fresh_replay",  # each trial's record re-run on fresh inputs, last of verify
+        "fresh_replay",  # (the second trial's inputs were scaled: another record)
         "roofline",
         *rounds,
     ]
