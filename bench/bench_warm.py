@@ -4,6 +4,7 @@
     python bench/bench_warm.py                              # this machine's device, the examples
     python bench/bench_warm.py --device cpu --rounds 3 --json OUT.json
     python bench/bench_warm.py --no-compile-facts           # each profile compiles again (before)
+    python bench/bench_warm.py --no-kernel-cache            # no job gets what an earlier one compiled
 
 One `LocalEvaluator` (2 workers) stays up, as the server keeps it; for each example in
 `examples/` it submits, round after round, the jobs the MCP tools submit: `verify_against_reference`
@@ -11,7 +12,9 @@ One `LocalEvaluator` (2 workers) stays up, as the server keeps it; for each exam
 `profile_kernel` (stages compile + profile for its roofline target). It prints each job's wall
 seconds and the profile's compile stage, the first round apart (it starts the workers and pays
 Triton's first compile) and the median of the later ones. `--no-compile-facts` empties the
-evaluator's compile facts before every job, as before they were kept.
+evaluator's compile facts before every job, as before they were kept; `--no-kernel-cache` empties
+its store of compiled kernels (`engine/machine/kernelcache.py`), so that on a GPU the profile's
+worker compiles again what the verify's compiled.
 
 Then the costs a fresh process pays before its first verdict: `import kernelcraft.cli` (the
 command line's import, `python -X importtime`'s total and its slowest top-level imports) and
@@ -42,9 +45,10 @@ sys.path.insert(0, str(REPO))
 EXAMPLES = ("elementwise", "softmax", "layernorm", "row_mean", "embedding_bag", "matmul_epilogue")
 
 
-async def warm(examples: list[str], rounds: int, device: str, facts: bool) -> dict[str, Any]:
+async def warm(examples: list[str], rounds: int, device: str, facts: bool, kernels: bool) -> dict[str, Any]:
     from kernelcraft.base.targets import DEFAULT_TARGET
     from kernelcraft.engine.host.local import LocalEvaluator
+    from kernelcraft.engine.machine.kernelcache import KernelCache
     from kernelcraft.schema.evaluation import EvalJob
 
     ev = LocalEvaluator(workers=2, device=device)
@@ -58,11 +62,17 @@ async def warm(examples: list[str], rounds: int, device: str, facts: bool) -> di
             for r in range(rounds):
                 if not facts:
                     ev._references.compile_facts = type(ev._references.compile_facts)()
+                if not kernels:
+                    ev._references.kernels.close()
+                    ev._references.kernels = KernelCache()
                 t0 = time.perf_counter()
                 v = await ev.submit(EvalJob(task_source=task, candidate_source=cand, stages=["verify"]))
                 t1 = time.perf_counter()
                 if not facts:
                     ev._references.compile_facts = type(ev._references.compile_facts)()
+                if not kernels:
+                    ev._references.kernels.close()
+                    ev._references.kernels = KernelCache()
                 p = await ev.submit(
                     EvalJob(
                         task_source=task,
@@ -81,6 +91,8 @@ async def warm(examples: list[str], rounds: int, device: str, facts: bool) -> di
                         "profile_s": round(t2 - t1, 3),
                         "both_s": round(t2 - t0, 3),
                         "profile_compile_s": p.compile.seconds if p.compile else None,
+                        "verify_stages": v.stage_seconds,
+                        "profile_stages": p.stage_seconds,
                         "correct": ok,
                     }
                 )
@@ -132,6 +144,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--no-compile-facts", action="store_true", help="compile again in every job (before)")
+    ap.add_argument("--no-kernel-cache", action="store_true", help="no job gets what an earlier one compiled")
     ap.add_argument("--imports", type=int, default=3, help="fresh interpreters per import timed")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -146,7 +159,10 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": commit.stdout.strip(),
         "compile_facts": not args.no_compile_facts,
-        "warm": asyncio.run(warm(args.examples, args.rounds, device, not args.no_compile_facts)),
+        "kernel_cache": not args.no_kernel_cache,
+        "warm": asyncio.run(
+            warm(args.examples, args.rounds, device, not args.no_compile_facts, not args.no_kernel_cache)
+        ),
         "imports": import_costs(args.imports),
     }
     print(json.dumps(report, indent=1))

@@ -91,7 +91,10 @@ for step in "$@"; do
     stability) run bench_stability python3 bench/bench_stability.py --repeats ${REPEATS:-12} --json "$OUT/bench_stability.json" ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
-    warm) run bench_warm python3 bench/bench_warm.py --device cuda --examples elementwise softmax layernorm --rounds 10 --json "$OUT/bench_warm.json" ;;
+    warm)  # then the same without the store of compiled kernels: what it saves a profile after a verify
+      run bench_warm python3 bench/bench_warm.py --device cuda --examples elementwise softmax layernorm --rounds 10 --json "$OUT/bench_warm.json"
+      run bench_warm_nokc python3 bench/bench_warm.py --device cuda --examples elementwise softmax layernorm --rounds 4 --no-kernel-cache --json "$OUT/bench_warm_nokc.json"
+      python3 -m pytest -q -m gpu tests/engine/machine/test_kernelcache.py ;;
     hbm) run probe_hbm python3 bench/probe_hbm.py --json "$OUT/probe_hbm.json" ;;
     floors) run cookbook_floors python3 bench/cookbook_floors.py .kb/KernelBench ;;  # needs .kb/
     ray)

@@ -17,16 +17,26 @@ the `ReferencePool` that holds it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kernelcraft.engine.host.verdicts import compile_from_parts
+from kernelcraft.engine.wire.channel import Frame
+from kernelcraft.engine.wire.protocol import CompiledFiles, Msg, SendCompiled
 from kernelcraft.schema.evaluation import CompileResult, EvalJob, KernelLaunch, TargetCompileResult
+
+if TYPE_CHECKING:
+    from kernelcraft.engine.machine.kernelcache import KernelCache
+    from kernelcraft.engine.machine.pool import WorkerProcess
 
 CAPACITY = 512
 """Targets' facts kept (a few KB each)."""
+KEEP_TIMEOUT_S = 5.0
+"""How long a candidate's worker may take to send what it compiled (`keep_compiled`)."""
 
 
 @dataclass(frozen=True)
@@ -114,3 +124,33 @@ def with_known(result: CompileResult, known: dict[str, Facts], targets: list[str
     )
     merged.shapes = result.shapes
     return merged
+
+
+async def keep_compiled(compiling: list[tuple[WorkerProcess, str, list[str]]], kernels: KernelCache) -> None:
+    """At the end of a job that passed: what each candidate worker that ran Triton's compiler
+    (`JobWorkers.compiling`: the worker, its key, the Triton keys it was given) compiled beyond
+    what it was given, kept for the next process of its candidate (`machine/kernelcache.py`). Its
+    answer is the candidate's words, checked there; a worker that does not answer in
+    `KEEP_TIMEOUT_S`, or answers anything else, is killed and heard no more: the job's result
+    stands either way."""
+    for w, key, known in compiling:
+        if not w.alive() or not w.frames.empty():
+            continue  # (gone, or left with something unread: not in step with the job)
+        try:
+            await w.send(SendCompiled(known=known).to_header())
+            frame = await asyncio.wait_for(_answer(w), KEEP_TIMEOUT_S)
+            files = CompiledFiles.from_header(frame.header) if frame is not None else None
+        except (asyncio.TimeoutError, OSError, ValueError):
+            files = None
+        if files is None or frame is None:
+            w.kill()
+            continue
+        await asyncio.to_thread(kernels.keep, key, files.names, frame.blobs)
+
+
+async def _answer(w: WorkerProcess) -> Frame | None:
+    """The worker's next frame but its progress messages (None: its channel closed)."""
+    frame = await w.frames.get()
+    while frame is not None and frame.header.get("type") == Msg.PROGRESS:
+        frame = await w.frames.get()
+    return frame

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.checks import findings, perturb, scaled
-from kernelcraft.engine.host.compilefacts import from_known, with_known
+from kernelcraft.engine.host.compilefacts import from_known, keep_compiled, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.freshreplay import compile_recorded, fresh_replay, gpu_rejects
 from kernelcraft.engine.host.jobstate import CandidateSettings, JobState
@@ -123,6 +123,10 @@ class Job:
                 t = time.perf_counter()
                 result.profile = await self.timing.profile(None, st.input_sets)
                 st.stage("profile", t)
+            if result.failure_class is None and self.workers.compiling:
+                t = time.perf_counter()
+                await keep_compiled(self.workers.compiling, st.references.kernels)
+                st.stage("keep_compiled", t)
         except Stop as stop:
             fill_failed(result, st.spec, st.device, stop.cls, stop.evidence, st.kernels)
         finally:

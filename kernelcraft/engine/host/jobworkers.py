@@ -91,6 +91,9 @@ class JobWorkers:
         self.ref_has_inputs = False
         self.untrusted: set[int] = set()
         """id() of each worker that said it is importing the candidate: its word is not the task's."""
+        self.compiling: list[tuple[WorkerProcess, str, list[str]]] = []
+        """Each candidate worker that runs Triton's compiler, its `KernelCache` key and the Triton
+        keys it was given (`compilefacts.keep_compiled`)."""
 
     # ---- taking and loading workers ----
 
@@ -159,14 +162,21 @@ class JobWorkers:
         load = Load(
             role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
         )
+        compiled: list[bytes] | None = None
         if role == "candidate":
             w.bounds = st.bounds
+            if not w.interpret:  # what this candidate compiled before, for its compiler (`kernelcache.py`)
+                key = st.references.kernels.key(spec, str(w.info.get("device", "")))
+                names, compiled = await asyncio.to_thread(st.references.kernels.entry, key)
+                if names:
+                    load.compiled = names
+                self.compiling.append((w, key, sorted({n.split("/")[0] for n in names})))
         if role == "candidate" and settings.sandbox:
             # before it imports the candidate: its processes, and its memory with its children's
             w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(st.device.kind, st.memory_limit))
         elif settings.sandbox:  # the task is client code too: its memory with its children's
             w.limit(None, cgroup.reference_memory())
-        await w.send(load.to_header())
+        await w.send(load.to_header(), compiled)
         frame = await self.recv(w, candidate=role == "candidate")
         if id(w) in self.untrusted and frame.header.get("type") == Msg.TASK_ERROR:
             # Only the trusted part of a candidate worker (before it imports the candidate) may

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.engine.host.compilefacts import CompileFacts
+from kernelcraft.engine.machine.kernelcache import KernelCache
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.measure import timingcache
 from kernelcraft.engine.wire.channel import Frame
@@ -43,6 +44,8 @@ from kernelcraft.engine.wire.protocol import NextJob, Sized
 from kernelcraft.schema.evaluation import Timing
 
 REFERENCE_IDLE_S = 300.0
+KERNELS_FOLDER = "kernels"
+"""Beside the compiled timings' file: the candidates' compiled kernels (`kernelcache.py`)."""
 REBUILD_TIMEOUT_S = 120.0
 
 TaskKey = tuple[str, int | None]
@@ -101,6 +104,9 @@ class ReferencePool:
         self._compiled = timingcache.CompiledTimings(timings_file)
         self.compile_facts = CompileFacts()
         """Each candidate's compile facts per task and target, for the jobs after (`compilefacts.py`)."""
+        self.kernels = KernelCache(timings_file.parent / KERNELS_FOLDER if timings_file is not None else None)
+        """What each candidate's processes compiled, for its next process (`kernelcache.py`): kept
+        beside the compiled timings when those outlive this process, else for this process alone."""
         # key -> idle reference workers, oldest first
         self._idle: dict[TaskKey, list[Parked]] = {}
         self.sizes: dict[TaskKey, Sized] = {}
@@ -235,6 +241,7 @@ class ReferencePool:
     async def aclose(self) -> None:
         """Stop keeping workers (jobs still running no longer park theirs) and release the parked."""
         self.closed = True
+        self.kernels.close()
         idle = [p for v in self._idle.values() for p in v]
         self._idle.clear()
         for p in idle:

@@ -54,7 +54,7 @@ _builders: list[subprocess.Popen[bytes]] = []
 
 
 @functools.cache
-def _installed(package: str) -> str | None:
+def installed(package: str) -> str | None:
     """Which install of `package` this is, without importing it (or importlib.metadata, 55 ms):
     its location and its package file's modification time and size, changed by a reinstall."""
     try:
@@ -82,7 +82,7 @@ def _switched_on() -> bool:
 def folder() -> Path | None:
     """Where this machine's Triton helpers are kept, or None where they are not (switched off,
     no Triton, no usable KERNELCRAFT_HOME)."""
-    triton = _installed("triton")
+    triton = installed("triton")
     if not _switched_on() or triton is None:
         return None
     return cache_file(f"triton-helpers/{triton}-{sys.implementation.cache_tag}")

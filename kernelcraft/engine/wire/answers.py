@@ -227,6 +227,13 @@ class Compiled(Reply):
     summary: str | None = None
 
 
+class CompiledFiles(Reply):
+    """Candidate: its Triton cache's files, as KEY/FILE, one blob each (`SendCompiled`)."""
+
+    TAG = Msg.COMPILED_FILES
+    names: list[str] = Field(default_factory=list)
+
+
 class Ok(Reply):
     """Done (the candidate's `use_inputs`, either worker's `perturb`)."""
 
@@ -261,6 +268,7 @@ REPLIES: dict[str, type[Reply]] = {
         Verdict,
         Outputs,
         Compiled,
+        CompiledFiles,
         Ok,
         KnockedOut,
         Replayed,

@@ -41,7 +41,10 @@ RUNS_PER_OUTPUTS = 2
 KEPT_COPIES = 2
 """The parameters' bytes an `Outputs` frame may carry for the fresh-input replay, in copies."""
 
-_HEADERS = {m.value: MAX_HEADER_BYTES for m in LARGE_HEADERS}
+COMPILED_FILES_BYTES = 64 * 1024**2
+"""What a candidate's Triton cache may send back at the end of a job (`machine/kernelcache.py`)."""
+
+_HEADERS = {m.value: MAX_HEADER_BYTES for m in (*LARGE_HEADERS, Msg.COMPILED_FILES)}
 
 
 def starting() -> Bounds:
@@ -57,7 +60,12 @@ def unsized(memory_limit: int | None) -> Bounds:
         if memory_limit is None
         else min(UNSIZED_BLOB_BYTES, max(memory_limit, SLACK_BYTES))
     )
-    blobs = {Msg.OUTPUTS.value: cap, Msg.KNOCKED_OUT.value: cap, Msg.INPUTS.value: cap}
+    blobs = {
+        Msg.OUTPUTS.value: cap,
+        Msg.KNOCKED_OUT.value: cap,
+        Msg.INPUTS.value: cap,
+        Msg.COMPILED_FILES.value: COMPILED_FILES_BYTES,
+    }
     why = "the task's outputs were not measured"
     return Bounds(headers=_HEADERS, blobs=blobs, why=why)
 
@@ -74,6 +82,7 @@ def for_task(inputs_bytes: int, outputs_bytes: int, params_bytes: int = 0) -> Bo
         Msg.OUTPUTS.value: room(RUNS_PER_OUTPUTS * outputs_bytes + inputs_bytes + KEPT_COPIES * params_bytes),
         Msg.KNOCKED_OUT.value: room(outputs_bytes + inputs_bytes),
         Msg.INPUTS.value: room(inputs_bytes),
+        Msg.COMPILED_FILES.value: COMPILED_FILES_BYTES,
     }
     why = f"the reference's outputs are {outputs_bytes} bytes and its inputs {inputs_bytes}, with headroom"
     return Bounds(headers=_HEADERS, blobs=blobs, why=why)

@@ -39,6 +39,9 @@ class Load(BaseModel):
     full_task_source: str | None = None
     """The compile stage on a CPU machine: the task as given, when `task_source` is its shrunk
     copy; `ModelNew` is built from it on the meta device only (no parameter memory)."""
+    compiled: list[str] = Field(default_factory=list)
+    """What earlier processes of this candidate compiled (`machine/kernelcache.py`), as
+    KEY/FILE in its Triton cache, one blob each: written there before the candidate is imported."""
 
     def to_header(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)
@@ -165,6 +168,14 @@ class Warmup(Request):
     inputs: Any
 
 
+class SendCompiled(Request):
+    """Candidate: send the Triton cache's keys it compiled, all but those it was given (`known`);
+    answered `compiled_files`."""
+
+    TAG = Op.SEND_COMPILED
+    known: list[str] = Field(default_factory=list)
+
+
 class TimeCandidate(Request):
     """Candidate: one round of timing."""
 
@@ -208,6 +219,7 @@ REQUESTS: dict[str, type[Request]] = {
         TimeCandidate,
         UseInputs,
         Perturb,
+        SendCompiled,
     )
 }
 

@@ -28,6 +28,7 @@ class Op(str, Enum):
     TIME_CANDIDATE = "time_candidate"
     USE_INPUTS = "use_inputs"
     KNOCKOUT = "knockout"
+    SEND_COMPILED = "send_compiled"
     # both
     PERTURB = "perturb"
 
@@ -52,6 +53,7 @@ class Msg(str, Enum):
     OK = "ok"
     KNOCKED_OUT = "knocked_out"
     REPLAYED = "replayed"
+    COMPILED_FILES = "compiled_files"
 
 
 IMPORTING_CANDIDATE = "importing the candidate"

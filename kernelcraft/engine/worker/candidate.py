@@ -22,6 +22,7 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.wire.protocol import (
     IMPORTING_CANDIDATE,
     Compile,
+    CompiledFiles,
     KnockedOut,
     Knockout,
     Load,
@@ -30,6 +31,7 @@ from kernelcraft.engine.wire.protocol import (
     Outputs,
     Perturb,
     Run,
+    SendCompiled,
     TimeCandidate,
     UseInputs,
     Verdict,
@@ -113,6 +115,11 @@ class CandidateWorker(CandidateStages):
             elif isinstance(req, UseInputs):  # profile times on the task's main input set
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(Ok())
+            elif isinstance(req, SendCompiled):  # what it compiled, for its next process (kernelcache.py)
+                from kernelcraft.engine.worker import compiled
+
+                names, blobs = compiled.collect(req.known)
+                self.send(CompiledFiles(names=names), blobs)
             else:
                 return
 

@@ -183,9 +183,17 @@ def serve(fd: int) -> None:
     startup = {"box": round(t1 - t0, 3), "imports": round(t2 - t1, 3), "device": round(t3 - t2, 3)}
     channel.send_frame(sock, Ready(pid=box.host_pid(), device=name, startup=startup).to_header())
     try:
-        job = Load.from_header(channel.recv_frame(sock).header)
+        frame = channel.recv_frame(sock)
+        job = Load.from_header(frame.header)
     except Exception:
         return
+    if job.role == "candidate" and job.compiled:  # before the candidate is imported (kernelcache.py)
+        from kernelcraft.engine.worker import compiled
+
+        try:
+            compiled.seed(job.compiled, frame.blobs)
+        except (OSError, ValueError, KeyError):  # it compiles them itself, as without
+            pass
     if job.role == "kernels":
         from kernelcraft.engine.worker.kernels import KernelsWorker
 

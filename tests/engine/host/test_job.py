@@ -22,6 +22,7 @@ from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     Compared,
     Compiled,
+    CompiledFiles,
     InputsMade,
     KnockedOut,
     Loaded,
@@ -69,6 +70,8 @@ class ScriptedWorker:
     def __init__(self, pid: int, candidate_timing: dict[str, Any] | None = None) -> None:
         self.pid = pid
         self.dir = Path("/nonexistent")
+        self.interpret = False
+        self.triton_cache = self.dir / "triton-cache"
         self.info = {"type": "ready", "pid": pid, "device": "cuda:0 (NVIDIA H200)"}
         self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
         self.sent: list[dict[str, Any]] = []
@@ -112,6 +115,7 @@ class ScriptedWorker:
                 **_program(h),
             ).to_header(),
             "fresh_replay": lambda: Replayed().to_header(),
+            "send_compiled": lambda: CompiledFiles().to_header(),
             # without its kernels, forward breaks: the knockout check passes without a comparison
             "knockout": lambda: KnockedOut(skipped=1, error="RuntimeError: no output").to_header(),
             "time_candidate": lambda: self.candidate_timing,
@@ -211,7 +215,15 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
         "roofline",
         *rounds,
     ]
-    assert cand.ops() == [None, "warmup", "run", "run", "knockout", *["time_candidate"] * MIN_PROFILE_ROUNDS]
+    assert cand.ops() == [
+        None,
+        "warmup",
+        "run",
+        "run",
+        "knockout",
+        *["time_candidate"] * MIN_PROFILE_ROUNDS,
+        "send_compiled",  # it passed: what it compiled, for its candidate's next process
+    ]
     # The first round lets the worker choose; later rounds keep the method it chose.
     assert [h["method"] for h in cand.sent if h.get("op") == "time_candidate"] == [
         "auto",

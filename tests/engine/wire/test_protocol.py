@@ -16,6 +16,11 @@ SAMPLES = {"times_us": [1.5, 2.0], "method": "cuda_graph", "sets": 8}
 # (the model, the header the job or the worker wrote by hand before protocol.py)
 WIRE: list[tuple[Any, dict[str, Any]]] = [
     (p.Knockout(inputs=[{"t": 1}]), {"op": "knockout", "inputs": [{"t": 1}]}),
+    (p.SendCompiled(known=["K" * 52]), {"op": "send_compiled", "known": ["K" * 52]}),
+    (
+        p.CompiledFiles(names=["K" * 52 + "/k.cubin"]),
+        {"type": "compiled_files", "names": ["K" * 52 + "/k.cubin"]},
+    ),
     (
         p.KnockedOut(outputs={"t": 1}, inputs_after=[{"t": 2}], skipped=3),
         {"type": "knocked_out", "outputs": {"t": 1}, "inputs_after": [{"t": 2}], "skipped": 3},
@@ -172,8 +177,8 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 
 def test_every_op_and_message_type_has_one_model() -> None:
-    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 15
-    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 17
+    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 16
+    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 18
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above
 
