@@ -42,7 +42,9 @@ same; they need nothing it takes away.
 is imported: the task (its module body, `Model`, `get_inputs`, `get_init_inputs`) is client code
 too, and a task from an MCP or HTTP client is as untrusted as a candidate:
 4. A process limit: RLIMIT_NPROC at its current threads plus CANDIDATE_TASKS, counted in its own
-   user namespace (other processes of the user do not count).
+   user namespace (other processes of the user do not count). Where it cannot hold (root, a GPU
+   worker), the pool's pids cgroup does (`cgroup.py`): CANDIDATE_TASKS for a candidate, and
+   REFERENCE_TASKS for a reference worker (the task is client code; torch.compile runs there).
 5. Landlock (sandbox.py): reads only beneath Python's prefixes, the importable packages and
    modules of every other sys.path entry (not the rest of a project checkout: a database or a
    .env beside the code stays unreadable), the directories of the shared libraries already
@@ -92,6 +94,10 @@ WORKER_UMASK = 0o022
 """Every worker's umask, whatever the server's (issue 39: 077 left the box partial)."""
 CANDIDATE_TASKS = 128
 """Processes and threads a candidate may start (Triton's GPU compile runs a few: ptxas, cc)."""
+REFERENCE_TASKS = 512
+"""Processes and threads a reference worker may start (in its pids cgroup, where RLIMIT_NPROC
+cannot hold): the task is client code, but the reference also runs torch.compile, whose
+inductor starts a pool of compile workers (up to 32) with threads of their own."""
 
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _PR_SET_PDEATHSIG, _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 1, 3, 4

@@ -174,8 +174,8 @@ class JobWorkers:
         if role == "candidate" and settings.sandbox:
             # before it imports the candidate: its processes, and its memory with its children's
             w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(st.device.kind, st.memory_limit))
-        elif settings.sandbox:  # the task is client code too: its memory with its children's
-            w.limit(None, cgroup.reference_memory())
+        elif settings.sandbox:  # the task is client code too: its processes, its memory with its children's
+            w.limit(box.REFERENCE_TASKS, cgroup.reference_memory())
         await w.send(load.to_header(), compiled)
         frame = await self.recv(w, candidate=role == "candidate")
         if id(w) in self.untrusted and frame.header.get("type") == Msg.TASK_ERROR:

@@ -43,3 +43,52 @@ def test_task_cannot_read_server_state_or_plant_code(evaluator, tmp_path: Path) 
         assert not pth.exists() and not planted.exists()
     finally:
         pth.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_the_reference_worker_has_a_process_limit_where_pids_cgroups_are_in_force(evaluator) -> None:
+    """The task runs in the reference worker: a fork bomb there is as much a denial of service as
+    in the candidate's. Where RLIMIT_NPROC cannot hold (root, a GPU worker), the pool's pids cgroup
+    is the limit, and the reference gets one as the candidate does. (Read from outside: Landlock
+    keeps /proc/self/cgroup from the task. A failing candidate leaves the reference kept.)"""
+    from kernelcraft.engine.box import cgroup
+    from kernelcraft.schema.evaluation import EvalJob
+
+    if cgroup._root() is None:
+        pytest.skip("no pids cgroup can be made on this machine")
+    cheats = GOOD.parent
+    job = EvalJob(
+        task_source=(cheats / "task_scale.py").read_text(),
+        candidate_source=(cheats / "nan_output.py").read_text(),
+        trials=1,
+    )
+    result = evaluator.submit(job)
+    assert result.verify is not None and not result.verify.correct, result
+    kept = evaluator.evaluator.idle_reference_pids()
+    assert kept, "a failing candidate's reference is kept for the next job"
+    for keeper in kept:  # the pool knows the keeper; the worker is below it (its PID namespace)
+        limits = {pid: _pids_max(pid) for pid in _descendants(keeper)}
+        assert any(v.isdigit() for v in limits.values()), limits
+
+
+def _descendants(pid: int) -> list[int]:
+    found, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").iterdir():
+            stack += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _pids_max(pid: int) -> str:
+    from kernelcraft.engine.box import cgroup
+
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        v1 = "pids" in controllers.split(",")
+        if v1 or (controllers == "" and cgroup._root() == cgroup.V2_ROOT):
+            root = cgroup.V1_ROOT if v1 else cgroup.V2_ROOT
+            file = root / path.lstrip("/") / "pids.max"
+            return file.read_text().strip() if file.exists() else "max"
+    return "none"
