@@ -13,12 +13,16 @@ is what the step's record in `steps.jsonl` keeps about how the candidate was wri
 - LLM, after a failed candidate: `propose_rule` and `record_failure` with the rule.
 - Tuner: the next configuration of the kernel's launch parameters (a distant one for a large
   step), from what the run and the tree's context have tried; without a GPU each proposal is
-  compiled for the target first, and one that does not compile is recorded and replaced.
+  compiled for the target first, and one that does not compile is recorded and replaced; one that
+  moves a branch's value or a cap and launches on the task's shapes exactly what its base launches
+  is skipped (`unchanged`), on a GPU too.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +50,7 @@ from kernelcraft.schema.tree import ContextKernel, NextStep, NodeInfo
 logger = logging.getLogger(__name__)
 
 PRECHECK_TRIES = 4
+UNCHANGED_TRIES = 16  # proposals skipped for launching what their base does, per step
 NO_KERNEL = "the model returned no kernel module (no submit_kernel call with a ModelNew)"
 
 # Before `abandon` existed the driver submitted a module that raised with the reason; trees from
@@ -264,6 +269,7 @@ class TunerProposer:
         self.search_seed = search_seed
         self.compile_check = compile_check
         self.compiled_any = False
+        self._launches: dict[str, list[str] | None] = {}  # a base kernel's launch fingerprint, by sha256
         self.cookbook: tuple[str, str] | None = None
         """(entry id, kernel) of the cookbook's match, submitted as the run's first tuner step."""
 
@@ -275,6 +281,11 @@ class TunerProposer:
                 Observation(rej["config"], ok=False, failure_class=rej.get("failure_class"))
                 for rej in r.get("rejected", [])
                 if rej.get("family") == family
+            )
+            obs.extend(  # launched what its base did: tried, nothing to time
+                Observation(same["config"], ok=True)
+                for same in r.get("unchanged", [])
+                if same.get("family") == family
             )
             t = r.get("tuner")
             if t and t.get("family") == family:
@@ -351,11 +362,14 @@ class TunerProposer:
         start = current_config(params)
         obs = self.observations(family, records) + self.context_observations(family, step)
         rejected: list[dict[str, Any]] = []
-        for _ in range(PRECHECK_TRIES):
+        unchanged: list[dict[str, Any]] = []  # proposals that change no launch the task makes
+        while len(rejected) < PRECHECK_TRIES:
             config = next_config(space, start, obs, seed=self.search_seed, jump=jump)
             if config is None:
                 reason = "the offline tuner has tried every allowed configuration of this kernel"
-                return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected})
+                return StepOutcome.failed(
+                    reason, {"mode": "tuner", "rejected": rejected, "unchanged": unchanged}
+                )
             code = apply_config(base, params, config)
             info: dict[str, Any] = {
                 "mode": "tuner",
@@ -368,22 +382,46 @@ class TunerProposer:
                     "base_us": base_time(step, base),
                 },
                 "rejected": rejected,
+                "unchanged": unchanged,
             }
-            if self.compile_check and not step.speedup_measured:
-                failure_class = await self._precompile(step, code, info)
+            precheck = self.compile_check and not step.speedup_measured
+            may_be_dead = len(unchanged) < UNCHANGED_TRIES and any(
+                p.alone for p in params if config.get(p.key, p.value) != p.value
+            )
+            checked: CompileResult | None = None
+            if precheck or may_be_dead:
+                checked = await self.session.compile(self.task_source, code, [step.target])
+                self.compiled_any = True
+            if precheck and checked is not None:
+                failure_class = await self._precheck(step, code, info, checked)
                 if failure_class is not None:
                     rejected.append({"family": family, "config": config, "failure_class": failure_class})
                     obs.append(Observation(config, ok=False, failure_class=failure_class))
                     continue
+            if may_be_dead and checked is not None and await self._same_launches(step, base, checked):
+                unchanged.append({"family": family, "config": config, "axes": info["tuner"]["axes"]})
+                obs.append(Observation(config, ok=True))
+                continue
             return StepOutcome(code, info)
         reason = f"{PRECHECK_TRIES} tuner proposals in a row failed to compile for {step.target}"
-        return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected})
+        return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected, "unchanged": unchanged})
 
-    async def _precompile(self, step: NextStep, code: str, info: dict[str, Any]) -> str | None:
-        """Compile a proposal for the target (no GPU to time it here): its shared memory goes into
-        `info`; one that does not compile is recorded as a failure and its class returned."""
-        compiled = await self.session.compile(self.task_source, code, [step.target])
-        self.compiled_any = True
+    async def _same_launches(self, step: NextStep, base: str, compiled: CompileResult) -> bool:
+        """Whether a proposal launches exactly what the kernel it starts from launches on the task's
+        inputs (each kernel's constexprs, warps, stages and grid): a change to a branch the task's
+        shapes never take (`if inner == 1:` for a reduction over a middle dimension) is no step."""
+        key = sha256_text(base)
+        if key not in self._launches:
+            found = await self.session.compile(self.task_source, base, [step.target])
+            self._launches[key] = launch_fingerprint(found) if found.ok else None
+        before = self._launches[key]
+        return before is not None and bool(compiled.launches) and launch_fingerprint(compiled) == before
+
+    async def _precheck(
+        self, step: NextStep, code: str, info: dict[str, Any], compiled: CompileResult
+    ) -> str | None:
+        """A proposal compiled for the target (no GPU to time it here): its shared memory goes into
+        `info`; one that did not compile is recorded as a failure and its class returned."""
         info["tuner"]["shared_fraction"] = shared_fraction(compiled, step.target)
         if compiled.ok:
             return None
@@ -398,3 +436,16 @@ class TunerProposer:
             failure_class=compiled.failure_class,
         )
         return cls
+
+
+def launch_fingerprint(compiled: CompileResult) -> list[str]:
+    """What a candidate launches on the task's inputs, as `compile_kernel` found it: each launch's
+    kernel, constexprs, warps, stages and grid."""
+    return [
+        json.dumps([k.name, k.constexprs, k.num_warps, k.num_stages, k.grid], sort_keys=True, default=str)
+        for k in compiled.launches
+    ]
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -74,7 +74,7 @@ def name_axis(name: str) -> str | None:
         return "split-K"
     if re.fullmatch(r"GROUP(_SIZE)?_[MN]", upper):
         return "group M"
-    if "ROWS" in upper:
+    if "ROWS" in upper and not upper.startswith(("N_", "NUM_")):  # N_ROWS is a shape
         return "rows per program"
     if "VEC" in upper:
         return "vector width"

@@ -6,6 +6,7 @@ reduction; the block, warps and vector width for an elementwise kernel."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from server_support import NoEvaluations, settings_for
 
 from kernelcraft.agent.loop.cookbook_seed import compatible, input_ranks, tunable_match
 from kernelcraft.agent.loop.session import ToolSession
-from kernelcraft.agent.tuner.family import axis_of, kernel_family
+from kernelcraft.agent.tuner.family import axis_of, kernel_family, name_axis
 from kernelcraft.agent.tuner.params import find_params
 from kernelcraft.agent.tuner.search import Observation, Space, apply_config, current_config, next_config
 from kernelcraft.knowledge.cookbook import load_cookbook
@@ -111,6 +112,7 @@ def test_split_k_rows_per_program_and_vector_width_are_counts_tuned_from_1_and_a
     assert values["mm_kernel.GROUP_M"][0] == 1 and values["mm_kernel.BLOCK_K"][0] == 16  # a dot's floor
     assert values["rows_kernel.ROWS_PER_PROGRAM"] == [1, 2, 4, 8]
     assert "mm_kernel.EVEN_K" not in params  # 1 in a name that counts nothing is a flag
+    assert name_axis("N_ROWS") is None and name_axis("BLOCK_ROWS") == "rows per program"
 
 
 def moved_axes(source: str, n: int) -> list[str]:
@@ -219,3 +221,75 @@ def test_a_cookbook_entry_fits_a_task_with_the_same_signature_ops_and_input_rank
 def test_input_ranks_reads_the_shapes_get_inputs_writes_out(get_inputs: str, ranks: Any) -> None:
     source = f"SHAPE = (1, 2, 3, 4)\nN = 4\n\ndef get_inputs():\n    {get_inputs}\n"
     assert input_ranks(ast.parse(source)) == ranks
+
+
+BRANCHES = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), axis=0))
+
+
+def run(x, n):
+    if n == 1:
+        block, warps = 2048, 8
+    else:
+        block, warps = 256, 4
+    k[(1,)](x, BLOCK=block, num_warps=warps)
+"""
+
+
+class LaunchesOfTheElseBranch:
+    """compile_kernel as the server answers it for a task whose n is never 1: the launch takes the
+    else branch's values."""
+
+    def __init__(self) -> None:
+        self.compiled = 0
+
+    async def compile(self, task: str, code: str, targets: list[str]) -> Any:
+        from kernelcraft.schema.evaluation import CompileResult, KernelLaunch
+
+        self.compiled += 1
+        block, warps = re.findall(r"block, warps = (\d+), (\d+)", code)[1]
+        launch = KernelLaunch(
+            name="k", signature={}, constexprs={"BLOCK": int(block)}, grid=[1, 1, 1], num_warps=int(warps)
+        )
+        return CompileResult(ok=True, launches=[launch])
+
+
+@pytest.mark.anyio
+async def test_a_proposal_that_changes_no_launch_the_task_makes_is_skipped_not_evaluated() -> None:
+    from kernelcraft.agent.loop.proposers import TunerProposer
+    from kernelcraft.schema.tree import NextStep
+
+    session = LaunchesOfTheElseBranch()
+    tuner = TunerProposer(
+        session,  # type: ignore[arg-type]
+        task_source="task",
+        seed_code=BRANCHES,
+        seed_outcome="correct",
+        search_seed=0,
+        compile_check=False,  # a GPU run: no compile check, the launches alone are compared
+    )
+    step = NextStep.model_construct(
+        kind="small",
+        start_code=BRANCHES,
+        pool=[],
+        chain=[],
+        target="sm_90a",
+        speedup_measured=True,
+        parent_id=1,
+    )
+    records: list[dict[str, Any]] = []
+    for _ in range(4):
+        out = await tuner.step(step, records, None)
+        assert out.code is not None
+        records.append({**out.info, "outcome": "correct", "candidate_us": None})
+    dead_line = BRANCHES.splitlines().index("        block, warps = 2048, 8") + 1
+    lines = {int(k.split("@")[1]) for r in records for k in r["tuner"]["changed"]}
+    assert lines == {dead_line + 2}  # every step moved the branch the task takes
+    skipped = [u for r in records for u in r["unchanged"]]
+    assert skipped and all(u["axes"] for u in skipped)  # the dead branch's moves, each compiled once
+    assert session.compiled == 4 + len(skipped) + 1  # and the base once, for its launches
