@@ -10,8 +10,13 @@ the launches were found on the task's full-size inputs, the model mode and the T
 Only deterministic outcomes are kept: a target that compiled, or that the compiler refused
 (`compile_*`); a timeout, a crash or a failed discovery is compiled again next time.
 
-Who writes: `Job.compile_stage`, in the evaluator's process (never a worker: a candidate cannot
-put facts here for another). The store is bounded (least recently used out) and lives as long as
+The GPU check without a GPU (`Job.gpu_check`) compiles a trial's record in the trusted kernels
+role: its result is kept by the record's own content and the target (`recorded`), so verifying the
+same kernel again does not compile it again. Also here: `keep_compiled`, the end of a job's part
+in `machine/kernelcache.py` (the compiled kernels themselves, for a candidate's next process).
+
+Who writes: `Job.compile_stage` and `Job.gpu_check`, in the evaluator's process (never a worker: a
+candidate cannot put facts here for another). The store is bounded (least recently used out) and lives as long as
 the `ReferencePool` that holds it.
 """
 
@@ -22,7 +27,7 @@ import hashlib
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernelcraft.engine.host.verdicts import compile_from_parts
 from kernelcraft.engine.wire.channel import Frame
@@ -58,6 +63,7 @@ class CompileFacts:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
         self._facts: OrderedDict[str, Facts] = OrderedDict()
+        self._recorded: OrderedDict[str, CompileResult] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -103,6 +109,38 @@ class CompileFacts:
             self._facts.move_to_end(k)
             while len(self._facts) > self.capacity:
                 self._facts.popitem(last=False)
+
+    # ---- the GPU check's compile of a record (`freshreplay.compile_recorded`) ----
+
+    @staticmethod
+    def recorded_key(program: dict[str, Any], target: str) -> str:
+        """A record's compile is the trusted kernels role's (`worker/kernels.py`), from the record
+        alone: the same record (kernel sources, argument layout, constexprs) compiles the same, for
+        whichever candidate sent it."""
+        what = [json.dumps(program, sort_keys=True, default=str), target, _triton_version()]
+        return "recorded:" + hashlib.sha256(json.dumps(what).encode()).hexdigest()
+
+    def recorded(self, program: dict[str, Any], target: str) -> CompileResult | None:
+        """The kernels role's result for this record and target, if it compiled it before (a copy)."""
+        k = self.recorded_key(program, target)
+        kept = self._recorded.get(k)
+        if kept is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._recorded.move_to_end(k)
+        return kept.model_copy(deep=True)
+
+    def keep_recorded(self, program: dict[str, Any], target: str, result: CompileResult) -> None:
+        """Keep the kernels role's result when it is deterministic: compiled, or refused by the compiler."""
+        refused = result.failure_class is not None and result.failure_class.value.startswith("compile_")
+        if not (result.ok or refused):
+            return
+        k = self.recorded_key(program, target)
+        self._recorded[k] = result.model_copy(deep=True)
+        self._recorded.move_to_end(k)
+        while len(self._recorded) > self.capacity:
+            self._recorded.popitem(last=False)
 
 
 def from_known(known: dict[str, Facts], targets: list[str], elapsed: float) -> CompileResult:

@@ -223,7 +223,13 @@ class Job:
             return
         if st.program is not None and st.device.compile_pool is not None:
             t = time.perf_counter()  # exactly the kernels the trials launched, as recorded
-            recorded = await compile_recorded(st, self.workers, st.device.compile_pool, st.program, target)
+            facts = st.references.compile_facts
+            recorded = facts.recorded(st.program, target)
+            if recorded is None:
+                recorded = await compile_recorded(
+                    st, self.workers, st.device.compile_pool, st.program, target
+                )
+                facts.keep_recorded(st.program, target, recorded)
             st.stage("gpu_check", t)
             if gpu_rejects(verify, recorded, target, recorded=True):
                 return

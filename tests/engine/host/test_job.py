@@ -397,3 +397,30 @@ async def test_a_profile_never_compiles_again_what_an_earlier_job_compiled_for_t
     assert [h["targets"] for h in last.sent if h.get("op") == "compile"] == [["gfx942"]]
     assert third.compile is not None and [t.target for t in third.compile.targets] == ["gfx942", "sm_90a"]
     assert refs.compile_facts.hits == 2 and refs.compile_facts.misses == 2
+
+
+def test_the_gpu_checks_compile_of_a_record_is_kept_by_the_records_content_and_target() -> None:
+    """Verifying the same kernel again does not compile its record again (the trusted kernels
+    role's result depends on the record alone); a changed record, another target, or a result that
+    is no compiler's word (a timeout) is compiled again."""
+    from kernelcraft.base.failures import FailureClass
+    from kernelcraft.engine.host.compilefacts import CompileFacts
+    from kernelcraft.schema.evaluation import CompileResult
+
+    facts = CompileFacts()
+    program = {
+        "kernels": [{"name": "relu_kernel", "source": "@triton.jit\ndef relu_kernel(x): ..."}],
+        "steps": [],
+    }
+    ok = CompileResult(ok=True, seconds=0.6)
+    assert facts.recorded(program, "sm_90a") is None
+    facts.keep_recorded(program, "sm_90a", ok)
+    assert facts.recorded(dict(reversed(program.items())), "sm_90a") == ok  # the same record
+    assert facts.recorded(program, "gfx942") is None
+    other = {**program, "steps": [{"op": "launch"}]}
+    assert facts.recorded(other, "sm_90a") is None
+    facts.keep_recorded(other, "sm_90a", CompileResult(ok=False, failure_class=FailureClass.RUNTIME_TIMEOUT))
+    assert facts.recorded(other, "sm_90a") is None
+    refused = CompileResult(ok=False, failure_class=FailureClass.COMPILE_ERROR)
+    facts.keep_recorded(other, "sm_90a", refused)
+    assert facts.recorded(other, "sm_90a") == refused
