@@ -357,6 +357,32 @@ async def test_optimize_with_llm_none_starts_a_kernelbench_sum_from_the_cookbook
     assert "The offline tuner&#x27;s axes" in report and "tuner: block" in report
 
 
+@pytest.mark.gpu
+@pytest.mark.anyio
+async def test_on_a_gpu_the_tuner_times_each_step_against_the_kernel_it_started_from(home: Path) -> None:
+    # The CPU test above cannot time: on a GPU each tuner step records its base kernel's time, and
+    # the summary each axis's best gain; no step of the tree starts below the cookbook's kernel.
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    task = home / "47_Sum_reduction_over_a_dimension.py"
+    task.write_text((ROOT / "tests" / "fixtures" / "tasks" / task.name).read_text())
+    summary = await optimize(
+        OptimizeOptions(task=task, steps=4, llm=LLMConfig(kind="none"), out=home / "r", db_path=home / "kc.db",
+                        progress=False)
+    )  # fmt: skip
+    assert summary["speedup_measured"] is True
+    steps = read_steps(home / "r")
+    small = [s for s in steps if s["kind"] == "small" and s.get("tuner")]
+    assert small and all(s["tuner"]["base_us"] for s in small)
+    gains = [v["best_gain"] for v in summary["tuner_axis_seconds"].values()]
+    assert any(g is not None and g > 0 for g in gains)
+    tree = json.loads((home / "r" / "tree.json").read_text())
+    seed = next(n for n in tree["nodes"] if n["seed"])
+    assert summary["best"]["speedup"] >= seed["speedup"]
+
+
 @pytest.mark.anyio
 async def test_optimize_without_an_api_key_fails_before_starting_anything(
     home: Path, monkeypatch: pytest.MonkeyPatch
