@@ -44,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from kernelcraft.base import knobs  # noqa: E402
 from kernelcraft.knowledge.cookbook import load_cookbook  # noqa: E402
 from kernelcraft.knowledge.cookbook.book import INDEX, with_figures  # noqa: E402
 from kernelcraft.schema.cookbook import CookbookFigure  # noqa: E402
@@ -221,7 +222,10 @@ async def evaluate(out: Path, args: argparse.Namespace) -> LevelSummary:
         resume=not args.restart,
     )
     ev = LocalEvaluator(
-        workers=2 * args.jobs, device=args.device, timings_file=cache_file(timingcache.FILE_NAME)
+        settings=knobs.settings(),
+        workers=2 * args.jobs,
+        device=args.device,
+        timings_file=cache_file(knobs.settings().paths, timingcache.FILE_NAME),
     )
 
     async def progress(done: int, total: int, message: str) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Literal
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from kernelcraft.base import knobs  # noqa: E402
 from kernelcraft.engine.host.local import LocalEvaluator  # noqa: E402
 from kernelcraft.schema.evaluation import EvalJob, EvalResult  # noqa: E402
 
@@ -252,7 +253,7 @@ async def main_async(args: argparse.Namespace) -> int:
     device: Literal["cpu", "cuda"] = "cpu" if args.cpu_smoke else "cuda"
     reports = {name: TaskReport(task=name) for name in TASKS}
     print(f"kernelcraft engine benchmark on {device}; torch {torch.__version__}", flush=True)
-    async with LocalEvaluator(device=device, workers=args.workers) as evaluator:
+    async with LocalEvaluator(settings=knobs.settings(), device=device, workers=args.workers) as evaluator:
         t0 = time.perf_counter()
         print("warm-up: one evaluation per task (worker start, Triton cache)", flush=True)
         await asyncio.gather(

@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench_eval import TASKS, batch, job_for  # noqa: E402
 
+from kernelcraft.base import knobs  # noqa: E402
 from kernelcraft.engine.host.local import LocalEvaluator  # noqa: E402
 
 
@@ -58,11 +59,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     device = "cpu" if args.cpu_smoke else "auto"
     size = args.batch or (4 if args.cpu_smoke else 42)
     print("local evaluator:", flush=True)
-    async with LocalEvaluator(device=device, workers=args.workers) as local:
+    async with LocalEvaluator(settings=knobs.settings(), device=device, workers=args.workers) as local:
         gpus = "GPU" if local.has_gpu else "CPU"
         local_out = await measure(local, args.cpu_smoke, size, args.runs)
     print("Ray evaluator:", flush=True)
-    ray_ev = RayEvaluator(address=args.ray_address, workers=args.workers)
+    ray_ev = RayEvaluator(settings=knobs.settings(), address=args.ray_address, workers=args.workers)
     try:
         await ray_ev.start()
         actors = {name: slot.where for name, slot in ray_ev.router.slots.items()}

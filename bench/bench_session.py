@@ -36,6 +36,7 @@ from mcp import Client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from kernelcraft.base import knobs  # noqa: E402
 from kernelcraft.base.config import Settings  # noqa: E402
 from kernelcraft.engine.host.evaluator import Evaluator  # noqa: E402
 from kernelcraft.server.app import create_server  # noqa: E402
@@ -139,7 +140,7 @@ def _scripted(_: Settings) -> Evaluator:
 def _real(_: Settings) -> Evaluator:
     from kernelcraft.engine.host.local import LocalEvaluator
 
-    return LocalEvaluator(workers=1, device="cpu")
+    return LocalEvaluator(settings=knobs.settings(), workers=1, device="cpu")
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from kernelcraft.base import knobs  # noqa: E402
 from kernelcraft.engine.host.local import LocalEvaluator  # noqa: E402
 from kernelcraft.schema.evaluation import EvalJob  # noqa: E402
 
@@ -30,7 +31,7 @@ EXAMPLES = REPO / "examples"
 
 async def run(names: list[str], repeats: int, device: str) -> list[dict[str, object]]:
     out = []
-    async with LocalEvaluator(workers=2, device=device) as ev:
+    async with LocalEvaluator(settings=knobs.settings(), workers=2, device=device) as ev:
         for name in names:
             folder = EXAMPLES / name
             job = EvalJob(

@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.base import knobs
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -51,7 +53,7 @@ async def warm(examples: list[str], rounds: int, device: str, facts: bool, kerne
     from kernelcraft.engine.machine.kernelcache import KernelCache
     from kernelcraft.schema.evaluation import EvalJob
 
-    ev = LocalEvaluator(workers=2, device=device)
+    ev = LocalEvaluator(settings=knobs.settings(), workers=2, device=device)
     await ev.start()
     out: dict[str, Any] = {}
     try:

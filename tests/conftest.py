@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from kernelcraft.base import knobs
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PLANTED_SECRETS = {
     "KC_TEST_API_KEY": "sk-planted-secret-1f9a",
@@ -36,7 +38,9 @@ class EvalRunner:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.evaluator = LocalEvaluator(workers=2, device="cpu", memory_limit_gb=2.0, protect_environ=False)
+        self.evaluator = LocalEvaluator(
+            settings=knobs.settings(), workers=2, device="cpu", memory_limit_gb=2.0, protect_environ=False
+        )
         self.call(self.evaluator.start())
 
     def call(self, coro, timeout: float = 300):  # type: ignore[no-untyped-def]
@@ -123,7 +127,7 @@ def gpu_submit():  # type: ignore[no-untyped-def]
     from kernelcraft.engine.host.local import LocalEvaluator
 
     loop = asyncio.new_event_loop()
-    ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
+    ev = LocalEvaluator(settings=knobs.settings(), workers=2, device="cuda", protect_environ=False)
     loop.run_until_complete(ev.start())
     yield lambda job: loop.run_until_complete(ev.submit(job)).verify
     loop.run_until_complete(ev.aclose())

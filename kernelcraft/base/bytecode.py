@@ -9,7 +9,8 @@ keep bytecode in KERNELCRAFT_HOME/cache/pycache (`PYTHONPYCACHEPREFIX`), so only
 compiles; nothing is written beside the sources.
 
 Left alone: a `PYTHONPYCACHEPREFIX` already set, a torch with bytecode beside its sources (a prefix
-would hide it), a Python that will write that bytecode itself, and `KERNELCRAFT_BYTECODE_CACHE=off`.
+would hide it), a Python that will write that bytecode itself, and the `bytecode_cache` setting off
+(KERNELCRAFT_BYTECODE_CACHE=off: the caller passes the `Knobs` its entry point read, `base/knobs.py`).
 
 Who writes, who reads. Only the user's own processes write the folder: the CLI, the zygote, and the
 warm-up process that imports what a profile's torch.compile imports (`engine/startup/prebuilt.py`).
@@ -30,8 +31,7 @@ import sys
 from pathlib import Path
 
 from kernelcraft.base.config import cache_file
-from kernelcraft.base.errors import UsageError
-from kernelcraft.base.knobs import engine_settings
+from kernelcraft.base.knobs import Knobs
 
 _in_use: list[Path] = []  # the folder `use_cache()` gave this process
 
@@ -50,19 +50,16 @@ def _torch_keeps_no_bytecode() -> bool:
     return not (writes and os.access(os.path.dirname(spec.origin), os.W_OK))
 
 
-def cache_dir() -> Path | None:
+def cache_dir(settings: Knobs) -> Path | None:
     """Where this machine's Python should keep bytecode for kernelcraft's processes, or None
-    where it needs no help (or may not have it)."""
-    try:
-        if not engine_settings().bytecode_cache:  # KERNELCRAFT_BYTECODE_CACHE (`base/knobs.py`)
-            return None
-    except UsageError:  # a bad value is the command line's to report
+    where it needs no help (or may not have it, or `settings` switch it off)."""
+    if not settings.engine.bytecode_cache:
         return None
     if os.environ.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix:
         return None
     if not _torch_keeps_no_bytecode():
         return None
-    path = cache_file("pycache")
+    path = cache_file(settings.paths, "pycache")
     if path is None:
         return None
     # Workers may enter it only where what Python writes inside is closed to others' writes (a
@@ -104,10 +101,10 @@ def _umask() -> int:
     return mask
 
 
-def use_cache() -> Path | None:
+def use_cache(settings: Knobs) -> Path | None:
     """Keep this process's own imports' bytecode in `cache_dir()` (the CLI, before it imports
     anything large). Returns the folder, or None where nothing changed."""
-    path = cache_dir()
+    path = cache_dir(settings)
     if path is not None:
         sys.pycache_prefix = str(path)
         sys.dont_write_bytecode = False
@@ -115,10 +112,12 @@ def use_cache() -> Path | None:
     return path
 
 
-def add_to_env(env: dict[str, str]) -> Path | None:
+def add_to_env(env: dict[str, str], settings: Knobs) -> Path | None:
     """Point `env`, a child Python's (the evaluator's zygote or a worker), at `cache_dir()`.
     Returns the folder, or None where no cache is needed (`env` unchanged)."""
-    path = _in_use[0] if _in_use else cache_dir()
+    if not settings.engine.bytecode_cache:
+        return None
+    path = _in_use[0] if _in_use else cache_dir(settings)
     if path is None or env.get("PYTHONPYCACHEPREFIX"):
         return None
     env["PYTHONPYCACHEPREFIX"] = str(path)

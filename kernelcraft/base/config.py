@@ -1,25 +1,26 @@
 """What the server and the CLI start from: the home, the database, `Settings`.
 
-`KERNELCRAFT_HOME` (default `~/.kernelcraft`) holds the database (`kernelcraft.db`), the
-evaluator's scratch space and run directories. A flag given on the command line beats the
-environment, which beats the default; every variable is read and parsed by `base/knobs.py`.
+The home (`PathSettings.home`, KERNELCRAFT_HOME, default `~/.kernelcraft`) holds the database
+(`kernelcraft.db`), the caches and run directories. A flag given on the command line beats the
+environment, which beats the default. Nothing here reads the environment: the entry point parses
+it once (`base/knobs.py`) and passes the `Knobs` (or their `paths`) in.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.knobs import EVAL_GRACE_S, settings
+from kernelcraft.base.knobs import EVAL_GRACE_S, Knobs, PathSettings
 
 
-def home_dir() -> Path:
-    """The kernelcraft home directory, created if missing. UsageError when it cannot be created or
-    written (the database, its WAL journal and run directories live there)."""
-    home = settings().paths.home
+def home_dir(paths: PathSettings) -> Path:
+    """The kernelcraft home directory (`paths.home`), created if missing. UsageError when it cannot
+    be created or written (the database, its WAL journal and run directories live there)."""
+    home = paths.home
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         private(home)
@@ -38,11 +39,11 @@ def private(path: Path) -> None:
         path.chmod(st.st_mode & 0o700)
 
 
-def cache_file(name: str) -> Path | None:
-    """`name` in KERNELCRAFT_HOME's cache folder, or None where the home cannot be used (a cache
-    is an optimisation: its absence never stops a command)."""
+def cache_file(paths: PathSettings, name: str) -> Path | None:
+    """`name` in the home's cache folder, or None where the home cannot be used (a cache is an
+    optimisation: its absence never stops a command)."""
     try:
-        return home_dir() / "cache" / name
+        return home_dir(paths) / "cache" / name
     except UsageError:
         return None
 
@@ -54,12 +55,11 @@ def _unusable_home(home: Path, why: str) -> UsageError:
     )
 
 
-def default_db_path() -> Path:
-    """Where the database lives unless `--db` or `KERNELCRAFT_DB` says otherwise."""
-    explicit = settings().paths.db
-    if explicit is not None:
-        return explicit
-    return home_dir() / "kernelcraft.db"
+def default_db_path(paths: PathSettings) -> Path:
+    """Where the database lives unless `--db` or `KERNELCRAFT_DB` (`paths.db`) says otherwise."""
+    if paths.db is not None:
+        return paths.db
+    return home_dir(paths) / "kernelcraft.db"
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,17 @@ class Settings:
     audience: Literal["mcp", "cli"] = "mcp"
     """Who reads the answers' words (`base/voice.py`): an MCP client (tool names, resources), or a
     person at the command line (`kernelcraft` commands): the driver's in-process server."""
+    knobs: Knobs = field(default_factory=Knobs)
+    """Every `KERNELCRAFT_*` setting as the entry point read them (`base/knobs.py`): the evaluator
+    the server makes gets its engine settings and home from here. Default: every default."""
 
     @classmethod
-    def from_env(cls, db_path: str | Path | None = None) -> Settings:
-        server = settings().server
+    def from_knobs(cls, knobs: Knobs, db_path: str | Path | None = None) -> Settings:
+        """The settings `knobs` (read by the entry point) give, with the database `db_path` (a
+        `--db`) or else theirs."""
         return cls(
-            db_path=Path(db_path).expanduser() if db_path else default_db_path(),
-            rule_activation_count=server.rule_activation,
-            text_content=server.text_content,
+            db_path=Path(db_path).expanduser() if db_path else default_db_path(knobs.paths),
+            rule_activation_count=knobs.server.rule_activation,
+            text_content=knobs.server.text_content,
+            knobs=knobs,
         )

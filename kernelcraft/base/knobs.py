@@ -8,13 +8,17 @@ on/true/1/yes and off for off/false/0/no, in any case and with spaces around; an
 refused with a `UsageError` naming the variable and the accepted words, as is an unknown choice
 or a number that is not one.
 
-`settings()` reads the environment once and keeps the result for as long as the variables stay
-as they were (a test that changes one gets the new values; a process that never changes them
-parses them once). The entry point calls it before anything starts, so a bad value is one line
-at start-up; what the process starts elsewhere gets the values explicitly: a Ray actor through
-`EngineSettings.to_env()`, a worker through its job and the box mode its pool gives it
-(`engine/wire/childenv.py` is the one module that writes and reads a child's environment).
-`scope(...)` sets values for a test's block.
+Read once, at an entry point, and passed down. `settings()` parses this process's environment
+(kept for as long as the variables stay as they were) and is called by the entry points alone:
+the command line (`kernelcraft/entry.py`, `cli/__init__.py`, which hands the `Knobs` to every
+command) and the driver's session for a caller that gave none (`agent/loop/session.py`);
+`tests/base/test_knobs.py` fails when any other module calls it. Everything below takes the
+object: the server's `Settings.knobs` (`base/config.py`), `LocalEvaluator(settings=...)` and from
+it the worker pools, the zygote's head start, the box's mode, the bytecode cache and Triton's
+prebuilt helpers; `RayEvaluator(settings=...)` hands its `EngineSettings` to each actor as an
+argument. A worker reads none of them: its pool writes what it needs into its environment
+(`engine/wire/childenv.py`, the one module that writes and reads a child's environment).
+A test builds the object it wants (`Knobs(engine=EngineSettings(zygote=False))`).
 
 The second half of the module is a job's knobs (`JobKnob`: a deadline, trials), each defined
 once with its default and bounds, and the bounds on every wait that nothing else ends.
@@ -26,11 +30,10 @@ checks it). Pure standard library: workers and the CLI's fast start import it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +44,14 @@ TOKENS_ENV = "KERNELCRAFT_TOKENS"
 SERVE_SECRETS = (TOKENS_ENV, "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 """What a serving process holds and never needs once started (the tokens after they are read, the
 driver agent's LLM keys): `serve` drops them, a Ray actor refuses to run with any of them."""
+
+
+def secrets_held(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Which of `SERVE_SECRETS` `environ` (this process's environment when None) holds."""
+    env = os.environ if environ is None else environ
+    return [name for name in SERVE_SECRETS if name in env]
+
+
 ON_WORDS = ("on", "true", "1", "yes")
 OFF_WORDS = ("off", "false", "0", "no")
 SWITCH_WORDS = f"{'/'.join(ON_WORDS)} or {'/'.join(OFF_WORDS)}"
@@ -221,12 +232,16 @@ class SecretSettings:
 
 @dataclass(frozen=True)
 class Knobs:
-    """Every setting, by group."""
+    """Every setting, by group (`Knobs()`: every default, whatever the environment holds)."""
 
-    engine: EngineSettings
-    server: ServerSettings
-    paths: PathSettings
-    secrets: SecretSettings
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    paths: PathSettings = field(default_factory=PathSettings)
+    secrets: SecretSettings = field(default_factory=SecretSettings)
+
+    def without_secrets(self) -> Knobs:
+        """These settings with no secret (what a server keeps once it has read its tokens)."""
+        return Knobs(self.engine, self.server, self.paths)
 
 
 _GROUPS: dict[str, type] = {
@@ -248,34 +263,16 @@ def load(environ: Mapping[str, str] | None = None) -> Knobs:
 
 
 _cache: tuple[tuple[str | None, ...], Knobs] | None = None
-_scoped: list[Knobs] = []
 
 
 def settings() -> Knobs:
-    """This process's settings: parsed once, and again only when a variable changed."""
+    """This process's settings, for an entry point to pass down (see the module docstring):
+    parsed once, and again only when a variable changed."""
     global _cache
-    if _scoped:
-        return _scoped[-1]
     key = tuple(os.environ.get(k.env) for k in KNOBS)
     if _cache is None or _cache[0] != key:
         _cache = (key, load())
     return _cache[1]
-
-
-def engine_settings() -> EngineSettings:
-    return settings().engine
-
-
-@contextlib.contextmanager
-def scope(**engine: Any) -> Iterator[Knobs]:
-    """For a test: these engine settings (the rest as the environment gives them) inside the block."""
-    base = settings()
-    knobs = replace(base, engine=replace(base.engine, **engine))
-    _scoped.append(knobs)
-    try:
-        yield knobs
-    finally:
-        _scoped.remove(knobs)
 
 
 def table() -> str:

@@ -17,8 +17,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from kernelcraft.base import knobs
 from kernelcraft.base.errors import KernelcraftError, StoreError, UsageError
-from kernelcraft.base.knobs import settings
 from kernelcraft.cli.common import (
     ERROR_KINDS,
     EXIT_BROKEN_PIPE,
@@ -115,7 +115,9 @@ def _run(argv: list[str], *, as_json: bool) -> int:
     _configure_logging(args.verbose)
     as_json = bool(getattr(args, "json", False))
     try:
-        settings()  # every KERNELCRAFT_* variable, parsed once: a bad value is one line, here
+        # every KERNELCRAFT_* variable, parsed once, here (a bad value is one line); each command
+        # takes them from `args` (`common.knobs_of`) and passes them down
+        args.knobs = knobs.settings()
         return int(args.func(args) or EXIT_OK)
     except (SystemExit, BrokenPipeError):
         raise

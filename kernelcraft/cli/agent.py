@@ -19,6 +19,7 @@ from kernelcraft.cli.common import (
     add_json,
     check_evaluator_args,
     emit,
+    knobs_of,
     print_json,
     run,
 )
@@ -115,6 +116,7 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_total_tokens": args.max_tokens,
         "max_dollars": args.max_dollars,
         "progress": not args.quiet,
+        "knobs": knobs_of(args),
     }
 
 

@@ -22,7 +22,7 @@ import anyio
 from pydantic import BaseModel
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.base.knobs import TIMEOUT_S, TRIALS, JobKnob
+from kernelcraft.base.knobs import TIMEOUT_S, TRIALS, JobKnob, Knobs
 
 T = TypeVar("T")
 
@@ -125,8 +125,16 @@ Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Options: TypeAlias = "argparse._ActionsContainer"
 
 
+def knobs_of(args: argparse.Namespace) -> Knobs:
+    """The settings `main` read once for this command (`base/knobs.py`), to pass down."""
+    given = getattr(args, "knobs", None)
+    if not isinstance(given, Knobs):
+        raise TypeError("a command's arguments carry the settings `kernelcraft.cli.main` read (args.knobs)")
+    return given
+
+
 def add_db(p: Options, what: str = "database file") -> None:
-    """`--db PATH`: the database a command opens; without it, `Settings.from_env` finds one."""
+    """`--db PATH`: the database a command opens; without it, the settings' (`Settings.from_knobs`)."""
     p.add_argument("--db", type=Path, default=None, help=f"{what} (default: {DB_FALLBACK})")
 
 

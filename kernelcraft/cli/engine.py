@@ -35,6 +35,7 @@ from kernelcraft.cli.common import (
     add_memory_limit,
     check_trials,
     emit,
+    knobs_of,
     run,
     seconds,
     within,
@@ -185,12 +186,14 @@ def _run(job: EvalJob, args: argparse.Namespace, cpu_stages: list[str] | None = 
         from kernelcraft.base.config import cache_file
         from kernelcraft.engine import LocalEvaluator, add_up
 
+        knobs = knobs_of(args)
         async with LocalEvaluator(
+            settings=knobs,
             workers=3 if "compile" in job.stages else 2,
             device=args.device,
             memory_limit_gb=args.memory_limit_gb,
             lazy=True,
-            timings_file=cache_file(COMPILED_TIMINGS_FILE),
+            timings_file=cache_file(knobs.paths, COMPILED_TIMINGS_FILE),
         ) as ev:
             todo = job if ev.has_gpu or cpu_stages is None else job.model_copy(update={"stages": cpu_stages})
             submitted = time.perf_counter()

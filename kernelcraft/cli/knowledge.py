@@ -15,7 +15,7 @@ from typing import TypeVar
 from kernelcraft.base.config import Settings
 from kernelcraft.base.files import check_regular
 from kernelcraft.base.targets import TARGET_LIST
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, print_json, run
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, emit, knobs_of, print_json, run
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook
 from kernelcraft.schema.docs import DocSection, section_markdown
@@ -95,7 +95,7 @@ def register(sub: Subcommands) -> None:
 
 
 def _run(args: argparse.Namespace, body: Callable[[Store, Rulebook], Awaitable[T]]) -> T:
-    settings = Settings.from_env(args.db)
+    settings = Settings.from_knobs(knobs_of(args), args.db)
 
     async def go() -> T:
         store = await Store.open(settings.db_path)

@@ -39,6 +39,7 @@ from kernelcraft.cli.common import (
     add_json,
     check_trials,
     emit,
+    knobs_of,
     run,
     seconds,
     within,
@@ -164,8 +165,12 @@ def cmd_level(args: argparse.Namespace) -> int:
         from kernelcraft.engine import COMPILED_TIMINGS_FILE, LocalEvaluator
 
         # Not entered: its workers start at the first job, so a run resumed to the end starts none.
+        knobs = knobs_of(args)
         ev = LocalEvaluator(
-            workers=2 * spec.jobs, device=args.device, timings_file=cache_file(COMPILED_TIMINGS_FILE)
+            workers=2 * spec.jobs,
+            device=args.device,
+            timings_file=cache_file(knobs.paths, COMPILED_TIMINGS_FILE),
+            settings=knobs,
         )
         try:
             with LevelBar() as bar:

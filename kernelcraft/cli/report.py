@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from kernelcraft.base.errors import UsageError
-from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, print_json, run
+from kernelcraft.cli.common import EXIT_OK, Subcommands, add_db, add_json, knobs_of, print_json, run
 from kernelcraft.report.model import RunReport
 
 
@@ -48,7 +48,7 @@ def _tree_report(args: argparse.Namespace) -> RunReport:
     from kernelcraft.server.resources import tree_report
     from kernelcraft.store import Store, utcnow
 
-    settings = Settings.from_env(args.db)
+    settings = Settings.from_knobs(knobs_of(args), args.db)
 
     async def go() -> RunReport:
         store = await Store.open(settings.db_path)

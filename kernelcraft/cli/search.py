@@ -34,6 +34,7 @@ from kernelcraft.cli.common import (
     add_device,
     add_json,
     emit,
+    knobs_of,
     print_json,
 )
 from kernelcraft.cli.progress import JobProgress
@@ -151,12 +152,12 @@ def _run(
 ) -> T:
     """Open the database's state as the server does (`open_app_state`), run `body` on its search
     service, close it. Candidates are evaluated by a `LocalEvaluator` for `--device` (or `device`)."""
-    settings = Settings.from_env(args.db)
+    settings = Settings.from_knobs(knobs_of(args), args.db)
 
-    def local_evaluator(_: Settings) -> Evaluator:
+    def local_evaluator(given: Settings) -> Evaluator:
         from kernelcraft.engine import LocalEvaluator
 
-        return LocalEvaluator(device=device or args.device)
+        return LocalEvaluator(device=device or args.device, settings=given.knobs)
 
     async def go() -> T:
         async with open_app_state(settings, local_evaluator) as state:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.knobs import TOKENS_ENV as TOKENS
-from kernelcraft.base.knobs import settings
 from kernelcraft.cli.common import (
     EXIT_OK,
     Subcommands,
@@ -29,6 +28,7 @@ from kernelcraft.cli.common import (
     add_evaluator,
     add_memory_limit,
     check_evaluator_args,
+    knobs_of,
     run,
 )
 
@@ -146,7 +146,7 @@ def judge_from_args(args: argparse.Namespace) -> ModelJudge | None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     check_evaluator_args(args.evaluator, args.ray_address)
     return dataclasses.replace(
-        Settings.from_env(args.db),
+        Settings.from_knobs(knobs_of(args).without_secrets(), args.db),
         evaluator=args.evaluator,
         ray_address=args.ray_address,
         memory_limit_gb=args.memory_limit_gb,
@@ -186,7 +186,7 @@ def check_box(settings: Settings, *, http: bool, allow_partial: bool) -> None:
         return
     from kernelcraft.engine import box_preflight
 
-    report = box_preflight()
+    report = box_preflight(settings.knobs)
     if report.complete:
         logger.info(report.sentence())
         return
@@ -208,7 +208,7 @@ def http_plan_from_args(args: argparse.Namespace) -> HttpPlan:
         if args.no_auth:
             raise UsageError("--no-auth and --tokens-file contradict each other; give one of them")
         tokens.update(load_tokens_file(args.tokens_file))
-    env_tokens = settings().secrets.tokens or ""
+    env_tokens = knobs_of(args).secrets.tokens or ""
     if env_tokens.strip():
         if args.no_auth:
             logger.warning("%s is set but --no-auth was given: serving without authentication", TOKENS_ENV)

@@ -94,12 +94,16 @@ def default_evaluator_factory(settings: Settings) -> Evaluator:
     if settings.evaluator == "ray":
         from kernelcraft.engine import RayEvaluator
 
-        return RayEvaluator(address=settings.ray_address, memory_limit_gb=settings.memory_limit_gb)
+        return RayEvaluator(
+            address=settings.ray_address, memory_limit_gb=settings.memory_limit_gb, settings=settings.knobs
+        )
     from kernelcraft.base.config import cache_file
     from kernelcraft.engine import COMPILED_TIMINGS_FILE, LocalEvaluator
 
     return LocalEvaluator(
-        memory_limit_gb=settings.memory_limit_gb, timings_file=cache_file(COMPILED_TIMINGS_FILE)
+        memory_limit_gb=settings.memory_limit_gb,
+        timings_file=cache_file(settings.knobs.paths, COMPILED_TIMINGS_FILE),
+        settings=settings.knobs,
     )
 
 

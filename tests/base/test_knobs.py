@@ -5,6 +5,7 @@ every part that uses it: the prestart, a worker pool, the box, a Ray actor (issu
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -37,17 +38,38 @@ def variable_names(path: Path) -> set[str]:
 
 
 def reads_the_environment(path: Path) -> bool:
-    text = path.read_text(encoding="utf-8")
-    return "environ" in text or "getenv" in text
+    """Whether `path`'s code touches the process's environment (`os.environ`, `getenv`)."""
+    names = ("environ", "environb", "getenv", "getenvb")
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr in names) or (isinstance(n, ast.Name) and n.id in names)
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    )
 
 
-def test_at_most_three_modules_name_a_kernelcraft_variable_beside_the_environment() -> None:
+# What names a variable of ours without spelling it: knobs.py's names of them.
+VARIABLE_HOLDERS = {"PREFIX", "TOKENS_ENV", "SERVE_SECRETS", "KNOBS", "BY_ENV"}
+
+
+def names_a_variable_through_knobs(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "kernelcraft.base.knobs":
+            if {a.name for a in node.names} & VARIABLE_HOLDERS:
+                return True
+        if isinstance(node, ast.Attribute) and node.attr in VARIABLE_HOLDERS:
+            return True
+    return False
+
+
+def test_at_most_three_modules_read_a_kernelcraft_variable_from_the_environment() -> None:
+    # the parser, the worker's wire, and the server's hardening (which drops the secrets)
     readers = {
         str(p.relative_to(PACKAGE))
         for p in PACKAGE.rglob("*.py")
-        if reads_the_environment(p) and variable_names(p) - TASK_ATTRIBUTES
+        if reads_the_environment(p)
+        and (variable_names(p) - TASK_ATTRIBUTES or names_a_variable_through_knobs(p))
     }
-    assert readers <= {"base/knobs.py", "engine/wire/childenv.py"}, sorted(readers)
+    assert readers <= {"base/knobs.py", "engine/wire/childenv.py", "server/hardening.py"}, sorted(readers)
 
 
 def test_every_kernelcraft_variable_named_in_the_package_is_a_knob_or_the_worker_wire() -> None:
@@ -87,21 +109,43 @@ def test_an_unknown_value_is_refused_with_the_variables_name(bad: str) -> None:
         load({name: value})
 
 
-def parts_see(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, object]:
-    """What each part that reads the engine's settings makes of the environment now."""
+def parts_see(given: knobs.Knobs, tmp_path: Path) -> dict[str, object]:
+    """What each part below the entry point makes of the settings it is handed."""
     from kernelcraft.engine import box
-    from kernelcraft.engine.cluster.ray_evaluator import actor_env
     from kernelcraft.engine.machine import prestart
-    from kernelcraft.engine.machine.pool import WorkerPool
+    from kernelcraft.engine.machine.pool import WorkerPool, base_env
+    from kernelcraft.engine.startup import prebuilt
+    from kernelcraft.engine.wire import childenv
 
-    pool = WorkerPool(1, "cpu", tmp_path, interpret=True, lazy=True)
+    pool = WorkerPool(1, "cpu", tmp_path, interpret=True, lazy=True, settings=given)
     return {
-        "prestart_zygote": prestart.wanted(["verify", "t.py", "c.py"]),
+        "prestart_zygote": prestart.wanted(["verify", "t.py", "c.py"], given),
         "pool_zygote": pool.start_mode() == "fork",
-        "box_cpu": box.mode("cpu"),
-        "box_cuda": box.mode("cuda"),
-        "actor": load(actor_env()).engine,
-        "here": settings().engine,
+        "box_cpu": box.mode("cpu", given.engine),
+        "box_cuda": box.mode("cuda", given.engine),
+        # what a worker (or the zygote) reads of its pool's environment, on the child's side
+        "worker_box_cpu": childenv.mine(base_env("cpu", None, True, settings=given)).box,
+        "worker_box_cuda": childenv.mine(base_env("cuda", 0, False, settings=given)).box,
+        "prebuilt": prebuilt.folder(given) is not None,
+        # what RayEvaluator hands each actor (tests/engine/cluster/: the actor runs with it)
+        "actor": given.engine,
+    }
+
+
+def expected(engine: EngineSettings) -> dict[str, object]:
+    """What each part must make of `engine`, from the settings' meaning alone."""
+    pidns = {None: ("on", "on,nopidns-gpu"), True: ("on", "on"), False: ("on,nopidns", "on,nopidns")}
+    cpu, cuda = pidns[engine.sandbox_pidns]
+    root = ",root" if engine.sandbox_identity == "root" else ""
+    boxes = ("off", "off") if not engine.sandbox else (cpu + root, cuda + root)
+    return {
+        "prestart_zygote": engine.zygote,
+        "pool_zygote": engine.zygote,
+        "box_cpu": boxes[0],
+        "box_cuda": boxes[1],
+        "worker_box_cpu": boxes[0],
+        "worker_box_cuda": boxes[1],
+        "actor": engine,
     }
 
 
@@ -111,6 +155,7 @@ def test_each_engine_setting_in_every_spelling_is_one_value_everywhere(
 ) -> None:
     for other in ENGINE:
         monkeypatch.delenv(other.env, raising=False)
+    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
     words = (
         {True: spellings(ON_WORDS), False: spellings(OFF_WORDS)}
         if knob.kind != "choice"
@@ -120,32 +165,93 @@ def test_each_engine_setting_in_every_spelling_is_one_value_everywhere(
         seen = []
         for text in texts:
             monkeypatch.setenv(knob.env, text)
-            parts = parts_see(monkeypatch, tmp_path)
-            assert getattr(parts["here"], knob.field) == value, (text, parts)
-            assert parts["actor"] == parts["here"], (text, parts)  # a Ray actor gets every setting
-            if knob.field == "zygote":
-                assert parts["prestart_zygote"] is value and parts["pool_zygote"] is value, (text, parts)
-            seen.append({k: v for k, v in parts.items() if k != "here"})
+            read = settings()  # as an entry point reads them, then hands them down
+            assert getattr(read.engine, knob.field) == value, text
+            parts = parts_see(read, tmp_path)
+            want = expected(read.engine)
+            assert {k: parts[k] for k in want} == want, (text, parts)
+            if knob.field == "prebuilt" and not value:
+                assert parts["prebuilt"] is False, text
+            seen.append(parts)
         assert all(s == seen[0] for s in seen), (knob.env, value, seen)  # one value, however spelt
 
 
-def test_the_box_mode_a_pool_gives_its_workers_follows_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_box_mode_a_pool_gives_its_workers_follows_the_settings() -> None:
     from kernelcraft.engine import box
 
-    for other in ENGINE:
-        monkeypatch.delenv(other.env, raising=False)
-    assert box.mode("cpu") == "on" and box.mode("cuda") == "on,nopidns-gpu"
-    monkeypatch.setenv("KERNELCRAFT_SANDBOX_IDENTITY", "ROOT")
-    monkeypatch.setenv("KERNELCRAFT_SANDBOX_PIDNS", "False")
-    assert box.mode("cpu") == "on,nopidns,root"
-    monkeypatch.setenv("KERNELCRAFT_SANDBOX", "no")
-    assert box.mode("cpu") == "off"
+    assert (
+        box.mode("cpu", EngineSettings()) == "on" and box.mode("cuda", EngineSettings()) == "on,nopidns-gpu"
+    )
+    read = load({"KERNELCRAFT_SANDBOX_IDENTITY": "ROOT", "KERNELCRAFT_SANDBOX_PIDNS": "False"}).engine
+    assert box.mode("cpu", read) == "on,nopidns,root"
+    assert box.mode("cpu", load({"KERNELCRAFT_SANDBOX": "no"}).engine) == "off"
 
 
-def test_a_ray_actor_gets_every_engine_setting_and_keeps_them_through_its_scrub() -> None:
-    from kernelcraft.engine.cluster.ray_evaluator import ENGINE_SETTINGS
+def test_a_ray_actor_gets_its_settings_as_an_argument_not_through_its_environment() -> None:
+    from kernelcraft.engine.cluster import ray_evaluator
 
-    assert set(ENGINE_SETTINGS) == set(EngineSettings.env_names()) == {k.env for k in ENGINE}
+    assert not any(ray_evaluator._kept_for_ray(name) for name in EngineSettings.env_names())
+    assert "engine" in inspect.signature(ray_evaluator.EvalActor).parameters
+
+
+# Who may read this process's settings: the entry points. Every other module is handed them.
+ENTRY_POINTS = {"entry.py", "cli/__init__.py", "agent/loop/session.py"}
+
+
+def settings_calls(path: Path) -> list[int]:
+    """The lines where `path` calls `knobs.settings()` or `knobs.load()` (however imported)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules, functions = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "kernelcraft.base.knobs":
+            functions |= {a.asname or a.name for a in node.names if a.name in ("settings", "load")}
+        elif isinstance(node, ast.ImportFrom) and node.module == "kernelcraft.base":
+            modules |= {a.asname or a.name for a in node.names if a.name == "knobs"}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname for a in node.names if a.name == "kernelcraft.base.knobs" and a.asname}
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in functions:
+            lines.append(node.lineno)
+        elif (
+            isinstance(f, ast.Attribute)
+            and f.attr in ("settings", "load")
+            and (
+                (isinstance(f.value, ast.Name) and f.value.id in modules)
+                or ast.unparse(f.value) == "kernelcraft.base.knobs"
+            )
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_entry_points_read_the_settings_every_other_module_is_handed_them() -> None:
+    readers = {
+        str(p.relative_to(PACKAGE)): lines
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "knobs.py" and (lines := settings_calls(p))
+    }
+    assert set(readers) <= ENTRY_POINTS, {k: v for k, v in readers.items() if k not in ENTRY_POINTS}
+    assert set(readers) == ENTRY_POINTS, "an entry point no longer reads them: update ENTRY_POINTS"
+    assert not hasattr(knobs, "engine_settings")
+
+
+def test_the_readers_check_sees_every_way_of_calling_the_settings(tmp_path: Path) -> None:
+    for text in (
+        "from kernelcraft.base.knobs import settings\nsettings()\n",
+        "from kernelcraft.base.knobs import settings as s\ns().engine\n",
+        "from kernelcraft.base import knobs\nknobs.settings()\n",
+        "from kernelcraft.base import knobs as k\nk.load()\n",
+        "import kernelcraft.base.knobs as kb\nkb.settings()\n",
+        "import kernelcraft.base.knobs\nkernelcraft.base.knobs.settings()\n",
+    ):
+        (tmp_path / "m.py").write_text(text)
+        assert settings_calls(tmp_path / "m.py") == [2], text
+    (tmp_path / "m.py").write_text("from kernelcraft.base.knobs import Knobs\nKnobs()\n")
+    assert settings_calls(tmp_path / "m.py") == []
 
 
 def test_a_bad_setting_is_one_line_and_exit_2_before_any_command_runs(

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import kernelcraft.engine as engine
+from kernelcraft.base import knobs
 from kernelcraft.base.errors import TaskError
 from kernelcraft.schema.evaluation import EvalJob
 
@@ -38,7 +39,7 @@ def test_importing_a_worker_room_loads_nothing_of_the_host() -> None:
 
 
 def test_the_evaluator_refuses_a_source_that_is_no_task_before_starting_workers() -> None:
-    ev = engine.LocalEvaluator(lazy=True)
+    ev = engine.LocalEvaluator(settings=knobs.settings(), lazy=True)
     job = EvalJob(task_source="class Model:\n    pass\n", candidate_source="class ModelNew:\n    pass\n")
     with pytest.raises(TaskError, match="get_inputs"):
         asyncio.run(ev.submit(job))

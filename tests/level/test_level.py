@@ -20,6 +20,7 @@ import pytest
 from mcp import Client
 from server_support import settings_for
 
+from kernelcraft.base import knobs
 from kernelcraft.base.errors import UsageError
 from kernelcraft.engine.host.local import LocalEvaluator
 from kernelcraft.level import kernelbench
@@ -311,7 +312,7 @@ def test_the_command_needs_candidates_or_baseline_and_says_so(
 
 @pytest.fixture(scope="module")
 async def local_evaluator() -> AsyncIterator[LocalEvaluator]:
-    evaluator = LocalEvaluator(workers=2, device="cpu")
+    evaluator = LocalEvaluator(settings=knobs.settings(), workers=2, device="cpu")
     try:
         yield evaluator
     finally:
@@ -367,7 +368,7 @@ async def test_on_a_gpu_a_level_run_times_each_task_and_the_baseline_times_the_r
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    async with LocalEvaluator(workers=4, device="cuda") as ev:
+    async with LocalEvaluator(settings=knobs.settings(), workers=4, device="cuda") as ev:
         runs = LevelRun(tasks_dir=TASKS, out_dir=tmp_path / "c", candidates_dir=CANDIDATES, trials=2)
         summary = await run_level(ev, runs)
         base = await run_level(ev, LevelRun(tasks_dir=TASKS, out_dir=tmp_path / "b"))

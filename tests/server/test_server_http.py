@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from search_scripted import ScriptedEvaluator, candidate
 from server_support import TASK, NoEvaluations, failure_clients, settings_for
 
+from kernelcraft.base import knobs
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import UsageError
 from kernelcraft.cli import server as commands
@@ -231,7 +232,9 @@ def test_a_public_server_with_tokens_keeps_dns_rebinding_protection_for_its_name
 def serve_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     commands.register(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["serve", *argv])
+    args = parser.parse_args(["serve", *argv])
+    args.knobs = knobs.settings()  # as `kernelcraft.cli.main` hands them to the command
+    return args
 
 
 def test_serve_reads_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ from search_scripted import TASK, ScriptedEvaluator
 
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import StoreError
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.server.state import open_app_state
 from kernelcraft.store import Store
@@ -43,7 +44,7 @@ def closed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 async def test_open_app_state_wires_every_layer_to_one_store_and_closes_in_reverse_order(
     tmp_path: Path, closed: list[str]
 ) -> None:
-    settings = Settings.from_env(tmp_path / "kc.db")
+    settings = Settings.from_knobs(Knobs(), tmp_path / "kc.db")
     async with open_app_state(settings, lambda _: ClosingEvaluator(closed)) as state:
         assert state.settings is settings and isinstance(state.evaluator, ClosingEvaluator)
         assert state.search.store is state.store and state.rulebook.store is state.store
@@ -64,7 +65,7 @@ async def test_open_app_state_closes_what_it_opened_when_opening_fails_half_way(
         raise StoreError("the manuals' index is broken")
 
     monkeypatch.setattr(HwDocs, "index", broken_index)
-    settings = Settings.from_env(tmp_path / "kc.db")
+    settings = Settings.from_knobs(Knobs(), tmp_path / "kc.db")
     with pytest.raises(StoreError, match="index is broken"):
         async with open_app_state(settings, lambda _: ClosingEvaluator(closed)):
             pytest.fail("a state that failed to open was entered")

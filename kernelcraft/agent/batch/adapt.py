@@ -26,6 +26,7 @@ from kernelcraft.agent.loop.explore import find_seed, optimize
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.base.errors import LLMError, UsageError
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.base.targets import DEFAULT_TARGET
 from kernelcraft.schema.presets import ADAPT_PARAMS, DEFAULT_PRESET, PresetName, preset_config
 
@@ -50,6 +51,7 @@ class AdaptOptions:
     evaluator: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     tasks: list[Path] | None = None  # these tasks rather than tasks_dir's (a level's --problems)
+    knobs: Knobs | None = None  # the settings the caller read once (the CLI's); None: `session.driver_knobs`
 
 
 def discover_tasks(folder: Path) -> list[Path]:
@@ -82,7 +84,9 @@ async def rule_counts(opts: AdaptOptions, session: ToolSession | None = None) ->
     """Every active rule's count (rules://active), over `session` or a session of its own."""
     if session is not None:
         return {r.uid: r.count for r in await session.active_rules()}
-    async with open_session(server_url=opts.server_url, token_env=opts.token_env, db_path=opts.db_path) as s:
+    async with open_session(
+        server_url=opts.server_url, token_env=opts.token_env, db_path=opts.db_path, knobs=opts.knobs
+    ) as s:
         return {r.uid: r.count for r in await s.active_rules()}
 
 
@@ -134,6 +138,7 @@ async def adapt(
             db_path=opts.db_path,
             evaluator=opts.evaluator,
             ray_address=opts.ray_address,
+            knobs=opts.knobs,
             max_total_tokens=tokens_left,
             max_dollars=dollars_left,
             progress=opts.progress,
@@ -184,7 +189,7 @@ async def rules_learnt(
         after = await session.active_rules()
     else:
         async with open_session(
-            server_url=opts.server_url, token_env=opts.token_env, db_path=opts.db_path
+            server_url=opts.server_url, token_env=opts.token_env, db_path=opts.db_path, knobs=opts.knobs
         ) as s:
             after = await s.active_rules()
     grown = sorted(

@@ -54,7 +54,7 @@ from kernelcraft.agent.llm.judge import ModelJudge, judge_for
 from kernelcraft.agent.loop.explore import optimize
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir, write_atomic
-from kernelcraft.agent.loop.session import ToolSession, open_session
+from kernelcraft.agent.loop.session import ToolSession, driver_knobs, open_session
 from kernelcraft.base.errors import KernelcraftError, UsageError
 from kernelcraft.schema.levelrun import (
     AdaptPhase,
@@ -90,6 +90,7 @@ async def _session(
         evaluator=opts.run.evaluator,
         ray_address=opts.run.ray_address,
         judge=judge,
+        knobs=opts.run.knobs,
     ) as session:
         yield session
 
@@ -207,6 +208,7 @@ async def adapt_phase(
         progress=False,
         evaluator=base.evaluator,
         ray_address=base.ray_address,
+        knobs=base.knobs,
     )
     before = dict(record["rules_before"]) if record is not None else await rule_counts(adapt_opts, tools)
     judged = Usage.from_dict(record.get("judge_usage") or {}) if record is not None else Usage()
@@ -291,6 +293,7 @@ def _level_meta(opts: LevelOptions, out: Path) -> dict[str, Any]:
     """level.json: the folder and where the trees live; a rerun with another folder is refused."""
     from kernelcraft.base.config import default_db_path
 
+    paths = driver_knobs(opts.run.knobs).paths
     path = out / LEVEL_FILE
     meta = read_json(path) if path.is_file() else None
     folder = str(opts.tasks_dir.resolve())
@@ -304,7 +307,7 @@ def _level_meta(opts: LevelOptions, out: Path) -> dict[str, Any]:
         "version": 1,
         "tasks_dir": folder,
         "server_url": server_url,
-        "db_path": None if server_url else str((db or default_db_path()).resolve()),
+        "db_path": None if server_url else str((db or default_db_path(paths)).resolve()),
         "preset": opts.run.preset,
         "steps": opts.run.steps,
         "llm": opts.run.llm.kind,

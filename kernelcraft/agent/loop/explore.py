@@ -65,8 +65,9 @@ from kernelcraft.agent.loop.cookbook_seed import tunable_match
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import Explorer, StartedRun, save_best, sha256_of
-from kernelcraft.agent.loop.session import ToolSession, open_session
+from kernelcraft.agent.loop.session import ToolSession, driver_knobs, open_session
 from kernelcraft.agent.tuner.search import find_params
+from kernelcraft.base.config import default_db_path
 from kernelcraft.base.errors import UsageError
 from kernelcraft.base.files import read_text
 from kernelcraft.schema.cookbook import CookbookExample
@@ -101,6 +102,13 @@ class TreePlace:
 
     server_url: str | None
     db_path: Path | None
+    default_db: Path | None = None
+    """Where the in-process server's database is when `db_path` is None (the settings' own)."""
+
+    @property
+    def database(self) -> Path | None:
+        """The in-process server's database; None for a team's server."""
+        return None if self.server_url else (self.db_path or self.default_db)
 
 
 async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) -> dict[str, Any]:
@@ -192,6 +200,7 @@ async def _session(
             evaluator=opts.evaluator,
             ray_address=opts.ray_address,
             judge=judge,
+            knobs=opts.knobs,
         ) as session:
             yield session
     finally:
@@ -275,7 +284,8 @@ def tree_place(opts: OptimizeOptions, meta: dict[str, Any] | None) -> TreePlace:
         server_url = server_url or meta.get("server_url")
         if db_path is None and meta.get("db_path") and not server_url:
             db_path = Path(meta["db_path"])
-    return TreePlace(server_url, db_path)
+    default = None if server_url or db_path else default_db_path(driver_knobs(opts.knobs).paths)
+    return TreePlace(server_url, db_path, default)
 
 
 def meter_so_far(run: RunDir) -> UsageMeter:
@@ -333,9 +343,7 @@ async def start_tree(
 
 def warm_start_line(warm: WarmStart, place: TreePlace) -> str:
     """What a new tree starts from when the database already holds a tree for the task."""
-    from kernelcraft.base.config import default_db_path
-
-    where = place.server_url or f"the database {place.db_path or default_db_path()}"
+    where = place.server_url or f"the database {place.database}"
     speed = f"{warm.speedup:.2f}x vs PyTorch" if warm.speedup is not None else "speed not measured"
     match = "the same task source" if warm.match == "task_hash" else "the same operator and shapes"
     return (
@@ -348,13 +356,11 @@ def _run_meta(
     opts: OptimizeOptions, inputs: RunInputs, place: TreePlace, tree_id: int, seed_outcome: str | None
 ) -> dict[str, Any]:
     """run.json: what a rerun with the same --out resumes."""
-    from kernelcraft.base.config import default_db_path
-
     return {
         "version": 1,
         "tree_id": tree_id,
         "server_url": place.server_url,
-        "db_path": None if place.server_url else str((place.db_path or default_db_path()).resolve()),
+        "db_path": str(place.database.resolve()) if place.database else None,
         "task": str(opts.task.resolve()),
         "task_sha256": sha256_of(inputs.task_source),
         "seed": str(inputs.seed_path.resolve()) if inputs.seed_path else None,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from kernelcraft.agent.llm.config import LLMConfig
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.base.targets import DEFAULT_TARGET
 from kernelcraft.schema.presets import DEFAULT_PRESET, PresetName, TunerSteps
 
@@ -46,6 +47,7 @@ class OptimizeOptions:
     dry_run: bool = False  # print the first step's prompt instead of calling a model
     dry_run_scratch: bool = False  # (a dry run's own: its throwaway run directory and database)
     fresh: bool = False  # no warm start from an earlier tree's best kernel in the database
+    knobs: Knobs | None = None  # the settings the caller read once (the CLI's); None: `session.driver_knobs`
 
     def tree_params(self) -> dict[str, int | float | str | bool]:
         """The values this run puts over its preset's."""

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from mcp import Client
 from pydantic import BaseModel
 
+from kernelcraft.base import knobs as settings_module
 from kernelcraft.base.errors import BudgetError, KernelcraftError, StalledError, UsageError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.knobs import CALL_WAIT_S, EVALUATING_CALL_WAIT_S
+from kernelcraft.base.knobs import CALL_WAIT_S, EVALUATING_CALL_WAIT_S, Knobs
 from kernelcraft.schema.docs import DocSection
 from kernelcraft.schema.evaluation import CompileResult
 from kernelcraft.schema.rules import FailureRecorded, RuleOut
@@ -280,6 +281,13 @@ class ToolSession:
         return list(data.get("rules", []))
 
 
+def driver_knobs(given: Knobs | None) -> Knobs:
+    """The driver's settings: those its caller read once (the command line passes its own), or,
+    for a caller that read none (a script, a test), this process's, read here: the driver's
+    session is an entry point (`base/knobs.py`)."""
+    return given if given is not None else settings_module.settings()
+
+
 @asynccontextmanager
 async def open_session(
     *,
@@ -289,10 +297,12 @@ async def open_session(
     evaluator: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     judge: ModelJudge | None = None,
+    knobs: Knobs | None = None,
 ) -> AsyncIterator[ToolSession]:
     """An MCP session to the in-process server (default; its evaluator `evaluator`, see
-    `Settings`; its rulebook's duplicate judge `judge`, see `judge.py`) or to `server_url` (which
-    evaluates and judges with its own). The judge stays its caller's to close."""
+    `Settings`; its rulebook's duplicate judge `judge`, see `judge.py`; its settings `knobs`, see
+    `driver_knobs`) or to `server_url` (which evaluates and judges with its own). The judge stays
+    its caller's to close."""
     if server_url and evaluator != "local":
         raise UsageError(
             f"--evaluator {evaluator} sets the in-process server's evaluator; the server at {server_url} "
@@ -341,7 +351,10 @@ async def open_session(
     # The person reading this server's words is at the command line, where `kernelcraft tree
     # status N` opens the same database; a client of a team server gets MCP tool names instead.
     settings = dataclasses.replace(
-        Settings.from_env(db_path), evaluator=evaluator, ray_address=ray_address, audience="cli"
+        Settings.from_knobs(driver_knobs(knobs), db_path),
+        evaluator=evaluator,
+        ray_address=ray_address,
+        audience="cli",
     )
     server = create_server(settings, judge=judge)
     async with Client(server) as client:

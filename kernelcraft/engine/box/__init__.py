@@ -80,10 +80,13 @@ import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from kernelcraft.engine.box import cgroup, mounts, sandbox, seccomp
 from kernelcraft.engine.wire import childenv
+
+if TYPE_CHECKING:
+    from kernelcraft.base.knobs import EngineSettings
 
 # How the pool tells its workers to box themselves, their directory, their zygote's reaping: the
 # worker wire (`wire/childenv.py` names and reads them).
@@ -123,15 +126,13 @@ class _Box:
 _box = _Box()
 
 
-def mode(device: str) -> str:
-    """The box setting a pool gives its workers (KERNELCRAFT_SANDBOX, KERNELCRAFT_SANDBOX_PIDNS).
-    The PID namespace is on by default for CPU workers only: on a GPU it breaks CUDA IPC (see 3)."""
-    from kernelcraft.base.knobs import engine_settings
-
-    settings = engine_settings()
+def mode(device: str, settings: EngineSettings) -> str:
+    """The box setting a pool gives its workers (`sandbox`, `sandbox_pidns`, `sandbox_identity` of
+    the engine's settings, `base/knobs.py`). The PID namespace is on by default for CPU workers
+    only: on a GPU it breaks CUDA IPC (see 3)."""
     if not settings.sandbox:
         return "off"
-    # KERNELCRAFT_SANDBOX_IDENTITY=root|nobody: run by root, stay root in a user namespace of its own
+    # sandbox_identity root|nobody (KERNELCRAFT_SANDBOX_IDENTITY): run by root, stay root in a user namespace of its own
     # (no capability outside it) or become nobody (1), the default on the CPU and on a GPU (the
     # whole GPU suite passed as nobody on the H200: CUDA IPC between nobody workers, the JIT's
     # compiler, the reference's torch.compile in a cache of its own).

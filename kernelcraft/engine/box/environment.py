@@ -18,7 +18,8 @@ What is kept, by who needs it:
   CUDA_PATH, LD_LIBRARY_PATH), how modules load, PyTorch's allocator setting; the C compiler
   Triton builds its launchers with (CC, CXX);
 - CPU threads: OMP_NUM_THREADS and the BLAS libraries' equivalents.
-No KERNELCRAFT_* variable is inherited: the engine's settings reach a worker as its job's fields.
+No KERNELCRAFT_* variable is inherited: the engine's settings reach a worker as its job's fields
+and as what its pool writes on the worker's wire (`wire/childenv.py`: its box mode).
 
 Used by `machine/pool.py` (workers and the zygote) and `cluster/ray_evaluator.py` (what Ray's
 processes inherit). Imports nothing.

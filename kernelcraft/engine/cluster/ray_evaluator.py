@@ -1,6 +1,6 @@
 """`RayEvaluator`: the `Evaluator` on a Ray cluster — one actor per GPU, each a whole `LocalEvaluator`.
 
-    ev = RayEvaluator(address="auto")        # None: a one-machine cluster started here
+    ev = RayEvaluator(settings=knobs, address="auto")   # None: a one-machine cluster started here
     result = await ev.submit(job, progress)
 
 Each actor (`EvalActor`) owns a `LocalEvaluator` on its node: its worker pool and zygote, its
@@ -21,11 +21,15 @@ Progress: an actor cannot call the driver's coroutine, so it keeps each job's la
 
 Secrets: the driver (the server or `optimize`) holds the tokens and API keys; candidate code
 never runs in it. A cluster started here is started with an environment without them (the
-names outside `box/environment.py`'s allowlist, beside Ray's own and a home); the engine's own KERNELCRAFT_SANDBOX/ZYGOTE/PERTURB settings
-are passed to the actors explicitly), so Ray's processes and the actors never hold them. On a
-cluster started elsewhere (`ray start`), an actor whose environment holds the server's secrets
-(`SERVER_SECRETS`) refuses to start and says so; every name outside the allowlist is removed from its
-`os.environ`. Candidates run, as locally, in workers with a scrubbed environment and the box.
+names outside `box/environment.py`'s allowlist, beside Ray's own and a home), so Ray's processes
+and the actors never hold them. On a cluster started elsewhere (`ray start`), an actor whose
+environment holds the server's secrets (`knobs.SERVE_SECRETS`) refuses to start and says so;
+every name outside the allowlist is removed from its `os.environ`. Candidates run, as locally,
+in workers with a scrubbed environment and the box.
+
+Settings: each actor gets the driver's engine settings (`EngineSettings`, read once by the
+driver's entry point, `base/knobs.py`) as an argument, never through its environment, so every
+actor boxes, shrinks and starts workers as the driver was told to; its home is its node's own.
 
 Ray is imported here only, and only when a `RayEvaluator` is made (`pip install 'kernelcraft[ray]'`).
 """
@@ -44,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.errors import InfrastructureError, KernelcraftError, TaskError, UsageError
-from kernelcraft.base.knobs import SERVE_SECRETS, EngineSettings, engine_settings
+from kernelcraft.base.knobs import EngineSettings, Knobs, secrets_held
 from kernelcraft.engine.cluster.routing import Router, Slot
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.machine.pool import scrubbed_env
@@ -53,12 +57,6 @@ from kernelcraft.schema.evaluation import EvalJob, EvalResult
 
 log = logging.getLogger(__name__)
 
-# What a serving process holds (kernelcraft.server.hardening.SERVE_SECRETS): an actor refuses to
-# run with any of them in its environment.
-SERVER_SECRETS = SERVE_SECRETS
-# The engine's settings, passed to the actors explicitly (the scrub drops every KERNELCRAFT_*): every
-# field of EngineSettings, so that none is left behind (an actor ran with the defaults of five).
-ENGINE_SETTINGS = tuple(EngineSettings.env_names())
 # What Ray's own processes need beyond a worker's allowlist (`box/environment.py`): a home, a
 # user and a temporary directory, and Ray's settings. The workers an actor starts get the
 # allowlist alone (`pool.py`).
@@ -66,12 +64,7 @@ RAY_KEPT = ("HOME", "USER", "LOGNAME", "TMPDIR")
 
 
 def _kept_for_ray(name: str) -> bool:
-    return name in ENGINE_SETTINGS or name in RAY_KEPT or name.startswith("RAY_")
-
-
-def actor_env() -> dict[str, str]:
-    """The environment an actor gets on top of its node's: the engine's settings, every one."""
-    return engine_settings().to_env()
+    return name in RAY_KEPT or name.startswith("RAY_")
 
 
 PROGRESS_POLL_S = 0.5
@@ -87,10 +80,11 @@ class ActorLost(Exception):
 
 
 class EvalActor:
-    """One `LocalEvaluator` on a Ray node. Made a Ray actor by `RayEvaluator` (`ray.remote`)."""
+    """One `LocalEvaluator` on a Ray node. Made a Ray actor by `RayEvaluator` (`ray.remote`), with
+    the driver's engine settings (`engine`); its home (caches) is its node's default."""
 
-    def __init__(self, workers: int | None, memory_limit_gb: float | None) -> None:
-        held = [name for name in SERVER_SECRETS if name in os.environ]
+    def __init__(self, workers: int | None, memory_limit_gb: float | None, engine: EngineSettings) -> None:
+        held = secrets_held()
         if held:
             raise UsageError(
                 f"this Ray node's environment holds {', '.join(held)}: candidates are evaluated here, "
@@ -101,7 +95,9 @@ class EvalActor:
             del os.environ[name]
         from kernelcraft.engine.host.local import LocalEvaluator
 
-        self.evaluator = LocalEvaluator(workers=workers, memory_limit_gb=memory_limit_gb)
+        self.evaluator = LocalEvaluator(
+            workers=workers, memory_limit_gb=memory_limit_gb, settings=Knobs(engine=engine)
+        )
         self.progress: dict[str, tuple[float, str]] = {}
 
     async def describe(self) -> dict[str, Any]:
@@ -113,6 +109,8 @@ class EvalActor:
             "has_gpu": self.evaluator.has_gpu,
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "workers": self.evaluator.workers,
+            "settings": self.evaluator.settings.engine.to_env(),
+            "start_modes": self.evaluator.worker_start_modes(),
         }
 
     async def start(self) -> None:
@@ -145,8 +143,8 @@ class EvalActor:
 
 @contextlib.contextmanager
 def _environment_for_ray() -> Iterator[None]:
-    """While a local cluster starts (its processes inherit this environment): no secrets, the
-    engine's settings kept, and this package importable first."""
+    """While a local cluster starts (its processes inherit this environment): no secrets, no
+    setting of ours (the actors get theirs as arguments), and this package importable first."""
     clean = scrubbed_env()
     removed = {k: v for k, v in os.environ.items() if k not in clean and not _kept_for_ray(k)}
     old_path = os.environ.get("PYTHONPATH")
@@ -185,6 +183,7 @@ class RayEvaluator:
       run at once (two a job), so that a job's loading and JIT overlap another's GPU time, as a
       local batch does, and no job queues on a busy actor while another is free.
     workers, memory_limit_gb: each actor's `LocalEvaluator`'s (None: sized to each task).
+    settings: what the driver's entry point read (`base/knobs.py`); each actor gets their `engine`.
     """
 
     def __init__(
@@ -196,6 +195,7 @@ class RayEvaluator:
         jobs_per_actor: int | None = None,
         workers: int | None = None,
         memory_limit_gb: float | None = None,
+        settings: Knobs,
     ) -> None:
         ray = _import_ray()
         self._ray = ray
@@ -207,10 +207,13 @@ class RayEvaluator:
         count = self._gpus or max(1, int(resources.get("CPU", 1) // cpus_per_actor))
         self._count = min(count, actors) if actors else count
         self._per_actor = {"num_gpus": 1, "num_cpus": 0} if self._gpus else {"num_cpus": cpus_per_actor}
-        self._actor_args = (workers, memory_limit_gb)
+        self._actor_args = (workers, memory_limit_gb, settings.engine)
         # The actors start with `start` (or the first job), not here: a server that never
         # evaluates (a `tree show`) starts none.
         self.handles: dict[str, Any] = {}
+        self.described: dict[str, dict[str, Any]] = {}
+        """What each started actor said of itself (`EvalActor.describe`: host, GPU, the settings it
+        runs with and how its pools start workers)."""
         self._jobs_per_actor = jobs_per_actor
         self.router = Router(Slot(f"actor-{i}", capacity=jobs_per_actor or 2) for i in range(self._count))
         self.faults: deque[str] = deque(maxlen=100)  # infrastructure faults, newest last
@@ -245,13 +248,7 @@ class RayEvaluator:
         await asyncio.shield(self._started)
 
     async def _start_all(self) -> None:
-        env = actor_env()
-        remote = self._ray.remote(EvalActor).options(
-            max_restarts=1,
-            max_task_retries=0,
-            runtime_env={"env_vars": env} if env else None,
-            **self._per_actor,
-        )
+        remote = self._ray.remote(EvalActor).options(max_restarts=1, max_task_retries=0, **self._per_actor)
         for name in self.router.slots:
             self.handles[name] = remote.remote(*self._actor_args)
 
@@ -264,6 +261,7 @@ class RayEvaluator:
                 )
                 slot.capacity = self._jobs_per_actor or info["workers"] // 2 + 1
                 await self.handles[name].start.remote()
+                self.described[name] = await self.handles[name].describe.remote()  # its pools too
             except Exception as e:
                 self._fault(f"{name} could not start: {_cause(e)}")
                 await self.router.lost(slot)

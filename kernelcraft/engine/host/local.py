@@ -1,6 +1,6 @@
 """`LocalEvaluator`: compile, verify and profile candidates on this machine, in isolated workers.
 
-    async with LocalEvaluator(workers=2) as ev:          # device="auto": the GPU if there is one
+    async with LocalEvaluator(settings=knobs, workers=2) as ev:  # device="auto": the GPU if any
         result = await ev.submit(EvalJob(task_source=..., candidate_source=..., stages=["verify"]))
 
 Per job: the sources are checked in this process with `ast` (unusable files raise `TaskError`
@@ -16,7 +16,11 @@ Memory and size: the reference measures the task on the meta device before anyth
 a task that cannot fit the device is refused (`TaskError`), each candidate's memory limit is sized
 to its task, and the device's memory is shared out by a ledger that evicts idle kept references
 (`memory.py`). Without a GPU, a KernelBench task too large for the interpreter runs at shrunk
-sizes (`shrink.py`; `EvalJob.full_size` or KERNELCRAFT_SHRINK=off opts out), or is refused.
+sizes (`shrink.py`; `EvalJob.full_size` or the `shrink` setting off opts out), or is refused.
+
+Settings: the evaluator takes the `Knobs` its entry point read (`settings=`, `base/knobs.py`) and
+hands them to its pools (the zygote switch, the box's mode, the caches) and its jobs (the box,
+shrinking); it reads no environment variable of ours itself.
 
 Concurrency: any number of jobs may be submitted at once. Loading, importing and compiling run
 concurrently (up to the pool's size), the reference's and the candidate's loading included. On a
@@ -52,7 +56,7 @@ from typing import Literal
 
 from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.base.knobs import engine_settings
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.job import Job
 from kernelcraft.engine.host.jobstate import CandidateSettings, add_up
@@ -103,6 +107,8 @@ class LocalEvaluator:
       the zygote alone starts early); otherwise `workers` are kept ready (a server).
     timings_file: where the compiled reference's timings outlive this process (`timingcache.py`:
       the next process profiling the same task skips its torch.compile); None: in memory only.
+    settings: every setting, as the entry point read them (`knobs.settings()`; a test builds its
+      own `Knobs`): the box, shrinking, the zygote, the bytecode and prebuilt caches and their home.
     """
 
     def __init__(
@@ -115,6 +121,7 @@ class LocalEvaluator:
         protect_environ: bool = True,
         lazy: bool = False,
         timings_file: Path | None = None,
+        settings: Knobs,
     ) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"device must be 'auto', 'cuda' or 'cpu', not {device!r}")
@@ -123,6 +130,7 @@ class LocalEvaluator:
             raise UsageError("device='cuda' was asked for but torch sees no CUDA GPU; use device='auto'")
         self._gpus = gpus
         self._lazy = lazy
+        self.settings = settings
         # Each job takes two single-use workers, and a worker takes seconds to start (torch,
         # CUDA, inductor): enough of them must be warm to keep a GPU busy with a batch.
         default = max(4, min(8, (os.cpu_count() or 8) // 2)) if gpus else 2
@@ -147,18 +155,20 @@ class LocalEvaluator:
         self._devices: list[Device] | None = None
         self._closed = False
         self._active: set[WorkerProcess] = set()
-        engine = engine_settings()
         self._candidates = CandidateSettings(
             memory_limit_bytes=int(memory_limit_gb * 1024**3) if memory_limit_gb else None,
-            # KERNELCRAFT_SANDBOX=off turns the candidates' box off (see box/__init__.py).
-            sandbox=engine.sandbox,
-            # KERNELCRAFT_SHRINK=off runs KernelBench sizes in the interpreter (see shrink.py).
-            shrink=engine.shrink,
+            # the `sandbox` setting off turns the candidates' box off (see box/__init__.py).
+            sandbox=settings.engine.sandbox,
+            # the `shrink` setting off runs KernelBench sizes in the interpreter (see shrink.py).
+            shrink=settings.engine.shrink,
         )
         # A task gets a few reference workers (a job beyond them waits for one); a device keeps
         # at most as many idle ones as it has workers.
         self._references = ReferencePool(
-            per_task=max(2, self._workers // 2), idle_per_device=self._workers, timings_file=timings_file
+            per_task=max(2, self._workers // 2),
+            idle_per_device=self._workers,
+            timings_file=timings_file,
+            settings=settings,
         )
         if protect_environ:
             _protect_environ()
@@ -186,7 +196,7 @@ class LocalEvaluator:
         if self._closed:
             raise UsageError("this LocalEvaluator is closed; create a new one")
         if self._devices is None:
-            lazy, scratch = self._lazy, self._scratch
+            lazy, scratch, settings = self._lazy, self._scratch, self.settings
             head = self._head.zygote if self._head is not None else None
             if self._gpus:
                 self._devices = [
@@ -194,7 +204,13 @@ class LocalEvaluator:
                         "cuda",
                         i,
                         WorkerPool(
-                            self._workers, "cuda", scratch, gpu=i, lazy=lazy, zygote=head if i == 0 else None
+                            self._workers,
+                            "cuda",
+                            scratch,
+                            gpu=i,
+                            lazy=lazy,
+                            zygote=head if i == 0 else None,
+                            settings=settings,
                         ),
                         GpuLock(),
                     )
@@ -205,9 +221,19 @@ class LocalEvaluator:
                     Device(
                         "cpu",
                         None,
-                        WorkerPool(self._workers, "cpu", scratch, interpret=True, lazy=lazy, zygote=head),
+                        WorkerPool(
+                            self._workers,
+                            "cpu",
+                            scratch,
+                            interpret=True,
+                            lazy=lazy,
+                            zygote=head,
+                            settings=settings,
+                        ),
                         GpuLock(),
-                        compile_pool=WorkerPool(1, "cpu", scratch, interpret=False, lazy=True),
+                        compile_pool=WorkerPool(
+                            1, "cpu", scratch, interpret=False, lazy=True, settings=settings
+                        ),
                         locked=False,
                     )
                 ]

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.host.compilefacts import CompileFacts
 from kernelcraft.engine.machine.kernelcache import KernelCache
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
@@ -97,14 +98,23 @@ class ReferencePool:
     (and reports the outcome with `started`), or waits with `freed`. At its end it `keep`s a
     worker in sync or `forget`s it."""
 
-    def __init__(self, *, per_task: int, idle_per_device: int, timings_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        per_task: int,
+        idle_per_device: int,
+        timings_file: Path | None = None,
+        settings: Knobs | None = None,
+    ) -> None:
         self.per_task = per_task
         self.idle_per_device = idle_per_device
         self.closed = False
         self._compiled = timingcache.CompiledTimings(timings_file)
         self.compile_facts = CompileFacts()
         """Each candidate's compile facts per task and target, for the jobs after (`compilefacts.py`)."""
-        self.kernels = KernelCache(timings_file.parent / KERNELS_FOLDER if timings_file is not None else None)
+        self.kernels = KernelCache(
+            timings_file.parent / KERNELS_FOLDER if timings_file is not None else None, settings=settings
+        )
         """What each candidate's processes compiled, for its next process (`kernelcache.py`): kept
         beside the compiled timings when those outlive this process, else for this process alone."""
         # key -> idle reference workers, oldest first

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kernelcraft.base.knobs import Knobs
     from kernelcraft.schema.evaluation import EvalJob
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,12 @@ class KernelCache:
     """Triton caches of candidates' processes, by `key`: an `entry` for a worker's `Load`, and
     `keep` what a worker sent."""
 
-    def __init__(self, folder: Path | None = None, capacity_bytes: int = CAPACITY_BYTES) -> None:
+    def __init__(
+        self, folder: Path | None = None, capacity_bytes: int = CAPACITY_BYTES, settings: Knobs | None = None
+    ) -> None:
         self._given = folder
+        self._settings = settings
+        """The evaluator's settings: where Triton's prebuilt helpers are, never kept (None: none)."""
         self._folder: Path | None = None
         self._temporary = folder is None
         self.capacity_bytes = capacity_bytes
@@ -144,7 +149,7 @@ class KernelCache:
         for k in refused:
             by_key.pop(k, None)
         entry = self.folder() / key
-        skip = _prebuilt_keys()
+        skip = _prebuilt_keys(self._settings)
         kept = 0
         try:
             for k, files in by_key.items():
@@ -198,11 +203,11 @@ class KernelCache:
             total -= size
 
 
-def _prebuilt_keys() -> set[str]:
+def _prebuilt_keys(settings: Knobs | None) -> set[str]:
     """Triton's helpers, copied into every GPU worker already (`startup/prebuilt.py`)."""
     from kernelcraft.engine.startup import prebuilt
 
-    folder = prebuilt.folder()
+    folder = prebuilt.folder(settings) if settings is not None else None
     try:
         return set(os.listdir(folder)) if folder is not None else set()
     except OSError:

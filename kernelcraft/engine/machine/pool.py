@@ -6,7 +6,9 @@ is one worker: its own session (process group), a scrubbed environment, its own 
 (Triton cache included), stdout/stderr to a log file, and a socket pair as the only channel.
 `kill()` kills the whole process group. Workers are forked from the pool's zygote (`zygote.py`:
 torch and the harness imported once) and, when it is unavailable, spawned as
-`python -m kernelcraft.engine.worker.main` (`KERNELCRAFT_ZYGOTE=off` forces this).
+`python -m kernelcraft.engine.worker.main` (the `zygote` setting off, KERNELCRAFT_ZYGOTE=off,
+forces this). A pool takes the `Knobs` its evaluator was given (`base/knobs.py`) and writes what a
+worker needs of them into the worker's environment (`wire/childenv.py`).
 
 Only `local.py` (and `ray_evaluator.py`, for `scrubbed_env`) uses this module; nothing here imports torch.
 """
@@ -30,7 +32,7 @@ from typing import Any
 from kernelcraft.base import bytecode
 from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.failures import is_out_of_memory
-from kernelcraft.base.knobs import engine_settings
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup, environment, shmsweep
 from kernelcraft.engine.startup import logfile, prebuilt
@@ -58,7 +60,7 @@ class WorkerError(KernelcraftError):
 
 def scrubbed_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The variables of the environment a worker inherits: an allowlist (`box/environment.py`),
-    so no secret whatever its name (a database URL's password), no KERNELCRAFT_* setting, no
+    so no secret whatever its name (a database URL's password), no setting of ours, no
     Triton variable that substitutes or dumps kernels."""
     return environment.worker_env(base)
 
@@ -67,18 +69,20 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[3])
 
 
-def base_env(device: str, gpu: int | None, interpret: bool, lazy: bool = False) -> dict[str, str]:
+def base_env(
+    device: str, gpu: int | None, interpret: bool, lazy: bool = False, *, settings: Knobs
+) -> dict[str, str]:
     """The environment every worker of a pool shares (its zygote's): scrubbed, with the package
-    importable, Triton's interpreter on or off, the GPU chosen, bytecode kept where Python keeps
-    none (`base/bytecode.py`), and (`lazy`) the imports a job may not need (dynamo, inductor) left
-    to the job that needs them."""
+    importable, Triton's interpreter on or off, the GPU chosen, the box `settings` ask for, bytecode
+    kept where Python keeps none (`base/bytecode.py`), and (`lazy`) the imports a job may not need
+    (dynamo, inductor) left to the job that needs them."""
     env = scrubbed_env()
-    ours = bytecode.add_to_env(env)
+    ours = bytecode.add_to_env(env, settings)
     # Measuring most tasks on meta imports dynamo: where kernelcraft keeps the bytecode, a lazy
     # pool's zygote imports it once (0.9 s on the H200, beside Triton's key) rather than leave it
     # to each job's reference worker; elsewhere a small task's verdict does without it.
     imports = ("lazy-inductor" if ours else "lazy") if lazy else None
-    env.update(childenv.worker_env(device=device, box=box.mode(device), imports=imports))
+    env.update(childenv.worker_env(device=device, box=box.mode(device, settings.engine), imports=imports))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
     # Triton 3.9 warns that its FMA-fusion default will flip in 3.10; pin today's default so a
     # Triton upgrade does not silently change candidates' rounding.
@@ -117,8 +121,11 @@ class WorkerProcess:
     """One worker child and its channel. Frames it sends are read by a reader task within
     `bounds` (which the job tightens once it knows the task's sizes) into a short queue."""
 
-    def __init__(self, device: str, base_dir: Path, gpu: int | None, interpret: bool = False) -> None:
+    def __init__(
+        self, device: str, base_dir: Path, gpu: int | None, interpret: bool = False, *, settings: Knobs
+    ) -> None:
         self.device = device
+        self.settings = settings
         self.interpret = interpret
         self.gpu = gpu
         self.dir = Path(tempfile.mkdtemp(prefix="worker-", dir=base_dir))
@@ -145,7 +152,7 @@ class WorkerProcess:
     async def start(self, zygote: Zygote | None = None) -> None:
         """Fork the worker from `zygote`, or spawn it when there is none (or it fails)."""
         if self.device == "cuda":  # Triton's C helpers, built once (prebuilt.py)
-            prebuilt.seed(Path(own_env(self.dir)["TRITON_CACHE_DIR"]))
+            prebuilt.seed(Path(own_env(self.dir)["TRITON_CACHE_DIR"]), self.settings)
         parent_sock, child_sock = socket.socketpair()
         try:
             if zygote is not None:
@@ -155,7 +162,9 @@ class WorkerProcess:
                 except ZygoteUnavailable:
                     pass
             if self.proc is None:
-                env = base_env(self.device, self.gpu, self.interpret) | own_env(self.dir)
+                env = base_env(self.device, self.gpu, self.interpret, settings=self.settings) | own_env(
+                    self.dir
+                )
                 self.proc = subprocess.Popen(
                     [sys.executable, "-m", "kernelcraft.engine.worker.main", str(child_sock.fileno())],
                     pass_fds=(child_sock.fileno(),),
@@ -308,7 +317,8 @@ class WorkerPool:
     workers run Triton's CPU interpreter (set before they import triton). `lazy`: no worker is
     started before a job asks for one (the zygote alone starts early), and workers import only
     what every job needs; otherwise `size` workers are kept ready (a server's throughput).
-    `zygote`: one started already (`prestart.py`), taken if it has this pool's environment."""
+    `zygote`: one started already (`prestart.py`), taken if it has this pool's environment.
+    `settings`: what the evaluator was given (the zygote switch, the box, the caches)."""
 
     def __init__(
         self,
@@ -319,8 +329,11 @@ class WorkerPool:
         interpret: bool = False,
         lazy: bool = False,
         zygote: Zygote | None = None,
+        *,
+        settings: Knobs,
     ) -> None:
         self.size = max(1, size)
+        self.settings = settings
         self.lazy = lazy
         self._waiting = 0
         self.interpret = interpret
@@ -338,13 +351,13 @@ class WorkerPool:
         reachable(base_dir)
         self._zygote: Zygote | None = None
         self._zygote_task: asyncio.Task[Zygote | None] | None = None
-        env = base_env(device, gpu, interpret, lazy)
+        env = base_env(device, gpu, interpret, lazy, settings=settings)
         if device == "cuda":
-            prebuilt.build_in_background(env)
-        if zygote is not None and not zygote.started_for(env):  # for another environment
+            prebuilt.build_in_background(env, settings)
+        if zygote is not None and not (settings.engine.zygote and zygote.started_for(env)):  # another's
             zygote.kill()
             zygote = None
-        if zygote is None and engine_settings().zygote:
+        if zygote is None and settings.engine.zygote:
             zygote = Zygote(
                 env,
                 Path(tempfile.mkdtemp(prefix="zygote-", dir=base_dir)) / "output.log",
@@ -389,7 +402,7 @@ class WorkerPool:
             task.add_done_callback(self._starting.discard)
 
     async def _start_one(self) -> None:
-        w = WorkerProcess(self.device, self.base_dir, self.gpu, self.interpret)
+        w = WorkerProcess(self.device, self.base_dir, self.gpu, self.interpret, settings=self.settings)
         self.started += 1
         self._all.add(w)
         try:

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelcraft.base.errors import UsageError
-from kernelcraft.base.knobs import engine_settings
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.startup.zygote import Zygote, ZygoteUnavailable
 
 if TYPE_CHECKING:
@@ -50,22 +49,20 @@ class HeadStart:
 _waiting: list[HeadStart] = []
 
 
-def wanted(argv: Sequence[str]) -> bool:
+def wanted(argv: Sequence[str], settings: Knobs) -> bool:
     """Whether the command in `argv` gets a zygote at once: one of `COMMANDS`, not asking for help,
-    and KERNELCRAFT_ZYGOTE on (read as the pool reads it; a bad value is the command line's to report)."""
+    and the `zygote` setting on (the `Knobs` the command's evaluator will be given too)."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in COMMANDS or {"-h", "--help"} & set(argv):
         return False
-    try:
-        return engine_settings().zygote
-    except UsageError:
-        return False
+    return settings.engine.zygote
 
 
-def start(argv: Sequence[str]) -> None:
+def start(argv: Sequence[str], settings: Knobs) -> None:
     """Start the zygote that the evaluator of the command in `argv` will want, if it is one of
-    `COMMANDS` (anything unusable in `argv` is left for the command line to report)."""
-    if not wanted(argv):
+    `COMMANDS` (anything unusable in `argv` is left for the command line to report); `settings`:
+    what the entry point read, as the command's evaluator gets them."""
+    if not wanted(argv, settings):
         return
     device = _option(argv, "--device") or "auto"
     if device not in ("auto", "cuda", "cpu"):
@@ -80,7 +77,7 @@ def start(argv: Sequence[str]) -> None:
     base = Path(scratch.name)
     reachable(base)
     zygote = Zygote(
-        base_env(kind, gpu, interpret, lazy=True),
+        base_env(kind, gpu, interpret, lazy=True, settings=settings),
         Path(tempfile.mkdtemp(prefix="zygote-", dir=base)) / "output.log",
         cuda=kind == "cuda",
     )
@@ -162,14 +159,16 @@ def gpu_count(device: str, dev: str = "/dev") -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def box_preflight() -> BoxReport:
+def box_preflight(settings: Knobs) -> BoxReport:
     """What of the box a worker started on this machine would get (`box/preflight.py`): checked
     in a scratch directory with the environment the pool gives a worker of this machine's kind
-    (a GPU's when there is one)."""
+    (a GPU's when there is one) under `settings`."""
     from kernelcraft.engine.box import preflight
     from kernelcraft.engine.machine.pool import base_env, reachable
 
     kind, gpu, interpret = ("cuda", 0, False) if gpu_count("auto") else ("cpu", None, True)
     with tempfile.TemporaryDirectory(prefix="kernelcraft-eval-") as scratch:
         reachable(Path(scratch))
-        return preflight.check(base_env(kind, gpu, interpret, lazy=True), Path(scratch), kind)
+        return preflight.check(
+            base_env(kind, gpu, interpret, lazy=True, settings=settings), Path(scratch), kind
+        )

@@ -6,7 +6,7 @@ module of its own (`cuda_utils` on NVIDIA, `hip_utils` on AMD) with the machine'
 keeps it in its cache. Each worker has a Triton cache of its own (a candidate must not write where
 another job reads), so every candidate's first launch paid that compile: 0.47 s of a 4.6 s first
 verdict on the H200 (`bench/probe_first_verdict.py`). Built once into
-KERNELCRAFT_HOME/cache/triton-helpers/<which Triton>-<Python tag>, they are copied into each new GPU
+the home's cache/triton-helpers/<which Triton>-<Python tag>, they are copied into each new GPU
 worker's cache (`seed`), where Triton finds them by its own key (a hash of the helper's source and
 the platform): a Triton that would build something else ignores the copy and compiles as before.
 Only the kernel launchers (a C stub per kernel signature, built from what a candidate's kernels
@@ -21,7 +21,8 @@ imports are written once by this user and read by the workers from then on.
 The builder (`python -m kernelcraft.engine.startup.prebuilt FOLDER`) never sees a task or a candidate. A
 GPU pool starts it in the background when something is missing (`build_in_background`), and not
 again for an hour after it failed; workers started before it ends do as they did before.
-KERNELCRAFT_PREBUILT=off turns this off.
+The `prebuilt` setting (KERNELCRAFT_PREBUILT=off) turns this off: each function takes the `Knobs`
+its pool was given (`base/knobs.py`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelcraft.base.config import cache_file
-from kernelcraft.base.errors import UsageError
-from kernelcraft.base.knobs import engine_settings
+from kernelcraft.base.knobs import Knobs
 
 log = logging.getLogger(__name__)
 
@@ -71,24 +71,16 @@ def installed(package: str) -> str | None:
     return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
-def _switched_on() -> bool:
-    """KERNELCRAFT_PREBUILT (`base/knobs.py`); a bad value is the command line's to report."""
-    try:
-        return engine_settings().prebuilt
-    except UsageError:
-        return False
-
-
-def folder() -> Path | None:
-    """Where this machine's Triton helpers are kept, or None where they are not (switched off,
-    no Triton, no usable KERNELCRAFT_HOME)."""
+def folder(settings: Knobs) -> Path | None:
+    """Where this machine's Triton helpers are kept, or None where they are not (the `prebuilt`
+    setting off, no Triton, no usable home)."""
     triton = installed("triton")
-    if not _switched_on() or triton is None:
+    if not settings.engine.prebuilt or triton is None:
         return None
-    return cache_file(f"triton-helpers/{triton}-{sys.implementation.cache_tag}")
+    return cache_file(settings.paths, f"triton-helpers/{triton}-{sys.implementation.cache_tag}")
 
 
-def _compile_bytecode_missing(env: dict[str, str]) -> bool:
+def _compile_bytecode_missing(env: dict[str, str], settings: Knobs) -> bool:
     """Whether `env` keeps bytecode in a cache of kernelcraft's (`base/bytecode.py`) that lacks
     inductor's (what the builder's torch.compile writes)."""
     prefix = env.get("PYTHONPYCACHEPREFIX")
@@ -96,7 +88,7 @@ def _compile_bytecode_missing(env: dict[str, str]) -> bool:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
         return False
-    if not prefix or spec is None or not spec.origin or not _switched_on():
+    if not prefix or spec is None or not spec.origin or not settings.engine.prebuilt:
         return False
     # Python's layout under a prefix: the source's absolute folder, then NAME.TAG.pyc
     folder_of = os.path.join(os.path.dirname(os.path.abspath(spec.origin)), "_inductor").lstrip(os.sep)
@@ -112,12 +104,12 @@ def _failed_lately(marker: Path | None) -> bool:
         return False
 
 
-def build_in_background(env: dict[str, str]) -> None:
+def build_in_background(env: dict[str, str], settings: Knobs) -> None:
     """Start the builder when something is missing and no builder of this process is still at it
     (`env`: the workers'). Nobody waits for it. A build that failed (no C compiler, a broken
     torch.compile) is not tried again for `RETRY_AFTER_S`."""
-    target, marker = folder(), cache_file(FAILED)
-    helpers, compiled = target is not None and not target.exists(), _compile_bytecode_missing(env)
+    target, marker = folder(settings), cache_file(settings.paths, FAILED)
+    helpers, compiled = target is not None and not target.exists(), _compile_bytecode_missing(env, settings)
     if not (helpers or compiled) or any(b.poll() is None for b in _builders):
         return
     if _failed_lately(marker):
@@ -143,10 +135,10 @@ def build_in_background(env: dict[str, str]) -> None:
     _builders[:] = [b for b in _builders if b.poll() is None] + [builder]
 
 
-def seed(cache_dir: Path) -> bool:
+def seed(cache_dir: Path, settings: Knobs) -> bool:
     """Copy the built helpers into `cache_dir` (a new worker's Triton cache). False when there
     are none yet."""
-    source = folder()
+    source = folder(settings)
     if source is None or not source.is_dir():
         return False
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base import knobs
 from kernelcraft.engine.box.sandbox import landlock_abi
 
 CHEATS = Path(__file__).parents[2] / "cheats"
@@ -336,7 +337,7 @@ def gpu_eval():  # type: ignore[no-untyped-def]
     from kernelcraft.engine.host.local import LocalEvaluator
 
     loop = asyncio.new_event_loop()
-    ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
+    ev = LocalEvaluator(settings=knobs.settings(), workers=2, device="cuda", protect_environ=False)
     loop.run_until_complete(ev.start())
     yield lambda job: loop.run_until_complete(ev.submit(job))
     loop.run_until_complete(ev.aclose())
@@ -391,15 +392,13 @@ def test_on_a_gpu_hostile_candidates_get_nothing(
         marker.unlink(missing_ok=True)
 
 
-def test_workers_become_nobody_unless_told_to_stay_root_in_their_namespace(monkeypatch) -> None:
+def test_workers_become_nobody_unless_told_to_stay_root_in_their_namespace() -> None:
+    from kernelcraft.base.knobs import EngineSettings
     from kernelcraft.engine import box
 
-    for name in ("KERNELCRAFT_SANDBOX", "KERNELCRAFT_SANDBOX_PIDNS", "KERNELCRAFT_SANDBOX_IDENTITY"):
-        monkeypatch.delenv(name, raising=False)
-    assert box.mode("cpu") == "on"
-    assert box.mode("cuda") == "on,nopidns-gpu"
-    monkeypatch.setenv("KERNELCRAFT_SANDBOX_IDENTITY", "root")
-    assert box.mode("cuda") == "on,nopidns-gpu,root"
-    assert box.mode("cpu") == "on,root"
-    monkeypatch.setenv("KERNELCRAFT_SANDBOX", "off")
-    assert box.mode("cuda") == "off"
+    assert box.mode("cpu", EngineSettings()) == "on"
+    assert box.mode("cuda", EngineSettings()) == "on,nopidns-gpu"
+    root = EngineSettings(sandbox_identity="root")
+    assert box.mode("cuda", root) == "on,nopidns-gpu,root"
+    assert box.mode("cpu", root) == "on,root"
+    assert box.mode("cuda", EngineSettings(sandbox=False, sandbox_identity="root")) == "off"

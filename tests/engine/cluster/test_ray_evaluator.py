@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from kernelcraft.base import knobs
 from kernelcraft.base.errors import InfrastructureError
+from kernelcraft.base.knobs import EngineSettings, Knobs
 from kernelcraft.engine.cluster.routing import Router, Slot
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -114,7 +116,7 @@ async def test_next_hands_one_client_a_second_step_while_status_re_offers_its_ol
 # ------------------------------------------------------------------ environments and imports
 
 
-def test_a_local_ray_cluster_starts_without_the_servers_secrets_but_with_the_engines_settings(
+def test_a_local_ray_cluster_starts_without_the_servers_secrets_or_our_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from kernelcraft.engine.cluster.ray_evaluator import _environment_for_ray
@@ -124,9 +126,10 @@ def test_a_local_ray_cluster_starts_without_the_servers_secrets_but_with_the_eng
     monkeypatch.setenv("KERNELCRAFT_SANDBOX", "off")
     with _environment_for_ray():
         assert "ANTHROPIC_API_KEY" not in os.environ and "KERNELCRAFT_TOKENS" not in os.environ
-        assert os.environ["KERNELCRAFT_SANDBOX"] == "off"
+        assert "KERNELCRAFT_SANDBOX" not in os.environ  # the actors get the driver's as an argument
         assert os.environ["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
     assert os.environ["ANTHROPIC_API_KEY"] == "sk-planted" and os.environ["KERNELCRAFT_TOKENS"] == "t=alice"
+    assert os.environ["KERNELCRAFT_SANDBOX"] == "off"
 
 
 def test_an_actor_refuses_to_start_where_the_environment_holds_a_servers_secret(
@@ -137,16 +140,16 @@ def test_an_actor_refuses_to_start_where_the_environment_holds_a_servers_secret(
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted")
     with pytest.raises(UsageError, match="holds OPENAI_API_KEY.*ray start"):
-        EvalActor(workers=1, memory_limit_gb=1.0)
+        EvalActor(workers=1, memory_limit_gb=1.0, engine=EngineSettings())
 
 
 def test_a_worker_under_a_ray_actor_gets_the_actors_physical_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelcraft.engine.machine.pool import base_env
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
-    assert base_env("cuda", 1, interpret=False)["CUDA_VISIBLE_DEVICES"] == "3"
+    assert base_env("cuda", 1, interpret=False, settings=Knobs())["CUDA_VISIBLE_DEVICES"] == "3"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert base_env("cuda", 1, interpret=False)["CUDA_VISIBLE_DEVICES"] == "1"
+    assert base_env("cuda", 1, interpret=False, settings=Knobs())["CUDA_VISIBLE_DEVICES"] == "1"
 
 
 @pytest.mark.slow
@@ -185,6 +188,46 @@ def cluster() -> Iterator[str]:
     finally:
         ray.shutdown()
         c.shutdown()
+
+
+# Every engine setting away from its default, each in another accepted spelling (issue 39 item 2,
+# issue 40 item 1): what the driver read is what every actor runs with. One actor, started once;
+# tests/base/test_knobs.py reads every spelling of every setting through the prestart, a pool and
+# the box, and checks that each gives the one `EngineSettings` this hands the actor.
+AWAY_FROM_DEFAULTS = {
+    "KERNELCRAFT_SANDBOX": " Off ",
+    "KERNELCRAFT_SANDBOX_PIDNS": "NO",
+    "KERNELCRAFT_SANDBOX_IDENTITY": " Root",
+    "KERNELCRAFT_ZYGOTE": "false",
+    "KERNELCRAFT_SHRINK": "0",
+    "KERNELCRAFT_PREBUILT": "OFF",
+    "KERNELCRAFT_BYTECODE_CACHE": "No",
+}
+
+
+@pytest.mark.slow
+def test_a_ray_actor_runs_with_the_engine_settings_the_driver_read_however_they_were_spelt(
+    cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelcraft.base.knobs import load
+    from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
+
+    assert set(AWAY_FROM_DEFAULTS) == set(EngineSettings.env_names())
+    for name, text in AWAY_FROM_DEFAULTS.items():
+        monkeypatch.setenv(name, text)
+    driver = knobs.settings()  # this test is the driver's entry point
+    assert all(getattr(driver.engine, f) != getattr(EngineSettings(), f) for f in vars(EngineSettings()))
+    loop = Loop()
+    ev = RayEvaluator(settings=driver, actors=1, workers=1, memory_limit_gb=1.0)
+    try:
+        loop.call(ev.start())
+        (seen,) = ev.described.values()
+    finally:
+        loop.call(ev.aclose(), timeout=120)
+        loop.close()
+    # the actor's own environment holds none of them: they came as the actor's argument
+    assert load(seen["settings"]).engine == driver.engine
+    assert seen["start_modes"] == ["spawn (KERNELCRAFT_ZYGOTE=off)"]
 
 
 @pytest.mark.slow
@@ -247,7 +290,7 @@ def ray_eval(cluster: str) -> Iterator[tuple[Any, Loop]]:
     from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
 
     loop = Loop()
-    ev = RayEvaluator(workers=2, memory_limit_gb=2.0)
+    ev = RayEvaluator(settings=knobs.settings(), workers=2, memory_limit_gb=2.0)
     loop.call(ev.start())
     try:
         yield ev, loop

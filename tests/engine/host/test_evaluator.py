@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base import knobs
 from kernelcraft.base.errors import TaskError
 from tests.conftest import EXAMPLES
 
@@ -231,7 +232,7 @@ def gpu_eval():  # type: ignore[no-untyped-def]
     from kernelcraft.engine.host.local import LocalEvaluator
 
     async def make():  # type: ignore[no-untyped-def]
-        ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
+        ev = LocalEvaluator(settings=knobs.settings(), workers=2, device="cuda", protect_environ=False)
         await ev.start()
         return ev
 

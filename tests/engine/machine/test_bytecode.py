@@ -16,11 +16,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 PROBE = """
 import json, os, sys
-from kernelcraft.base import bytecode
-used = bytecode.use_cache()
+from kernelcraft.base import bytecode, knobs
+settings = knobs.settings()  # this probe's entry point
+used = bytecode.use_cache(settings)
 import torch
 env = {"PYTHONDONTWRITEBYTECODE": "1"}
-bytecode.add_to_env(env)
+bytecode.add_to_env(env, settings)
 print(json.dumps({"used": str(used) if used else None, "prefix": sys.pycache_prefix, "child": env}))
 """
 
@@ -104,8 +105,8 @@ def test_the_cache_is_left_out_where_python_or_the_user_needs_none(fake_torch: P
 
 def test_the_evaluators_workers_get_the_cache_in_their_environment(fake_torch: Path, tmp_path: Path) -> None:
     probe = (
-        "import json; from kernelcraft.engine.machine.pool import base_env; "
-        "e = base_env('cpu', None, True, lazy=True); print(json.dumps([e.get('PYTHONPYCACHEPREFIX'), "
+        "import json; from kernelcraft.base import knobs; from kernelcraft.engine.machine.pool import base_env; "
+        "e = base_env('cpu', None, True, lazy=True, settings=knobs.settings()); print(json.dumps([e.get('PYTHONPYCACHEPREFIX'), "
         "e.get('PYTHONDONTWRITEBYTECODE'), e.get('KERNELCRAFT_WORKER_IMPORTS')]))"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "KERNELCRAFT_"))}

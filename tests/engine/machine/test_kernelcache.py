@@ -20,6 +20,7 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
+from kernelcraft.base import knobs  # noqa: E402
 from kernelcraft.engine.machine.kernelcache import KernelCache  # noqa: E402
 from kernelcraft.schema.evaluation import EvalJob  # noqa: E402
 
@@ -187,7 +188,9 @@ def test_gpu_a_profile_after_a_verify_compiles_nothing_the_verify_compiled() -> 
     )
 
     async def run() -> tuple[int, int, int, Any]:
-        async with LocalEvaluator(workers=2, device="cuda", protect_environ=False) as ev:
+        async with LocalEvaluator(
+            settings=knobs.settings(), workers=2, device="cuda", protect_environ=False
+        ) as ev:
             kernels = ev._references.kernels
             v = await ev.submit(EvalJob(task_source=task, candidate_source=cand, stages=["verify"]))
             assert v.verify is not None and v.verify.correct, v.verify

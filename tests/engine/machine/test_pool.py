@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base import knobs
+from kernelcraft.base.knobs import EngineSettings, Knobs
 from kernelcraft.engine.machine.pool import WorkerError, WorkerPool, WorkerProcess
 
 pytestmark = pytest.mark.slow  # every test starts worker processes
@@ -50,7 +52,9 @@ async def test_workers_are_forked_from_the_zygote_with_their_own_session_home_an
     monkeypatch.setenv("KERNELCRAFT_TEST_SECRET_TOKEN", "s3cr3t")
     # What inductor's first use leaves in a process's environment (a zygote's, or the server's)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared-inductor-cache"))
-    async with contextlib.aclosing(WorkerPool(2, "cpu", tmp_path, interpret=True)) as pool:
+    async with contextlib.aclosing(
+        WorkerPool(2, "cpu", tmp_path, interpret=True, settings=knobs.settings())
+    ) as pool:
         a = await pool.acquire()
         b = await pool.acquire()
         assert a.forked and b.forked and a.pid != b.pid
@@ -73,7 +77,9 @@ async def test_workers_are_forked_from_the_zygote_with_their_own_session_home_an
 
 @pytest.mark.anyio
 async def test_a_forked_workers_exit_status_names_the_signal(tmp_path: Path) -> None:
-    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+    async with contextlib.aclosing(
+        WorkerPool(1, "cpu", tmp_path, interpret=True, settings=knobs.settings())
+    ) as pool:
         w = await pool.acquire()
         assert w.forked and w.pid is not None
         os.kill(w.pid, signal.SIGTERM)
@@ -87,7 +93,9 @@ async def test_a_forked_workers_exit_status_names_the_signal(tmp_path: Path) -> 
 async def test_forked_workers_start_in_a_fraction_of_a_spawned_workers_time(tmp_path: Path) -> None:
     # Not a speed target (bench/ measures those): a check that the pool really forks, i.e. that
     # six more workers do not each pay torch's import.
-    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+    async with contextlib.aclosing(
+        WorkerPool(1, "cpu", tmp_path, interpret=True, settings=knobs.settings())
+    ) as pool:
         await pool.release(await pool.acquire())  # the zygote has imported everything
         start = time.perf_counter()
         for _ in range(6):
@@ -98,7 +106,9 @@ async def test_forked_workers_start_in_a_fraction_of_a_spawned_workers_time(tmp_
 
 @pytest.mark.anyio
 async def test_the_pool_spawns_workers_when_the_zygote_dies(tmp_path: Path) -> None:
-    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+    async with contextlib.aclosing(
+        WorkerPool(1, "cpu", tmp_path, interpret=True, settings=knobs.settings())
+    ) as pool:
         first = await pool.acquire()
         assert first.forked
         zygote = pool._zygote
@@ -122,8 +132,8 @@ async def test_the_pool_spawns_workers_when_the_zygote_dies(tmp_path: Path) -> N
 async def test_kernelcraft_zygote_off_spawns_every_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KERNELCRAFT_ZYGOTE", "off")
-    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True)) as pool:
+    off = Knobs(engine=EngineSettings(zygote=False))
+    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True, settings=off)) as pool:
         w = await pool.acquire()
         assert not w.forked and w.alive()
         await pool.release(w)
@@ -135,8 +145,8 @@ def test_a_one_off_commands_workers_leave_dynamo_and_inductor_to_the_job_that_ne
     from kernelcraft.engine.machine import pool
     from kernelcraft.engine.worker import main as worker
 
-    lazy = pool.base_env("cuda", 0, interpret=False, lazy=True)
-    kept = pool.base_env("cuda", 0, interpret=False, lazy=False)
+    lazy = pool.base_env("cuda", 0, interpret=False, lazy=True, settings=knobs.settings())
+    kept = pool.base_env("cuda", 0, interpret=False, lazy=False, settings=knobs.settings())
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # a GPU pool's (and the compile pool's)
     monkeypatch.setenv("KERNELCRAFT_WORKER_IMPORTS", lazy["KERNELCRAFT_WORKER_IMPORTS"])
     assert [name for name, _ in worker.import_stages(cuda=True)] == ["base", "triton"]
@@ -172,7 +182,9 @@ async def test_a_worker_that_could_not_start_for_want_of_memory_is_retried_and_t
 
     monkeypatch.setattr(WorkerProcess, "wait_ready", first_runs_out)
     monkeypatch.setattr("kernelcraft.engine.machine.pool.OUT_OF_MEMORY_RETRY_S", 0.0)
-    async with contextlib.aclosing(WorkerPool(1, "cpu", tmp_path, interpret=True, lazy=True)) as pool:
+    async with contextlib.aclosing(
+        WorkerPool(1, "cpu", tmp_path, interpret=True, lazy=True, settings=knobs.settings())
+    ) as pool:
         w = await asyncio.wait_for(pool.acquire(), 60)
         assert failed and w is not failed[0] and w.alive()
         assert w.forked and pool._zygote is not None and pool._zygote.broken is None

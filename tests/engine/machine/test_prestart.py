@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from kernelcraft.base.knobs import EngineSettings, Knobs
 from kernelcraft.engine.machine import prestart
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,7 +65,7 @@ def test_a_command_that_fails_before_its_evaluator_starts_leaves_nothing_behind(
 def test_a_head_start_for_other_settings_is_ended_not_taken(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
-    prestart.start(["verify", "t.py", "c.py", "--device", "cpu"])
+    prestart.start(["verify", "t.py", "c.py", "--device", "cpu"], Knobs())
     assert len(prestart._waiting) == 1
     head = prestart._waiting[0]
     scratch = Path(head.scratch.name)
@@ -78,5 +79,7 @@ def test_a_head_start_for_other_settings_is_ended_not_taken(tmp_path: Path, monk
         ["verify", "--help"],
         ["verify", "t.py", "c.py", "--device", "tpu"],
     ):
-        prestart.start(argv)
+        prestart.start(argv, Knobs())
         assert not prestart._waiting, argv
+    prestart.start(["verify", "t.py", "c.py", "--device", "cpu"], Knobs(engine=EngineSettings(zygote=False)))
+    assert not prestart._waiting, "the zygote switched off"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernelcraft.base import knobs
 from kernelcraft.engine.measure import kernelprof
 from kernelcraft.schema.evaluation import KernelTime, ProfileResult
 from kernelcraft.search.feedback import profile_words
@@ -49,7 +50,7 @@ def test_gpu_a_profile_names_the_kernels_of_both_sides(gpu_submit, job_for) -> N
     examples = Path(__file__).resolve().parents[3] / "examples" / "softmax"
 
     async def go():  # type: ignore[no-untyped-def]
-        ev = LocalEvaluator(workers=2, device="cuda", protect_environ=False)
+        ev = LocalEvaluator(settings=knobs.settings(), workers=2, device="cuda", protect_environ=False)
         await ev.start()
         try:
             return await ev.submit(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base import knobs
 from kernelcraft.engine.host.references import ReferencePool, task_key
 from kernelcraft.engine.measure.timingcache import CompiledTimings
 from kernelcraft.schema.evaluation import EvalResult, Timing
@@ -121,7 +122,9 @@ def test_on_a_gpu_the_next_process_profiling_a_task_skips_the_references_torch_c
         async def progress(fraction: float, message: str) -> None:
             said.append(message)
 
-        async with LocalEvaluator(device="cuda", lazy=True, timings_file=path, protect_environ=False) as ev:
+        async with LocalEvaluator(
+            settings=knobs.settings(), device="cuda", lazy=True, timings_file=path, protect_environ=False
+        ) as ev:
             return await ev.submit(job, progress), said
 
     first, said_first = asyncio.run(once())
@@ -137,9 +140,10 @@ def test_without_a_usable_home_the_cache_is_off_and_nothing_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kernelcraft.base.config import cache_file
+    from kernelcraft.base.knobs import PathSettings
 
-    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
-    assert cache_file("t.json") == tmp_path / "home" / "cache" / "t.json"
+    assert (
+        cache_file(PathSettings(home=tmp_path / "home"), "t.json") == tmp_path / "home" / "cache" / "t.json"
+    )
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "a-file" / "home"))
-    assert cache_file("t.json") is None
+    assert cache_file(PathSettings(home=tmp_path / "a-file" / "home"), "t.json") is None

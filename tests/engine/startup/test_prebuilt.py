@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from kernelcraft.base.knobs import EngineSettings, Knobs, PathSettings
 from kernelcraft.engine.startup import prebuilt
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,18 +31,18 @@ def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_the_built_helpers_are_copied_into_a_new_workers_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
-    built = prebuilt.folder()
+    here = Knobs(paths=PathSettings(home=tmp_path / "home"))
+    built = prebuilt.folder(here)
     assert built is not None and built.is_relative_to(tmp_path / "home" / "cache" / "triton-helpers")
     cache = tmp_path / "worker" / "triton-cache"
-    assert not prebuilt.seed(cache)  # nothing built yet: the worker compiles them itself
+    assert not prebuilt.seed(cache, here)  # nothing built yet: the worker compiles them itself
     (built / "c0ffee").mkdir(parents=True)
     (built / "c0ffee" / "cuda_utils.so").write_bytes(b"\x7fELF")
-    assert prebuilt.seed(cache)
+    assert prebuilt.seed(cache, here)
     assert (cache / "c0ffee" / "cuda_utils.so").read_bytes() == b"\x7fELF"
-    monkeypatch.setenv("KERNELCRAFT_PREBUILT", "off")
-    assert prebuilt.folder() is None
-    assert not prebuilt.seed(tmp_path / "other")
+    off = replace(here, engine=EngineSettings(prebuilt=False))
+    assert prebuilt.folder(off) is None
+    assert not prebuilt.seed(tmp_path / "other", off)
 
 
 def test_the_builder_is_started_until_torch_compiles_bytecode_is_in_the_cache(
@@ -50,8 +52,8 @@ def test_the_builder_is_started_until_torch_compiles_bytecode_is_in_the_cache(
 
     prefix = tmp_path / "pycache"
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
-    assert prebuilt._compile_bytecode_missing(env)
-    assert not prebuilt._compile_bytecode_missing({})  # no cache of ours: nothing to write
+    assert prebuilt._compile_bytecode_missing(env, Knobs())
+    assert not prebuilt._compile_bytecode_missing({}, Knobs())  # no cache of ours: nothing to write
     # where Python itself looks for inductor's bytecode under that prefix
     spec = importlib.util.find_spec("torch")
     assert spec is not None and spec.origin is not None
@@ -61,10 +63,9 @@ def test_the_builder_is_started_until_torch_compiles_bytecode_is_in_the_cache(
     monkeypatch.undo()
     pyc.parent.mkdir(parents=True)
     pyc.write_bytes(b"")
-    assert not prebuilt._compile_bytecode_missing(env)
-    monkeypatch.setenv("KERNELCRAFT_PREBUILT", "off")
+    assert not prebuilt._compile_bytecode_missing(env, Knobs())
     pyc.unlink()
-    assert not prebuilt._compile_bytecode_missing(env)
+    assert not prebuilt._compile_bytecode_missing(env, Knobs(engine=EngineSettings(prebuilt=False)))
 
 
 def test_a_build_that_fails_leaves_nothing_behind_and_is_not_retried_at_once(
@@ -72,24 +73,24 @@ def test_a_build_that_fails_leaves_nothing_behind_and_is_not_retried_at_once(
 ) -> None:
     # No GPU driver here: Triton has no active driver, so the build fails. No half-built folder
     # is left for a worker to copy, and the next pools do not start a builder again for an hour.
-    monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
+    here = Knobs(paths=PathSettings(home=tmp_path / "home"))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
     env = {k: v for k, v in env.items() if k != "PYTHONPYCACHEPREFIX"}  # the helpers alone
     monkeypatch.setattr(prebuilt, "_builders", [])
-    prebuilt.build_in_background(env)
+    prebuilt.build_in_background(env, here)
     assert len(prebuilt._builders) == 1
     first = prebuilt._builders[0]
     if first.wait(300) == 0:
         pytest.skip("Triton has an active GPU driver here (the gpu test covers the build)")
-    target = prebuilt.folder()
+    target = prebuilt.folder(here)
     assert target is not None and not target.exists()
     assert [p.name for p in target.parent.iterdir()] == []
     marker = tmp_path / "home" / "cache" / prebuilt.FAILED
     assert marker.exists()
-    prebuilt.build_in_background(env)
+    prebuilt.build_in_background(env, here)
     assert prebuilt._builders == [first]  # not started again
     os.utime(marker, (0, 0))  # an hour later (and more)
-    prebuilt.build_in_background(env)
+    prebuilt.build_in_background(env, here)
     assert len(prebuilt._builders) == 1 and prebuilt._builders[0] is not first
     prebuilt._builders[0].wait(300)
 

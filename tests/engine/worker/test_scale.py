@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kernelcraft.base import knobs
 from kernelcraft.base.errors import TaskError
 from kernelcraft.engine.host.references import ReferencePool, task_key
 from kernelcraft.engine.machine.memory import GIB, MemoryLedger, TaskSize, ran_out, refusal
@@ -627,7 +628,9 @@ def test_a_kernel_needing_more_than_the_limit_we_sized_runs_again_with_room_and_
     assert workspace != good
 
     async def run() -> Any:
-        async with LocalEvaluator(workers=2, device="cpu", protect_environ=False) as ev:
+        async with LocalEvaluator(
+            settings=knobs.settings(), workers=2, device="cpu", protect_environ=False
+        ) as ev:
             return await ev.submit(job_for(CHEATS / "task_scale.py", workspace, trials=1, timeout_s=120))
 
     v = asyncio.run(run()).verify

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernelcraft.base import knobs
 from kernelcraft.cli import build_parser, main
 
 DEEP = (
@@ -170,7 +171,9 @@ async def test_every_tool_answers_hostile_arguments_with_a_sentence(
     from kernelcraft.server.app import create_server
 
     def evaluator(_s: Settings) -> LocalEvaluator:
-        return LocalEvaluator(device="cpu", workers=1, lazy=True, protect_environ=False)
+        return LocalEvaluator(
+            settings=knobs.settings(), device="cpu", workers=1, lazy=True, protect_environ=False
+        )
 
     calls = 0
     async with Client(create_server(Settings(db_path=tmp_path / "kc.db"), evaluator)) as client:

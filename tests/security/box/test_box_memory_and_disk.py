@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base import knobs
 from kernelcraft.engine.box import cgroup, mounts
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,7 +99,11 @@ class _Runner:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.evaluator = LocalEvaluator(
-            workers=1, device="cpu", memory_limit_gb=memory_limit_gb, protect_environ=False
+            settings=knobs.settings(),
+            workers=1,
+            device="cpu",
+            memory_limit_gb=memory_limit_gb,
+            protect_environ=False,
         )
         self.call(self.evaluator.start())
 

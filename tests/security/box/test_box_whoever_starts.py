@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.box import preflight
 from kernelcraft.engine.machine.pool import base_env, reachable
 
@@ -25,7 +26,7 @@ def _box_available() -> bool:
     """Whether a fresh process here can get the whole box (user namespaces, Landlock, ...)."""
     with tempfile.TemporaryDirectory() as d:
         reachable(Path(d))
-        return preflight.check(base_env("cpu", None, True), Path(d), "cpu").complete
+        return preflight.check(base_env("cpu", None, True, settings=Knobs()), Path(d), "cpu").complete
 
 
 def _check_under(umask: int, **env: str) -> str:
@@ -34,11 +35,12 @@ def _check_under(umask: int, **env: str) -> str:
         import os, tempfile
         from pathlib import Path
         os.umask({umask:#o})
+        from kernelcraft.base import knobs
         from kernelcraft.engine.box import preflight
         from kernelcraft.engine.machine.pool import base_env, reachable
         with tempfile.TemporaryDirectory() as d:
             reachable(Path(d))
-            print(preflight.check(base_env("cpu", None, True), Path(d), "cpu").sentence())
+            print(preflight.check(base_env("cpu", None, True, settings=knobs.settings()), Path(d), "cpu").sentence())
         """
     )
     done = subprocess.run(
@@ -67,7 +69,7 @@ def test_a_spawned_worker_is_not_kept_root_by_its_own_directory_on_sys_path() ->
         pytest.skip("this machine does not give a worker the whole box")
     with tempfile.TemporaryDirectory() as d:
         reachable(Path(d))
-        report = preflight.check(base_env("cpu", None, True), Path(d), "cpu")
+        report = preflight.check(base_env("cpu", None, True, settings=Knobs()), Path(d), "cpu")
     assert report.complete, report.sentence()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import string
 
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.box import environment
 from kernelcraft.engine.machine import pool
 
@@ -66,7 +67,7 @@ def test_no_variable_outside_the_allowlist_reaches_a_worker() -> None:
 def test_a_pools_workers_get_the_allowlist_and_the_wires_own_settings_only(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     for name, value in {**SECRET_LOOKING, **INNOCENT_LOOKING}.items():
         monkeypatch.setenv(name, value)
-    env = pool.base_env("cpu", None, interpret=True) | pool.own_env(pool.Path("/tmp/w"))
+    env = pool.base_env("cpu", None, interpret=True, settings=Knobs()) | pool.own_env(pool.Path("/tmp/w"))
     leaked = {k for k in env if k in SECRET_LOOKING or k in INNOCENT_LOOKING}
     assert not leaked
     ours = {k for k in env if k not in environment.KEPT}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.machine import pool
 from kernelcraft.engine.wire import bounds
 from kernelcraft.engine.wire.channel import (
@@ -84,7 +85,7 @@ def _flood(sock: socket.socket, frame: bytes) -> int:
 
 def test_a_worker_flooding_frames_is_read_no_further_than_the_queue(tmp_path: Path) -> None:
     async def main() -> tuple[int, int]:
-        w = pool.WorkerProcess("cpu", tmp_path, None)
+        w = pool.WorkerProcess("cpu", tmp_path, None, settings=Knobs())
         parent, child = socket.socketpair()
         reader, _writer = await asyncio.open_unix_connection(sock=parent)
         task = asyncio.create_task(w._read(reader))

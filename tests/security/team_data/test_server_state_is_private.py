@@ -11,6 +11,7 @@ import pytest
 
 from kernelcraft.base.config import home_dir
 from kernelcraft.base.errors import UsageError
+from kernelcraft.base.knobs import PathSettings
 from kernelcraft.server.auth import load_tokens_file
 from kernelcraft.store import Store
 
@@ -45,8 +46,7 @@ def test_home_is_closed_to_other_users(tmp_path: Path, monkeypatch: pytest.Monke
     home = tmp_path / "home"
     home.mkdir(mode=0o755)
     home.chmod(0o755)
-    monkeypatch.setenv("KERNELCRAFT_HOME", str(home))
-    assert home_dir() == home
+    assert home_dir(PathSettings(home=home)) == home
     assert _mode(home) == 0o700
 
 

@@ -16,6 +16,7 @@ from search_scripted import ScriptedEvaluator
 from search_scripted import candidate as scripted_candidate
 from server_support import CANDIDATE, REPO, TASK, NoEvaluations, failure_clients, settings_for
 
+from kernelcraft.base import knobs
 from kernelcraft.base.config import Settings
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.local import LocalEvaluator
@@ -271,7 +272,7 @@ class SharedEvaluator:
 
 @pytest.fixture(scope="module")
 async def local_evaluator() -> AsyncIterator[LocalEvaluator]:
-    evaluator = LocalEvaluator(workers=2, device="cpu")
+    evaluator = LocalEvaluator(settings=knobs.settings(), workers=2, device="cpu")
     try:
         yield evaluator
     finally:
