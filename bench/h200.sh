@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
 #   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests hostile capture eval evalbox
-#                                   cold probe stability tuner server warm hbm floors ray levelrun level cookbook pack)
+#                                   cold probe stability tuner server warm hbm floors ray levelrun levelspeed level cookbook pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
-# RAY_ARGS, LEVEL_ARGS, COLD_ARGS, COOKBOOK_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
+# RAY_ARGS, LEVEL_ARGS, LEVELSPEED_ARGS, COLD_ARGS, COOKBOOK_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
 # see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
 # $OUT into one out.tgz (the device tool brings back at most 8 files).
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
@@ -105,6 +105,8 @@ for step in "$@"; do
       run levelrun python3 -m kernelcraft level .kb/KernelBench/level1 bench/kb_candidates/level1 --problems 19-22,25,28,30,32 --out runs/kb-level1-candidates
       cp -r runs/kb-level1-candidates "$OUT/" ;;
     pack) (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
+    levelspeed)  # issue 41: level 1's baseline from a fresh process, wall time and tasks timed (target <= 120 s, 100 of 100)
+      run bench_level python3 bench/bench_level.py .kb/KernelBench/level1 ${LEVELSPEED_ARGS:-} --json "$OUT/bench_level.json" ;;
     level)  # resumable: runs/ survives between calls on a warm machine; call again until every task is done
       for l in ${LEVELS:-1 2}; do
         run "level${l}_baseline" python3 -m kernelcraft level ".kb/KernelBench/level$l" --baseline --out "runs/kb-baseline-level$l" ${LEVEL_ARGS:-}

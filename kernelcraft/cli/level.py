@@ -44,7 +44,7 @@ from kernelcraft.cli.common import (
     seconds,
     within,
 )
-from kernelcraft.level.runner import LevelRun, run_level
+from kernelcraft.level.runner import LevelRun, default_jobs, run_level, workers_for
 from kernelcraft.level.tasks import parse_problems
 from kernelcraft.schema.level import LevelSummary
 
@@ -79,7 +79,13 @@ def register(sub: Subcommands) -> None:
     p.add_argument(
         "--timeout", type=seconds, default=LEVEL_TIMEOUT_S, metavar="S", help="deadline per task in seconds"
     )
-    p.add_argument("--jobs", type=int, default=2, metavar="N", help="tasks evaluated at once")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"tasks evaluated at once (default: half the CPU cores, 2 to 8; here {default_jobs()})",
+    )
     p.add_argument(
         "--level-key",
         metavar="KEY",
@@ -100,8 +106,9 @@ def level_run(args: argparse.Namespace) -> LevelRun:
         )
     check_trials(args.trials)
     within(TIMEOUT_S, args.timeout, "--timeout")
-    if not 1 <= args.jobs <= 64:
-        raise UsageError(f"--jobs must be between 1 and 64, not {args.jobs}")
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    if not 1 <= jobs <= 64:
+        raise UsageError(f"--jobs must be between 1 and 64, not {jobs}")
     return LevelRun(
         tasks_dir=args.tasks_dir,
         out_dir=args.out,
@@ -109,7 +116,7 @@ def level_run(args: argparse.Namespace) -> LevelRun:
         problems=parse_problems(args.problems) if args.problems else None,
         trials=args.trials,
         timeout_s=args.timeout,
-        jobs=args.jobs,
+        jobs=jobs,
         level_key=args.level_key,
         resume=not args.restart,
     )
@@ -167,7 +174,7 @@ def cmd_level(args: argparse.Namespace) -> int:
         # Not entered: its workers start at the first job, so a run resumed to the end starts none.
         knobs = knobs_of(args)
         ev = LocalEvaluator(
-            workers=2 * spec.jobs,
+            workers=workers_for(spec),
             device=args.device,
             timings_file=cache_file(knobs.paths, COMPILED_TIMINGS_FILE),
             settings=knobs,

@@ -19,10 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,28 @@ NO_GPU = (
 LevelProgress = Callable[[int, int, str], Awaitable[None]]
 
 
+def machine_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 4
+
+
+def default_jobs(cores: int | None = None) -> int:
+    """Tasks evaluated at once unless told: half the cores, 2 to 8 (the H200 machine's 16: 8).
+    Each task's own process does CPU work (loading the task, torch.compile's compile, the
+    interpreter's trials) while others use the GPU; the other half of the cores keeps the
+    timing process and inductor's compile threads from waiting for one."""
+    return max(2, min(8, (cores if cores is not None else machine_cores()) // 2))
+
+
+def workers_for(run: LevelRun) -> int:
+    """The evaluator's warm workers for a level run: a candidate job takes two (the reference and
+    the candidate), a baseline job one, plus two starting for the next tasks."""
+    return 2 * run.jobs if run.mode == "candidates" else run.jobs + 2
+
+
 @dataclass
 class LevelRun:
     """What to evaluate and how. No `candidates_dir`: baseline mode (the reference alone)."""
@@ -60,7 +83,7 @@ class LevelRun:
     problems: set[int] | None = None
     trials: int = int(TRIALS.default)
     timeout_s: float = LEVEL_TIMEOUT_S
-    jobs: int = 2
+    jobs: int = field(default_factory=default_jobs)
     level_key: str | None = None
     """The level's key in KernelBench's baseline files ('level1'); default: from the folder's name."""
     resume: bool = True
@@ -164,8 +187,20 @@ async def run_level(
     ordered = [outcomes[t.problem_id] for t in tasks]
     summary = summarize(run, ordered, timed=timed, resumed=resumed, unmatched=unmatched, left_out=left_out)
     summary.seconds = round(time.perf_counter() - started, 3)
+    summary.stage_seconds = stage_totals([outcomes[t.problem_id] for t, _, _ in todo])
+    summary.jobs = run.jobs
     write_files(run, summary)
     return summary
+
+
+def stage_totals(outcomes: Sequence[TaskOutcome]) -> dict[str, float]:
+    """Where the tasks' seconds went, summed per stage (`EvalResult.stage_seconds`): with a GPU,
+    a baseline's "timing" is the GPU held alone, the bound a level run cannot go under."""
+    totals: dict[str, float] = {}
+    for o in outcomes:
+        for stage, s in o.stage_seconds.items():
+            totals[stage] = totals.get(stage, 0.0) + s
+    return {k: round(v, 3) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
 def _read(task: LevelTask) -> tuple[str, str | None]:
@@ -240,6 +275,7 @@ async def evaluate_task(
         return base.model_copy(update={"status": "task_error", "message": str(e)})
     outcome = from_result(base, result)
     outcome.seconds = round(time.perf_counter() - start, 3)
+    outcome.stage_seconds = dict(result.stage_seconds)
     return outcome
 
 

@@ -49,6 +49,9 @@ class TaskOutcome(BaseModel):
     floor_us: float | None = Field(default=None, description=f"Roofline floor ({DEFAULT_TARGET}).")
     device: str | None = None
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Where its seconds went, by stage (the evaluator's)."
+    )
     mode: LevelMode = "candidates"
     timed: bool = Field(default=False, description="GPU timings asked for.")
     task_sha: str = Field(default="", description="A changed task is re-run.")
@@ -89,4 +92,9 @@ class LevelSummary(BaseModel):
     )
     files: dict[str, str] = Field(default_factory=dict, description="Written, by role.")
     seconds: float = 0.0
+    jobs: int | None = Field(default=None, description="Tasks evaluated at once.")
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="The tasks evaluated in this run: their seconds summed by stage ('timing': the GPU held alone).",
+    )
     tasks: list[TaskOutcome] = Field(default_factory=list)

@@ -278,6 +278,10 @@ def test_baseline_mode_without_a_gpu_loads_every_reference_and_gives_its_rooflin
     assert all(t.floor_us is not None and t.floor_us > 0 for t in summary.tasks)
     assert all("needs a CUDA GPU" in (t.message or "") for t in summary.tasks)
     assert "kernelbench_baseline_eager" not in summary.files  # no timings, no baseline file
+    # where each task's seconds went, and the run's sum of them
+    assert all(t.stage_seconds for t in summary.tasks) and summary.jobs == 1
+    for stage, total in summary.stage_seconds.items():
+        assert total == pytest.approx(sum(t.stage_seconds.get(stage, 0) for t in summary.tasks), abs=0.01)
 
 
 @pytest.mark.slow

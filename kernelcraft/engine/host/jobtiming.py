@@ -26,6 +26,7 @@ from kernelcraft.engine.wire.protocol import (
     Msg,
     ProtocolError,
     RooflineCounted,
+    RunCompiled,
     Samples,
     TimeCandidate,
     Timed,
@@ -61,12 +62,16 @@ class _Rounds:
     samples: dict[str, list[list[float]]] = field(default_factory=dict)
     methods: dict[str, TimingMethod] = field(default_factory=dict)
     sets: dict[str, int] = field(default_factory=dict)
+    estimates: dict[str, float] = field(default_factory=dict)
+    """µs a call, as the first round of each callable estimated it (`TimeReference.estimates`)."""
     count: int = 0
 
     def add(self, key: str, s: Samples) -> None:
         self.samples.setdefault(key, []).append(list(s.times_us))
         self.methods[key] = s.method
         self.sets[key] = s.sets
+        if s.estimate_us and key not in self.estimates:
+            self.estimates[key] = s.estimate_us
 
     def kept(self, key: str) -> list[list[float]]:
         """The rounds of `key` that agree with the median of its rounds (`agreeing_rounds`)."""
@@ -231,15 +236,20 @@ class JobTiming:
                 FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
             ) from e
 
-    async def time_reference(self, rounds: _Rounds, *, compiled: bool, breakdown: bool = False) -> str | None:
-        """One round of the reference's timings; why they failed, if they did."""
+    async def time_reference(
+        self, rounds: _Rounds, *, compiled: bool, breakdown: bool = False, estimates: bool = False
+    ) -> str | None:
+        """One round of the reference's timings; why they failed, if they did. `estimates`: a
+        round after the first reuses its estimate of each callable (no warm-up and estimate again)."""
         ref_keys = [k for k in rounds.keys if k != "candidate"]
+        known = {k: rounds.estimates[k] for k in ref_keys if k in rounds.estimates} if estimates else {}
         frame = await self.workers.ask_ref(
             TimeReference(
                 budget_ms=PROFILE_BUDGET_MS,
                 methods={k: rounds.methods[k] for k in ref_keys if k in rounds.methods},
                 compiled=compiled,
                 breakdown=breakdown,
+                **({"estimates": known} if known else {}),
             )
         )
         timed = Timed.from_header(frame.header)
@@ -263,42 +273,58 @@ class JobTiming:
     async def baseline(self) -> ProfileResult:
         """Time the reference alone, eager and under torch.compile, on the task's get_inputs()
         (as KernelBench's baseline script does, with our interleaved rounds and L2 handling);
-        without a GPU, the roofline floor of the task's real sizes, nothing run."""
+        without a GPU, the roofline floor of the task's real sizes, nothing run.
+
+        The GPU, in order: the inputs, the eager reference's first run (its outputs) and the
+        roofline's counted run share it; torch.compile's compile (CPU work, seconds) holds no
+        lock, so other jobs' timings go on meanwhile; then one hold alone covers the compiled
+        model's first run (inductor's autotuning, which must not pick its configs under other
+        jobs' load) and the timing rounds, which reuse their first round's estimates."""
         start = time.perf_counter()
-        if self.state.device.kind == "cpu":
+        st = self.state
+        # A baseline job is a level's: its task comes once, and a reference parked for it would
+        # hold device memory and take the GPU to rebuild its Model while other tasks time.
+        self.workers.keep_reference = False
+        if st.device.kind == "cpu":
             return await self.floor_only(start)
-        await self.state.progress(0.1, "making the inputs")
-        async with self.workers.gpu_lock(exclusive=False):
+        await st.progress(0.1, "making the inputs")
+        async with self.workers.gpu_lock(exclusive=False, why="baseline inputs"):
             await self.workers.inputs(0)
-        roof, _ = await self.roofline()
-        await self.state.progress(0.2, "compiling the reference with torch.compile")
-        async with self.workers.gpu_lock(exclusive=False):  # inductor benchmarks on the GPU
-            warm = Warm.from_header(
-                (await self.workers.ask_ref(WarmupReference(), error_is_an_answer=True)).header
-            )
-        # A model torch.compile cannot handle still has its eager time.
-        rounds = _Rounds(("eager",) if warm.error else ("eager", "compiled"))
-        async with self.workers.gpu_lock(exclusive=True):
+            roof, _ = await self.roofline()  # counted on a run of the model on the GPU
+        await st.progress(0.2, "compiling the reference with torch.compile")
+        t = time.perf_counter()
+        frame = await self.workers.ask_ref(WarmupReference(gated=True), error_is_an_answer=True)
+        t = st.stage("reference_compile", t)
+        async with self.workers.gpu_lock(exclusive=True, why="baseline timing"):
+            if frame.header.get("type") == Msg.GPU_WANTED:
+                self.workers.ref_in_sync = False  # mid-request until its `warm`
+                frame = await self.workers.ask_ref(RunCompiled(), error_is_an_answer=True)
+            warm = Warm.from_header(frame.header)
+            # A model torch.compile cannot handle still has its eager time.
+            rounds = _Rounds(("eager",) if warm.error else ("eager", "compiled"))
             while not rounds.done():
                 rounds.count += 1
-                await self.state.progress(
+                await st.progress(
                     0.3 + 0.7 * (rounds.count - 1) / MAX_PROFILE_ROUNDS, f"timing, round {rounds.count}"
                 )
-                failed = await self.time_reference(rounds, compiled=warm.error is None)
+                failed = await self.time_reference(rounds, compiled=warm.error is None, estimates=True)
                 if failed is not None:
                     return ProfileResult(available=False, message=failed, roofline=roof)
-        t = rounds.timings()
-        if "compiled" in t:
-            self.state.references.remember_compiled(self.state.key, self.reference_device(), t["compiled"])
-        notes = [timing_note(k, v) for k, v in t.items()]
+        st.stage("timing", t)
+        times = rounds.timings()
+        if "compiled" in times:
+            st.references.remember_compiled(st.key, self.reference_device(), times["compiled"])
+        notes = [timing_note(k, v) for k, v in times.items()]
         if warm.error:
             notes.append(f"torch.compile failed: {warm.error[:300]}")
+        if warm.ungated:
+            notes.append("torch.compile compiled no frame: its first run went before the GPU was held")
         return ProfileResult(
             available=True,
             message="; ".join([*notes, f"{rounds.words()}, the reference alone"]),
-            device=device_label(self.state.device, self.workers.reference_info()),
-            reference_eager=t["eager"],
-            reference_compiled=t.get("compiled"),
+            device=device_label(st.device, self.workers.reference_info()),
+            reference_eager=times["eager"],
+            reference_compiled=times.get("compiled"),
             roofline=roof,
             seconds=round(time.perf_counter() - start, 3),
         )

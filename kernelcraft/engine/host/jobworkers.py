@@ -83,6 +83,8 @@ class JobWorkers:
         self.ref_reading_candidate = False
         self.ran_candidate_kernels = False
         """The reference re-ran the candidate's kernels (the fresh-input replay): it is not kept."""
+        self.keep_reference = True
+        """False: the reference is not kept for a next job on the task (a baseline's: `jobtiming.py`)."""
         self.ref: WorkerProcess | None = None
         self.ref_pool: WorkerPool | None = None
         self.ref_in_sync = True
@@ -314,8 +316,9 @@ class JobWorkers:
     # ---- the GPU and the end ----
 
     @contextlib.asynccontextmanager
-    async def gpu_lock(self, *, exclusive: bool) -> AsyncIterator[None]:
-        """The GPU, shared with other jobs' verifications or, to time, alone."""
+    async def gpu_lock(self, *, exclusive: bool, why: str = "") -> AsyncIterator[None]:
+        """The GPU, shared with other jobs' verifications or, to time, alone (`why`: what for, in
+        the lock's record)."""
         if not self.state.device.locked:
             yield
             return
@@ -323,7 +326,7 @@ class JobWorkers:
         t = time.perf_counter()
         if self.state.device.lock.busy():
             await self.state.progress(0.1, "waiting for the GPU")
-        lock = self.state.device.lock.exclusive() if exclusive else self.state.device.lock.shared()
+        lock = self.state.device.lock.exclusive(why) if exclusive else self.state.device.lock.shared(why)
         async with lock:
             self.state.deadline += time.monotonic() - waited
             self.state.stage("gpu_wait", t)
@@ -344,6 +347,7 @@ class JobWorkers:
             and self.ref_pool is not None
             and self.ref_in_sync
             and not self.ran_candidate_kernels
+            and self.keep_reference
             and ref.alive()
             and ref.frames.empty()
             and not st.references.closed

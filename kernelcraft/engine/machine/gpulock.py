@@ -4,12 +4,19 @@ On a GPU, verification trials (and every other step that uses the GPU) share it 
 and a timing has it alone: `GpuLock` is a read/write lock over asyncio, fair to the writer. One
 `Device` per GPU (or one for the CPU) holds its worker pools, its lock and its memory ledger. Written by
 `LocalEvaluator` only; jobs take the lock through `Job.gpu_lock`.
+
+The lock keeps its own record: every hold's mode, what it was for, when it was taken and let go
+(`holds`, the last `RECORDED` of them), and the seconds held in each mode since it was made
+(`held_s`). Tests read the order of a job's steps from it, and a level run says from it how much
+of its time the GPU spent timing alone (`level/runner.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,17 +24,45 @@ from typing import Literal
 from kernelcraft.engine.machine.memory import MemoryLedger
 from kernelcraft.engine.machine.pool import WorkerPool
 
+RECORDED = 4096
+"""The holds a lock remembers (the oldest are forgotten first)."""
+
+Mode = Literal["shared", "exclusive"]
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One hold of the lock: its mode, what it was for, when it was taken and let go
+    (`time.perf_counter()`)."""
+
+    mode: Mode
+    why: str
+    start: float
+    end: float
+
+    def overlaps(self, start: float, end: float) -> bool:
+        return self.start < end and start < self.end
+
 
 class GpuLock:
     """Verifications share the GPU; a timing has it alone. Fair to timings: once one waits, new
     verifications queue behind it. Releasing never awaits, so a cancelled job cannot leave the
-    lock held."""
+    lock held. Each hold is recorded (`holds`, `held_s`)."""
 
     def __init__(self) -> None:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
         self._waiters: list[asyncio.Future[None]] = []
+        self.holds: deque[Hold] = deque(maxlen=RECORDED)
+        """The last `RECORDED` holds, in the order they ended."""
+        self.held_s: dict[Mode, float] = {"shared": 0.0, "exclusive": 0.0}
+        """Seconds held in each mode since the lock was made (shared holds that overlap add up)."""
+
+    def _record(self, mode: Mode, why: str, start: float) -> None:
+        end = time.perf_counter()
+        self.holds.append(Hold(mode, why, start, end))
+        self.held_s[mode] += end - start
 
     def busy(self) -> bool:
         return self._writer or self._readers > 0 or self._writers_waiting > 0
@@ -48,18 +83,20 @@ class GpuLock:
                 self._waiters.remove(fut)
 
     @contextlib.asynccontextmanager
-    async def shared(self) -> AsyncIterator[None]:
+    async def shared(self, why: str = "") -> AsyncIterator[None]:
         while self._writer or self._writers_waiting:
             await self._wait()
         self._readers += 1
+        start = time.perf_counter()
         try:
             yield
         finally:
             self._readers -= 1
+            self._record("shared", why, start)
             self._wake()
 
     @contextlib.asynccontextmanager
-    async def exclusive(self) -> AsyncIterator[None]:
+    async def exclusive(self, why: str = "") -> AsyncIterator[None]:
         self._writers_waiting += 1
         try:
             while self._writer or self._readers:
@@ -68,10 +105,12 @@ class GpuLock:
             self._writers_waiting -= 1
             self._wake()
         self._writer = True
+        start = time.perf_counter()
         try:
             yield
         finally:
             self._writer = False
+            self._record("exclusive", why, start)
             self._wake()
 
 

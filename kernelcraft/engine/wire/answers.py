@@ -132,6 +132,17 @@ class Warm(Reply):
     TAG = Msg.WARM
     compiled: int | None = None
     error: str | None = None
+    ungated: bool | None = None
+    """Reference, gated: dynamo compiled no frame, so the first run went before the gate opened."""
+
+
+class GpuWanted(Reply):
+    """Reference, during a gated `warmup_reference`: compiled; its first run needs the GPU (the
+    job answers `run_compiled` once it holds it)."""
+
+    TAG = Msg.GPU_WANTED
+    compile_s: float | None = None
+    """Seconds the compile took before it asked."""
 
 
 class Samples(BaseModel):
@@ -140,6 +151,8 @@ class Samples(BaseModel):
     times_us: list[float] = Field(min_length=1)
     method: TimingMethod
     sets: int = 1
+    estimate_us: float | None = None
+    """The round's estimate of one call (µs), for the job's later rounds (`TimeReference.estimates`)."""
 
 
 class Timed(Reply):
@@ -263,6 +276,7 @@ REPLIES: dict[str, type[Reply]] = {
         Compared,
         RooflineCounted,
         Warm,
+        GpuWanted,
         Timed,
         Loaded,
         Verdict,

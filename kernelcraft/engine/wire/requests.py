@@ -112,9 +112,19 @@ class ComputeRoofline(Request):
 
 
 class WarmupReference(Request):
-    """Reference: torch.compile the model and run it once."""
+    """Reference: torch.compile the model and run it once. `gated`: the compile (CPU work) runs
+    while the job holds no GPU lock; before the compiled model's first run the worker says
+    `gpu_wanted` and waits for `run_compiled`, sent once the job holds the GPU."""
 
     TAG = Op.WARMUP_REFERENCE
+    gated: bool = False
+
+
+class RunCompiled(Request):
+    """Reference, after its `gpu_wanted`: the job holds the GPU; run the compiled model (its
+    first run: inductor's autotuning, then the model), then answer `warm`."""
+
+    TAG = Op.RUN_COMPILED
 
 
 class TimeReference(Request):
@@ -126,6 +136,9 @@ class TimeReference(Request):
     compiled: bool = True
     breakdown: bool = False
     """Also profile which kernels each side launched, and for how long (kernelprof.py)."""
+    estimates: dict[str, float] = Field(default_factory=dict)
+    """µs a call of each callable, as an earlier round of this job estimated it (`Samples.
+    estimate_us`): that round's warm-up and estimate are not repeated (`timing.sample_round`)."""
 
 
 class Run(Request):
@@ -211,6 +224,7 @@ REQUESTS: dict[str, type[Request]] = {
         FreshReplay,
         ComputeRoofline,
         WarmupReference,
+        RunCompiled,
         TimeReference,
         Run,
         Compile,

@@ -18,6 +18,7 @@ class Op(str, Enum):
     COMPARE = "compare"
     ROOFLINE = "roofline"
     WARMUP_REFERENCE = "warmup_reference"
+    RUN_COMPILED = "run_compiled"
     TIME_REFERENCE = "time_reference"
     FRESH_REPLAY = "fresh_replay"
     # the candidate worker
@@ -54,6 +55,7 @@ class Msg(str, Enum):
     KNOCKED_OUT = "knocked_out"
     REPLAYED = "replayed"
     COMPILED_FILES = "compiled_files"
+    GPU_WANTED = "gpu_wanted"
 
 
 IMPORTING_CANDIDATE = "importing the candidate"

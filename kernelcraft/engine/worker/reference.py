@@ -60,6 +60,8 @@ class ReferenceWorker(Worker):
         """The copy of the inputs sent to the candidate: kept alive while it may read them
         (through CUDA IPC handles on a GPU)."""
         self.compiled: Any = None
+        self.compiles = 0
+        """torch.compile's of Model in this process (`refcompile.compile_reference`)."""
         self.compare_warm = False
         """The comparison's GPU kernels have run once in this process (`warm_compare`)."""
 
@@ -106,7 +108,7 @@ class ReferenceWorker(Worker):
             elif isinstance(req, ComputeRoofline):
                 self.send(self.roofline(req))
             elif isinstance(req, WarmupReference):
-                self.send(self.compile_reference())
+                self.send(self.compile_reference(gated=req.gated))
             elif isinstance(req, TimeReference):
                 self.send(self.time_reference(req))
             elif isinstance(req, Perturb):
@@ -423,17 +425,12 @@ class ReferenceWorker(Worker):
         except Exception as e:
             return RooflineCounted(roofline=None, error=error_line(e))
 
-    def compile_reference(self) -> Warm:
-        """torch.compile the reference and run it once (before the GPU lock is taken)."""
-        try:
-            with self.torch.no_grad():
-                self.compiled = self.torch.compile(self.model)
-                self.compiled(*self.private_inputs)
-            self.sync()
-        except Exception as e:
-            self.compiled = None
-            return Warm(error=error_line(e))
-        return Warm()
+    def compile_reference(self, *, gated: bool = False) -> Warm:
+        """torch.compile the reference and run it once (`self.compiled`). `gated`: the compile's
+        CPU work first, then its GPU work once the job holds the GPU (`refcompile.py`)."""
+        from kernelcraft.engine.worker import refcompile
+
+        return refcompile.compile_reference(self, gated=gated)
 
     def time_reference(self, req: TimeReference) -> Reply:
         """One round of reference timing, eager and torch.compile'd (compiled once, on first use)."""
@@ -457,8 +454,11 @@ class ReferenceWorker(Worker):
                         budget_ms=req.budget_ms,
                         method=req.methods.get(key, "auto"),
                         input_sets=lambda: self._map(inputs, lambda t: t.clone()),
+                        estimate=req.estimates.get(key),
                     )
-                    samples[key] = Samples(times_us=r.times_us, method=r.method, sets=r.sets)
+                    samples[key] = Samples(
+                        times_us=r.times_us, method=r.method, sets=r.sets, estimate_us=round(r.estimate_us, 3)
+                    )
             timed_reply = Timed(**samples)
             if req.breakdown:
                 from kernelcraft.engine.measure import kernelprof

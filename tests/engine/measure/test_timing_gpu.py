@@ -104,6 +104,28 @@ def test_interleaved_rounds_merge_into_one_summary_with_input_rotation() -> None
     assert t.median_us > 0
 
 
+@pytest.mark.gpu
+@needs_cuda
+def test_a_round_given_the_first_rounds_estimate_calls_fn_once_before_its_samples() -> None:
+    x = torch.randn(4096, 4096, device="cuda")
+    calls = 0
+
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        nonlocal calls
+        calls += 1
+        return a * 2.0
+
+    first = timing.sample_round(fn, budget_ms=20, method="cuda_events", input_sets=[[x]])
+    assert first.estimate_us > 0 and calls == 8 + len(first.times_us)  # 3 warm, 5 for the estimate
+    calls = 0
+    again = timing.sample_round(
+        fn, budget_ms=20, method="cuda_events", input_sets=[[x]], estimate=first.estimate_us
+    )
+    assert calls == 1 + len(again.times_us) and again.estimate_us == first.estimate_us
+    assert len(again.times_us) == len(first.times_us)  # the same reps: the same budget and estimate
+    assert abs(statistics.median(again.times_us) / statistics.median(first.times_us) - 1) < 0.1
+
+
 class _HostEvent:
     """Stands in for torch.cuda.Event on a CPU: record() reads the host clock."""
 

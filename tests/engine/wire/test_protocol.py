@@ -67,6 +67,17 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
         {"op": "roofline", "target": "h100-sxm", "full_size": True},
     ),
     (p.WarmupReference(), {"op": "warmup_reference"}),
+    (p.WarmupReference(gated=True), {"op": "warmup_reference", "gated": True}),
+    (p.RunCompiled(), {"op": "run_compiled"}),
+    (
+        p.TimeReference(budget_ms=60.0, compiled=True, estimates={"eager": 20.5, "compiled": 15.0}),
+        {
+            "op": "time_reference",
+            "budget_ms": 60.0,
+            "compiled": True,
+            "estimates": {"eager": 20.5, "compiled": 15.0},
+        },
+    ),
     (
         p.TimeReference(budget_ms=60.0, methods={"eager": "cuda_graph"}, compiled=False),
         {"op": "time_reference", "budget_ms": 60.0, "methods": {"eager": "cuda_graph"}, "compiled": False},
@@ -135,6 +146,12 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
     (p.Warm(), {"type": "warm"}),
     (p.Warm(compiled=2), {"type": "warm", "compiled": 2}),
     (p.Warm(compiled=0, error="E: x"), {"type": "warm", "compiled": 0, "error": "E: x"}),
+    (p.Warm(ungated=True), {"type": "warm", "ungated": True}),
+    (p.GpuWanted(compile_s=2.5), {"type": "gpu_wanted", "compile_s": 2.5}),
+    (
+        p.Timed(eager=p.Samples(times_us=[20.0], method="cuda_events", estimate_us=20.1)),
+        {"type": "timed", "eager": {"times_us": [20.0], "method": "cuda_events", "estimate_us": 20.1}},
+    ),
     (
         p.Timed(candidate=p.Samples(times_us=[1.5, 2.0], method="cuda_graph", sets=8)),
         {"type": "timed", "candidate": SAMPLES},
@@ -177,8 +194,8 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 
 def test_every_op_and_message_type_has_one_model() -> None:
-    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 16
-    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 18
+    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 17
+    assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 19
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above
 
