@@ -67,7 +67,6 @@ class Settings:
     """What the server and the CLI need to start. Built once, at start-up."""
 
     db_path: Path
-    rule_activation_count: int = 3
     max_code_bytes: int = 1_000_000
     # Where candidates are evaluated: "local" (this machine's GPUs) or "ray" (a Ray cluster's,
     # at `ray_address`; None starts a one-machine cluster). See kernelcraft/engine/cluster/ray_evaluator.py.
@@ -78,9 +77,6 @@ class Settings:
     eval_grace_s: float = EVAL_GRACE_S
     """Beyond a job's deadline, what a search step's evaluation may wait for workers and the GPU
     before the search service calls the evaluator stuck (`base/knobs.py`)."""
-    text_content: Literal["summary", "json"] = "summary"
-    """What a tool answer's text content holds (`server/tools/answers.py`): a summary for people, or
-    the compact JSON for hosts that show their model only the text (KERNELCRAFT_TEXT_CONTENT)."""
     audience: Literal["mcp", "cli"] = "mcp"
     """Who reads the answers' words (`base/voice.py`): an MCP client (tool names, resources), or a
     person at the command line (`kernelcraft` commands): the driver's in-process server."""
@@ -88,13 +84,21 @@ class Settings:
     """Every `KERNELCRAFT_*` setting as the entry point read them (`base/knobs.py`): the evaluator
     the server makes gets its engine settings and home from here. Default: every default."""
 
+    @property
+    def rule_activation_count(self) -> int:
+        """Corroborated failures before a proposed rule is injected (KERNELCRAFT_RULE_ACTIVATION)."""
+        return self.knobs.server.rule_activation
+
+    @property
+    def text_content(self) -> Literal["summary", "json"]:
+        """What a tool answer's text content holds (`server/tools/answers.py`): a summary for people,
+        or the compact JSON for hosts that show their model only the text (KERNELCRAFT_TEXT_CONTENT)."""
+        return self.knobs.server.text_content
+
     @classmethod
     def from_knobs(cls, knobs: Knobs, db_path: str | Path | None = None) -> Settings:
         """The settings `knobs` (read by the entry point) give, with the database `db_path` (a
         `--db`) or else theirs."""
         return cls(
-            db_path=Path(db_path).expanduser() if db_path else default_db_path(knobs.paths),
-            rule_activation_count=knobs.server.rule_activation,
-            text_content=knobs.server.text_content,
-            knobs=knobs,
+            db_path=Path(db_path).expanduser() if db_path else default_db_path(knobs.paths), knobs=knobs
         )

@@ -33,6 +33,7 @@ from kernelcraft.agent.loop.proposers import NO_REVISER_GUIDANCE
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import InfrastructureError, UsageError
+from kernelcraft.base.knobs import Knobs, ServerSettings
 from kernelcraft.cli.agent import render_level
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
@@ -310,7 +311,8 @@ def failing_model() -> Script:
 
 @asynccontextmanager
 async def judged_session(db: Path, judge: ModelJudge) -> AsyncIterator[ToolSession]:
-    settings = Settings(db_path=db, rule_activation_count=1)  # one evaluated failure activates a rule
+    # one evaluated failure activates a rule
+    settings = Settings(db_path=db, knobs=Knobs(server=ServerSettings(rule_activation=1)))
     server = create_server(settings, lambda _: ScriptedEvaluator(has_gpu=True), judge=judge)  # type: ignore[arg-type,return-value]
     async with Client(server) as client:
         yield ToolSession(client, "the scripted server")

@@ -15,6 +15,7 @@ from search_scripted import TASK, ScriptedEvaluator, candidate
 
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
+from kernelcraft.base.knobs import Knobs, ServerSettings
 from kernelcraft.server.app import create_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
@@ -34,7 +35,8 @@ def test_a_scripted_session_stays_within_the_answer_budgets() -> None:
 async def test_the_text_is_a_summary_unless_the_host_needs_the_json(tmp_path: Path) -> None:
     code = candidate("correct")
     for mode in ("summary", "json"):
-        settings = Settings(db_path=tmp_path / f"{mode}.db", text_content=mode)  # type: ignore[arg-type]
+        server = ServerSettings(text_content=mode)  # type: ignore[arg-type]
+        settings = Settings(db_path=tmp_path / f"{mode}.db", knobs=Knobs(server=server))
         async with Client(create_server(settings, lambda _: ScriptedEvaluator())) as client:
             r = await client.call_tool(
                 "verify_against_reference", {"reference_code": TASK, "candidate_code": code}
