@@ -49,6 +49,8 @@ class ScriptedReference:
         self.compile_s, self.round_s, self.compile_error = compile_s, round_s, compile_error
         self.killed_for: str | None = None
         self._answering: set[asyncio.Task[None]] = set()
+        self.compiling_until: asyncio.Future[Any] | None = None
+        """Set: the compile lasts until this is done (at most 5 s), not `compile_s`."""
 
     async def send(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
         self.sent.append(header)
@@ -75,7 +77,10 @@ class ScriptedReference:
         elif op == "roofline":
             answer = RooflineCounted(roofline=None, error="not counted here").to_header()
         elif op == "warmup_reference":
-            await asyncio.sleep(self.compile_s)
+            if self.compiling_until is not None:
+                await asyncio.wait([self.compiling_until], timeout=5.0)
+            else:
+                await asyncio.sleep(self.compile_s)
             if self.compile_error is not None:  # dynamo gave up before the gate
                 answer = Warm(error=self.compile_error).to_header()
             else:
@@ -84,8 +89,8 @@ class ScriptedReference:
             answer = Warm().to_header()
         elif op == "time_reference":
             await asyncio.sleep(self.round_s)
-            compiled = {"compiled": _samples(COMPILED_US)} if h["compiled"] else {}
-            answer = Timed(eager=_samples(EAGER_US), **compiled).to_header()
+            compiled = _samples(COMPILED_US) if h["compiled"] else None
+            answer = Timed(eager=_samples(EAGER_US), compiled=compiled).to_header()
         else:
             raise AssertionError(f"a baseline job asked its reference for {op!r}")
         await self.frames.put(Frame(answer))
@@ -123,9 +128,12 @@ class ScriptedPool:
         self.scripts = list(scripts)
         self.started: list[ScriptedReference] = []
         self.released: list[ScriptedReference] = []
+        self.first_compiles_until: asyncio.Future[Any] | None = None
 
     async def acquire(self) -> ScriptedReference:
         self.started.append(ScriptedReference(len(self.started) + 1, *self.scripts[len(self.started)]))
+        if len(self.started) == 1:
+            self.started[0].compiling_until = self.first_compiles_until
         return self.started[-1]
 
     async def release(self, w: ScriptedReference) -> None:
@@ -133,7 +141,7 @@ class ScriptedPool:
 
 
 async def _baselines(
-    pool: ScriptedPool, jobs: int
+    pool: ScriptedPool, jobs: int, *, first_compiles_until_last_ends: bool = False
 ) -> tuple[list[EvalResult], list[Job], GpuLock, ReferencePool]:
     lock = GpuLock()
     device = Device("cuda", 0, pool, lock)  # type: ignore[arg-type]
@@ -143,11 +151,16 @@ async def _baselines(
         Job(EvalJob(task_source=f"task {i}", stages=["baseline"]), device, refs, settings, set(), None)
         for i in range(jobs)
     ]
+    until = asyncio.get_running_loop().create_future()
+    if first_compiles_until_last_ends:
+        pool.first_compiles_until = until
     results = []
     for i, job in enumerate(made):  # one after the other, as a level's slots take them
         results.append(asyncio.ensure_future(job.run()))
         if i + 1 < jobs:
             await asyncio.sleep(0.005)
+    if first_compiles_until_last_ends:
+        results[-1].add_done_callback(lambda _: until.set_result(None))
     done = await asyncio.gather(*results)
     assert not lock.busy()
     return list(done), made, lock, refs
@@ -164,9 +177,9 @@ def _span(job: Job, name: str) -> tuple[float, float]:
 
 @pytest.mark.anyio
 async def test_a_baseline_compiles_the_reference_while_another_job_times_alone() -> None:
-    # job 1's compile is long; job 2, started just after, compiles at once and times inside it
-    pool = ScriptedPool((0.25, 0.01, None), (0.01, 0.01, None))
-    results, jobs, lock, _ = await _baselines(pool, 2)
+    # job 1's compile lasts until job 2 has ended (5 s at most): job 2 must time meanwhile
+    pool = ScriptedPool((0.0, 0.01, None), (0.01, 0.01, None))
+    results, jobs, lock, _ = await _baselines(pool, 2, first_compiles_until_last_ends=True)
     for r in results:
         assert r.baseline is not None and r.baseline.available, r.baseline
         assert r.baseline.reference_compiled is not None
