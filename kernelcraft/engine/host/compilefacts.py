@@ -10,14 +10,15 @@ the launches were found on the task's full-size inputs, the model mode and the T
 Only deterministic outcomes are kept: a target that compiled, or that the compiler refused
 (`compile_*`); a timeout, a crash or a failed discovery is compiled again next time.
 
-The GPU check without a GPU (`Job.gpu_check`) compiles a trial's record in the trusted kernels
-role: its result is kept by the record's own content and the target (`recorded`), so verifying the
-same kernel again does not compile it again. Also here: `keep_compiled`, the end of a job's part
-in `machine/kernelcache.py` (the compiled kernels themselves, for a candidate's next process).
+The GPU check without a GPU (`JobCompile.gpu_check`) compiles a trial's record in the trusted
+kernels role: its result is kept by the record's own content and the target (`recorded`), so
+verifying the same kernel again does not compile it again. Also here: `keep_compiled`, the end of
+a job's part in `machine/kernelcache.py` (the compiled kernels themselves, for a candidate's next
+process).
 
-Who writes: `Job.compile_stage` and `Job.gpu_check`, in the evaluator's process (never a worker: a
-candidate cannot put facts here for another). The store is bounded (least recently used out) and lives as long as
-the `ReferencePool` that holds it.
+Who writes: `JobCompile.stage` and `JobCompile.gpu_check`, in the evaluator's process (never a
+worker: a candidate cannot put facts here for another). The store is bounded (least recently used
+out) and lives as long as the `ReferencePool` that holds it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The job's side of the fresh-input replay (`engine/replay/fresh.py`), last of verify, and of the
-GPU check's compile of the kernels the trials launched (`compile_recorded`).
+"""The job's side of the fresh-input replay (`engine/replay/fresh.py`), last of verify.
 
 Every trial asks the candidate for forward's record (`Run.program`); once every trial and the
 knockout passed, the reference re-runs each distinct record (`replay/records.py`), with no
@@ -10,31 +9,26 @@ trial, has those records re-run too. A candidate that sends no record fails: the
 skipped by not answering. The reference ran the candidate's kernels, which may write beyond their
 buffers (raw addresses in the interpreter, device memory on a GPU), so it is not kept for another
 job (`JobWorkers.ask_ref` marks a reference asked to replay): a hostile record once corrupted a
-parked reference that the next job's honest candidate then crashed in. Both read the job's facts
-from its `JobState` and ask its processes through its `JobWorkers`.
+parked reference that the next job's honest candidate then crashed in. It reads the job's facts
+from its `JobState` and asks its processes through its `JobWorkers`.
 """
 
 from __future__ import annotations
 
 import secrets
-import time
 from typing import Any
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.host.jobstate import JobState
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
-from kernelcraft.engine.host.verdicts import compile_result, evidence_from
-from kernelcraft.engine.machine.pool import WorkerPool
+from kernelcraft.engine.host.verdicts import evidence_from
 from kernelcraft.engine.replay.records import Record
 from kernelcraft.engine.wire.protocol import (
-    Compiled,
-    CompileRecorded,
     FreshReplay,
-    Load,
     Msg,
     Replayed,
 )
-from kernelcraft.schema.evaluation import CompileResult, Evidence, VerifyResult
+from kernelcraft.schema.evaluation import Evidence
 
 
 async def fresh_replay(state: JobState, workers: JobWorkers) -> Evidence | None:
@@ -98,65 +92,6 @@ async def _fresh_replay_one(
     if replayed.failure_class is None:
         return None
     return evidence_from(replayed.evidence, "forward's record gave a wrong answer on fresh inputs")
-
-
-async def compile_recorded(
-    state: JobState, workers: JobWorkers, pool: WorkerPool, program: dict[str, Any], target: str
-) -> CompileResult:
-    """The GPU check's compile of exactly the kernels the first trial launched (its record,
-    `program`), in a trusted worker of `pool` (Triton without the interpreter) that loads neither
-    the task nor the candidate (`worker/kernels.py`): a forward that launches other kernels where
-    the interpreter is off has no say in what is compiled."""
-    from kernelcraft.engine import box
-    from kernelcraft.engine.box import cgroup
-
-    start = time.perf_counter()
-    w = await workers.acquire(pool)
-    sandbox = state.settings.sandbox
-    if sandbox:  # it compiles the candidate's source: bounded as a candidate is
-        w.limit(box.CANDIDATE_TASKS, cgroup.memory_for(state.device.kind, state.memory_limit))
-    load = Load(role="kernels", workdir=str(w.dir), task_source="", seed0=0, sandbox=sandbox)
-    await w.send(load.to_header())
-    workers.candidate_verdict(await workers.recv(w, candidate=True), Msg.OK)
-    await w.send(CompileRecorded(program=program, targets=[target]).to_header())
-    frame = await workers.recv(w, candidate=True)
-    workers.candidate_verdict(frame, Msg.COMPILED)
-    try:
-        compiled: Compiled | None = Compiled.from_header(frame.header)
-    except ValueError:
-        compiled = None
-    return compile_result(compiled, time.perf_counter() - start)
-
-
-RESOURCE_CLASSES = frozenset(
-    {FailureClass.COMPILE_OUT_OF_SHARED_MEMORY, FailureClass.COMPILE_OUT_OF_REGISTERS}
-)
-"""Left to the check at the task's own sizes: there an autotune config short of resources is
-dropped when another compiled, as Triton's autotuner does (`checks/aot.py`)."""
-
-
-def gpu_rejects(verify: VerifyResult, compiled: CompileResult | None, target: str, *, recorded: bool) -> bool:
-    """Fail `verify` where the compiler for `target` rejected a kernel of `compiled` (True then);
-    a check that could not be made is a note. `recorded`: the first trial's own kernels
-    (`compile_recorded`), compiled at the trial's sizes, whose lack of resources is not judged."""
-    if compiled is not None and not recorded:  # autotune configs dropped for lack of resources
-        verify.notes.extend(n for t in compiled.targets if t.target == target for n in t.notes)
-    if compiled is None or compiled.ok or compiled.failure_class is None:
-        return False
-    if recorded and compiled.failure_class in RESOURCE_CLASSES:
-        return False
-    if not compiled.failure_class.value.startswith("compile_"):
-        reason = compiled.evidence.message if compiled.evidence is not None else compiled.failure_class.value
-        what = "the trials' kernels" if recorded else "the launches"
-        verify.notes.append(f"{what} not compiled for {target} ({reason[:300]})")
-        return False
-    ev = compiled.evidence or Evidence(message="the GPU compiler rejected a kernel")
-    ev.message = (f"Triton's interpreter ran it, but the compiler for {target} rejects it: {ev.message}")[
-        :2000
-    ]
-    verify.correct, verify.status = False, compiled.failure_class.value
-    verify.failure_class, verify.evidence = compiled.failure_class, ev
-    return True
 
 
 def held_to_source(program: dict[str, Any], candidate_source: str) -> str | None:

@@ -4,9 +4,9 @@
 and GPU lock, the reference pool, the candidate settings, the evaluator's set of held workers)
 and awaits `run()`, which always returns a result: a candidate's failure is a verdict in it. What
 the job was given and learns is its one `JobState` (`jobstate.py`), which `Job` builds and its
-parts share; the processes are `JobWorkers`' business (`jobworkers.py`), the profile and baseline
-stages `JobTiming`'s (`jobtiming.py`); the result models are built by the pure functions of
-`verdicts.py`.
+parts share; the processes are `JobWorkers`' business (`jobworkers.py`), the compile stage and
+the GPU check `JobCompile`'s (`jobcompile.py`), the profile and baseline stages `JobTiming`'s
+(`jobtiming.py`); the result models are built by the pure functions of `verdicts.py`.
 
 Order and the GPU: the reference and the candidate load at the same time; the compile stage (if
 asked) loads its own candidate after the reference. On a GPU, the candidate's kernels are
@@ -23,17 +23,15 @@ from typing import Any, cast
 
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.checks import findings, perturb, scaled
-from kernelcraft.engine.host.compilefacts import from_known, keep_compiled, with_known
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.freshreplay import compile_recorded, fresh_replay, gpu_rejects
+from kernelcraft.engine.host.freshreplay import fresh_replay
+from kernelcraft.engine.host.jobcompile import JobCompile
 from kernelcraft.engine.host.jobstate import CandidateSettings, JobState
 from kernelcraft.engine.host.jobtiming import JobTiming
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import (
     DECOY_MESSAGE,
-    compile_result,
-    compile_timeout_words,
     device_label,
     evidence_from,
     fill_failed,
@@ -48,8 +46,6 @@ from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     Compare,
     Compared,
-    Compile,
-    Compiled,
     KnockedOut,
     Knockout,
     Msg,
@@ -61,7 +57,6 @@ from kernelcraft.engine.wire.protocol import (
     WarmupReference,
 )
 from kernelcraft.schema.evaluation import (
-    CompileResult,
     EvalJob,
     EvalResult,
     Evidence,
@@ -88,8 +83,7 @@ class Job:
         """What the job was given and what it learns: the one object its parts share."""
         self.workers = JobWorkers(self.state, active)
         self.timing = JobTiming(self.state, self.workers)
-        self.compile_worker: WorkerProcess | None = None
-        """The compile stage's own candidate worker (on a GPU, the trials then run on it)."""
+        self.compile = JobCompile(self.state, self.workers)
 
     @property
     def wants_candidate(self) -> bool:
@@ -110,23 +104,21 @@ class Job:
                 st.stage("baseline", t)
             if "compile" in st.spec.stages:
                 t = time.perf_counter()
-                result.compile = await self.compile_stage()
+                result.compile = await self.compile.stage()
                 st.stage("compile", t)
                 if not st.interpret:
-                    cand = self.compile_worker
+                    cand = self.compile.candidate()
             if self.wants_candidate:
                 if cand is None:
                     cand = await self.workers.start_candidate()
                 await self.candidate_stages(result, cand)
-                await self.gpu_check(result)
+                await self.compile.gpu_check(result)
             elif "profile" in st.spec.stages:
                 t = time.perf_counter()
                 result.profile = await self.timing.profile(None, st.input_sets)
                 st.stage("profile", t)
-            if result.failure_class is None and self.workers.compiling:
-                t = time.perf_counter()
-                await keep_compiled(self.workers.compiling, st.references.kernels)
-                st.stage("keep_compiled", t)
+            if result.failure_class is None:
+                await self.workers.keep_compiled()
         except Stop as stop:
             fill_failed(result, st.spec, st.device, stop.cls, stop.evidence, st.kernels)
         finally:
@@ -205,93 +197,6 @@ class Job:
         await cand.send(request.to_header())
         self.workers.candidate_verdict(await self.workers.recv(cand, candidate=True), Msg.OK)
         st.refreshed = {str(p[1]) for p in ready.parameters}
-
-    # ---- compile ----
-
-    async def gpu_check(self, result: EvalResult) -> None:
-        """Without a GPU, a verdict the interpreter passed also needs the GPU compiler's word: the
-        interpreter runs what Triton's compiler refuses (Python calls and globals in a kernel
-        body, an autotune config over the shared-memory limit). Compile for `spec.gpu_check`
-        exactly the kernels the first trial launched, from their recorded source
-        (`compile_recorded`), then the launches discovery finds at the task's own sizes (every
-        autotune config, dropped for lack of resources as Triton's autotuner does); where the
-        compiler rejects a kernel, the verdict fails with its message. A check that cannot be
-        made (the task too large to build here, a harness limit) is a note."""
-        st = self.state
-        target, verify = st.spec.gpu_check, result.verify
-        if not (st.interpret and target and verify is not None and verify.correct):
-            return
-        if st.program is not None and st.device.compile_pool is not None:
-            t = time.perf_counter()  # exactly the kernels the trials launched, as recorded
-            facts = st.references.compile_facts
-            recorded = facts.recorded(st.program, target)
-            if recorded is None:
-                recorded = await compile_recorded(
-                    st, self.workers, st.device.compile_pool, st.program, target
-                )
-                facts.keep_recorded(st.program, target, recorded)
-            st.stage("gpu_check", t)
-            if gpu_rejects(verify, recorded, target, recorded=True):
-                return
-        compiled: CompileResult | None
-        if "compile" in st.spec.stages:
-            compiled = result.compile
-        else:
-            sized = await st.sized if st.sized.done() else None
-            params = sized.params_bytes if sized is not None else 0
-            if params > GPU_CHECK_MAX_PARAMS:
-                verify.notes.append(
-                    f"not compiled for {target}: the task's parameters ({params / 1024**3:.1f} GiB) are too "
-                    f"large to build on this machine; `kernelcraft compile --target {target}` checks it"
-                )
-                return
-            t = time.perf_counter()
-            compiled = await self.compile_stage([target])
-            st.stage("gpu_check", t)
-        gpu_rejects(verify, compiled, target, recorded=False)
-
-    async def compile_stage(self, targets: list[str] | None = None) -> CompileResult:
-        """Discover launches (no kernel runs) and compile them for each target (the job's, unless
-        given). On a CPU machine this worker imports the candidate without the interpreter, so
-        real Triton compiles it. Targets an earlier job compiled this candidate for, on this task,
-        are not compiled again: their facts come from `compilefacts.py`."""
-        st = self.state
-        targets = list(targets or st.spec.targets)
-        start = time.perf_counter()
-        # Without a GPU the worker loads the task as given and finds the launches on its own
-        # get_inputs() built on the meta device: the task's real shapes, not the CPU's.
-        full = st.interpret
-        known = st.references.compile_facts.known(st.spec, targets, full)
-        missing = [t for t in targets if t not in known]
-        if not missing:
-            return from_known(known, targets, time.perf_counter() - start)
-        w = await self.workers.acquire(st.device.compile_pool)
-        self.compile_worker = w
-        await st.progress(0.05, "loading the candidate")
-        try:
-            self.workers.loaded(await self.workers.load(w, "candidate", interpret=False, full_size=full))
-            made, blobs = await self.workers.inputs(0)
-            await st.progress(0.1, f"compiling for {', '.join(missing)}")
-            request = Compile(targets=missing, inputs=made.inputs, full_size=full)
-            await w.send(request.to_header(), blobs)
-            frame = await self.workers.recv(w, candidate=True)
-            self.workers.candidate_verdict(frame, Msg.COMPILED)
-        except Stop as stop:
-            if stop.cls is FailureClass.RUNTIME_TIMEOUT and stop.evidence is not None:
-                stop.evidence.message += compile_timeout_words(st.found_launches, st.spec.timeout_s)
-            if not st.interpret:
-                raise
-            return CompileResult(
-                ok=False, failure_class=stop.cls, evidence=stop.evidence, seconds=time.perf_counter() - start
-            )
-        try:
-            compiled: Compiled | None = Compiled.from_header(frame.header)
-        except ValueError:
-            compiled = None
-        result = compile_result(compiled, time.perf_counter() - start)
-        result.shapes = compiled.shapes if compiled is not None else None
-        st.references.compile_facts.keep(st.spec, result, full)
-        return with_known(result, known, targets)
 
     async def warm_up(self, cand: WorkerProcess) -> None:
         """Before the GPU lock: compile the candidate's kernels (no kernel runs) and, when
@@ -486,11 +391,6 @@ RNG_ORDER_NOTE = (
 def drawn_otherwise(model: dict[str, str], model_new: dict[str, str]) -> list[str]:
     """Names both models hold whose initial values differ (by digest)."""
     return [name for name, digest in model.items() if name in model_new and model_new[name] != digest]
-
-
-GPU_CHECK_MAX_PARAMS = 512 * 1024**2
-"""Bytes of parameters up to which a CPU verify builds the task at full size to compile its
-kernels for the GPU (`Job.gpu_check`); above, the verdict says the check was not made."""
 
 
 TF32_HINT = (

@@ -1,9 +1,9 @@
 """One job's state: what it was given and what it learns as it goes, one object its parts share.
 
 `Job` (`job.py`) builds one `JobState` and hands it to each of its parts: `JobWorkers`
-(`jobworkers.py`: the processes, their answers, the GPU lock), `JobTiming` (`jobtiming.py`: the
-profile and baseline stages), the admission (`admission.py`) and the fresh replay
-(`freshreplay.py`). A part writes what it learns here and reads what the others learned here; no
+(`jobworkers.py`: the processes, their answers, the GPU lock), `JobCompile` (`jobcompile.py`: the
+compile stage and the GPU check), `JobTiming` (`jobtiming.py`: the profile and baseline stages),
+the admission (`admission.py`) and the fresh replay (`freshreplay.py`). A part writes what it learns here and reads what the others learned here; no
 part reads another part's attributes. The verdicts (`verdicts.py`) stay pure functions of what the
 job passes them.
 

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup
-from kernelcraft.engine.host import admission
+from kernelcraft.engine.host import admission, compilefacts
 from kernelcraft.engine.host.jobstate import JobState
 from kernelcraft.engine.host.references import reap
 from kernelcraft.engine.host.replies import (
@@ -314,6 +314,15 @@ class JobWorkers:
         return self.ref.info if self.ref is not None else None
 
     # ---- the GPU and the end ----
+
+    async def keep_compiled(self) -> None:
+        """At the end of a job that passed: what its candidate workers compiled beyond what they
+        were given, kept for the candidate's next process (`compilefacts.keep_compiled`)."""
+        if not self.compiling:
+            return
+        t = time.perf_counter()
+        await compilefacts.keep_compiled(self.compiling, self.state.references.kernels)
+        self.state.stage("keep_compiled", t)
 
     @contextlib.asynccontextmanager
     async def gpu_lock(self, *, exclusive: bool, why: str = "") -> AsyncIterator[None]:

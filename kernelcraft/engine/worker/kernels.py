@@ -1,6 +1,6 @@
 """`KernelsWorker`: a trusted role that compiles the kernels a candidate's trials launched.
 
-Without a GPU, a verdict the interpreter passed also needs the GPU compiler's word (`Job.gpu_check`).
+Without a GPU, a verdict the interpreter passed also needs the GPU compiler's word (`JobCompile.gpu_check`).
 The compile stage finds launches by running the candidate's forward again in its own process, so a
 forward that launches another kernel there (it can tell: Triton's interpreter is off, the inputs
 are on the meta device) has a decoy compiled instead of what the trials ran. This role loads

@@ -117,7 +117,7 @@ class CandidateStages(Worker):
 
     def _found(self, record: Any) -> None:
         """Say each kernel discovery finds as it is found, and every 100th launch: a compile that
-        runs out of time can then name what it had found (`Job.compile_stage`)."""
+        runs out of time can then name what it had found (`JobCompile.stage`)."""
         name, found = record.launch.name, self.found_launches
         found[name] = found.get(name, 0) + 1
         total = sum(found.values())

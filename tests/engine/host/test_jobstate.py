@@ -14,6 +14,7 @@ HOST = Path(host.__file__).parent
 # The parts, and how each names the others in its source.
 PARTS = {
     "job.py": ("self.workers", "self.timing"),
+    "jobcompile.py": ("self.workers",),
     "jobtiming.py": ("self.workers",),
     "freshreplay.py": ("workers",),
 }
