@@ -282,9 +282,6 @@ class JobTiming:
         jobs' load) and the timing rounds, which reuse their first round's estimates."""
         start = time.perf_counter()
         st = self.state
-        # A baseline job is a level's: its task comes once, and a reference parked for it would
-        # hold device memory and take the GPU to rebuild its Model while other tasks time.
-        self.workers.keep_reference = False
         if st.device.kind == "cpu":
             return await self.floor_only(start)
         await st.progress(0.1, "making the inputs")
@@ -296,8 +293,7 @@ class JobTiming:
         frame = await self.workers.ask_ref(WarmupReference(gated=True), error_is_an_answer=True)
         t = st.stage("reference_compile", t)
         async with self.workers.gpu_lock(exclusive=True, why="baseline timing"):
-            if frame.header.get("type") == Msg.GPU_WANTED:
-                self.workers.ref_in_sync = False  # mid-request until its `warm`
+            if frame.header.get("type") == Msg.GPU_WANTED:  # (mid-request until its `warm`)
                 frame = await self.workers.ask_ref(RunCompiled(), error_is_an_answer=True)
             warm = Warm.from_header(frame.header)
             # A model torch.compile cannot handle still has its eager time.

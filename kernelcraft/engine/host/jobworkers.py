@@ -83,8 +83,6 @@ class JobWorkers:
         self.ref_reading_candidate = False
         self.ran_candidate_kernels = False
         """The reference re-ran the candidate's kernels (the fresh-input replay): it is not kept."""
-        self.keep_reference = True
-        """False: the reference is not kept for a next job on the task (a baseline's: `jobtiming.py`)."""
         self.ref: WorkerProcess | None = None
         self.ref_pool: WorkerPool | None = None
         self.ref_in_sync = True
@@ -289,7 +287,11 @@ class JobWorkers:
         await self.ref.send(request.to_header(), blobs)
         frame = await self.recv(self.ref, candidate=False)
         kind = frame.header.get("type")
-        self.ref_in_sync = error_is_an_answer or (kind != Msg.TASK_ERROR and "error" not in frame.header)
+        # A reference that wants the GPU (a gated torch.compile: `worker/refcompile.py`) waits for
+        # its next request: it is mid-request until then.
+        self.ref_in_sync = kind != Msg.GPU_WANTED and (
+            error_is_an_answer or (kind != Msg.TASK_ERROR and "error" not in frame.header)
+        )
         return frame
 
     async def inputs(self, input_set: int, scale: float | None = None) -> tuple[InputsMade, list[bytes]]:
@@ -356,7 +358,9 @@ class JobWorkers:
             and self.ref_pool is not None
             and self.ref_in_sync
             and not self.ran_candidate_kernels
-            and self.keep_reference
+            # A baseline job is a level's: its task comes once, and a reference parked for it would
+            # hold device memory and take the GPU to rebuild its Model while other tasks time.
+            and not st.spec.baseline_only
             and ref.alive()
             and ref.frames.empty()
             and not st.references.closed

@@ -23,6 +23,7 @@ from kernelcraft.engine.wire.protocol import (
     Compared,
     Compiled,
     CompiledFiles,
+    GpuWanted,
     InputsMade,
     KnockedOut,
     Loaded,
@@ -102,7 +103,9 @@ class ScriptedWorker:
             "next": lambda: TaskReady(input_sets=1).to_header(),
             "inputs": lambda: InputsMade(inputs=[REC]).to_header(),
             "compare": lambda: Compared(failure_class=None).to_header(),
-            "warmup_reference": lambda: Warm().to_header(),
+            # gated (a baseline's): compiled, the first run waits for the GPU (`run_compiled`)
+            "warmup_reference": lambda: (GpuWanted() if h.get("gated") else Warm()).to_header(),
+            "run_compiled": lambda: Warm(compiled=1).to_header(),
             "roofline": lambda: RooflineCounted(roofline=None, error="not counted here").to_header(),
             "time_reference": lambda: Timed(
                 eager=_samples(EAGER_US), **({"compiled": _samples(COMPILED_US)} if h["compiled"] else {})
@@ -254,6 +257,19 @@ async def test_the_next_job_on_the_task_reuses_the_kept_reference_and_its_compil
     assert second.profile is not None and first.profile is not None
     assert second.profile.reference_compiled == first.profile.reference_compiled
     assert "timed by an earlier evaluation of this task" in second.profile.message
+
+
+@pytest.mark.anyio
+async def test_a_baseline_job_times_the_reference_alone_and_parks_no_reference() -> None:
+    """A level's baseline: torch.compile's compile under no lock, then one hold of the GPU for the
+    compiled model's first run and the rounds. Its task comes once: its reference is not kept."""
+    pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
+    result = await _run(pool, refs, ["baseline"])
+    assert result.baseline is not None and result.baseline.available, result.baseline
+    assert result.baseline.reference_compiled is not None
+    (ref,) = pool.started  # no candidate
+    assert ref.ops()[:6] == [None, "next", "inputs", "roofline", "warmup_reference", "run_compiled"]
+    assert refs.idle_pids() == [] and ref.killed_for
 
 
 @pytest.mark.anyio
