@@ -5,6 +5,7 @@ every part that uses it: the prestart, a worker pool, the box, a Ray actor (issu
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -28,8 +29,14 @@ def spellings(words: tuple[str, ...]) -> list[str]:
     return sorted({s for w in words for s in (w, w.upper(), w.capitalize(), f"  {w} ")})
 
 
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    """`path` parsed once for every check here (the package's 230 modules, three checks)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def variable_names(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     return {
         n.value
         for n in ast.walk(tree)
@@ -42,7 +49,7 @@ def reads_the_environment(path: Path) -> bool:
     names = ("environ", "environb", "getenv", "getenvb")
     return any(
         (isinstance(n, ast.Attribute) and n.attr in names) or (isinstance(n, ast.Name) and n.id in names)
-        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for n in ast.walk(tree_of(path))
     )
 
 
@@ -51,7 +58,7 @@ VARIABLE_HOLDERS = {"PREFIX", "TOKENS_ENV", "SERVE_SECRETS", "KNOBS", "BY_ENV"}
 
 
 def names_a_variable_through_knobs(path: Path) -> bool:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "kernelcraft.base.knobs":
             if {a.name for a in node.names} & VARIABLE_HOLDERS:
@@ -92,6 +99,28 @@ def test_each_switch_reads_the_same_in_every_spelling_and_refuses_any_other(knob
         with pytest.raises(UsageError, match=knob.env) as refused:
             knob.parse(bad)
         assert "on/true/1/yes" in str(refused.value)
+
+
+SERVER = [k for k in KNOBS if k.group == "server"]
+
+
+@pytest.mark.parametrize("knob", SERVER, ids=lambda k: k.env)
+def test_each_server_setting_in_every_spelling_is_one_value_in_the_servers_settings(
+    tmp_path: Path, knob: knobs.Knob
+) -> None:
+    from kernelcraft.base.config import Settings
+
+    spelt = (
+        {c: sorted({c, c.upper(), f" {c.capitalize()} "}) for c in knob.choices}
+        if knob.kind == "choice"
+        else {n: [str(n), f" {n} ", f"0{n}", f"+{n}"] for n in (knob.low, knob.low + 4)}
+    )
+    field = {"rule_activation": "rule_activation_count"}.get(knob.field, knob.field)
+    for value, texts in spelt.items():
+        for text in texts:
+            read = load({knob.env: text})
+            server = Settings.from_knobs(read, tmp_path / "kc.db")  # what the server is handed
+            assert getattr(read.server, knob.field) == value == getattr(server, field), text
 
 
 @pytest.mark.parametrize(
@@ -198,9 +227,9 @@ def test_a_ray_actor_gets_its_settings_as_an_argument_not_through_its_environmen
 ENTRY_POINTS = {"entry.py", "cli/__init__.py", "agent/loop/session.py"}
 
 
-def settings_calls(path: Path) -> list[int]:
+def settings_calls(path: Path, tree: ast.Module | None = None) -> list[int]:
     """The lines where `path` calls `knobs.settings()` or `knobs.load()` (however imported)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree or ast.parse(path.read_text(encoding="utf-8"))
     modules, functions = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "kernelcraft.base.knobs":
@@ -232,7 +261,7 @@ def test_only_the_entry_points_read_the_settings_every_other_module_is_handed_th
     readers = {
         str(p.relative_to(PACKAGE)): lines
         for p in PACKAGE.rglob("*.py")
-        if p.name != "knobs.py" and (lines := settings_calls(p))
+        if p.name != "knobs.py" and (lines := settings_calls(p, tree_of(p)))
     }
     assert set(readers) <= ENTRY_POINTS, {k: v for k, v in readers.items() if k not in ENTRY_POINTS}
     assert set(readers) == ENTRY_POINTS, "an entry point no longer reads them: update ENTRY_POINTS"
