@@ -137,31 +137,9 @@ class JobWorkers:
         meta device); it builds `ModelNew` at the trials' sizes, under the job's memory limit."""
         st = self.state
         spec, settings = st.spec, st.settings
-        # Only what was given goes on the wire: the candidate's settings, for a candidate.
-        given: dict[str, Any]
         if role == "candidate":
-            limit = st.memory_limit
-            self.limits[id(w)] = limit
-            given = {
-                "candidate_source": spec.candidate_source,
-                "sandbox": settings.sandbox,
-                "allowed_ops": list(spec.allowed_ops),
-                "memory_limit_bytes": limit,
-            }
-            if full_size and st.task_source != spec.task_source:
-                given["full_task_source"] = spec.task_source
-        else:
-            given = {"full_size": True} if st.full_size and interpret else {}
-            if interpret and spec.cpu_sizes and not st.full_size:
-                given["cpu_sizes"] = dict(spec.cpu_sizes)
-        source = st.task_source if role == "candidate" else spec.task_source
-        if spec.model_mode != "train":
-            given["model_mode"] = spec.model_mode
-        if spec.correctness != "kernelcraft":
-            given["correctness"] = spec.correctness
-        load = Load(
-            role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
-        )
+            self.limits[id(w)] = st.memory_limit
+        load = self.load_message(w, role, interpret=interpret, full_size=full_size)
         compiled: list[bytes] | None = None
         if role == "candidate":
             w.bounds = st.bounds
@@ -189,6 +167,53 @@ class JobWorkers:
             )
         self.task_error(frame)
         return frame
+
+    async def start_replacement(self, w: WorkerProcess) -> bool:
+        """Load a fresh worker as this job's reference (`ReferencePool.replace`): whether it
+        measured the task."""
+        if self.state.settings.sandbox:
+            w.limit(box.REFERENCE_TASKS, cgroup.reference_memory())
+        await w.send(self.load_message(w, "reference", interpret=self.state.interpret).to_header())
+        frame = await w.frames.get()
+        while frame is not None and frame.header.get("type") == Msg.PROGRESS:
+            frame = await w.frames.get()
+        return frame is not None and frame.header.get("type") == Msg.SIZED
+
+    def load_message(
+        self,
+        w: WorkerProcess,
+        role: Literal["reference", "candidate"],
+        *,
+        interpret: bool,
+        full_size: bool = False,
+    ) -> Load:
+        """The `Load` that gives `w` its job (`load`)."""
+        st = self.state
+        spec, settings = st.spec, st.settings
+        # Only what was given goes on the wire: the candidate's settings, for a candidate.
+        given: dict[str, Any]
+        if role == "candidate":
+            limit = st.memory_limit
+            given = {
+                "candidate_source": spec.candidate_source,
+                "sandbox": settings.sandbox,
+                "allowed_ops": list(spec.allowed_ops),
+                "memory_limit_bytes": limit,
+            }
+            if full_size and st.task_source != spec.task_source:
+                given["full_task_source"] = spec.task_source
+        else:
+            given = {"full_size": True} if st.full_size and interpret else {}
+            if interpret and spec.cpu_sizes and not st.full_size:
+                given["cpu_sizes"] = dict(spec.cpu_sizes)
+        source = st.task_source if role == "candidate" else spec.task_source
+        if spec.model_mode != "train":
+            given["model_mode"] = spec.model_mode
+        if spec.correctness != "kernelcraft":
+            given["correctness"] = spec.correctness
+        return Load(
+            role=role, workdir=str(w.dir), task_source=source, seed0=SEED0, interpret=interpret, **given
+        )
 
     def loaded(self, frame: Frame) -> None:
         """The candidate's "loaded" frame (or its failure); notes a sandbox that could not be set
@@ -372,19 +397,25 @@ class JobWorkers:
             w.kill()
         ledger, job = st.device.memory, id(st)
         st.shared = ledger.shared(job)
+        capacity = st.device.memory.capacity
+        parking: dict[str, Any] = {
+            "held": st.held_when_idle,
+            "budget": int(capacity * IDLE_REFERENCE_SHARE) if capacity else None,
+            "lock": st.device.lock.shared if st.device.locked else contextlib.nullcontext,
+        }
         if keep:
             assert ref is not None and self.ref_pool is not None
-            capacity = st.device.memory.capacity
-            st.references.keep(
-                st.key,
-                ref,
-                self.ref_pool,
-                held=st.held_when_idle,
-                budget=int(capacity * IDLE_REFERENCE_SHARE) if capacity else None,
-                lock=st.device.lock.shared if st.device.locked else contextlib.nullcontext,
-            )
+            st.references.keep(st.key, ref, self.ref_pool, **parking)
         elif ref is not None:
             st.references.forget(st.key, ref)
+            if (
+                self.ref_in_sync
+                and self.ran_candidate_kernels
+                and self.ref_pool is not None
+                and not self.ref_pool.lazy
+            ):
+                # clean but for the candidate's kernels it re-ran: a fresh one for the next job
+                st.references.replace(st.key, self.ref_pool, self.start_replacement, **parking)
         if not workers:
             ledger.release(job)
             return

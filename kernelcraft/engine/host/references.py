@@ -4,7 +4,9 @@ A reference worker that finished a job cleanly (every request answered, no error
 the next job on the same task and device (`REFERENCE_IDLE_S`, at most `idle_per_device` parked per
 device), which saves a process start and the reference's set-up. It never imported candidate code,
 so nothing of a candidate survives in it; it rebuilds `Model` for each job. A task has at most
-`per_task` reference workers, busy or idle: a job beyond that waits for one to come free.
+`per_task` reference workers, busy or idle: a job beyond that waits for one to come free. A
+reference that re-ran a candidate's kernels (the fresh-input replay) is never kept; `replace`
+starts a fresh one in its place, in the background, and parks it.
 
 Memory: a worker is parked with a `NextJob` sent at once, so it frees its last job's inputs and
 outputs and rebuilds `Model` while idle (off the next job's path); it then holds its parameters
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelcraft.base.errors import KernelcraftError
 from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.host.compilefacts import CompileFacts
 from kernelcraft.engine.machine.kernelcache import KernelCache
@@ -44,10 +48,14 @@ from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import NextJob, Sized
 from kernelcraft.schema.evaluation import Timing
 
+log = logging.getLogger(__name__)
+
 REFERENCE_IDLE_S = 300.0
 KERNELS_FOLDER = "kernels"
 """Beside the compiled timings' file: the candidates' compiled kernels (`kernelcache.py`)."""
 REBUILD_TIMEOUT_S = 120.0
+REPLACE_FROM_JOB = 2
+"""A reference that cannot be kept is replaced from the task's second such job on (`replace`)."""
 
 TaskKey = tuple[str, int | None]
 """(sha256 of the task's source, device index): what a reference worker and a timing serve."""
@@ -125,6 +133,9 @@ class ReferencePool:
         self._live: dict[TaskKey, set[WorkerProcess]] = {}
         self._starting: dict[TaskKey, int] = {}
         self._waiters: dict[TaskKey, list[asyncio.Future[None]]] = {}
+        self._jobs: dict[TaskKey, int] = {}
+        """Jobs whose reference could not be kept, per task (`replace`)."""
+        self._replacing: set[asyncio.Future[Any]] = set()
 
     # ---- reference workers ----
 
@@ -196,6 +207,59 @@ class ReferencePool:
             over -= p.held
             self._retire(k, p)
 
+    def replace(
+        self,
+        key: TaskKey,
+        pool: WorkerPool,
+        start: Callable[[WorkerProcess], Awaitable[bool]],
+        *,
+        held: int = 0,
+        budget: int | None = None,
+        lock: Callable[[], AbstractAsyncContextManager[Any]] = contextlib.nullcontext,  # type: ignore[assignment]
+    ) -> None:
+        """In place of a reference worker that finished a job cleanly but cannot be kept (it re-ran
+        the candidate's kernels: `freshreplay.py`), start a fresh one in the background and park it
+        (`keep`), so that the next job on the task takes a reference that never ran candidate code
+        instead of starting one. `start(w)` gives it the job's `Load` and says whether it measured
+        the task. Only from a task's second job on (a task evaluated once is not worth a process),
+        within the task's cap; synchronous, like `keep`."""
+        self._jobs[key] = self._jobs.get(key, 0) + 1
+        if self.closed or self._jobs[key] < REPLACE_FROM_JOB or not self.reserve(key):
+            return
+        replacing = reap(self._replacement(key, pool, start, held, budget, lock))
+        self._replacing.add(replacing)
+        replacing.add_done_callback(self._replacing.discard)
+
+    async def _replacement(
+        self,
+        key: TaskKey,
+        pool: WorkerPool,
+        start: Callable[[WorkerProcess], Awaitable[bool]],
+        held: int,
+        budget: int | None,
+        lock: Callable[[], AbstractAsyncContextManager[Any]],
+    ) -> None:
+        w: WorkerProcess | None = None
+        try:
+            w = await pool.acquire()
+        except (OSError, KernelcraftError) as e:
+            log.debug("no replacement reference: %s", e)
+        finally:
+            self.started(key, w)
+        if w is None:
+            return
+        try:
+            async with lock():
+                ready = await asyncio.wait_for(start(w), REBUILD_TIMEOUT_S)
+        except (asyncio.TimeoutError, OSError, ConnectionError, KernelcraftError):
+            ready = False
+        if ready and not self.closed and w.alive():
+            self.keep(key, w, pool, held=held, budget=budget, lock=lock)
+            return
+        self.forget(key, w)
+        w.kill()
+        await pool.release(w)
+
     def _parked(self, device: int | None) -> list[tuple[Parked, TaskKey]]:
         """The device's parked workers, least recently parked first."""
         return sorted(
@@ -252,6 +316,9 @@ class ReferencePool:
         """Stop keeping workers (jobs still running no longer park theirs) and release the parked."""
         self.closed = True
         self.kernels.close()
+        for r in self._replacing:
+            r.cancel()
+        await asyncio.gather(*self._replacing, return_exceptions=True)
         idle = [p for v in self._idle.values() for p in v]
         self._idle.clear()
         for p in idle:

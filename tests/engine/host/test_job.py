@@ -153,6 +153,9 @@ class ScriptedWorker:
 
 
 class ScriptedPool:
+    lazy = True
+    """(A server's pool is not: there a reference that re-ran candidate kernels is replaced.)"""
+
     def __init__(self, candidate_timing: dict[str, Any] | None = None) -> None:
         self.started: list[ScriptedWorker] = []
         self.released: list[ScriptedWorker] = []
@@ -440,3 +443,34 @@ def test_the_gpu_checks_compile_of_a_record_is_kept_by_the_records_content_and_t
     refused = CompileResult(ok=False, failure_class=FailureClass.COMPILE_ERROR)
     facts.keep_recorded(other, "sm_90a", refused)
     assert facts.recorded(other, "sm_90a") == refused
+
+
+@pytest.mark.anyio
+async def test_a_reference_that_re_ran_the_candidates_kernels_is_replaced_by_a_fresh_one_for_the_next_job() -> (
+    None
+):
+    """The fresh-input replay runs the candidate's kernels in the reference worker, so it is never
+    kept; from a task's second job on, a fresh reference is started and parked in its place, and
+    the next job takes that one: no reference serves a job after it re-ran a candidate's kernels."""
+    pool, refs = ScriptedPool(), ReferencePool(per_task=2, idle_per_device=2)
+    pool.lazy = False  # a server's pool
+    device = Device("cuda", 0, pool, GpuLock())  # type: ignore[arg-type]
+    spec = EvalJob(task_source="task", candidate_source="candidate", stages=["verify"], trials=2)
+    settings = CandidateSettings(memory_limit_bytes=None, sandbox=True)
+    candidates = []
+    for _ in range(3):
+        result = await Job(spec, device, refs, settings, set(), None).run()
+        assert result.verify is not None and result.verify.correct
+        candidates.append(next(w for w in reversed(pool.started) if w.role == "candidate"))
+        await asyncio.gather(*refs._replacing)
+    references = [w for w in pool.started if w.role == "reference"]
+    served, parked = references[:3], references[3:]
+    assert all("fresh_replay" in w.ops() and w.killed_for for w in served)  # none kept after its replay
+    # job 2's replacement served job 3 (no start of its own); job 3's waits, parked, for job 4
+    assert [w.ops() for w in parked] == [[None, "next"]] and parked[0].killed_for is None
+    third = references[2]
+    assert third.ops()[:3] == [None, "next", "inputs"]  # loaded and rebuilt while parked
+    assert pool.started.index(third) < pool.started.index(candidates[2])
+    await _parked(refs)
+    assert not device.lock.busy()
+    await refs.aclose()
