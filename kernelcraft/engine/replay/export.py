@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelcraft.engine.replay.program import (
+    DerivedDesc,
     InputDesc,
     KernelDesc,
     LaunchStep,
@@ -66,8 +67,17 @@ class Exporter:
             for t in tape.input_order
         ]
         outs = [self.ref(tape._ref(t)) for t in outputs]
+        derived = [
+            DerivedDesc(value=encode_plain(value, self.kernel), expr=_expression(expr))
+            for value, expr in tape.derived
+        ]
         program = Program(
-            inputs=inputs, storages=self.storages, steps=steps, kernels=self.kernels, outputs=outs
+            inputs=inputs,
+            storages=self.storages,
+            steps=steps,
+            kernels=self.kernels,
+            outputs=outs,
+            derived=derived,
         )
         return program, self.kept
 
@@ -130,3 +140,13 @@ class Exporter:
         self.kernels.append(KernelDesc(name="", source="", globals={}))  # (a helper may recurse)
         self.kernels[index] = kernelsource.describe(fn, self.kernel)
         return index
+
+
+def _expression(expr: Any) -> Any:
+    """A traced number's expression (`traced.py`, nested tuples) as JSON lists, constants tagged."""
+    tag = expr[0]
+    if tag == "c":
+        return ["c", encode_plain(expr[1], None)]
+    if tag == "read":
+        return ["read", int(expr[1])]
+    return [tag, *(_expression(e) for e in expr[1:])]

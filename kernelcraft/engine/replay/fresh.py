@@ -12,11 +12,13 @@ What forward's host code computed cannot be re-derived here, and is not: a scala
 fill value is the number forward used. A number that depended only on shapes, strides and
 constants is still right for the fresh inputs (they have the trial's shapes); one computed on the
 host from the input values is now wrong, and so is the answer. The exception is a host read of a
-recorded op's output (`.item()`): it is re-read here, and where the fresh value differs, every
-later number equal to the recorded one (a scalar argument, an allocation or view size, a grid
-dimension, or a grid dimension equal to the recorded value divided, rounded up, by one of the
-launch's constexprs) takes the fresh value. A read that decides control flow (`bool(t)`), or a
-value too common to trace (-1, 0, 1), cannot be re-derived: `Refused`.
+recorded op's output (`.item()`) and the numbers forward computed from such reads in host Python
+(`1.0 / m`, `2 * n + 1`: `traced.py`, the record's `derived`): each read is re-read here and each
+derived number re-evaluated on the fresh reads, and where one differs, every later number equal
+to the recorded one (a scalar argument, an allocation or view size, a grid dimension, or a grid
+dimension equal to the recorded value divided, rounded up, by one of the launch's constexprs)
+takes the fresh value. A read that decides control flow (`bool(t)`), or a read too common to
+trace (-1, 0, 1), cannot be re-derived: `Refused` (a derived number that common is left alone).
 
 Written by the evaluation engine only.
 """
@@ -28,6 +30,7 @@ from typing import Any
 
 import torch
 
+from kernelcraft.engine.replay import traced
 from kernelcraft.engine.replay.program import LaunchStep, OpStep, Program, RefDesc, Refused, decode_constant
 from kernelcraft.engine.replay.replay import _ALLOCATIONS, _FROM_HOST, _METADATA, _NOTHING_TO_REPLAY
 
@@ -169,6 +172,10 @@ class Runner:
         self.kernels = kernels
         self.allowed = allowed
         self.subst = Substitutions()
+        self.reads: list[Any] = []
+        """The fresh value of each host read so far, in order."""
+        self.derived_done = 0
+        """How many of `program.derived` have been evaluated on the fresh reads."""
 
     def decode(self, value: Any, number: bool = True) -> Any:
         """A recorded value: tensors as views of this re-run's memory, kernels rebuilt, numbers
@@ -188,6 +195,27 @@ class Runner:
                 return {str(k): self.decode(v, number) for k, v in inner.items()}
         out = decode_constant(value)
         return self.subst.number(out) if number else out
+
+    def derive(self, index: int) -> None:
+        """Evaluate, on the fresh reads so far, the numbers forward derived from its reads
+        (`traced.py`) in the order it computed them; where one differs from the trial's, it takes
+        the fresh number as a read does. A derived value as common as -1, 0 or 1 is left to the
+        rest of the tracing (a grid divided by a constexpr), as it cannot be told from a constant."""
+        derived = self.program.derived
+        while self.derived_done < len(derived):
+            item = derived[self.derived_done]
+            if _last_read(item.expr) >= len(self.reads):
+                return
+            self.derived_done += 1
+            try:
+                fresh = traced.evaluate(item.expr, self.reads)
+            except traced.Unevaluable as e:
+                raise Refused(str(e)) from e
+            recorded = decode_constant(item.value)
+            if traced.same_number(fresh, recorded) or recorded in (-1, 0, 1):
+                continue
+            self.subst.add(index, recorded, fresh)
+            self.memory.grows = True
 
     def values(self, args: list[Any]) -> list[Any]:
         return [self.decode(v) for v in args]
@@ -249,15 +277,11 @@ class Runner:
             fresh = func(*self.values(step.args), **self.keywords(step.kwargs))
             if step.value is not None:
                 recorded = decode_constant(step.value)
-                same = fresh == recorded or (
-                    isinstance(fresh, float)
-                    and isinstance(recorded, float)
-                    and math.isnan(fresh)
-                    and math.isnan(recorded)
-                )
-                if not same:
+                if not traced.same_number(fresh, recorded):
                     self.subst.add(index, recorded, fresh)
                     self.memory.grows = True
+            self.reads.append(fresh)
+            self.derive(index)
             return
         if name in _NOTHING_TO_REPLAY or name in _ALLOCATIONS or name in _METADATA:
             return
@@ -268,6 +292,15 @@ class Runner:
         for i in step.created:
             if 0 <= i < len(made) and i < len(step.outs):
                 self.memory.view(self.subst.ref(step.outs[i])).copy_(made[i])
+
+
+def _last_read(expr: Any, depth: int = 0) -> int:
+    """The highest read an expression names (-1: none); malformed ones are `evaluate`'s to refuse."""
+    if not isinstance(expr, list) or not expr or depth > traced.MAX_DEPTH + 1:
+        return -1
+    if expr[0] == "read":
+        return expr[1] if len(expr) == 2 and type(expr[1]) is int else -1
+    return max((_last_read(e, depth + 1) for e in expr[1:] if isinstance(e, list)), default=-1)
 
 
 def _flat(obj: Any) -> list[Any]:

@@ -82,12 +82,21 @@ class KernelDesc(BaseModel):
     noinline: bool | None = None
 
 
+class DerivedDesc(BaseModel):
+    """A number forward's host code computed from its host reads (`traced.py`): its value in the
+    trial, and its expression over the reads (`["read", k]`, `["c", value]`, `[op, a, b]`)."""
+
+    value: Any
+    expr: Any
+
+
 class Program(BaseModel):
     inputs: list[InputDesc]
     storages: list[StorageDesc]
     steps: list[Annotated[OpStep | LaunchStep, Field(discriminator="kind")]]
     kernels: list[KernelDesc]
     outputs: list[RefDesc]
+    derived: list[DerivedDesc] = Field(default_factory=list, max_length=4096)
 
 
 # --------------------------------------------------------------------------------------------

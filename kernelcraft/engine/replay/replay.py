@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from kernelcraft.base.failures import is_out_of_memory
-from kernelcraft.engine.replay import storage
+from kernelcraft.engine.replay import storage, traced  # noqa: F401 - traced: loaded before the guard's snapshot
 
 
 class ReplayOutOfMemory(Exception):
@@ -142,6 +142,13 @@ class Tape:
     input_index: dict[tuple[str, int], int] = field(default_factory=dict)
     """Each input's storage key -> its place among the inputs (`program.py` names inputs so)."""
     input_order: list[torch.Tensor] = field(default_factory=list)
+    reads: int = 0
+    """Host reads so far (`.item()`, `bool(t)`): the k-th is `("read", k)` in `derived`."""
+    last_read: Any = None
+    derived: list[tuple[Any, Any]] = field(default_factory=list)
+    """Numbers forward's host code computed from its reads (`traced.py`): (value, expression)."""
+    tracing: bool = False
+    """Forward's recorded run is on (`traced.ReadTracer`): arithmetic on its reads is traced."""
 
     # ----------------------------------------------------------------------------------------
     # Before forward
@@ -195,7 +202,14 @@ class Tape:
         outs = [self._ref(t) for t in made]
         value = out if name in _HOST_READS and isinstance(out, (bool, int, float)) else None
         self.entries.append(_Op(func, name, frozen_args, frozen_kwargs, outs, created, rng, value))
+        if name in _HOST_READS:
+            self.reads += 1
+            self.last_read = value
         return out
+
+    def derive(self, value: Any, expr: Any) -> None:
+        """A number forward's host code computed from its reads (`traced.py`)."""
+        self.derived.append((value, expr))
 
     def launch(self, run: Any, fn: Any, args: Any, kwargs: Any, grid: tuple[int, ...]) -> None:
         """Record one Triton launch, before it runs."""

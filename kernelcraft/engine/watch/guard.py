@@ -180,6 +180,7 @@ HARNESS_MODULES = (
     "kernelcraft.engine.replay.export",
     "kernelcraft.engine.replay.kernelsource",
     "kernelcraft.engine.replay.fresh",
+    "kernelcraft.engine.replay.traced",
     "kernelcraft.engine.measure.rotation",
     "kernelcraft.engine.measure.samples",
     "kernelcraft.engine.worker.freeze",
@@ -286,15 +287,17 @@ def recorder_intact(recorder: OpRecorder, built: dict[str, Any]) -> str | None:
     return None
 
 
-def modes_left(recorder: OpRecorder | None) -> str | None:
+def modes_left(recorder: OpRecorder | None, reads: Any = None) -> str | None:
     """What forward left active that would run its code when the harness touches a tensor after
-    the recording (None when nothing): a torch function mode, or a dispatch mode other than the
-    recorder it ran under (none, for `None`). Called as forward returns, inside the region."""
+    the recording (None when nothing): a torch function mode other than the harness's host-read
+    tracer it ran under (`reads`, `replay/traced.py`; none for `None`), or a dispatch mode other
+    than the recorder it ran under (none, for `None`). Called as forward returns, inside the region."""
+    from torch.overrides import _get_current_function_mode_stack
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-    functions = torch._C._len_torch_function_stack()
-    if functions:
-        return f"{functions} torch function mode(s)"
+    functions = _get_current_function_mode_stack()
+    if functions != ([reads] if reads is not None else []):
+        return f"{len(functions) - (reads is not None)} torch function mode(s)"
     stack = _get_current_dispatch_mode_stack()
     if stack != ([recorder] if recorder is not None else []):
         return f"{len(stack)} dispatch mode(s) where only the harness's own should be"

@@ -240,6 +240,9 @@ def _launch(
             return None
         return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
     recorder.count += 1
+    # Numbers traced from host reads (`replay/traced.py`) reach Triton, and the tape, plain:
+    # Triton's specialisation computes with them, which is none of forward's arithmetic.
+    args, kwargs = _plain(args), _plain(kwargs)
     _refuse(recorder, refuse_hooks, fn)
     if cls_key == "InterpretedFunction":
         _refuse(recorder, _refuse_exact_dots, fn)
@@ -275,6 +278,7 @@ def _launch(
                     "pass a tuple or a callable of the launch's arguments",
                     op="grid",
                 )
+            grid = _plain(grid)
             recorder.tape.launch(original, fn, args, kwargs, tuple(grid))
         if cls_key != "InterpretedFunction":
             with _inside():
@@ -292,6 +296,25 @@ def _launch(
     if recorder.on_launch is not None:
         recorder.on_launch(record)
     return None
+
+
+def _plain(obj: Any) -> Any:
+    """`obj` with every number of a subclass of int or float (a traced read, `replay/traced.py`)
+    made a plain one, by the base type's own conversion (no method of the subclass runs)."""
+    kind = type(obj)
+    if kind is int or kind is float or kind is bool:
+        return obj
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return int.__int__(obj)
+    if isinstance(obj, float):
+        return float.__float__(obj)
+    if kind is tuple:
+        return tuple(_plain(x) for x in obj)
+    if kind is list:
+        return [_plain(x) for x in obj]
+    if kind is dict:
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
 
 
 def _count(recorder: LaunchRecorder, name: str, grid: Any, seconds: float) -> None:

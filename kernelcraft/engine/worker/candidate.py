@@ -11,6 +11,7 @@ times the candidate.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -325,6 +326,7 @@ class CandidateWorker(CandidateStages):
         (and, with `replay`, forward replayed from that record: `replay.py`): the outputs and the
         kernels launched, or None when it failed (reported)."""
         from kernelcraft.engine.replay import replay as replays
+        from kernelcraft.engine.replay import traced
         from kernelcraft.engine.watch import guard
         from kernelcraft.engine.watch.launches import intercept_launches
 
@@ -339,6 +341,8 @@ class CandidateWorker(CandidateStages):
         self.poison(self.poison_sizes, value)
         recorder = guard.OpRecorder(frozenset(self.job.allowed_ops), tape)
         built = dict(vars(recorder))
+        # host reads hand forward traced numbers (the fresh replay re-derives what they feed)
+        reads = traced.ReadTracer(tape) if tape is not None else contextlib.nullcontext()
         timing = (
             sys.modules.get("kernelcraft.engine.measure.timing") if self.device.startswith("cuda") else None
         )
@@ -357,6 +361,7 @@ class CandidateWorker(CandidateStages):
                     autotune_pick=autotune_pick,
                 ) as rec,
                 recorder,
+                reads,
             ):
                 out = self.model(*inputs)
                 # Frozen before the recorders close: nothing of the candidate's runs after them.
@@ -365,7 +370,7 @@ class CandidateWorker(CandidateStages):
                     freeze(inputs, "an input after forward")  # (a tensor's __class__ swapped)
                 except Unfrozen as e:
                     unfrozen = str(e)
-                left = guard.modes_left(recorder)
+                left = guard.modes_left(recorder, reads if tape is not None else None)
                 if left is not None:
                     unfrozen = f"forward left {left} active, which would run its code after the recording"
             self.sync()

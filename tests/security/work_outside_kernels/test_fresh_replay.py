@@ -27,6 +27,7 @@ CHEATS = Path(__file__).parents[2] / "cheats"
         ("task_rowsum.py", "fresh_fill.py"),
         ("task_rowsum.py", "fresh_sentinel.py"),
         ("task_positives.py", "fresh_host_count.py"),
+        ("task_maxnorm.py", "fresh_traced_constant.py"),
     ],
 )
 def test_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
@@ -101,8 +102,9 @@ AUTOTUNED = (
         (PROBES / "task_positives.py", PROBES / "honest_compact.py"),
         (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
         (CHEATS / "task_scale.py", AUTOTUNED),
+        (PROBES / "task_maxnorm.py", PROBES / "honest_host_scale.py"),
     ],
-    ids=["item-driven-size", "helper-views-launches", "autotuned"],
+    ids=["item-driven-size", "helper-views-launches", "autotuned", "host-scale-from-a-read"],
 )
 def test_an_honest_kernel_passes_the_fresh_input_replay(evaluator, job_for, task, candidate) -> None:
     v = evaluator.submit(job_for(task, candidate, trials=2, gpu_check=None)).verify
@@ -138,8 +140,9 @@ def test_gpu_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
         (PROBES / "task_positives.py", PROBES / "honest_compact.py"),
         (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
         (CHEATS / "task_scale.py", AUTOTUNED),
+        (PROBES / "task_maxnorm.py", PROBES / "honest_host_scale.py"),
     ],
-    ids=["item-driven-size", "helper-views-launches", "autotuned"],
+    ids=["item-driven-size", "helper-views-launches", "autotuned", "host-scale-from-a-read"],
 )
 def test_gpu_an_honest_kernel_passes_the_fresh_input_replay(gpu_submit, job_for, task, candidate) -> None:
     v = gpu_submit(job_for(task, candidate, trials=3))
