@@ -3,9 +3,10 @@
 `Job` (`job.py`) builds one `JobState` and hands it to each of its parts: `JobWorkers`
 (`jobworkers.py`: the processes, their answers, the GPU lock), `JobCompile` (`jobcompile.py`: the
 compile stage and the GPU check), `JobTiming` (`jobtiming.py`: the profile and baseline stages),
-the admission (`admission.py`) and the fresh replay (`freshreplay.py`). A part writes what it learns here and reads what the others learned here; no
-part reads another part's attributes. The verdicts (`verdicts.py`) stay pure functions of what the
-job passes them.
+the admission (`admission.py`) and the fresh replay (`freshreplay.py`). A part writes what it
+learns here and reads what the others learned here; no part reads another part's attributes
+(`tests/engine/host/test_jobstate.py`). The verdicts (`verdicts.py`) stay pure functions of what
+the job passes them.
 
 Who writes what: the admission writes the task's measure (`sized`, `memory_limit`, `device_bound`,
 `task_source`, `bounds`, `held_when_idle`) and pauses the deadline while the job waits for
