@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-import torch
 from pydantic import BaseModel, Field
 
 
@@ -108,6 +107,8 @@ NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 def encode_plain(value: Any, kernel_index: Any) -> dict[str, Any]:
     """A plain value (no tensor) as a tagged dict; `kernel_index(fn)`: a kernel's index."""
 
+    import torch  # here, not at the top: the evaluator's process reads records without torch
+
     if value is None:
         return {"none": True}
     if isinstance(value, bool):
@@ -152,6 +153,8 @@ _SIMPLE = {"none", "b", "i", "f", "fs", "s", "dtype", "tldtype", "device", "layo
 
 def decode_constant(value: Any) -> Any:
     """A plain value (no tensor, no kernel) from its tagged dict."""
+
+    import torch  # (as in `encode_plain`)
 
     if not isinstance(value, dict) or len(value) != 1:
         raise Refused(f"a value in forward's record is malformed: {str(value)[:80]}")
