@@ -53,6 +53,7 @@ def record(wall: float, summary: dict[str, Any], command: str) -> dict[str, Any]
         "jobs": summary.get("jobs"),
         "gpu": summary["timed"],
         "tasks": len(tasks),
+        "with_compiled": sum(1 for t in tasks if t.get("compiled_ref")),
         "timed" if summary["timed"] else "floors": len(counted),
         "not_timed": [
             {"name": t["name"], "status": t["status"], "why": (t.get("message") or "")[:300]} for t in others
@@ -70,7 +71,8 @@ def show(r: dict[str, Any]) -> str:
     lines = [
         f"{r['command']}",
         f"wall {r['wall_s']:.1f} s (the level itself {r['level_s']:.1f} s), {r['jobs']} at once",
-        f"{r.get('timed', r.get('floors'))} of {r['tasks']} tasks {what}",
+        f"{r.get('timed', r.get('floors'))} of {r['tasks']} tasks {what}"
+        + (f" ({r['with_compiled']} with torch.compile's time too)" if r["gpu"] else ""),
     ]
     lines += [f"  not: {t['name']}: {t['status']}: {t['why']}" for t in r["not_timed"]]
     stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stage_seconds"].items())

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernelcraft.base.errortext import exception_text
-from kernelcraft.base.failures import FailureClass
+from kernelcraft.base.failures import FailureClass, is_out_of_memory
 from kernelcraft.engine.host.jobstate import JobState
 from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
 from kernelcraft.engine.host.verdicts import device_label, profile_result, timing_note
@@ -296,6 +296,11 @@ class JobTiming:
             if frame.header.get("type") == Msg.GPU_WANTED:  # (mid-request until its `warm`)
                 frame = await self.workers.ask_ref(RunCompiled(), error_is_an_answer=True)
             warm = Warm.from_header(frame.header)
+            if warm.error and is_out_of_memory(warm.error) and not st.alone:
+                # Beside other jobs' memory: the evaluator runs it again alone (`memory.ran_out`),
+                # rather than keep an eager time without the compiled one.
+                message = f"torch.compile's first run ran out of memory: {warm.error[:300]}"
+                return ProfileResult(available=False, message=message, roofline=roof)
             # A model torch.compile cannot handle still has its eager time.
             rounds = _Rounds(("eager",) if warm.error else ("eager", "compiled"))
             while not rounds.done():

@@ -141,14 +141,22 @@ class ScriptedPool:
 
 
 async def _baselines(
-    pool: ScriptedPool, jobs: int, *, first_compiles_until_last_ends: bool = False
+    pool: ScriptedPool, jobs: int, *, first_compiles_until_last_ends: bool = False, alone: bool = False
 ) -> tuple[list[EvalResult], list[Job], GpuLock, ReferencePool]:
     lock = GpuLock()
     device = Device("cuda", 0, pool, lock)  # type: ignore[arg-type]
     refs = ReferencePool(per_task=2, idle_per_device=4)
     settings = CandidateSettings(memory_limit_bytes=None, sandbox=True)
     made = [
-        Job(EvalJob(task_source=f"task {i}", stages=["baseline"]), device, refs, settings, set(), None)
+        Job(
+            EvalJob(task_source=f"task {i}", stages=["baseline"]),
+            device,
+            refs,
+            settings,
+            set(),
+            None,
+            alone=alone,
+        )
         for i in range(jobs)
     ]
     until = asyncio.get_running_loop().create_future()
@@ -233,3 +241,20 @@ async def test_a_reference_torch_compile_cannot_handle_is_timed_eager_alone_with
     assert all(h["compiled"] is False for h in ref.sent if h.get("op") == "time_reference")
     alone = [h for h in lock.holds if h.mode == "exclusive"]
     assert all(_within(t, alone) for t in ref.times("time_reference"))
+
+
+@pytest.mark.anyio
+async def test_torch_compile_out_of_memory_beside_other_jobs_asks_for_a_run_alone_and_alone_keeps_eager() -> (
+    None
+):
+    from kernelcraft.engine.machine.memory import ran_out
+
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    (result,), _, _, _ = await _baselines(ScriptedPool((0.0, 0.0, oom)), 1)
+    b = result.baseline
+    assert b is not None and not b.available and "torch.compile's first run ran out of memory" in b.message
+    assert ran_out(result)  # the evaluator runs it again with the device to itself
+    (alone,), _, _, _ = await _baselines(ScriptedPool((0.0, 0.0, oom)), 1, alone=True)
+    b = alone.baseline
+    assert b is not None and b.available and b.reference_eager is not None and b.reference_compiled is None
+    assert "torch.compile failed: OutOfMemoryError" in b.message
