@@ -4,16 +4,18 @@ reference's compile as a level's baseline runs it (`engine/worker/refcompile.py`
     python bench/probe_compile_gate.py TASK.py [TASK.py ...] [--device cpu|cuda] [--json OUT.json]
 
 Per task, in this process, each task's Model built after `torch.manual_seed(42)` on its own
-`get_inputs()`: the seconds before the gate opens (dynamo, inductor and the kernels' compile: CPU
+`get_inputs()`, compiled as the worker does: the seconds before the gate opens (dynamo, inductor and the kernels' compile: CPU
 work, which holds no GPU lock in a baseline) and after it (the compiled model's first run with
 inductor's autotuning, under the GPU held alone), and the eager model's first run for scale.
-Tasks run one after another in one process, as in a worker that compiles once; pick tasks whose
-`get_inputs()` fit the device (on the CPU, `examples/`' tasks or `tests/fixtures/level/`).
+Tasks run one after another in one process (a worker compiles one); set TORCHINDUCTOR_CACHE_DIR
+to a fresh folder for a worker's cold caches. Pick tasks whose `get_inputs()` fit the device (on
+the CPU, `examples/`' tasks or `tests/fixtures/level/`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import sys
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._inductor import config
 
 from kernelcraft.engine.worker.refcompile import gpu_gate
 
@@ -40,7 +43,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def probe(path: Path, device: str) -> dict[str, Any]:
+def probe(path: Path, device: str, one_thread: bool = False) -> dict[str, Any]:
     task = _load(path)
     torch.manual_seed(42)
     model = task.Model(*task.get_init_inputs()).to(device)
@@ -53,7 +56,8 @@ def probe(path: Path, device: str) -> dict[str, Any]:
         torch._dynamo.reset()
         gate: list[float] = []
         t = time.perf_counter()
-        with gpu_gate(gate.append) as g:
+        threads = config.patch(compile_threads=1) if one_thread else contextlib.nullcontext()
+        with threads, gpu_gate(gate.append) as g:
             torch.compile(model)(*inputs)
             _sync(device)
         total = time.perf_counter() - t
@@ -80,9 +84,14 @@ def main() -> None:
     ap.add_argument(
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"]
     )
+    ap.add_argument(
+        "--one-thread",
+        action="store_true",
+        help="inductor compiles in this process, no pool of compile processes (the default starts one)",
+    )
     ap.add_argument("--json", type=Path, metavar="FILE")
     args = ap.parse_args()
-    rows = [probe(p, args.device) for p in args.tasks]
+    rows = [probe(p, args.device, args.one_thread) for p in args.tasks]
     print(f"{'task':<44} {'before gate s':>13} {'after s':>8} {'share':>6} {'eager 1st s':>11}")
     for r in rows:
         print(
