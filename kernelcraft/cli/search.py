@@ -43,7 +43,6 @@ from kernelcraft.schema.presets import DEFAULT_PRESET, PRESET_NAMES
 from kernelcraft.schema.tree import NextStep, NodeInfo, StartResult, SubmitResult, TreeStatus, TreeView
 from kernelcraft.search.policy import POLICIES
 from kernelcraft.search.service import SearchService
-from kernelcraft.server.state import open_app_state
 
 T = TypeVar("T")
 Device = Literal["auto", "cuda", "cpu"]
@@ -160,6 +159,8 @@ def _run(
         return LocalEvaluator(device=device or args.device, settings=given.knobs)
 
     async def go() -> T:
+        from kernelcraft.server.state import open_app_state  # imports mcp: only for a tree command
+
         async with open_app_state(settings, local_evaluator) as state:
             return await body(state.search)
 

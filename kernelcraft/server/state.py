@@ -25,7 +25,6 @@ from kernelcraft.engine import Evaluator
 from kernelcraft.knowledge.docs import HwDocs
 from kernelcraft.knowledge.rulebook import Rulebook, RuleJudge
 from kernelcraft.search.service import SearchService
-from kernelcraft.server.auth import client_name
 from kernelcraft.server.fairness import FairQueue
 from kernelcraft.store import Store
 
@@ -132,6 +131,8 @@ async def open_app_state(
         evaluator: Evaluator = evaluator_factory(settings)
         stack.push_async_callback(evaluator.aclose)
         if clients > 1:  # a team server: one client's jobs do not queue another's (fairness.py)
+            from kernelcraft.server.auth import client_name  # mcp's auth: not for the `tree` commands
+
             evaluator = FairQueue(evaluator, client_name)
         rulebook = await _open_rulebook(store, settings, evaluated_corroborates=clients <= 1, judge=judge)
         docs = await _open_docs(store)
