@@ -82,10 +82,21 @@ class Exporter:
         return program, self.kept
 
     def value(self, obj: Any) -> Any:
-        from kernelcraft.engine.replay.replay import Ref
+        from kernelcraft.engine.replay.replay import Desc, Ref
 
         if isinstance(obj, Ref):
             return {"ref": self.ref(obj).model_dump()}
+        if isinstance(obj, Desc):
+            return {
+                "tdesc": {
+                    "base": self.ref(obj.base).model_dump(),
+                    "shape": list(obj.shape),
+                    "strides": list(obj.strides),
+                    "block_shape": list(obj.block_shape),
+                    "padding": obj.padding,
+                    "round_f32_to_tf32": obj.round_f32_to_tf32,
+                }
+            }
         if isinstance(obj, (list, tuple)):
             tag = "tuple" if isinstance(obj, tuple) else "list"
             return {tag: [self.value(v) for v in obj]}

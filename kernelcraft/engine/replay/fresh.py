@@ -31,7 +31,15 @@ from typing import Any
 import torch
 
 from kernelcraft.engine.replay import traced
-from kernelcraft.engine.replay.program import LaunchStep, OpStep, Program, RefDesc, Refused, decode_constant
+from kernelcraft.engine.replay.program import (
+    LaunchStep,
+    OpStep,
+    Program,
+    RefDesc,
+    Refused,
+    TensorDesc,
+    decode_constant,
+)
 from kernelcraft.engine.replay.replay import _ALLOCATIONS, _FROM_HOST, _METADATA, _NOTHING_TO_REPLAY
 
 GROWTH = 64
@@ -184,6 +192,8 @@ class Runner:
             ((tag, inner),) = value.items()
             if tag == "ref":
                 return self.memory.view(self.subst.ref(RefDesc.model_validate(inner)))
+            if tag == "tdesc":
+                return self.descriptor(inner, number)
             if tag == "kernel":
                 if not isinstance(inner, int) or not 0 <= inner < len(self.kernels):
                     raise Refused("forward's record names a kernel it does not list")
@@ -216,6 +226,39 @@ class Runner:
                 continue
             self.subst.add(index, recorded, fresh)
             self.memory.grows = True
+
+    def descriptor(self, inner: Any, number: bool) -> Any:
+        """A host-side `TensorDescriptor` of the record rebuilt over this re-run's memory; its
+        shape and strides traced through the host reads, and held within its base's storage."""
+        from kernelcraft.engine.replay.descriptors import Desc, descriptor
+
+        try:
+            d = TensorDesc.model_validate(inner)
+        except ValueError as e:
+            raise Refused(f"forward's record has a malformed tensor descriptor ({str(e)[:200]})") from e
+        base = self.memory.view(self.subst.ref(d.base))
+        desc = Desc(
+            None,  # type: ignore[arg-type]  # (the base is rebuilt above)
+            tuple(d.shape),
+            tuple(d.strides),
+            tuple(d.block_shape),
+            d.padding,
+            d.round_f32_to_tf32,
+        )
+        shape = [int(self.subst.number(x)) if number else x for x in d.shape]
+        strides = [int(self.subst.number(x)) if number else x for x in d.strides]
+        if len(shape) != len(strides) or not 1 <= len(shape) <= 5:
+            raise Refused("forward's record has a tensor descriptor of another rank than its strides")
+        if any(x < 0 for x in [*shape, *strides]) or any(b <= 0 for b in d.block_shape):
+            raise Refused("forward's record has a tensor descriptor with a negative size or stride")
+        if all(x > 0 for x in shape):
+            last = base.storage_offset() + sum((x - 1) * st for x, st in zip(shape, strides, strict=True))
+            if (last + 1) * base.element_size() > base.untyped_storage().nbytes():
+                raise Refused("forward's record has a tensor descriptor beyond its base tensor's storage")
+        try:
+            return descriptor(base, desc, lambda x: self.subst.number(x) if number else x)
+        except (ValueError, AssertionError, TypeError) as e:
+            raise Refused(f"forward's record has a tensor descriptor Triton refuses ({str(e)[:200]})") from e
 
     def values(self, args: list[Any]) -> list[Any]:
         return [self.decode(v) for v in args]

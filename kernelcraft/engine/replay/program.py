@@ -35,6 +35,17 @@ class RefDesc(BaseModel):
     dtype: str
 
 
+class TensorDesc(BaseModel):
+    """A host-side `TensorDescriptor` a launch got: its base tensor's view and its layout."""
+
+    base: RefDesc
+    shape: list[int] = Field(max_length=5)
+    strides: list[int] = Field(max_length=5)
+    block_shape: list[int] = Field(max_length=5)
+    padding: Literal["zero", "nan"] = "zero"
+    round_f32_to_tf32: bool = False
+
+
 class StorageDesc(BaseModel):
     """One storage forward touched. `input`: the `index`-th input tensor (fresh in the re-run);
     `kept`: a tensor that was on the model before forward (its bytes are `kept[index]`); `fresh`:

@@ -42,6 +42,7 @@ import torch
 
 from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine.replay import storage, traced  # noqa: F401 - traced: loaded before the guard's snapshot
+from kernelcraft.engine.replay.descriptors import Desc, descriptor, descriptor_type
 
 
 class ReplayOutOfMemory(Exception):
@@ -171,7 +172,7 @@ class Tape:
             if k not in self.kept:
                 self.kept[k] = p
                 self._params[k] = (name, storage.fingerprint(p))
-        for t in _reachable([model, *scopes]):
+        for t in storage.reachable([model, *scopes]):
             k = storage.key(t)
             if k not in self.kept and t.untyped_storage().nbytes() > 0:
                 self.kept[k] = t
@@ -328,6 +329,15 @@ class Tape:
     def _freeze(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
             return self._ref(obj)
+        if type(obj) is descriptor_type() and isinstance(obj.base, torch.Tensor):
+            return Desc(
+                self._ref(obj.base),
+                tuple(int(x) for x in obj.shape),
+                tuple(int(x) for x in obj.strides),
+                tuple(int(x) for x in obj.block_shape),
+                str(obj.padding),
+                bool(obj.round_f32_to_tf32),
+            )
         if isinstance(obj, (list, tuple)):
             items = [self._freeze(x) for x in obj]
             return tuple(items) if isinstance(obj, tuple) else items
@@ -367,6 +377,8 @@ class _Memory:
     def views(self, obj: Any) -> Any:
         if isinstance(obj, Ref):
             return self.view(obj)
+        if isinstance(obj, Desc):
+            return descriptor(self.view(obj.base), obj)
         if isinstance(obj, (list, tuple)):
             items = [self.views(x) for x in obj]
             return tuple(items) if isinstance(obj, tuple) else items
@@ -409,35 +421,14 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 def _refs(obj: Any) -> Iterator[Ref]:
     if isinstance(obj, Ref):
         yield obj
+    elif isinstance(obj, Desc):
+        yield obj.base
     elif isinstance(obj, (list, tuple)):
         for x in obj:
             yield from _refs(x)
     elif isinstance(obj, dict):
         for x in obj.values():
             yield from _refs(x)
-
-
-def _reachable(roots: list[Any], depth: int = 4) -> Iterator[torch.Tensor]:
-    """Tensors held by `roots`: attributes, containers, submodules, class attributes."""
-    seen: set[int] = set()
-    stack = [(r, 0) for r in roots]
-    while stack:
-        obj, d = stack.pop()
-        if id(obj) in seen or d > depth:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            yield obj
-            continue
-        if isinstance(obj, dict):
-            children: Iterable[Any] = list(obj.values())
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            children = list(obj)
-        elif isinstance(obj, torch.nn.Module):
-            children = [*vars(obj).values(), *vars(type(obj)).values()]
-        else:
-            children = []
-        stack.extend((c, d + 1) for c in children)
 
 
 def _rng_state(func: Any) -> Any:

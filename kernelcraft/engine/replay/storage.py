@@ -1,9 +1,12 @@
 """What the replay (`replay.py`) knows of a tensor's storage: which storage it is (`key`), how far a
-view reaches into it (`extent`), all of its bytes (`whole`), and cheap evidence that those bytes
-did not change (`fingerprint`). Written by the evaluation engine only.
+view reaches into it (`extent`), all of its bytes (`whole`), cheap evidence that those bytes did
+not change (`fingerprint`), and the tensors a model holds (`reachable`). Written by the evaluation engine only.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -44,3 +47,26 @@ def _sum(flat: torch.Tensor) -> int:
     return sum(
         int(torch.sum(flat[i : i + SUM_CHUNK], dtype=torch.int64)) for i in range(0, flat.numel(), SUM_CHUNK)
     )
+
+
+def reachable(roots: list[Any], depth: int = 4) -> Iterator[torch.Tensor]:
+    """Tensors held by `roots`: attributes, containers, submodules, class attributes."""
+    seen: set[int] = set()
+    stack = [(r, 0) for r in roots]
+    while stack:
+        obj, d = stack.pop()
+        if id(obj) in seen or d > depth:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            yield obj
+            continue
+        if isinstance(obj, dict):
+            children: Iterable[Any] = list(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            children = list(obj)
+        elif isinstance(obj, torch.nn.Module):
+            children = [*vars(obj).values(), *vars(type(obj)).values()]
+        else:
+            children = []
+        stack.extend((c, d + 1) for c in children)

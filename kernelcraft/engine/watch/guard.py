@@ -181,6 +181,7 @@ HARNESS_MODULES = (
     "kernelcraft.engine.replay.kernelsource",
     "kernelcraft.engine.replay.fresh",
     "kernelcraft.engine.replay.traced",
+    "kernelcraft.engine.replay.descriptors",
     "kernelcraft.engine.measure.rotation",
     "kernelcraft.engine.measure.samples",
     "kernelcraft.engine.worker.freeze",

@@ -155,3 +155,38 @@ def test_a_kernel_made_at_run_time_or_reading_python_of_its_module_is_not_held_t
     made = desc("def k(x_ptr):\n    tl.store(x_ptr, 1.0)\n")
     assert kernelsource.not_submitted([made], [sent + kernel]) is not None
     assert kernelsource.not_submitted([desc(kernel.split("\n", 1)[1])], [sent + kernel]) is None
+
+
+def _tdesc(shape: list[int], **kw: object) -> dict:
+    return {
+        "tdesc": {"base": ref(0, [4]).model_dump(), "shape": shape, "strides": [1], "block_shape": [4], **kw}
+    }
+
+
+def test_a_host_tensor_descriptor_is_rebuilt_over_the_fresh_memory() -> None:
+    p = program()
+    runner = fresh.Runner(
+        p, fresh.FreshMemory(p, [torch.arange(4, dtype=torch.float32)], [], "cpu"), [], None
+    )
+    d = runner.decode(_tdesc([4]))
+    assert torch.equal(d.base, torch.arange(4, dtype=torch.float32)) and list(d.shape) == [4]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (_tdesc([64]), "beyond its base tensor's storage"),
+        (_tdesc([4], padding="python"), "malformed tensor descriptor"),
+        (_tdesc([4, 4]), "another rank than its strides"),
+        (_tdesc([-4]), "negative size or stride"),
+    ],
+    ids=["beyond-its-storage", "unknown-padding", "rank", "negative"],
+)
+def test_a_host_tensor_descriptor_that_lies_about_its_base_is_refused(value: dict, words: str) -> None:
+    p = program()
+    runner = fresh.Runner(
+        p, fresh.FreshMemory(p, [torch.arange(4, dtype=torch.float32)], [], "cpu"), [], None
+    )
+    with pytest.raises(fresh.Refused) as caught:
+        runner.decode(value)
+    assert words in str(caught.value), str(caught.value)

@@ -103,8 +103,15 @@ AUTOTUNED = (
         (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
         (CHEATS / "task_scale.py", AUTOTUNED),
         (PROBES / "task_maxnorm.py", PROBES / "honest_host_scale.py"),
+        (CHEATS / "task_scale.py", PROBES / "honest_tensor_descriptor.py"),
     ],
-    ids=["item-driven-size", "helper-views-launches", "autotuned", "host-scale-from-a-read"],
+    ids=[
+        "item-driven-size",
+        "helper-views-launches",
+        "autotuned",
+        "host-scale-from-a-read",
+        "tensor-descriptors",
+    ],
 )
 def test_an_honest_kernel_passes_the_fresh_input_replay(evaluator, job_for, task, candidate) -> None:
     v = evaluator.submit(job_for(task, candidate, trials=2, gpu_check=None)).verify
@@ -141,8 +148,15 @@ def test_gpu_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
         (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
         (CHEATS / "task_scale.py", AUTOTUNED),
         (PROBES / "task_maxnorm.py", PROBES / "honest_host_scale.py"),
+        (CHEATS / "task_scale.py", PROBES / "honest_tensor_descriptor.py"),
     ],
-    ids=["item-driven-size", "helper-views-launches", "autotuned", "host-scale-from-a-read"],
+    ids=[
+        "item-driven-size",
+        "helper-views-launches",
+        "autotuned",
+        "host-scale-from-a-read",
+        "tensor-descriptors",
+    ],
 )
 def test_gpu_an_honest_kernel_passes_the_fresh_input_replay(gpu_submit, job_for, task, candidate) -> None:
     v = gpu_submit(job_for(task, candidate, trials=3))
