@@ -310,6 +310,9 @@ class LocalEvaluator:
         devices = self._ensure_started()
         device = min(devices, key=lambda d: d.jobs)
         device.jobs += 1
+        if device.compile_pool is not None and not findings and (job.gpu_check or "compile" in job.stages):
+            # Its zygote imports torch and Triton (seconds): beside the trials, not after them.
+            device.compile_pool.warm_up()
         try:
             if findings:
                 f = findings[0]
