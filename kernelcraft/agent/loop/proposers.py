@@ -15,7 +15,7 @@ is what the step's record in `steps.jsonl` keeps about how the candidate was wri
   step), from what the run and the tree's context have tried; without a GPU each proposal is
   compiled for the target first, and one that does not compile is recorded and replaced; one that
   moves a branch's value or a cap and launches on the task's shapes exactly what its base launches
-  is skipped (`unchanged`), on a GPU too.
+  is skipped (`same_launches`), on a GPU too.
 """
 
 from __future__ import annotations
@@ -284,8 +284,8 @@ class TunerProposer:
             )
             obs.extend(  # launched what its base did: tried, nothing to time
                 Observation(same["config"], ok=True)
-                for same in r.get("unchanged", [])
-                if same.get("family") == family
+                for same in r.get("same_launches") or []
+                if isinstance(same, dict) and same.get("family") == family
             )
             t = r.get("tuner")
             if t and t.get("family") == family:
@@ -368,7 +368,7 @@ class TunerProposer:
             if config is None:
                 reason = "the offline tuner has tried every allowed configuration of this kernel"
                 return StepOutcome.failed(
-                    reason, {"mode": "tuner", "rejected": rejected, "unchanged": unchanged}
+                    reason, {"mode": "tuner", "rejected": rejected, "same_launches": unchanged}
                 )
             code = apply_config(base, params, config)
             info: dict[str, Any] = {
@@ -382,7 +382,7 @@ class TunerProposer:
                     "base_us": base_time(step, base),
                 },
                 "rejected": rejected,
-                "unchanged": unchanged,
+                "same_launches": unchanged,
             }
             precheck = self.compile_check and not step.speedup_measured
             may_be_dead = len(unchanged) < UNCHANGED_TRIES and any(
@@ -404,7 +404,7 @@ class TunerProposer:
                 continue
             return StepOutcome(code, info)
         reason = f"{PRECHECK_TRIES} tuner proposals in a row failed to compile for {step.target}"
-        return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected, "unchanged": unchanged})
+        return StepOutcome.failed(reason, {"mode": "tuner", "rejected": rejected, "same_launches": unchanged})
 
     async def _same_launches(self, step: NextStep, base: str, compiled: CompileResult) -> bool:
         """Whether a proposal launches exactly what the kernel it starts from launches on the task's

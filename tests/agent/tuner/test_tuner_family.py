@@ -282,14 +282,14 @@ async def test_a_proposal_that_changes_no_launch_the_task_makes_is_skipped_not_e
         speedup_measured=True,
         parent_id=1,
     )
-    records: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = [{"mode": "llm", "unchanged": True}]  # an LLM step's edits missed
     for _ in range(4):
         out = await tuner.step(step, records, None)
         assert out.code is not None
         records.append({**out.info, "outcome": "correct", "candidate_us": None})
     dead_line = BRANCHES.splitlines().index("        block, warps = 2048, 8") + 1
-    lines = {int(k.split("@")[1]) for r in records for k in r["tuner"]["changed"]}
+    lines = {int(k.split("@")[1]) for r in records[1:] for k in r["tuner"]["changed"]}
     assert lines == {dead_line + 2}  # every step moved the branch the task takes
-    skipped = [u for r in records for u in r["unchanged"]]
+    skipped = [u for r in records[1:] for u in r["same_launches"]]
     assert skipped and all(u["axes"] for u in skipped)  # the dead branch's moves, each compiled once
     assert session.compiled == 4 + len(skipped) + 1  # and the base once, for its launches
