@@ -106,7 +106,7 @@ class Program(BaseModel):
     steps: list[Annotated[OpStep | LaunchStep, Field(discriminator="kind")]]
     kernels: list[KernelDesc]
     outputs: list[RefDesc]
-    derived: list[DerivedDesc] = Field(default_factory=list, max_length=4096)
+    derived: list[DerivedDesc] = Field(default_factory=list, max_length=256)
 
 
 # --------------------------------------------------------------------------------------------

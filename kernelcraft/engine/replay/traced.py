@@ -22,7 +22,8 @@ of recorded kernels' outputs on the fresh inputs, which is kernel work. Kernel l
 numbers (`watch/launches.py`): Triton's specialisation computes with its arguments, which is none
 of forward's arithmetic. Lost on the way: `math` functions and `round`/`int()`/`float()` of a traced number
 (they return plain numbers: use `**`, `//` and arithmetic), comparisons (a branch on a read is
-not traced), expressions deeper than `MAX_DEPTH`. Written by the evaluation engine only.
+not traced), expressions deeper than `MAX_DEPTH`, reads after a forward's first `MAX_READS`.
+Written by the evaluation engine only.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ from torch.overrides import TorchFunctionMode
 
 MAX_DEPTH = 32
 """Deeper expressions (a sum over many reads) are not traced: the number stays plain."""
-MAX_DERIVED = 4096
+MAX_READS = 8
+"""Only a forward's first reads are traced. An honest forward reads back a few numbers (a count, a
+maximum); one that reads back every element and computes the answer in Python from them (a sum
+as a shallow tree of additions) would have its host work re-derived, not refused: past these, its
+reads are constants of the trial, wrong on fresh inputs."""
+MAX_DERIVED = 256
 """At most this many traced numbers a forward; after, arithmetic gives plain numbers."""
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -160,8 +166,8 @@ class ReadTracer(TorchFunctionMode):
             return func(*args, **kwargs)
         before = self.tape.reads
         value = func(*args, **kwargs)
-        if self.tape.reads != before + 1 or type(value) not in (int, float):
-            return value  # not one read of the recorder's (inside a launch, a bool, a complex)
+        if self.tape.reads != before + 1 or type(value) not in (int, float) or before >= MAX_READS:
+            return value  # not one read of the recorder's (inside a launch, a bool, a complex), or too many
         expr: Any = ("read", before)
         if name == "__float__" and type(self.tape.last_read) is int:
             expr = ("float", expr)

@@ -37,6 +37,12 @@ def test_a_host_read_under_the_recorder_is_a_traced_number_naming_its_read() -> 
     assert [type(v) for v in (torch.tensor(3.0).item(), float(torch.tensor(3)))] == [float, float]
 
 
+def test_only_a_forwards_first_reads_are_traced() -> None:
+    tape = Tape()
+    reads = [_read(tape, float(i)) for i in range(traced.MAX_READS + 2)]
+    assert [type(r) for r in reads] == [traced.TracedFloat] * traced.MAX_READS + [float, float]
+
+
 def test_arithmetic_on_a_read_is_noted_with_its_expression_and_re_derived_on_fresh_reads() -> None:
     tape = Tape()
     tape.tracing = True

@@ -28,6 +28,7 @@ CHEATS = Path(__file__).parents[2] / "cheats"
         ("task_rowsum.py", "fresh_sentinel.py"),
         ("task_positives.py", "fresh_host_count.py"),
         ("task_maxnorm.py", "fresh_traced_constant.py"),
+        ("task_rowsum.py", "fresh_traced_reads.py"),
     ],
 )
 def test_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
