@@ -24,7 +24,8 @@
 4. `next_config` is a deterministic pattern search (coordinate descent in log2 space): one step up or
    down in one parameter from the start (the parent kernel) and then from the best configuration
    seen, then pairs of parameters moved together (tiles and warps interact), then seeded random
-   points of the space. `tune()` runs it against an objective for a budget of evaluations.
+   points of the space. Parameters are tried by their axis's rank for the kernel's family
+   (`family.py`: a GEMM's tiles first, a reduction's block), the seed shuffling those of one rank. `tune()` runs it against an objective for a budget of evaluations.
 5. `apply_config` rewrites exactly the literals' text spans; every other byte stays as it was.
 """
 
