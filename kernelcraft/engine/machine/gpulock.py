@@ -45,14 +45,21 @@ class Hold:
 
 
 class GpuLock:
-    """Verifications share the GPU; a timing has it alone. Fair to timings: once one waits, new
-    verifications queue behind it. Releasing never awaits, so a cancelled job cannot leave the
-    lock held. Each hold is recorded (`holds`, `held_s`)."""
+    """Verifications share the GPU; a timing has it alone. Phase-fair: once a timing waits, new
+    verifications queue behind it, and those that waited through a timing go before the next
+    one. So a timing waits at most for the verifications already in (short steps), and a
+    verification (a level's task loading its reference, say) for at most one timing, where
+    preferring timings outright would hold every other task's next step until no timing is left
+    to wait, then leave the GPU idle while they all catch up. Releasing never awaits, so a
+    cancelled job cannot leave the lock held. Each hold is recorded (`holds`, `held_s`)."""
 
     def __init__(self) -> None:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._readers_waiting: set[object] = set()
+        self._admitted: set[object] = set()
+        """Waiting verifications that a timing's end let in ahead of the timings still waiting."""
         self._waiters: list[asyncio.Future[None]] = []
         self.holds: deque[Hold] = deque(maxlen=RECORDED)
         """The last `RECORDED` holds, in the order they ended."""
@@ -84,8 +91,16 @@ class GpuLock:
 
     @contextlib.asynccontextmanager
     async def shared(self, why: str = "") -> AsyncIterator[None]:
-        while self._writer or self._writers_waiting:
-            await self._wait()
+        me = object()
+        self._readers_waiting.add(me)
+        try:
+            while self._writer or (self._writers_waiting and me not in self._admitted):
+                await self._wait()
+        finally:
+            self._readers_waiting.discard(me)
+            if me in self._admitted:
+                self._admitted.discard(me)
+                self._wake()  # (cancelled while let in: a timing may wait for it)
         self._readers += 1
         start = time.perf_counter()
         try:
@@ -99,7 +114,7 @@ class GpuLock:
     async def exclusive(self, why: str = "") -> AsyncIterator[None]:
         self._writers_waiting += 1
         try:
-            while self._writer or self._readers:
+            while self._writer or self._readers or self._admitted:
                 await self._wait()
         finally:
             self._writers_waiting -= 1
@@ -110,6 +125,7 @@ class GpuLock:
             yield
         finally:
             self._writer = False
+            self._admitted |= self._readers_waiting  # they waited through this timing: they go next
             self._record("exclusive", why, start)
             self._wake()
 
