@@ -214,7 +214,14 @@ class Runner:
         derived = self.program.derived
         while self.derived_done < len(derived):
             item = derived[self.derived_done]
-            if _last_read(item.expr) >= len(self.reads):
+            last = _last_read(item.expr)
+            if last >= traced.MAX_READS:  # (the candidate's process traces no more: a forged record)
+                raise Refused(
+                    f"forward's record derives a number from its host read {last + 1}; only the first "
+                    f"{traced.MAX_READS} reads of a forward are traced (a whole answer read back element "
+                    "by element and computed in Python is host work)"
+                )
+            if last >= len(self.reads):
                 return
             self.derived_done += 1
             try:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernelcraft.engine.replay import fresh, kernelsource
-from kernelcraft.engine.replay.program import KernelDesc, OpStep, Program, RefDesc, StorageDesc
+from kernelcraft.engine.replay.program import DerivedDesc, KernelDesc, OpStep, Program, RefDesc, StorageDesc
 
 TL = {"tl": {"module": "triton.language"}}
 
@@ -190,3 +190,21 @@ def test_a_host_tensor_descriptor_that_lies_about_its_base_is_refused(value: dic
     with pytest.raises(fresh.Refused) as caught:
         runner.decode(value)
     assert words in str(caught.value), str(caught.value)
+
+
+def test_a_forged_record_that_derives_a_number_from_reads_past_the_traced_few_is_refused() -> None:
+    """The candidate's process traces only a forward's first reads; the record is its word, so the
+    reference holds a record to the same bound."""
+    from kernelcraft.engine.replay import traced
+
+    p = program()
+    p.derived = [
+        DerivedDesc(value={"f": 1.0}, expr=["add", ["read", 0], ["read", traced.MAX_READS]]),
+    ]
+    runner = fresh.Runner(
+        p, fresh.FreshMemory(p, [torch.arange(4, dtype=torch.float32)], [], "cpu"), [], None
+    )
+    runner.reads = [0.0] * (traced.MAX_READS + 1)
+    with pytest.raises(fresh.Refused) as caught:
+        runner.derive(1)
+    assert "only the first 8 reads" in str(caught.value), str(caught.value)
