@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run on the H200 machine through the device tool, from the repository root:
 #   bash bench/h200.sh STEP...     (steps: verify box boxnobody imports trace gputests hostile capture eval evalbox
-#                                   cold probe stability tuner server warm hbm floors ray levelrun levelspeed level cookbook pack)
+#                                   cold probe stability tuner tunercookbook server warm hbm floors ray levelrun levelspeed level cookbook pack)
 # Environment: STEP_TIMEOUT (s per step), TAIL (log lines shown), EVAL_ARGS, TUNER_ARGS, SERVER_ARGS,
-# RAY_ARGS, LEVEL_ARGS, LEVELSPEED_ARGS, COLD_ARGS, COOKBOOK_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
+# RAY_ARGS, LEVEL_ARGS, LEVELSPEED_ARGS, COLD_ARGS, COOKBOOK_ARGS, TUNERCB_ARGS, LEVELS (KernelBench levels for the `level` step, default "1 2"; needs .kb/,
 # see bench/README.md). `ray` needs .ray/ (bench/README.md says how to make it); `pack` bundles
 # $OUT into one out.tgz (the device tool brings back at most 8 files).
 # Installs the wheels carried in .whl/ (the machine has no network), then runs each step, writing
@@ -90,6 +90,9 @@ for step in "$@"; do
       KERNELCRAFT_SANDBOX_IDENTITY=nobody run box_nobody_tests python3 -m pytest -m gpu -q -p no:cacheprovider tests/engine/box/test_box.py ;;
     stability) run bench_stability python3 bench/bench_stability.py --repeats ${REPEATS:-12} --json "$OUT/bench_stability.json" ;;
     tuner) run bench_tuner python3 bench/bench_tuner.py --json "$OUT/bench_tuner.json" ${TUNER_ARGS:-} ;;
+    tunercookbook)  # the tuner from the fitting cookbook kernel over level 1 (needs .kb/); resumable: repeat until done
+      run bench_tuner_cookbook python3 bench/bench_tuner_cookbook.py .kb/KernelBench --out runs/tuner-cookbook ${TUNERCB_ARGS:-}
+      cp runs/tuner-cookbook/bench_tuner_cookbook.json runs/tuner-cookbook/bench_tuner_cookbook.md "$OUT/" 2>/dev/null ;;
     server) run bench_server python3 bench/bench_server.py ${SERVER_ARGS:-} ;;
     warm)  # then the same without the store of compiled kernels: what it saves a profile after a verify
       run bench_warm python3 bench/bench_warm.py --device cuda --examples elementwise softmax layernorm --rounds 10 --json "$OUT/bench_warm.json"
