@@ -48,7 +48,13 @@ def function_families(tree: ast.Module) -> dict[str, Family]:
     calls: dict[str, set[str]] = {}
     for fn in tree.body:
         if isinstance(fn, ast.FunctionDef) and "jit" in {_decorator_name(d) for d in fn.decorator_list}:
-            calls[fn.name] = {_decorator_name(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+            calls[fn.name] = {
+                _decorator_name(n.func)
+                for n in ast.walk(fn)
+                if isinstance(n, ast.Call)
+                # `tl.max(x, axis=0)` or `x.max(0)` reduces; a bare `max(A, B)` of constexprs does not
+                and (isinstance(n.func, ast.Attribute) or _decorator_name(n.func) not in REDUCTIONS)
+            }
     reach = {name: set(called) for name, called in calls.items()}
     for _ in calls:  # a helper's helper: as deep as there are functions
         for name in reach:

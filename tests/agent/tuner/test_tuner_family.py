@@ -72,6 +72,8 @@ def test_a_kernels_family_is_gemm_with_a_dot_a_reduction_with_a_sum_over_an_axis
     assert axis_of("meta", "BLOCK_M", "reduction") == "rows per program"
     assert axis_of("meta", "BLOCK_M", "elementwise") == "block"
     assert axis_of("persistent", "", "reduction") == "programs per SM"
+    constexpr_max = ACTIVATION.replace("tl.arange(0, BLOCK)", "tl.arange(0, max(BLOCK, 16))", 1)
+    assert constexpr_max != ACTIVATION and family_and_axes(constexpr_max)[0] == "elementwise"
 
 
 SPLIT_SRC = """import triton
