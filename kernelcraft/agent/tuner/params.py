@@ -4,12 +4,15 @@
 configuration. It is built from small named decisions, each with its rationale in its docstring:
 where the launches are (`launches`), which argument binds to which kernel parameter
 (`launch_arguments`), which parameters configure a launch (`is_launch_parameter`), which values are
-tuned (`is_tunable`), which names passed to a launch are constants (`constant_for`), the least tile
+tuned (`is_tunable`), which names passed to a launch are constants (`constant_for`) and which are
+set per branch or by unpacking (`branch_values`, over `scope_values`), which literals of an
+expression set its value (`literals_in`: a cap, an arm of `a if c else b`), the least tile
 a `tl.dot` kernel may be given (`dot_floor`), the constexpr defaults no launch overrides
 (`unpassed_defaults`), and, for a kernel under `@triton.autotune`, which `triton.Config`s it is given
 (`autotune_configs`) and what each sets (`config_arguments`), and, for a persistent launch, how many
-programs an SM its grid asks for (`persistent_params`). `search.py` searches the values; this module
-only finds them.
+programs an SM its grid asks for (`persistent_params`); each param then gets the axis it moves along
+and that axis's rank for the kernel's family (`family.py`). `search.py` searches the values; this
+module only finds them.
 """
 
 from __future__ import annotations
