@@ -9,6 +9,7 @@ same GPU as the reference worker names it. It reads and reports through the job'
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -108,6 +109,33 @@ class _Rounds:
         return f"{self.count} interleaved rounds" + (
             f" ({out} outlier round{'s' if out > 1 else ''} left out and measured again)" if out else ""
         )
+
+
+STEADY_MEDIAN = 0.005
+"""A baseline stops once its last round moved the median of the agreeing rounds by at most this."""
+
+
+class _BaselineRounds(_Rounds):
+    """A baseline's rounds: done also when every callable's median is steady (`steady`). A
+    kernel whose samples spread wider than `TARGET_SPREAD` asks for rounds up to
+    `MAX_PROFILE_ROUNDS` in a profile, which moves no median; in a level's baseline, eight
+    such tasks took ten rounds each of the GPU alone."""
+
+    def steady(self, key: str) -> bool:
+        """At least `MIN_PROFILE_ROUNDS` rounds agree, and the last one moved their median by
+        at most `STEADY_MEDIAN`: more rounds would not move it either."""
+        rounds = self.samples.get(key, [])
+        kept, before = agreeing_rounds(rounds, ROUND_AGREEMENT), agreeing_rounds(rounds[:-1], ROUND_AGREEMENT)
+        if len(kept) < MIN_PROFILE_ROUNDS or len(before) < MIN_PROFILE_ROUNDS - 1:
+            return False
+        now = statistics.median([x for r in kept for x in r])
+        then = statistics.median([x for r in before for x in r])
+        return abs(now - then) <= STEADY_MEDIAN * now
+
+    def done(self) -> bool:
+        if self.count < MIN_PROFILE_ROUNDS:
+            return False
+        return super().done() or all(self.settled(k) or self.steady(k) for k in self.keys)
 
 
 class JobTiming:
@@ -279,7 +307,8 @@ class JobTiming:
         roofline's counted run share it; torch.compile's compile (CPU work, seconds) holds no
         lock, so other jobs' timings go on meanwhile; then one hold alone covers the compiled
         model's first run (inductor's autotuning, which must not pick its configs under other
-        jobs' load) and the timing rounds, which reuse their first round's estimates."""
+        jobs' load) and the timing rounds, which reuse their first round's estimates and stop
+        once the medians are steady (`_BaselineRounds`)."""
         start = time.perf_counter()
         st = self.state
         if st.device.kind == "cpu":
@@ -302,7 +331,7 @@ class JobTiming:
                 message = f"torch.compile's first run ran out of memory: {warm.error[:300]}"
                 return ProfileResult(available=False, message=message, roofline=roof)
             # A model torch.compile cannot handle still has its eager time.
-            rounds = _Rounds(("eager",) if warm.error else ("eager", "compiled"))
+            rounds = _BaselineRounds(("eager",) if warm.error else ("eager", "compiled"))
             while not rounds.done():
                 rounds.count += 1
                 await st.progress(

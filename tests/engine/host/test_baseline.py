@@ -31,7 +31,7 @@ from kernelcraft.engine.wire.protocol import (
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 
 REC = {"tensor": {"dtype": "float32", "shape": [4]}}
-EAGER_US, COMPILED_US = 20.0, 15.0
+EAGER_US, COMPILED_US = 200.0, 150.0  # over samples.SPREAD_CHECK_ABOVE_US: the spread counts
 
 
 class ScriptedReference:
@@ -49,6 +49,11 @@ class ScriptedReference:
         self.compile_s, self.round_s, self.compile_error = compile_s, round_s, compile_error
         self.killed_for: str | None = None
         self._answering: set[asyncio.Task[None]] = set()
+        self.spread = 0.0
+        """Each round's samples spread evenly ±spread around its median (an IQR of about spread)."""
+        self.drift = 0.0
+        """Each round's median is this fraction above the last's."""
+        self.rounds = 0
         self.compiling_until: asyncio.Future[Any] | None = None
         """Set: the compile lasts until this is done (at most 5 s), not `compile_s`."""
 
@@ -89,8 +94,10 @@ class ScriptedReference:
             answer = Warm().to_header()
         elif op == "time_reference":
             await asyncio.sleep(self.round_s)
-            compiled = _samples(COMPILED_US) if h["compiled"] else None
-            answer = Timed(eager=_samples(EAGER_US), compiled=compiled).to_header()
+            scale = (1 + self.drift) ** self.rounds
+            self.rounds += 1
+            compiled = _samples(COMPILED_US * scale, self.spread) if h["compiled"] else None
+            answer = Timed(eager=_samples(EAGER_US * scale, self.spread), compiled=compiled).to_header()
         else:
             raise AssertionError(f"a baseline job asked its reference for {op!r}")
         await self.frames.put(Frame(answer))
@@ -117,8 +124,9 @@ class ScriptedReference:
         return 0
 
 
-def _samples(us: float) -> Samples:
-    return Samples(times_us=[us] * 20, method="cuda_events", sets=1, estimate_us=us)
+def _samples(us: float, spread: float = 0.0) -> Samples:
+    times = [us * (1 - spread + 2 * spread * i / 19) for i in range(20)]
+    return Samples(times_us=times, method="cuda_events", sets=1, estimate_us=us)
 
 
 class ScriptedPool:
@@ -129,11 +137,17 @@ class ScriptedPool:
         self.started: list[ScriptedReference] = []
         self.released: list[ScriptedReference] = []
         self.first_compiles_until: asyncio.Future[Any] | None = None
+        self.first_spread = self.first_drift = 0.0
 
     async def acquire(self) -> ScriptedReference:
         self.started.append(ScriptedReference(len(self.started) + 1, *self.scripts[len(self.started)]))
         if len(self.started) == 1:
-            self.started[0].compiling_until = self.first_compiles_until
+            first = self.started[0]
+            first.compiling_until, first.spread, first.drift = (
+                self.first_compiles_until,
+                self.first_spread,
+                self.first_drift,
+            )
         return self.started[-1]
 
     async def release(self, w: ScriptedReference) -> None:
@@ -258,3 +272,22 @@ async def test_torch_compile_out_of_memory_beside_other_jobs_asks_for_a_run_alon
     b = alone.baseline
     assert b is not None and b.available and b.reference_eager is not None and b.reference_compiled is None
     assert "torch.compile failed: OutOfMemoryError" in b.message
+
+
+@pytest.mark.anyio
+async def test_a_baseline_whose_samples_spread_stops_once_its_median_is_steady() -> None:
+    """Samples spread ±5% (IQR over the 2% target) but the same median every round: three rounds,
+    where a profile's rule asks for all ten; a median that keeps moving asks for more."""
+    from kernelcraft.engine.host.jobtiming import MAX_PROFILE_ROUNDS
+
+    pool = ScriptedPool((0.0, 0.0, None))
+    pool.first_spread = 0.05
+    (steady,), _, _, _ = await _baselines(pool, 1)
+    assert (
+        steady.baseline is not None and f"{MIN_PROFILE_ROUNDS} interleaved rounds" in steady.baseline.message
+    )
+    assert pool.started[0].rounds == MIN_PROFILE_ROUNDS
+    pool = ScriptedPool((0.0, 0.0, None))
+    pool.first_spread, pool.first_drift = 0.05, 0.02  # 2% a round: never steady
+    (moving,), _, _, _ = await _baselines(pool, 1)
+    assert moving.baseline is not None and MIN_PROFILE_ROUNDS < pool.started[0].rounds <= MAX_PROFILE_ROUNDS
