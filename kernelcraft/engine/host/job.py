@@ -250,6 +250,7 @@ class Job:
             await st.progress(0.89, "re-running forward's record on fresh inputs")
             async with self.workers.gpu_lock(exclusive=False):
                 unreplayed = await fresh_replay(self.state, self.workers)
+                st.programs = st.records.programs()  # (the GPU check compiles each one's kernels)
                 st.records = Records()
             if unreplayed is not None:
                 return self.verified(cand, done, FailureClass.FORBIDDEN_CONSTRUCT, unreplayed)

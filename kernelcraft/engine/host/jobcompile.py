@@ -89,7 +89,7 @@ class JobCompile:
         """Without a GPU, a verdict the interpreter passed also needs the GPU compiler's word: the
         interpreter runs what Triton's compiler refuses (Python calls and globals in a kernel
         body, an autotune config over the shared-memory limit). Compile for `spec.gpu_check`
-        exactly the kernels the first trial launched, from their recorded source
+        exactly the kernels the trials launched, from their recorded source
         (`compile_recorded`), then the launches discovery finds at the task's own sizes (every
         autotune config, dropped for lack of resources as Triton's autotuner does); where the
         compiler rejects a kernel, the verdict fails with its message. A check that cannot be
@@ -98,13 +98,15 @@ class JobCompile:
         target, verify = st.spec.gpu_check, result.verify
         if not (st.interpret and target and verify is not None and verify.correct):
             return
-        if st.program is not None and st.device.compile_pool is not None:
+        programs = st.programs or ([st.program] if st.program is not None else [])
+        if programs and st.device.compile_pool is not None:
             t = time.perf_counter()  # exactly the kernels the trials launched, as recorded
             facts = st.references.compile_facts
-            recorded = facts.recorded(st.program, target)
+            key = programs[0] if len(programs) == 1 else {"programs": programs}
+            recorded = facts.recorded(key, target)
             if recorded is None:
-                recorded = await self.compile_recorded(st.device.compile_pool, st.program, target)
-                facts.keep_recorded(st.program, target, recorded)
+                recorded = await self.compile_recorded(st.device.compile_pool, programs, target)
+                facts.keep_recorded(key, target, recorded)
             st.stage("gpu_check", t)
             if gpu_rejects(verify, recorded, target, recorded=True):
                 return
@@ -125,9 +127,11 @@ class JobCompile:
             st.stage("gpu_check", t)
         gpu_rejects(verify, compiled, target, recorded=False)
 
-    async def compile_recorded(self, pool: WorkerPool, program: dict[str, Any], target: str) -> CompileResult:
-        """The GPU check's compile of exactly the kernels the first trial launched (its record,
-        `program`), in a trusted worker of `pool` (Triton without the interpreter) that loads neither
+    async def compile_recorded(
+        self, pool: WorkerPool, programs: list[dict[str, Any]], target: str
+    ) -> CompileResult:
+        """The GPU check's compile of exactly the kernels the trials launched (each distinct
+        record's program, `programs`), in a trusted worker of `pool` (Triton without the interpreter) that loads neither
         the task nor the candidate (`worker/kernels.py`): a forward that launches other kernels where
         the interpreter is off has no say in what is compiled."""
         start = time.perf_counter()
@@ -138,7 +142,7 @@ class JobCompile:
         load = Load(role="kernels", workdir=str(w.dir), task_source="", seed0=0, sandbox=sandbox)
         await w.send(load.to_header())
         self.workers.candidate_verdict(await self.workers.recv(w, candidate=True), Msg.OK)
-        await w.send(CompileRecorded(program=program, targets=[target]).to_header())
+        await w.send(CompileRecorded(program=programs[0], more=programs[1:], targets=[target]).to_header())
         frame = await self.workers.recv(w, candidate=True)
         self.workers.candidate_verdict(frame, Msg.COMPILED)
         try:

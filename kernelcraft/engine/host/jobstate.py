@@ -140,7 +140,9 @@ class JobState:
     torch_ops: list[str] = field(default_factory=list)
     """PyTorch compute ops forward kept (AdaExplore's rule allows them; the verdict lists them)."""
     program: dict[str, Any] | None = None
-    """The first trial's record (`replay/program.py`): the GPU check compiles its kernels."""
+    """The first trial's record (`replay/program.py`)."""
+    programs: list[dict[str, Any]] = field(default_factory=list)
+    """Each distinct trial record's program: the GPU check compiles the kernels of all of them."""
     records: Records = field(default_factory=Records)
     """Every trial's answer with forward's record (`Run.program`), each distinct one once: the
     fresh-input replay re-runs them at the end of verify (`freshreplay.fresh_replay`)."""

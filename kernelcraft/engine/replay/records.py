@@ -58,6 +58,14 @@ class Records:
         out = out.model_copy(update={"program_kept": kept})
         self.distinct.append(Record(out, held, trial, input_set, scale, config))
 
+    def programs(self) -> list[dict[str, Any]]:
+        """Each distinct record's program (the GPU check compiles the kernels of all of them)."""
+        found: list[dict[str, Any]] = []
+        for r in self.distinct:
+            if r.out.program is not None and r.out.program not in found:
+                found.append(r.out.program)
+        return found
+
     def to_rerun(self) -> list[Record]:
         """Every distinct record of the trials proper, first trial first, and one of the
         autotune config trials', drawn in secret."""

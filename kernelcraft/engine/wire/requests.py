@@ -171,6 +171,8 @@ class CompileRecorded(Request):
 
     TAG = Op.COMPILE_RECORDED
     program: dict[str, Any]
+    more: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
+    """Other trials' records whose launches are compiled with `program`'s."""
     targets: list[str]
 
 

@@ -4,8 +4,8 @@ Without a GPU, a verdict the interpreter passed also needs the GPU compiler's wo
 The compile stage finds launches by running the candidate's forward again in its own process, so a
 forward that launches another kernel there (it can tell: Triton's interpreter is off, the inputs
 are on the meta device) has a decoy compiled instead of what the trials ran. This role loads
-neither the task nor the candidate: it gets the first trial's record (`replay/program.py`),
-rebuilds its kernels from their recorded source (`replay/kernelsource.py`, checked first), lays
+neither the task nor the candidate: it gets each distinct trial's record (`replay/program.py`),
+rebuilds their kernels from their recorded source (`replay/kernelsource.py`, checked first), lays
 their arguments out as the trial had them (`fresh.recorded_launches`) and compiles exactly those
 specialisations for the asked targets (`checks/aot.py`). Its pool runs Triton without the
 interpreter. Runs in the worker process only.
@@ -42,7 +42,9 @@ class KernelsWorker(Worker):
 
         start = time.perf_counter()
         try:
-            records = recorded_launches(Program.model_validate(req.program))
+            records = [
+                r for p in [req.program, *req.more] for r in recorded_launches(Program.model_validate(p))
+            ]
             targets = compile_for_targets(records, req.targets)
         except Exception as e:  # noqa: BLE001 - the candidate's record: its verdict, with the text
             return Compiled(error=trim(traceback.format_exc()), summary=f"{type(e).__name__}: {e}"[:500])
@@ -50,5 +52,5 @@ class KernelsWorker(Worker):
             launches=[r.launch.model_dump() for r in records],
             targets=[t.model_dump() for t in targets],
             seconds=time.perf_counter() - start,
-            shapes="the first trial's launches, as recorded",
+            shapes="the trials' launches, as recorded",
         )

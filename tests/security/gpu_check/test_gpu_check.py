@@ -1,7 +1,7 @@
 """Threat: a CPU verdict passes a kernel the GPU compiler refuses (Python in a kernel body that only
 the interpreter runs), also when forward launches a decoy that compiles wherever the interpreter
 is off. Without a GPU, a passing verify also compiles, for `EvalJob.gpu_check` (sm_90a), exactly
-the kernels the first trial launched, from their recorded source in a worker that loads neither
+the kernels the trials launched (each distinct trial's record), from their recorded source in a worker that loads neither
 the task nor the candidate (`worker/kernels.py`), and fails with the compiler's message
 (docs/security.md)."""
 
@@ -50,3 +50,17 @@ def test_a_kernel_body_that_calls_numpy_fails_before_the_gpu_check(evaluator, jo
 def test_without_the_check_the_interpreter_alone_passes_it(evaluator, job_for) -> None:
     v = evaluator.submit(job_for(TASK, PROBES / "jit_global.py", trials=1, gpu_check=None)).verify
     assert v is not None and v.correct, v
+
+
+@pytest.mark.slow
+def test_the_gpu_check_compiles_the_kernels_of_every_trial_not_only_the_first(
+    evaluator, job_for, static_checks_off
+) -> None:
+    """Forward launches a kernel the GPU compiler refuses only from its second call on: every
+    trial's record is compiled, not the first's alone."""
+    v = evaluator.submit(
+        job_for(TASK, PROBES / "gpu_check_later_trial.py", trials=2, gpu_check="sm_90a")
+    ).verify
+    assert v is not None and not v.correct, v
+    assert v.status.startswith("compile_") and v.evidence is not None, v
+    assert "the compiler for sm_90a rejects it" in v.evidence.message, v.evidence.message
