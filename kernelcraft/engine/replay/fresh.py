@@ -344,6 +344,20 @@ class Runner:
                 self.memory.view(self.subst.ref(step.outs[i])).copy_(made[i])
 
 
+READS_HINT = (
+    " (forward read values back from its kernels: a number it computed from them is re-derived on "
+    "the fresh inputs only through + - * / // % ** abs, round(), math.floor, ceil and trunc, from "
+    "its first 8 reads; math.sqrt, int() or float() of it, a branch on it, or a later read give "
+    "the trial's number: use ** 0.5, or compute it in a kernel)"
+)
+"""Added to a wrong answer's words where the record reads values back (`traced.py`'s limits)."""
+
+
+def reads_back(program: Program) -> bool:
+    """Whether forward read a value back from a tensor on the host (`.item()`, `bool(t)`)."""
+    return any(isinstance(s, OpStep) and s.value is not None for s in program.steps)
+
+
 def _last_read(expr: Any, depth: int = 0) -> int:
     """The highest read an expression names (-1: none); malformed ones are `evaluate`'s to refuse."""
     if not isinstance(expr, list) or not expr or depth > traced.MAX_DEPTH + 1:

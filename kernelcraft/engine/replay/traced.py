@@ -10,7 +10,8 @@ wrong answer and is called a cheat.
 So while forward runs under the recorder, `ReadTracer` (a torch function mode) hands forward
 `Traced` numbers for its host reads: an `int` or `float` subclass that carries an expression of
 the reads it came from (`("read", k)`: the k-th host read of forward). Arithmetic on one (`+ - *
-/ // % ** abs`, with plain numbers or other traced ones) gives another, and each result is noted
+/ // % ** abs`, `round()`, `math.floor`/`ceil`/`trunc`, with plain numbers or other traced ones)
+gives another, and each result is noted
 on the tape (`Tape.derive`): its value and its expression. The record carries these (`derived`);
 the fresh replay evaluates each expression on the fresh reads (`evaluate`) and uses the fresh
 number wherever the trial's number appears (as it does for a read itself).
@@ -20,9 +21,10 @@ enters an expression only as a constant, the trial's, which is wrong on fresh in
 number's expression is the candidate's word, but it can only say how a number follows from reads
 of recorded kernels' outputs on the fresh inputs, which is kernel work. Kernel launches get plain
 numbers (`watch/launches.py`): Triton's specialisation computes with its arguments, which is none
-of forward's arithmetic. Lost on the way: `math` functions and `round`/`int()`/`float()` of a traced number
-(they return plain numbers: use `**`, `//` and arithmetic), comparisons (a branch on a read is
-not traced), expressions deeper than `MAX_DEPTH`, reads after a forward's first `MAX_READS`.
+of forward's arithmetic. Lost on the way: other `math` functions (`math.sqrt`: use `** 0.5`),
+`round(x, digits)`, `int()`/`float()` of a traced number (they return plain numbers), comparisons
+(a branch on a read is not traced), expressions deeper than `MAX_DEPTH`, reads after a forward's
+first `MAX_READS`.
 Written by the evaluation engine only.
 """
 
@@ -59,6 +61,10 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "abs": abs,
     "pos": operator.pos,
     "float": float,
+    "round": round,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "trunc": math.trunc,
 }
 _READS = frozenset({"item", "__float__", "__int__", "__index__"})
 
@@ -127,6 +133,12 @@ def _unary(name: str) -> Any:
     return method
 
 
+def _round(self: Any, ndigits: Any = None) -> Any:
+    if ndigits is not None:  # (a rounding to digits: the trial's number)
+        return round(_plain_number(self), ndigits)
+    return _wrap(round(_plain_number(self)), ("round", self.expr), self.depth + 1, self.tape)
+
+
 class TracedInt(Traced, int):
     """An `int` read back from a kernel's output, or computed from such reads."""
 
@@ -139,8 +151,9 @@ for _cls in (TracedInt, TracedFloat):
     for _name in _BINARY:
         setattr(_cls, f"__{_name}__", _binary(_name))
         setattr(_cls, f"__r{_name}__", _binary(_name, reflected=True))
-    for _name in ("neg", "abs", "pos"):
+    for _name in ("neg", "abs", "pos", "floor", "ceil", "trunc"):
         setattr(_cls, f"__{_name}__", _unary(_name))
+    setattr(_cls, "__round__", _round)  # noqa: B010 - a method set on both classes
 
 
 class ReadTracer(TorchFunctionMode):

@@ -386,7 +386,8 @@ class ReferenceWorker(Worker):
             f"saw (in the reference worker, kernels rebuilt from their source), gave a wrong answer ({ev.message}): "
             "part of forward's answer came from its host code (a scalar or fill value computed from the "
             "inputs in Python or numpy), not from its kernels. Compute the answer in Triton kernels; hand "
-            "kernels only sizes, strides, constants and values read back from their own outputs",
+            "kernels only sizes, strides, constants and values read back from their own outputs"
+            + (fresh.READS_HINT if fresh.reads_back(program) else ""),
             output_index=ev.output_index,
         )
 

@@ -56,6 +56,17 @@ def test_arithmetic_on_a_read_is_noted_with_its_expression_and_re_derived_on_fre
     assert _fresh(scale.expr, [8.0]) == 0.125 and _fresh(shifted.expr, [8.0]) == 17.0**2 - 8.0 // 3
 
 
+def test_rounding_and_math_floor_ceil_trunc_of_a_read_are_traced() -> None:
+    import math
+
+    tape = Tape()
+    m = _read(tape, 2.6)
+    got = [round(m), math.floor(m * 3), math.ceil(m / 2), math.trunc(-m)]
+    assert got == [3, 7, 2, -2] and all(type(g) is traced.TracedInt for g in got)
+    assert [_fresh(g.expr, [4.4]) for g in got] == [4, 13, 3, -4]
+    assert type(round(m, 1)) is float and type(math.sqrt(m)) is float  # not traced
+
+
 def test_an_int_read_stays_an_int_through_int_arithmetic() -> None:
     tape = Tape()
     tape.tracing = True

@@ -162,3 +162,14 @@ def test_gpu_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
 def test_gpu_an_honest_kernel_passes_the_fresh_input_replay(gpu_submit, job_for, task, candidate) -> None:
     v = gpu_submit(job_for(task, candidate, trials=3))
     assert v is not None and v.correct, (v.status, v.evidence) if v else None
+
+
+@pytest.mark.slow
+def test_a_host_number_derived_past_what_is_traced_fails_with_words_that_say_what_to_write(
+    evaluator, job_for
+) -> None:
+    """`math.sqrt` of a read value is not traced: the verdict names the limit and the way round."""
+    job = job_for(PROBES / "task_maxnorm.py", PROBES / "honest_host_sqrt.py", trials=1, gpu_check=None)
+    v = evaluator.submit(job).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert "math.sqrt" in v.evidence.message and "** 0.5" in v.evidence.message, v.evidence.message
