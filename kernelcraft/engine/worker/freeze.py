@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from kernelcraft.engine.replay.traced import TracedFloat, TracedInt
+
 MAX_DEPTH = 8
 MAX_ITEMS = 4096
 PLAIN = (int, float, bool, str, type(None))
@@ -43,6 +45,10 @@ def _freeze(obj: Any, where: str, depth: int, count: list[int]) -> Any:
         return obj
     if kind in PLAIN:
         return obj
+    if kind is TracedInt:  # a number read back under the recorder (`replay/traced.py`): ours
+        return int.__int__(obj)
+    if kind is TracedFloat:
+        return float.__float__(obj)
     if kind is tuple or kind is list:
         items = [_freeze(x, f"{where}[{i}]", depth + 1, count) for i, x in enumerate(obj)]
         return tuple(items) if kind is tuple else items

@@ -96,6 +96,15 @@ def test_a_traced_number_kept_from_another_run_is_a_constant_and_nothing_is_trac
     assert type(m * 2) is float  # after forward's recorded run: plain
 
 
+def test_a_read_back_number_returned_by_forward_is_frozen_to_a_plain_one() -> None:
+    from kernelcraft.engine.worker.freeze import freeze
+
+    tape = Tape()
+    m = _read(tape, 3.5)
+    got = freeze((m, {"n": _read(tape, 4) * 2}))
+    assert got == (3.5, {"n": 8}) and type(got[0]) is float and type(got[1]["n"]) is int
+
+
 def test_launches_get_plain_numbers() -> None:
     from kernelcraft.engine.watch.launches import _plain
 
