@@ -26,7 +26,8 @@ Concurrency: any number of jobs may be submitted at once. Loading, importing and
 concurrently (up to the pool's size), the reference's and the candidate's loading included. On a
 GPU, every step that uses the GPU (loading models, making inputs, the reference's torch.compile,
 verification trials) shares it with other jobs, and timing has it alone (`gpulock.py`): no other
-job's GPU work overlaps a timing. Only Triton's compiler (CPU) runs outside the lock. Without a GPU, verify
+job's GPU work overlaps a timing. Only Triton's compiler (CPU) runs outside the lock, and a
+baseline's torch.compile up to its first run (`worker/refcompile.py`). Without a GPU, verify
 runs in Triton's CPU interpreter and there is no lock. The job's `timeout_s` counts from the
 moment its workers are assigned, minus the time spent waiting for the GPU or for other jobs' device memory.
 
