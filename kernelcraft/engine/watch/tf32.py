@@ -67,6 +67,9 @@ def emulate_tf32() -> None:
     _installed["ours"] = _create_dot
     builder.create_dot = _create_dot
     _allow_bf16_splits(interpreter.interpreter_builder)
+    from kernelcraft.engine.watch.bf16cast import round_bf16_to_nearest
+
+    round_bf16_to_nearest()  # casts to bf16 round to nearest even, as on the GPU
 
 
 def _allow_bf16_splits(builder: Any) -> None:
