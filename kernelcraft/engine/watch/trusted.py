@@ -15,6 +15,8 @@ import types
 from typing import Any
 
 _trusted_code: dict[Any, dict[str, Any]] = {}
+TRACER_MODULE = "kernelcraft.engine.replay.traced"
+"""Loaded before `trust_triton` runs (the worker's `freeze` imports it)."""
 
 
 def trust_triton() -> None:
@@ -38,6 +40,12 @@ def trust_triton() -> None:
                     _collect(member, scope, found)
             else:
                 _collect(value, scope, found)
+    # The harness's host-read tracer (a torch function mode, `replay/traced.py`) puts its handler's
+    # frame between Triton's code and each op Triton issues during a launch; it only forwards.
+    tracer = sys.modules.get(TRACER_MODULE)
+    if tracer is not None:
+        for member in list(vars(tracer.ReadTracer).values()):
+            _collect(member, vars(tracer), found)
     _trusted_code.update(found)
 
 

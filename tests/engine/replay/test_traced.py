@@ -130,3 +130,14 @@ def test_launches_get_plain_numbers() -> None:
 def test_an_expression_the_reference_cannot_evaluate_is_refused(expr: object) -> None:
     with pytest.raises(traced.Unevaluable):
         traced.evaluate(expr, [1.0])
+
+
+def test_the_tracers_handler_is_trusted_on_the_path_of_an_op_triton_issues_in_a_launch() -> None:
+    """Each op Triton issues during a launch (the autotuner's benchmarking on a GPU) passes through
+    the tracer's handler: without it in the trusted code, those ops were forward's compute."""
+    from kernelcraft.engine.watch import trusted
+
+    trusted._trusted_code.clear()  # (taken again here, with this module loaded, as a worker does)
+    trusted.trust_triton()
+    code = traced.ReadTracer.__torch_function__.__code__
+    assert trusted.table().get(code) is vars(traced)
