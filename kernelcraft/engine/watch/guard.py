@@ -173,6 +173,7 @@ HARNESS_MODULES = (
     "kernelcraft.engine.watch.guard",
     "kernelcraft.engine.watch.knockout",
     "kernelcraft.engine.watch.tf32",
+    "kernelcraft.engine.watch.bf16cast",
     "kernelcraft.engine.watch.fakecuda",
     "kernelcraft.engine.replay.replay",
     "kernelcraft.engine.replay.storage",
