@@ -126,6 +126,8 @@ HOSTILE = [
     ("task_rowsum.py", "fresh_fill.py"),
     ("task_rowsum.py", "fresh_sentinel.py"),
     ("task_positives.py", "fresh_host_count.py"),
+    ("task_maxnorm.py", "fresh_traced_constant.py"),
+    ("task_rowsum.py", "fresh_traced_reads.py"),
 ]
 
 
