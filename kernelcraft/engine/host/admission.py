@@ -6,8 +6,9 @@ measures the task first (`Sized`): the job refuses a task that cannot fit the de
 interpreter (`TaskError`, up front), reserves its memory on the device's ledger (`machine/memory.py`),
 gives the candidate a memory limit sized to the task and, in the interpreter, the shrunk task
 (`source/shrink.py`), and bounds what its workers may send by the task's sizes
-(`wire/bounds.py`): what it learns is written to the job's `JobState` (`jobstate.py`). Used by
-one `Job` at a time, through its `JobWorkers`.
+(`wire/bounds.py`): what it learns is written to the job's `JobState` (`jobstate.py`); the
+processes it takes through `JobWorkers`' operations (the ones its `JobWorkers` protocol names).
+Used by one `Job` at a time, through its `JobWorkers`.
 """
 
 from __future__ import annotations
@@ -30,17 +31,16 @@ from kernelcraft.engine.wire.protocol import Msg, NextJob, Request, Sized, TaskR
 
 
 class JobWorkers(Protocol):
-    """What admitting a job uses of its workers (`jobworkers.JobWorkers`): the processes; what
-    the job learns (its measure, its limits, the deadline) goes to the job's `JobState`."""
-
-    state: JobState
-    ref: WorkerProcess | None
-    ref_pool: WorkerPool | None
-    ref_in_sync: bool
-    held: list[tuple[WorkerPool, WorkerProcess]]
-    active: set[WorkerProcess]
+    """What admitting a job asks of its workers (`jobworkers.JobWorkers`): operations on the
+    processes; what the job learns (its measure, its limits, the deadline) goes to its `JobState`."""
 
     async def acquire(self, pool: WorkerPool | None = None) -> WorkerProcess: ...
+
+    def hold(self, pool: WorkerPool, w: WorkerProcess) -> None: ...
+
+    def set_reference(self, w: WorkerProcess, pool: WorkerPool, *, in_sync: bool) -> None: ...
+
+    def drop_reference(self) -> None: ...
 
     def gpu_lock(self, *, exclusive: bool, why: str = "") -> AbstractAsyncContextManager[None]: ...
 
@@ -74,13 +74,13 @@ def size_pairs(sized: Sized) -> list[reach.Pair]:
     return [p for p in pairs if p[1] != p[2]]
 
 
-async def start_reference(jw: JobWorkers) -> TaskReady:
+async def start_reference(st: JobState, jw: JobWorkers) -> TaskReady:
     """A reference worker with the task loaded: a kept one (rebuilt while it was idle) or a
     fresh one, which measures the task first (`Sized`): the job checks it fits and reserves
     its memory (`size_up`) before the worker allocates anything."""
-    sized = jw.state.sized
+    sized = st.sized
     try:
-        return await _start_reference(jw)
+        return await _start_reference(st, jw)
     except Exception as e:
         if not sized.done():
             sized.set_exception(e)
@@ -90,14 +90,13 @@ async def start_reference(jw: JobWorkers) -> TaskReady:
         sized.cancel()  # (no-op once set) a cancelled job's candidate stops waiting
 
 
-async def _start_reference(jw: JobWorkers) -> TaskReady:
-    st = jw.state
+async def _start_reference(st: JobState, jw: JobWorkers) -> TaskReady:
     t = time.perf_counter()
     key = st.key
     while True:
         kept = st.references.take(key)
         if kept is not None:
-            ready = await _take_kept(jw, kept, t)
+            ready = await _take_kept(st, jw, kept, t)
             if ready is not None:
                 return ready
             continue
@@ -106,26 +105,25 @@ async def _start_reference(jw: JobWorkers) -> TaskReady:
         # The task has its share of reference workers, all busy: one is soon free (a job
         # holds it a few seconds), which beats starting another process.
         await st.references.freed(key, 5.0)
-    jw.ref = None
+    w: WorkerProcess | None = None
     try:
-        jw.ref = await jw.acquire()
+        w = await jw.acquire()
     finally:
-        st.references.started(key, jw.ref)
-    jw.ref_pool = st.device.pool
+        st.references.started(key, w)
+    jw.set_reference(w, st.device.pool, in_sync=False)
     t = st.stage("workers", t)
     st.start_deadline()
-    jw.ref_in_sync = False
     # The lock is taken only once a worker is held: a job waiting for a worker (or for
     # another job's reference) must not hold up a timing, which would hold up that job.
     async with jw.gpu_lock(exclusive=False):
-        frame = await jw.load(jw.ref, "reference", interpret=st.interpret)
+        frame = await jw.load(w, "reference", interpret=st.interpret)
     try:
         sized: Sized | None = Sized.from_header(frame.header)
     except ValueError:
         sized = None
     if sized is not None:
         st.references.sizes[key] = sized
-    await size_up(st, jw.ref, sized, fresh=True)
+    await size_up(st, w, sized, fresh=True)
     async with jw.gpu_lock(exclusive=False):  # building Model uses the GPU
         frame = await jw.ask_ref(NextJob())
     jw.task_error(frame)
@@ -133,13 +131,12 @@ async def _start_reference(jw: JobWorkers) -> TaskReady:
     return TaskReady.from_header(frame.header)
 
 
-async def _take_kept(jw: JobWorkers, kept: Parked, t: float) -> TaskReady | None:
+async def _take_kept(st: JobState, jw: JobWorkers, kept: Parked, t: float) -> TaskReady | None:
     """Hold a kept reference worker and read its answer to the `NextJob` it got when parked;
     None when it broke meanwhile (it is killed: the caller tries another)."""
-    st, w = jw.state, kept.worker
-    jw.ref, jw.ref_pool = w, kept.pool
-    jw.held.append((kept.pool, w))
-    jw.active.add(w)
+    w = kept.worker
+    jw.hold(kept.pool, w)
+    jw.set_reference(w, kept.pool, in_sync=True)  # it answers the `NextJob` it got when parked
     t = st.stage("workers", t)
     st.start_deadline()
     await size_up(st, w, st.references.sizes.get(st.key), fresh=False)
@@ -150,12 +147,11 @@ async def _take_kept(jw: JobWorkers, kept: Parked, t: float) -> TaskReady | None
             raise
         frame = None
     if frame is not None and frame.header.get("type") == Msg.TASK_READY:
-        jw.ref_in_sync = True
         st.stage("reference", t)
         return TaskReady.from_header(frame.header)
     w.kill()  # broken between jobs; try another, or a fresh one
     st.references.forget(st.key, w)
-    jw.ref = None
+    jw.drop_reference()
     return None
 
 

@@ -98,15 +98,29 @@ class JobWorkers:
     # ---- taking and loading workers ----
 
     async def acquire(self, pool: WorkerPool | None = None) -> WorkerProcess:
+        """A worker of `pool` (the device's by default), held by this job."""
         pool = pool or self.state.device.pool
         w = await pool.acquire()
+        self.hold(pool, w)
+        return w
+
+    def hold(self, pool: WorkerPool, w: WorkerProcess) -> None:
+        """Hold `w` (of `pool`) for this job: it goes with the job's other workers (`release`)."""
         self.held.append((pool, w))
         self.active.add(w)
-        return w
+
+    def set_reference(self, w: WorkerProcess, pool: WorkerPool, *, in_sync: bool) -> None:
+        """`w` (of `pool`, held) is the job's reference worker; `in_sync`: between requests (a
+        kept one), or not (a fresh one, loading: not kept if the job ends there)."""
+        self.ref, self.ref_pool, self.ref_in_sync = w, pool, in_sync
+
+    def drop_reference(self) -> None:
+        """The reference worker broke before the job used it (it is killed): none for now."""
+        self.ref = None
 
     async def start_reference(self) -> TaskReady:
         """A reference worker with the task loaded, the job admitted at its sizes (`admission.py`)."""
-        return await admission.start_reference(self)
+        return await admission.start_reference(self.state, self)
 
     async def start_candidate(self) -> WorkerProcess:
         """A candidate worker with the candidate imported; `Stop` when that fails. It is loaded

@@ -13,6 +13,7 @@ HOST = Path(host.__file__).parent
 
 # The parts, and how each names the others in its source.
 PARTS = {
+    "admission.py": ("jw",),
     "job.py": ("self.workers", "self.timing"),
     "jobcompile.py": ("self.workers",),
     "jobtiming.py": ("self.workers",),
