@@ -1,9 +1,10 @@
 """The parent's keeping of forward's records for the fresh-input replay (`host/freshreplay.py`).
 
 Every trial sends forward's record (`Run.program`). `Records` keeps each distinct one once (by its
-program, the kept tensors' bytes, its input set and scale: an honest forward whose numbers come
-from shapes and constants writes the same record every trial), holding only the kept tensors'
-blobs, not the trial's outputs. `to_rerun` names the records the reference re-runs on fresh
+program and the kept tensors' bytes: an honest forward whose numbers come from shapes and
+constants writes the same record every trial, and the same record re-run on the small-magnitude
+trial's scaled inputs adds nothing to its re-run on the first trial's), holding only the kept
+tensors' blobs, not the trial's outputs. Another input set has other shapes, so another record. `to_rerun` names the records the reference re-runs on fresh
 inputs: every distinct one of the trials proper, so that no trial is one a candidate can keep
 honest while it computes on the host in the others, and one of the interpreter's autotune config
 trials, drawn in secret (each config's launches differ, so each of those records is distinct,
@@ -44,9 +45,7 @@ class Records:
         """Keep trial `trial`'s answer `out` (an `Outputs`, with `blobs`) unless an earlier trial
         sent the same record."""
         kept, held = only_kept(out.program_kept, blobs)
-        said = json.dumps(
-            [out.program, out.program_error, kept, input_set, scale], sort_keys=True, default=str
-        )
+        said = json.dumps([out.program, out.program_error, kept], sort_keys=True, default=str)
         digest = hashlib.sha256(said.encode())
         for b in held:
             digest.update(len(b).to_bytes(8, "little"))

@@ -216,8 +216,8 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
         "inputs",
         "compare",
         "inputs",
-        "fresh_replay",  # each trial's record re-run on fresh inputs, last of verify
-        "fresh_replay",  # (the second trial's inputs were scaled: another record)
+        "fresh_replay",  # each distinct trial record re-run on fresh inputs, last of verify (one:
+        # the scripted candidate sends the same record every trial)
         "roofline",
         *rounds,
     ]
