@@ -348,9 +348,12 @@ def submitted_problems(source: str) -> str | None:
         desc = KernelDesc(
             name=fn.name, source=ast.unparse(fn).split("\n", len(fn.decorator_list))[-1], globals={}
         )
-        for node in ast.walk(fn):
+        # The body and signature only: decorators (`@triton.heuristics({...: lambda args: ...})`,
+        # an autotune's hooks) are host code, run at launch like forward's; the record keeps what
+        # they chose, and the replay rebuilds the kernel without them.
+        for node in (n for part in (fn.args, *fn.body) for n in ast.walk(part)):
             what = _REFUSED_NODES.get(type(node))
-            if what is None and isinstance(node, ast.FunctionDef) and node is not fn:
+            if what is None and isinstance(node, ast.FunctionDef):
                 what = "a nested function"
             if what is not None:
                 return f"kernel {fn.name} contains {what} (line {getattr(node, 'lineno', '?')}): a kernel body must be Triton language"

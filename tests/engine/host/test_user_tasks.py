@@ -6,8 +6,10 @@ chosen for what the examples do not cover: a tuple of outputs, int64 and bool in
 inputs and a bf16 answer, a transposed input, in-place ops in the reference, a registered buffer,
 several constructor arguments, a 0-dim answer, a scale read back with `.item()` and divided on the
 host, `@triton.autotune` over three configs, a helper that launches two kernels, a constexpr chosen
-from the input's shape, and a task too large for the interpreter run at its sidecar's CPU sizes
-(`09_*.cpu.json`). A refusal here wrongs an honest user: each one found so far had its class fixed
+from the input's shape, a task too large for the interpreter run at its sidecar's CPU sizes
+(`09_*.cpu.json`), a split-K kernel under `@triton.heuristics` and an autotune that zeroes its
+output, a Python int input with a list of a sum and an int64 argmax, and a dict from an fp16
+`tl.dot`. A refusal here wrongs an honest user: each one found so far had its class fixed
 in the engine (docs/evaluation.md names each).
 """
 
@@ -31,6 +33,8 @@ def test_every_user_task_has_an_honest_kernel_beside_it() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_verify_passes_an_honest_kernel_for_a_task_written_as_a_user_would(evaluator, job_for, name) -> None:
     task = TASKS / f"{name}.py"
-    job = job_for(task, TASKS / f"{name}_triton.py", trials=3, cpu_sizes=sidecar_sizes(task))
+    # trials=3: each autotune config runs a trial. No GPU check (sm_90a compiles, ~2.5 s a task
+    # on a cold cache): the stdio client's run of these tasks compiles them (docs/evaluation.md).
+    job = job_for(task, TASKS / f"{name}_triton.py", trials=3, cpu_sizes=sidecar_sizes(task), gpu_check=None)
     v = evaluator.submit(job).verify
     assert v is not None and v.correct, (v.status, v.evidence) if v is not None else None

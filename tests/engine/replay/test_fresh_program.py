@@ -157,6 +157,21 @@ def test_a_kernel_made_at_run_time_or_reading_python_of_its_module_is_not_held_t
     assert kernelsource.not_submitted([desc(kernel.split("\n", 1)[1])], [sent + kernel]) is None
 
 
+def test_a_kernels_decorators_are_host_code_not_its_body() -> None:
+    """`@triton.heuristics({"EVEN_K": lambda args: ...})` (and an autotune's hook) runs on the host
+    at launch; an honest split-K kernel under one was refused as "contains a lambda"
+    (tests/fixtures/user_tasks/11_*). Its body is still held to Triton language."""
+    sent = "import triton\nimport triton.language as tl\n\n"
+    decorated = (
+        '@triton.autotune(configs=[triton.Config({"B": 4}, pre_hook=lambda nargs: None)], key=["n"])\n'
+        '@triton.heuristics({"EVEN": lambda args: args["n"] % 4 == 0})\n'
+        "@triton.jit\ndef k(x_ptr, n, B: tl.constexpr, EVEN: tl.constexpr):\n"
+    )
+    assert kernelsource.submitted_problems(sent + decorated + "    tl.store(x_ptr, 1.0)\n") is None
+    why = kernelsource.submitted_problems(sent + decorated + "    f = lambda: 0\n")
+    assert why is not None and "contains a lambda (line 8)" in why, why
+
+
 def _tdesc(shape: list[int], **kw: object) -> dict:
     return {
         "tdesc": {"base": ref(0, [4]).model_dump(), "shape": shape, "strides": [1], "block_shape": [4], **kw}
