@@ -260,6 +260,12 @@ class ReferencePool:
         w.kill()
         await pool.release(w)
 
+    async def settled(self) -> None:
+        """Wait for the work this pool does between jobs: replacements started (`replace`) and
+        parked workers' rebuilds (for tests and a clean shutdown)."""
+        await asyncio.gather(*self._replacing, return_exceptions=True)
+        await asyncio.gather(*(p.rebuilt for v in self._idle.values() for p in v), return_exceptions=True)
+
     def _parked(self, device: int | None) -> list[tuple[Parked, TaskKey]]:
         """The device's parked workers, least recently parked first."""
         return sorted(

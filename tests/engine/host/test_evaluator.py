@@ -371,9 +371,10 @@ def test_the_reference_worker_is_kept_for_the_next_job_on_the_same_task(evaluato
     task = tmp_path / "task.py"
     task.write_text((CHEATS / "task_scale.py").read_text() + "\n# kept-reference test\n")
     # A wrong candidate first: its trials fail, no kernel of its runs in the reference...
+    others = set(ev.idle_reference_pids())  # other tasks' (earlier tests'), parked
     bad = evaluator.submit(job_for(task, CHEATS / "off_by_one_mask.py", trials=2))
     assert bad.verify is not None and not bad.verify.correct and bad.verify.status == "numerical_mismatch"
-    kept = set(ev.idle_reference_pids())
+    kept = set(ev.idle_reference_pids()) - others
     assert kept, "a reference that finished cleanly is kept"
     assert {"reference", "candidate", "verify"} <= set(bad.stage_seconds)
     # ...so the next job takes it (rebuilt), not a new process, and passes a right candidate.
@@ -479,6 +480,7 @@ def test_jobs_waiting_for_a_reference_never_block_a_timing(evaluator, job_for, t
     device.locked, ev._references.per_task = True, 1
     try:
         results = evaluator.call(batch())
+        evaluator.call(ev._references.settled())  # a replacement reference loads under the lock too
     finally:
         device.locked, ev._references.per_task = False, cap
     assert all(r.verify is not None and r.verify.correct and r.profile is not None for r in results)

@@ -462,7 +462,7 @@ async def test_a_reference_that_re_ran_the_candidates_kernels_is_replaced_by_a_f
         result = await Job(spec, device, refs, settings, set(), None).run()
         assert result.verify is not None and result.verify.correct
         candidates.append(next(w for w in reversed(pool.started) if w.role == "candidate"))
-        await asyncio.gather(*refs._replacing)
+        await refs.settled()
     references = [w for w in pool.started if w.role == "reference"]
     served, parked = references[:3], references[3:]
     assert all("fresh_replay" in w.ops() and w.killed_for for w in served)  # none kept after its replay
