@@ -38,6 +38,9 @@ class Record:
 class Records:
     distinct: list[Record] = field(default_factory=list)
     seen: set[bytes] = field(default_factory=set)
+    blobs: dict[bytes, bytes] = field(default_factory=dict)
+    """Each kept blob once, by its digest: records that differ in their program (a value read
+    back differs every trial) hold the same parameters' bytes once, not once a trial."""
 
     def add(
         self, out: Any, blobs: list[bytes], trial: int, input_set: int, scale: float | None, config: bool
@@ -47,9 +50,10 @@ class Records:
         kept, held = only_kept(out.program_kept, blobs)
         said = json.dumps([out.program, out.program_error, kept], sort_keys=True, default=str)
         digest = hashlib.sha256(said.encode())
-        for b in held:
-            digest.update(len(b).to_bytes(8, "little"))
-            digest.update(b)
+        for i, b in enumerate(held):
+            own = hashlib.sha256(b).digest()
+            held[i] = self.blobs.setdefault(own, b)
+            digest.update(own)
         key = digest.digest()
         if key in self.seen:
             return
@@ -88,6 +92,8 @@ def only_kept(kept: Any, blobs: list[bytes]) -> tuple[Any, list[bytes]]:
             return {**rec, "seq": [rebase(x) for x in rec["seq"]]}
         if isinstance(rec, dict) and isinstance(rec.get("dict"), dict):
             return {**rec, "dict": {k: rebase(v) for k, v in rec["dict"].items()}}
+        if isinstance(rec, list):
+            return [rebase(x) for x in rec]
         return rec
 
     try:
