@@ -104,6 +104,8 @@ def describe(fn: Any, kernel_index: Callable[[Any], int]) -> KernelDesc:
             continue  # a builtin, or undefined: the trusted side decides
         if isinstance(value, types.ModuleType):
             found[name] = {"module": value.__name__}
+        elif _is_constexpr(value):  # `BLOCK = tl.constexpr(256)`: the compiler reads only these
+            found[name] = {"constexpr": encode_plain(value.value, kernel_index)}
         else:
             found[name] = encode_plain(value, kernel_index)
     dns = getattr(jit, "do_not_specialize", None) or []
@@ -114,6 +116,12 @@ def describe(fn: Any, kernel_index: Callable[[Any], int]) -> KernelDesc:
         do_not_specialize=[x for x in dns if isinstance(x, (int, str))],
         noinline=getattr(jit, "noinline", None),
     )
+
+
+def _is_constexpr(value: Any) -> bool:
+    import triton.language as tl
+
+    return isinstance(value, tl.constexpr)
 
 
 def _closure(fn: Any) -> dict[str, Any]:
@@ -191,6 +199,10 @@ def _check_name(desc: KernelDesc, name: str, count: int) -> None:
     if not isinstance(value, dict) or len(value) != 1:
         raise KernelRefused(f"kernel {desc.name}: the value recorded for {name!r} is malformed")
     ((tag, inner),) = value.items()
+    if tag == "constexpr":  # a module-level tl.constexpr: what it holds is checked as a constant
+        if not isinstance(inner, dict) or len(inner) != 1 or next(iter(inner)) in ("module", "kernel"):
+            raise KernelRefused(f"kernel {desc.name}: the value recorded for {name!r} is malformed")
+        ((tag, inner),) = inner.items()
     if tag == "module":
         if not _allowed_module(str(inner)):
             raise KernelRefused(
@@ -295,6 +307,8 @@ def _build(descs: list[KernelDesc], index: int, built: dict[int, Any], busy: set
             namespace[name] = importlib.import_module(str(inner))
         elif tag == "kernel":
             namespace[name] = _build(descs, int(inner), built, busy)
+        elif tag == "constexpr":  # as the module had it: Triton's compiler reads no other global
+            namespace[name] = tl.constexpr(decode_constant(inner))
         else:
             namespace[name] = decode_constant(value)
     filename = f"<kernelcraft replay: kernel {desc.name} #{index}>"

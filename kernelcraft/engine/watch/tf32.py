@@ -70,6 +70,9 @@ def emulate_tf32() -> None:
     from kernelcraft.engine.watch.bf16cast import round_bf16_to_nearest
 
     round_bf16_to_nearest()  # casts to bf16 round to nearest even, as on the GPU
+    from kernelcraft.engine.watch.libdevice import serve_libdevice
+
+    serve_libdevice()  # libdevice.tanh and its kin compute, as on the GPU
 
 
 def _allow_bf16_splits(builder: Any) -> None:

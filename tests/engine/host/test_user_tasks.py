@@ -8,9 +8,10 @@ several constructor arguments, a 0-dim answer, a scale read back with `.item()` 
 host, `@triton.autotune` over three configs, a helper that launches two kernels, a constexpr chosen
 from the input's shape, a task too large for the interpreter run at its sidecar's CPU sizes
 (`09_*.cpu.json`), a split-K kernel under `@triton.heuristics` and an autotune that zeroes its
-output, a Python int input with a list of a sum and an int64 argmax, and a dict from an fp16
-`tl.dot`. A refusal here wrongs an honest user: each one found so far had its class fixed
-in the engine (docs/evaluation.md names each).
+output, a Python int input with a list of a sum and an int64 argmax, a dict from an fp16
+`tl.dot`, and libdevice's tanh in a kernel reading a module-level `tl.constexpr`. A refusal here
+wrongs an honest user: each one found so far had its class fixed in the engine
+(docs/evaluation.md names each).
 """
 
 from __future__ import annotations

@@ -172,6 +172,35 @@ def test_a_kernels_decorators_are_host_code_not_its_body() -> None:
     assert why is not None and "contains a lambda (line 8)" in why, why
 
 
+BLOCK_SIZE = None  # set by the test below: a module-level tl.constexpr, as users write it
+
+
+def test_a_module_level_constexpr_is_rebuilt_as_one_for_the_gpu_compiler() -> None:
+    """`BLOCK_SIZE = tl.constexpr(256)` read by a kernel: the record kept only 256, and the GPU
+    check's compile refused the rebuilt kernel ("Cannot access global variable BLOCK_SIZE"), which
+    Triton on the GPU compiles. A constant that is not a constexpr stays plain, as the GPU sees it,
+    and a constexpr holding a module is refused."""
+    import triton
+    import triton.language as tl
+
+    global BLOCK_SIZE
+    BLOCK_SIZE = tl.constexpr(256)
+
+    def k(x_ptr):
+        tl.store(x_ptr + tl.arange(0, BLOCK_SIZE), 1.0)
+
+    recorded = kernelsource.describe(triton.jit(k), lambda fn: 0)
+    assert recorded.globals["BLOCK_SIZE"] == {"constexpr": {"i": 256}}
+    (built,) = kernelsource.build([recorded])
+    again = getattr(built, "fn", built).__globals__["BLOCK_SIZE"]
+    assert isinstance(again, tl.constexpr) and again.value == 256
+    plain = desc("def k(x_ptr):\n    tl.store(x_ptr, SCALE)\n", SCALE={"f": 2.0})
+    (built,) = kernelsource.build([plain])
+    assert getattr(built, "fn", built).__globals__["SCALE"] == 2.0
+    with pytest.raises(kernelsource.KernelRefused, match="malformed"):
+        kernelsource.check(desc(plain.source, SCALE={"constexpr": {"module": "numpy"}}), count=1)
+
+
 def _tdesc(shape: list[int], **kw: object) -> dict:
     return {
         "tdesc": {"base": ref(0, [4]).model_dump(), "shape": shape, "strides": [1], "block_shape": [4], **kw}
