@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kernelcraft.engine.cluster.ray_evaluator import RayEvaluator
     from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
-    from kernelcraft.engine.host.jobstate import add_up
+    from kernelcraft.engine.host.job.state import add_up
     from kernelcraft.engine.host.local import LocalEvaluator
     from kernelcraft.engine.machine import prestart
     from kernelcraft.engine.machine.prestart import box_preflight
@@ -68,7 +68,7 @@ _DOOR: dict[str, tuple[str, str | None]] = {
     "ProgressCallback": ("kernelcraft.engine.host.evaluator", "ProgressCallback"),
     "LocalEvaluator": ("kernelcraft.engine.host.local", "LocalEvaluator"),
     "RayEvaluator": ("kernelcraft.engine.cluster.ray_evaluator", "RayEvaluator"),
-    "add_up": ("kernelcraft.engine.host.jobstate", "add_up"),
+    "add_up": ("kernelcraft.engine.host.job.state", "add_up"),
     "prestart": ("kernelcraft.engine.machine.prestart", None),
     "box_preflight": ("kernelcraft.engine.machine.prestart", "box_preflight"),
     "read_source": ("kernelcraft.engine.source.intake", "read_source"),

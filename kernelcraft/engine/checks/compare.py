@@ -23,7 +23,7 @@ which tolerances it applied (`describe`).
 Every float comparison also measures its margin (`Margin`): the worst element's error over its
 tolerance, |out - ref| / (atol + rtol * |ref|) (at most 1 on a pass), where it is and its two
 values, and the relative L2 error over its limit. A failure's message names the worst element;
-a pass reports the margin so that a verdict near the edge says so (`job.py`).
+a pass reports the margin so that a verdict near the edge says so (`job/run.py`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The evaluator's own process: jobs, their stages and their verdicts.
 
 Owns the `Evaluator` interface (`evaluator.py`) and its local implementation (`local.py`), one
-job's stages (`job.py`, `jobcompile.py`, `jobtiming.py`) on its workers (`jobworkers.py`,
-`replies.py`, its admission at the task's sizes in `admission.py`), all sharing the job's one
-state (`jobstate.py`), the pool of reference workers (`references.py`), the compile facts kept
+job's stages (`job/run.py`, `job/compile.py`, `job/timing.py`) on its workers (`job/workers.py`,
+`replies.py`, its admission at the task's sizes in `job/admission.py`), all sharing the job's one
+state (`job/state.py`), the pool of reference workers (`references.py`), the compile facts kept
 per kernel (`compilefacts.py`) and the verdicts a job returns (`verdicts.py`). The machine's
 processes and devices (worker pools, memory, the GPU lock, the head start) are `machine/`'s.
 Never runs candidate code.

@@ -111,7 +111,7 @@ class CompileFacts:
             while len(self._facts) > self.capacity:
                 self._facts.popitem(last=False)
 
-    # ---- the GPU check's compile of a record (`freshreplay.compile_recorded`) ----
+    # ---- the GPU check's compile of a record (`job.compile.JobCompile.compile_recorded`) ----
 
     @staticmethod
     def recorded_key(program: dict[str, Any], target: str) -> str:

@@ -37,7 +37,7 @@ device), which saves a process start and the reference's set-up. It never import
 code, so nothing of a candidate survives in it; it rebuilds `Model` for each job. Candidate
 workers are never reused.
 
-Where the rest lives: one job's stages in `job.py` (its timing in `jobtiming.py`), its processes in `jobworkers.py`, the messages
+Where the rest lives: one job's stages in `job/run.py` (its timing in `job/timing.py`), its processes in `job/workers.py`, the messages
 on the pipe in `protocol.py`, the result builders in `verdicts.py`.
 
 Only the evaluator owns its worker processes; callers hold one `LocalEvaluator` and `aclose()` it.
@@ -59,8 +59,8 @@ from kernelcraft.base.errors import TaskError, UsageError
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.base.knobs import Knobs
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.job import Job
-from kernelcraft.engine.host.jobstate import CandidateSettings, add_up
+from kernelcraft.engine.host.job.run import Job
+from kernelcraft.engine.host.job.state import CandidateSettings, add_up
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import all_failed
 from kernelcraft.engine.machine import prestart

@@ -218,7 +218,7 @@ class ReferencePool:
         lock: Callable[[], AbstractAsyncContextManager[Any]] = contextlib.nullcontext,  # type: ignore[assignment]
     ) -> None:
         """In place of a reference worker that finished a job cleanly but cannot be kept (it re-ran
-        the candidate's kernels: `freshreplay.py`), start a fresh one in the background and park it
+        the candidate's kernels: `job/replay.py`), start a fresh one in the background and park it
         (`keep`), so that the next job on the task takes a reference that never ran candidate code
         instead of starting one. `start(w)` gives it the job's `Load` and says whether it measured
         the task. Only from a task's second job on (a task evaluated once is not worth a process),

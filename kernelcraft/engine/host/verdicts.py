@@ -1,6 +1,6 @@
 """Pure builders of a job's verdicts, and the physical floor a timing must not beat.
 
-No I/O and no processes: the job (`job.py`) and `LocalEvaluator` call these to turn a failure
+No I/O and no processes: the job (`job/run.py`) and `LocalEvaluator` call these to turn a failure
 class and its evidence, or three timings and a roofline, into the result models of
 `kernelcraft.schema.evaluation`.
 """

@@ -37,7 +37,7 @@ MemAvailable on the CPU) in its `Sized` message. From those figures:
   only when it exits, so the reservation is released after the reaping, not at the kill; a job
   that measures the device in between counts it as ours and waits, instead of being refused.
 
-`MemoryLedger` keeps one device's reservations; only jobs (`jobworkers.py`) use it.
+`MemoryLedger` keeps one device's reservations; only jobs (`job/workers.py`) use it.
 """
 
 from __future__ import annotations

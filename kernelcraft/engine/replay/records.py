@@ -1,4 +1,4 @@
-"""The parent's keeping of forward's records for the fresh-input replay (`host/freshreplay.py`).
+"""The parent's keeping of forward's records for the fresh-input replay (`host/job/replay.py`).
 
 Every trial sends forward's record (`Run.program`). `Records` keeps each distinct one once (by its
 program and the kept tensors' bytes: an honest forward whose numbers come from shapes and

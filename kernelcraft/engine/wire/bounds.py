@@ -13,7 +13,7 @@ reading its tensors (`channel.FrameRefused`; the job turns it into a verdict, `r
   memory limit, whichever is smaller.
 On a GPU tensors travel as CUDA IPC handles, in the header; the bounds hold the same.
 
-Pure: used by `machine/pool.py` (the bounds a fresh worker starts with) and `host/jobworkers.py`.
+Pure: used by `machine/pool.py` (the bounds a fresh worker starts with) and `host/job/workers.py`.
 """
 
 from __future__ import annotations

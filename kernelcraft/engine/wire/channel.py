@@ -12,7 +12,7 @@ its type (text frames small), its blobs by what the job expects of that type; th
 checked before a byte of the blobs is read, which are then read in chunks. A frame over its
 bounds is refused (`FrameRefused`): nothing more is read from that peer.
 
-Written by the evaluation engine only (the workers, `pool.py`, `jobworkers.py`); the headers are `protocol.py`'s.
+Written by the evaluation engine only (the workers, `pool.py`, `job/workers.py`); the headers are `protocol.py`'s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The messages between a job (`job.py`, in the evaluator's process) and its worker processes.
+"""The messages between a job (`job/run.py`, in the evaluator's process) and its worker processes.
 
 Each message is one frame of `channel.py`, its JSON header a model here whose fields are the
 header's keys in wire order. A worker first gets its job (`Load`, untagged), then requests tagged

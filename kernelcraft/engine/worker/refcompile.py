@@ -1,5 +1,5 @@
 """The reference's torch.compile with a gate before its GPU work (the reference worker's gated
-`warmup_reference`, for a baseline job: `jobtiming.JobTiming.baseline`).
+`warmup_reference`, for a baseline job: `job.timing.JobTiming.baseline`).
 
 Most of torch.compile's first call is the CPU's: dynamo traces forward, inductor lowers it and
 Triton compiles its kernels (seconds a task). Gated, that work runs while the job holds no GPU

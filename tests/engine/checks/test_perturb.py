@@ -119,7 +119,7 @@ def test_a_model_new_drawing_in_another_order_is_told_why_its_outputs_differ(eva
     """Issue 26: VanillaRNN's ModelNew drew its hidden state first and got an unexplained '65515
     of 65536 differ'. A mismatch where a tensor ModelNew holds as built differs from the same-named
     Model's names the tensor; the same kernel drawing in Model's order passes, without the note."""
-    from kernelcraft.engine.host.job import RNG_ORDER_NOTE
+    from kernelcraft.engine.host.job.run import RNG_ORDER_NOTE
 
     source = (PARAMS / "drawn_state_triton.py").read_text()
     swapped = evaluator.submit(

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from kernelcraft.engine.host.job import Job
-from kernelcraft.engine.host.jobstate import CandidateSettings
-from kernelcraft.engine.host.jobtiming import MIN_PROFILE_ROUNDS
+from kernelcraft.engine.host.job.run import Job
+from kernelcraft.engine.host.job.state import CandidateSettings
+from kernelcraft.engine.host.job.timing import MIN_PROFILE_ROUNDS
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.machine.gpulock import Device, GpuLock, Hold
 from kernelcraft.engine.wire.channel import Frame
@@ -278,7 +278,7 @@ async def test_torch_compile_out_of_memory_beside_other_jobs_asks_for_a_run_alon
 async def test_a_baseline_whose_samples_spread_stops_once_its_median_is_steady() -> None:
     """Samples spread ±5% (IQR over the 2% target) but the same median every round: three rounds,
     where a profile's rule asks for all ten; a median that keeps moving asks for more."""
-    from kernelcraft.engine.host.jobtiming import MAX_PROFILE_ROUNDS
+    from kernelcraft.engine.host.job.timing import MAX_PROFILE_ROUNDS
 
     pool = ScriptedPool((0.0, 0.0, None))
     pool.first_spread = 0.05

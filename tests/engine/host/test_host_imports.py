@@ -16,7 +16,8 @@ PROBE = r"""
 import ast, sys
 from pathlib import Path
 from typing import Any
-from kernelcraft.engine.host import freshreplay, jobcompile, local  # noqa: F401
+from kernelcraft.engine.host import local  # noqa: F401
+from kernelcraft.engine.host.job import compile, replay  # noqa: F401
 from kernelcraft.engine.host.compilefacts import CompileFacts
 from kernelcraft.engine.machine.kernelcache import KernelCache
 from kernelcraft.schema.evaluation import EvalJob
@@ -26,8 +27,8 @@ tree = ast.parse(source)
 kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.decorator_list)
 text = ast.get_source_segment(source, kernel)
 program = {"kernels": [{"name": kernel.name, "source": text[text.index("def "):], "globals": {}}]}
-assert freshreplay.held_to_source(program, source) is None, freshreplay.held_to_source(program, source)
-assert freshreplay.held_to_source({"kernels": [{"name": "k", "source": "def k(): pass", "globals": {}}]}, source)
+assert replay.held_to_source(program, source) is None, replay.held_to_source(program, source)
+assert replay.held_to_source({"kernels": [{"name": "k", "source": "def k(): pass", "globals": {}}]}, source)
 CompileFacts().recorded(program, "sm_90a")
 KernelCache.key(EvalJob(task_source="t", candidate_source=source), "cpu")
 print("torch" in sys.modules, "triton" in sys.modules)

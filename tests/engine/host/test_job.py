@@ -13,9 +13,9 @@ import pytest
 
 from kernelcraft.base.errors import TaskError
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.host.job import Job
-from kernelcraft.engine.host.jobstate import CandidateSettings
-from kernelcraft.engine.host.jobtiming import MIN_PROFILE_ROUNDS
+from kernelcraft.engine.host.job.run import Job
+from kernelcraft.engine.host.job.state import CandidateSettings
+from kernelcraft.engine.host.job.timing import MIN_PROFILE_ROUNDS
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.machine.gpulock import Device, GpuLock
 from kernelcraft.engine.wire.channel import Frame
@@ -342,7 +342,7 @@ async def test_a_reference_that_fails_comparing_outputs_is_a_task_error_not_the_
 def test_stage_seconds_add_up_to_the_job_when_stages_overlap() -> None:
     """The reference and the candidate load at the same time, and waits nest inside stages: each
     instant counts once, for the stage that started last, and the gaps are "other"."""
-    from kernelcraft.engine.host.jobstate import add_up, partition
+    from kernelcraft.engine.host.job.state import add_up, partition
 
     spans = [
         ("workers", 0.0, 1.0),  # the reference's worker

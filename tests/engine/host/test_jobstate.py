@@ -13,11 +13,11 @@ HOST = Path(host.__file__).parent
 
 # The parts, and how each names the others in its source.
 PARTS = {
-    "admission.py": ("jw",),
-    "job.py": ("self.workers", "self.timing"),
-    "jobcompile.py": ("self.workers",),
-    "jobtiming.py": ("self.workers",),
-    "freshreplay.py": ("workers",),
+    "job/admission.py": ("jw",),
+    "job/run.py": ("self.workers", "self.timing"),
+    "job/compile.py": ("self.workers",),
+    "job/timing.py": ("self.workers",),
+    "job/replay.py": ("workers",),
 }
 
 
@@ -47,8 +47,8 @@ def test_the_check_sees_a_read_of_another_parts_state() -> None:
 async def test_a_jobs_parts_hold_the_one_state_the_job_built() -> None:
     from types import SimpleNamespace
 
-    from kernelcraft.engine.host.job import Job
-    from kernelcraft.engine.host.jobstate import CandidateSettings
+    from kernelcraft.engine.host.job.run import Job
+    from kernelcraft.engine.host.job.state import CandidateSettings
     from kernelcraft.schema.evaluation import EvalJob
 
     device = SimpleNamespace(kind="cpu", index=None)

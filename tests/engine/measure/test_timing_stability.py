@@ -1,5 +1,5 @@
 """Profiles that repeat: interleaved rounds must agree (an outlier round is left out and measured
-again), and what else ran on the GPU is said (`jobtiming._Rounds`, `measure/samples.py`,
+again), and what else ran on the GPU is said (`job.timing._Rounds`, `measure/samples.py`,
 `measure/gpustate.py`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelcraft.engine.host.jobtiming import MAX_PROFILE_ROUNDS, MIN_PROFILE_ROUNDS, _Rounds
+from kernelcraft.engine.host.job.timing import MAX_PROFILE_ROUNDS, MIN_PROFILE_ROUNDS, _Rounds
 from kernelcraft.engine.measure import gpustate
 from kernelcraft.engine.measure.samples import agreeing_rounds, round_spread
 from kernelcraft.engine.wire.protocol import Samples

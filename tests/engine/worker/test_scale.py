@@ -405,8 +405,8 @@ async def test_a_jobs_memory_stays_reserved_until_its_killed_processes_are_gone(
     between must see that memory as ours (and wait), not as someone else's (and be refused)."""
     from types import SimpleNamespace
 
-    from kernelcraft.engine.host.jobstate import JobState
-    from kernelcraft.engine.host.jobworkers import JobWorkers
+    from kernelcraft.engine.host.job.state import JobState
+    from kernelcraft.engine.host.job.workers import JobWorkers
     from kernelcraft.schema.evaluation import EvalJob
 
     ledger = MemoryLedger("cuda")

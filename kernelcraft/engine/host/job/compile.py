@@ -20,8 +20,8 @@ from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup
 from kernelcraft.engine.host.compilefacts import from_known, with_known
-from kernelcraft.engine.host.jobstate import JobState
-from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
+from kernelcraft.engine.host.job.state import JobState
+from kernelcraft.engine.host.job.workers import JobWorkers, Stop
 from kernelcraft.engine.host.verdicts import compile_result, compile_timeout_words
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
 from kernelcraft.engine.wire.protocol import Compile, Compiled, CompileRecorded, Load, Msg

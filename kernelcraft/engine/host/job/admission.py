@@ -1,12 +1,12 @@
 """A job's admission: its reference worker taken, the task measured, the job admitted at the
-task's sizes (for `JobWorkers` in `jobworkers.py`, whose part of it `JobWorkers` here names).
+task's sizes (for `JobWorkers` in `job/workers.py`, whose part of it `JobWorkers` here names).
 
 The reference is a kept one (rebuilt while it was idle, `references.py`) or a fresh one, which
 measures the task first (`Sized`): the job refuses a task that cannot fit the device or the
 interpreter (`TaskError`, up front), reserves its memory on the device's ledger (`machine/memory.py`),
 gives the candidate a memory limit sized to the task and, in the interpreter, the shrunk task
 (`source/shrink.py`), and bounds what its workers may send by the task's sizes
-(`wire/bounds.py`): what it learns is written to the job's `JobState` (`jobstate.py`); the
+(`wire/bounds.py`): what it learns is written to the job's `JobState` (`job/state.py`); the
 processes it takes through `JobWorkers`' operations (the ones its `JobWorkers` protocol names).
 Used by one `Job` at a time, through its `JobWorkers`.
 """
@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Literal, Protocol
 
 from kernelcraft.base.errors import TaskError
-from kernelcraft.engine.host.jobstate import JobState
+from kernelcraft.engine.host.job.state import JobState
 from kernelcraft.engine.host.references import Parked
 from kernelcraft.engine.machine.memory import TaskSize, host_available, refusal
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
@@ -31,7 +31,7 @@ from kernelcraft.engine.wire.protocol import Msg, NextJob, Request, Sized, TaskR
 
 
 class JobWorkers(Protocol):
-    """What admitting a job asks of its workers (`jobworkers.JobWorkers`): operations on the
+    """What admitting a job asks of its workers (`job.workers.JobWorkers`): operations on the
     processes; what the job learns (its measure, its limits, the deadline) goes to its `JobState`."""
 
     async def acquire(self, pool: WorkerPool | None = None) -> WorkerProcess: ...

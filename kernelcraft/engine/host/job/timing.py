@@ -3,7 +3,7 @@ the GPU; the roofline floor without one) and the baseline stage (the reference a
 
 The compiled reference's timing of a task is measured once and reused (`timingcache.py`), on the
 same GPU as the reference worker names it. It reads and reports through the job's `JobState`
-(`jobstate.py`: the spec, the device, progress) and asks its processes through the job's
+(`job/state.py`: the spec, the device, progress) and asks its processes through the job's
 `JobWorkers` (the reference, the candidate, the GPU lock); its own state is timing's alone.
 """
 
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from kernelcraft.base.errortext import exception_text
 from kernelcraft.base.failures import FailureClass, is_out_of_memory
-from kernelcraft.engine.host.jobstate import JobState
-from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
+from kernelcraft.engine.host.job.state import JobState
+from kernelcraft.engine.host.job.workers import JobWorkers, Stop
 from kernelcraft.engine.host.verdicts import device_label, profile_result, timing_note
 from kernelcraft.engine.machine.pool import WorkerProcess
 from kernelcraft.engine.measure import gpustate, timingcache

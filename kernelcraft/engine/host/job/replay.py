@@ -19,8 +19,8 @@ import secrets
 from typing import Any
 
 from kernelcraft.base.failures import FailureClass
-from kernelcraft.engine.host.jobstate import JobState
-from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
+from kernelcraft.engine.host.job.state import JobState
+from kernelcraft.engine.host.job.workers import JobWorkers, Stop
 from kernelcraft.engine.host.verdicts import evidence_from
 from kernelcraft.engine.replay.records import Record
 from kernelcraft.engine.wire.protocol import (

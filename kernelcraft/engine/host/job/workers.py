@@ -1,6 +1,6 @@
 """One job's worker processes: taking them, loading them, reading them, letting them go.
 
-`JobWorkers` is the part of a job (`job.py`) that talks to processes. It takes a reference worker
+`JobWorkers` is the part of a job (`job/run.py`) that talks to processes. It takes a reference worker
 (a parked one from the `ReferencePool`, or a fresh one from the device's pool) and a candidate
 worker and loads them; reads every answer under the job's deadline and the candidate's memory
 watchdog; lends the stages the GPU lock (its wait does not count against the deadline); and at
@@ -9,12 +9,12 @@ task. A candidate's failure leaves any of these as `Stop`, carrying the verdict 
 a silence or a death means: `replies.py`).
 
 Before the candidate loads, the reference measures the task and the job is admitted at its sizes
-(`admission.py`). The reference's own timeout or death is the task's (`TaskError`), never the
+(`job/admission.py`). The reference's own timeout or death is the task's (`TaskError`), never the
 candidate's, except while it reads the candidate's outputs.
 
 Its own state is the processes' (which it holds, which may be believed, whether the reference may
 be kept); what the job learns through them (the candidate's word as it loads, the inputs' seed,
-the deadline's pauses, notes and stage spans) it writes to the job's `JobState` (`jobstate.py`).
+the deadline's pauses, notes and stage spans) it writes to the job's `JobState` (`job/state.py`).
 Used by one `Job` at a time; only the job's parts call it.
 """
 
@@ -30,8 +30,9 @@ from typing import Any, Literal
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine import box
 from kernelcraft.engine.box import cgroup
-from kernelcraft.engine.host import admission, compilefacts
-from kernelcraft.engine.host.jobstate import JobState
+from kernelcraft.engine.host import compilefacts
+from kernelcraft.engine.host.job import admission
+from kernelcraft.engine.host.job.state import JobState
 from kernelcraft.engine.host.references import reap
 from kernelcraft.engine.host.replies import (
     R,
@@ -119,7 +120,7 @@ class JobWorkers:
         self.ref = None
 
     async def start_reference(self) -> TaskReady:
-        """A reference worker with the task loaded, the job admitted at its sizes (`admission.py`)."""
+        """A reference worker with the task loaded, the job admitted at its sizes (`job/admission.py`)."""
         return await admission.start_reference(self.state, self)
 
     async def start_candidate(self) -> WorkerProcess:

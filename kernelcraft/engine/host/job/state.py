@@ -1,9 +1,9 @@
 """One job's state: what it was given and what it learns as it goes, one object its parts share.
 
-`Job` (`job.py`) builds one `JobState` and hands it to each of its parts: `JobWorkers`
-(`jobworkers.py`: the processes, their answers, the GPU lock), `JobCompile` (`jobcompile.py`: the
-compile stage and the GPU check), `JobTiming` (`jobtiming.py`: the profile and baseline stages),
-the admission (`admission.py`) and the fresh replay (`freshreplay.py`). A part writes what it
+`Job` (`job/run.py`) builds one `JobState` and hands it to each of its parts: `JobWorkers`
+(`job/workers.py`: the processes, their answers, the GPU lock), `JobCompile` (`job/compile.py`: the
+compile stage and the GPU check), `JobTiming` (`job/timing.py`: the profile and baseline stages),
+the admission (`job/admission.py`) and the fresh replay (`job/replay.py`). A part writes what it
 learns here and reads what the others learned here; no part reads another part's attributes
 (`tests/engine/host/test_jobstate.py`). The verdicts (`verdicts.py`) stay pure functions of what
 the job passes them.
@@ -100,7 +100,7 @@ class JobState:
     sized: asyncio.Future[Sized | None] = field(init=False)
     """The reference's measurement of the task, once the job may run (the candidate waits)."""
 
-    # ---- the admission's (`admission.py`) ----
+    # ---- the admission's (`job/admission.py`) ----
     device_bound: bool = False
     """Run alone, the candidate's limit is all the room the device has beside the reference."""
     bounds: Bounds = field(default_factory=frame_bounds.starting)
@@ -145,7 +145,7 @@ class JobState:
     """Each distinct trial record's program: the GPU check compiles the kernels of all of them."""
     records: Records = field(default_factory=Records)
     """Every trial's answer with forward's record (`Run.program`), each distinct one once: the
-    fresh-input replay re-runs them at the end of verify (`freshreplay.fresh_replay`)."""
+    fresh-input replay re-runs them at the end of verify (`job.replay.fresh_replay`)."""
 
     # ---- the job's account ----
     notes: list[str] = field(default_factory=list)

@@ -3,10 +3,10 @@
 `LocalEvaluator.submit` builds a `Job` with everything it needs (the job's device with its pools
 and GPU lock, the reference pool, the candidate settings, the evaluator's set of held workers)
 and awaits `run()`, which always returns a result: a candidate's failure is a verdict in it. What
-the job was given and learns is its one `JobState` (`jobstate.py`), which `Job` builds and its
-parts share; the processes are `JobWorkers`' business (`jobworkers.py`), the compile stage and
-the GPU check `JobCompile`'s (`jobcompile.py`), the profile and baseline stages `JobTiming`'s
-(`jobtiming.py`); the result models are built by the pure functions of `verdicts.py`.
+the job was given and learns is its one `JobState` (`job/state.py`), which `Job` builds and its
+parts share; the processes are `JobWorkers`' business (`job/workers.py`), the compile stage and
+the GPU check `JobCompile`'s (`job/compile.py`), the profile and baseline stages `JobTiming`'s
+(`job/timing.py`); the result models are built by the pure functions of `verdicts.py`.
 
 Order and the GPU: the reference and the candidate load at the same time; the compile stage (if
 asked) loads its own candidate after the reference. On a GPU, the candidate's kernels are
@@ -24,11 +24,11 @@ from typing import Any, cast
 from kernelcraft.base.failures import FailureClass
 from kernelcraft.engine.checks import findings, perturb, scaled
 from kernelcraft.engine.host.evaluator import ProgressCallback
-from kernelcraft.engine.host.freshreplay import fresh_replay
-from kernelcraft.engine.host.jobcompile import JobCompile
-from kernelcraft.engine.host.jobstate import CandidateSettings, JobState
-from kernelcraft.engine.host.jobtiming import JobTiming
-from kernelcraft.engine.host.jobworkers import JobWorkers, Stop
+from kernelcraft.engine.host.job.compile import JobCompile
+from kernelcraft.engine.host.job.replay import fresh_replay
+from kernelcraft.engine.host.job.state import CandidateSettings, JobState
+from kernelcraft.engine.host.job.timing import JobTiming
+from kernelcraft.engine.host.job.workers import JobWorkers, Stop
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import (
     DECOY_MESSAGE,
@@ -283,7 +283,7 @@ class Job:
         await cand.send(run.to_header(), blobs)
         frame = await self.workers.recv(cand, candidate=True)
         out = self.workers.read(frame, Outputs)
-        # Every trial's record is re-run on fresh inputs (freshreplay.py); the GPU check compiles
+        # Every trial's record is re-run on fresh inputs (job/replay.py); the GPU check compiles
         # the first's kernels.
         st.records.add(out, frame.blobs, t, s, scaled.SCALE if small else None, t >= st.spec.trials)
         if determinism:
