@@ -244,6 +244,12 @@ class EvalJob(BaseModel):
     )
 
     @model_validator(mode="after")
+    def _cpu_sizes_in_task(self) -> EvalJob:
+        if self.cpu_sizes is None:  # the option or a sidecar wins over the task's own
+            self.cpu_sizes = task_cpu_sizes(self.task_source)
+        return self
+
+    @model_validator(mode="after")
     def _baseline_alone(self) -> EvalJob:
         if "baseline" in self.stages and list(self.stages) != ["baseline"]:
             raise ValueError("the baseline stage times the reference alone: ask for it without other stages")
@@ -253,6 +259,38 @@ class EvalJob(BaseModel):
     def baseline_only(self) -> bool:
         """The job times the reference alone and loads no candidate."""
         return list(self.stages) == ["baseline"]
+
+
+CPU_SIZES = "KERNELCRAFT_CPU_SIZES"
+"""A task's own CPU sizes: `KERNELCRAFT_CPU_SIZES = {"batch_size": 16, "dim": 1024}` at module level,
+as a sidecar gives them (level/sidecar.py), for a client that sends only source (MCP)."""
+
+
+def task_cpu_sizes(source: str) -> dict[str, int] | None:
+    """The sizes `source` gives itself for the CPU (`CPU_SIZES`), or None; ValueError, saying what
+    to write, for a value that is not a literal dict of size constants to positive integers."""
+    if CPU_SIZES not in source:
+        return None
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None  # the task's own error, reported where it is loaded
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == CPU_SIZES for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                value = None
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and type(v) is int and v >= 1 for k, v in value.items()
+            ):
+                raise ValueError(
+                    f'{CPU_SIZES} must be a literal dict of size constants, e.g. {{"batch_size": 16, "dim": 1024}}'
+                )
+            return value or None
+    return None
 
 
 class EvalResult(BaseModel):

@@ -319,6 +319,31 @@ async def test_verify_passes_a_correct_kernel_in_the_interpreter_and_reports_pro
 
 @pytest.mark.slow
 @pytest.mark.anyio
+async def test_verify_runs_at_the_cpu_sizes_a_task_sent_over_mcp_gives_itself(engine: Client) -> None:
+    """An MCP client sends only source, so it had no way to give CPU sizes (the CLI has
+    `--cpu-sizes` and sidecars): a kernel whose unmasked blocks divide the task's 8192 columns
+    crashed at the shrink's 256 (tests/engine/host/test_user_tasks.py's xfail). The task's own
+    `KERNELCRAFT_CPU_SIZES` runs it at 2048, and a malformed one says what to write."""
+    folder = REPO / "tests" / "fixtures" / "user_tasks" / "shrink"
+    task = (folder / "unmasked_blocks.py").read_text()
+    arguments = {
+        "reference_code": task + '\nKERNELCRAFT_CPU_SIZES = {"batch_size": 4, "dim": 2048}\n',
+        "candidate_code": (folder / "unmasked_blocks_triton.py").read_text(),
+        "trials": 2,
+    }
+    with anyio.fail_after(120):
+        result = await engine.call_tool("verify_against_reference", arguments)
+    assert not result.is_error, result.content
+    verdict = result.structured_content
+    assert verdict is not None and verdict["correct"] is True, verdict
+    assert any("sizes given for the CPU" in n for n in verdict["notes"]), verdict["notes"]
+    bad = {**arguments, "reference_code": task + "\nKERNELCRAFT_CPU_SIZES = {'dim': 0}\n"}
+    refused = await engine.call_tool("verify_against_reference", bad)
+    assert refused.is_error and 'e.g. {"batch_size": 16, "dim": 1024}' in str(refused.content), refused
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
 async def test_a_candidate_that_segfaults_is_a_crash_verdict_not_a_server_error(engine: Client) -> None:
     with anyio.fail_after(120):
         result = await engine.call_tool(
