@@ -21,8 +21,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 ENGINE = [k for k in KNOBS if k.group == "engine"]
 SWITCHES = [k for k in KNOBS if k.kind in ("switch", "optional_switch")]
 VARIABLE = re.compile(r"^KERNELCRAFT_[A-Z][A-Z_]*$")
-# A task module's own opt-outs: attributes it defines, never variables of the environment.
-TASK_ATTRIBUTES = {"KERNELCRAFT_PERTURB_PARAMETERS", "KERNELCRAFT_SCALED_TRIAL"}
+# A task module's own attributes (opt-outs, its CPU sizes): it defines them, never the environment.
+TASK_ATTRIBUTES = {"KERNELCRAFT_PERTURB_PARAMETERS", "KERNELCRAFT_SCALED_TRIAL", "KERNELCRAFT_CPU_SIZES"}
 
 
 def spellings(words: tuple[str, ...]) -> list[str]:
