@@ -1,5 +1,5 @@
 """`kernelcraft tree start|submit|abandon|status|show` through a real subprocess and the real LocalEvaluator
-(Triton's interpreter on a CPU-only machine)."""
+(Triton's interpreter on a CPU-only machine); the usage errors through the CLI's `main` in this process."""
 
 from __future__ import annotations
 
@@ -80,24 +80,46 @@ def test_tree_commands_step_a_search_with_real_verdicts(tmp_path: Path) -> None:
     assert p.returncode == 0 and "← best" in p.stdout and "wrong (numerical_mismatch)" in p.stdout
 
 
-def test_tree_commands_exit_2_with_a_message_for_unusable_input(tmp_path: Path) -> None:
+def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`kernelcraft tree ARGS` through the CLI's own `main`, in this process: for the error paths,
+    which start no evaluator (the subprocess's start-up is the other tests')."""
+    from kernelcraft.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["tree", *args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["kernelcraft", "tree", *args], int(done.value.code or 0), out, err)
+
+
+def test_tree_commands_exit_2_with_a_message_for_unusable_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = str(tmp_path / "kc.db")
     (tmp_path / "task.py").write_text(TASK)
-    p = cli("status", "42", "--db", db)
+    p = in_process(capsys, "status", "42", "--db", db)
     assert p.returncode == 2 and "no search tree 42" in p.stderr
-    p = cli("start", str(tmp_path / "task.py"), "--param", "p_larg=0.3", "--db", db)
+    p = in_process(capsys, "start", str(tmp_path / "task.py"), "--param", "p_larg=0.3", "--db", db)
     assert p.returncode == 2 and "allowed keys" in p.stderr
-    p = cli("start", str(tmp_path / "task.py"), "--param", "oops", "--db", db)
+    p = in_process(capsys, "start", str(tmp_path / "task.py"), "--param", "oops", "--db", db)
     assert p.returncode == 2 and "KEY=VALUE" in p.stderr
-    p = cli("start", str(tmp_path / "missing.py"), "--db", db)
+    p = in_process(capsys, "start", str(tmp_path / "missing.py"), "--db", db)
     assert p.returncode == 2 and "no such file" in p.stderr
-    p = cli("start", str(tmp_path / "task.py"), "--db", db, "--json", "--budget", "2")
+    p = in_process(capsys, "start", str(tmp_path / "task.py"), "--db", db, "--json", "--budget", "2")
     started = json.loads(p.stdout)
-    p = cli("submit", str(started["tree"]["id"]), "999", str(tmp_path / "task.py"), "--db", db)
+    p = in_process(capsys, "submit", str(started["tree"]["id"]), "999", str(tmp_path / "task.py"), "--db", db)
     assert p.returncode == 2 and "no node 999" in p.stderr
     # a step you can write nothing for is abandoned with a reason (nothing is evaluated): exit 0
     node = str(started["next_step"]["node_id"])
-    p = cli("abandon", str(started["tree"]["id"]), node, "--reason", "no idea how to fuse this", "--db", db)
+    p = in_process(
+        capsys,
+        "abandon",
+        str(started["tree"]["id"]),
+        node,
+        "--reason",
+        "no idea how to fuse this",
+        "--db",
+        db,
+    )
     assert p.returncode == 0, p.stderr
     assert (
         "abandoned without a candidate: no idea how to fuse this" in p.stdout and "Budget left: 1" in p.stdout
