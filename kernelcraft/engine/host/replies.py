@@ -75,8 +75,14 @@ def raise_if_task_failed(frame: Frame, task_name: str) -> None:
         failed = TaskFailed.from_header(frame.header)
     except ValueError:
         failed = TaskFailed(summary="(the worker's task_error message was malformed)")
+    hint = ""
+    if "not compiled with CUDA" in failed.summary:  # a task written for a GPU, run without one
+        hint = (
+            "; this machine has no GPU: make the task's tensors without naming a device (drop .cuda() "
+            "and device='cuda'), as KernelBench's tasks do: the harness makes them on the device it runs"
+        )
     raise TaskError(
-        f"the task failed while {failed.doing}: {failed.summary}\n{failed.error}",
+        f"the task failed while {failed.doing}: {failed.summary}{hint}\n{failed.error}",
         path=task_name,
     )
 

@@ -87,3 +87,14 @@ def test_an_honest_kernel_for_a_model_that_writes_its_input_passes_either_way(
         job_for(folder / "writes_its_input.py", folder / kernel, trials=2, gpu_check=None)
     ).verify
     assert v is not None and v.correct, (v.status, v.evidence) if v is not None else None
+
+
+def test_a_task_that_makes_its_inputs_on_cuda_says_what_to_change_without_a_gpu(evaluator, job_for) -> None:
+    """`torch.randn(..., device="cuda")` in get_inputs stopped a CPU verify with only torch's
+    "Torch not compiled with CUDA enabled"; the error now says what to write instead."""
+    from kernelcraft.base.errors import TaskError
+
+    folder = TASKS / "gpu_only"
+    job = job_for(folder / "cuda_inputs.py", folder / "cuda_inputs_triton.py", trials=1, gpu_check=None)
+    with pytest.raises(TaskError, match=r"drop \.cuda\(\) and device='cuda'"):
+        evaluator.submit(job)
