@@ -14,7 +14,7 @@ from mcp import Client
 from bench.bench_session import _scripted, kernels, session, task
 from bench.scripted import ScriptedEvaluator
 from kernelcraft.base.errortext import CANDIDATE_FILE
-from kernelcraft.engine.host.job.run import compile_timeout_words, mode_note
+from kernelcraft.engine.host.verdicts import compile_timeout_words, mode_note
 from kernelcraft.engine.source.shrink import describe
 from kernelcraft.engine.worker.sizing import INPUTS_IGNORED
 from kernelcraft.server.app import create_server
