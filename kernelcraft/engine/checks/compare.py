@@ -98,6 +98,10 @@ class Margin:
             f"got {self.actual:.6g}{l2}"
         )
 
+    def words(self) -> dict[str, Any]:
+        """What a verdict carries of it (`Compared.margin`)."""
+        return {"ratio": self.ratio, "l2_ratio": self.l2_ratio, "text": self.text()}
+
 
 def _times(ratio: float) -> str:
     return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.2g}x"
@@ -336,4 +340,22 @@ def inputs_changed(before: list[Any], after: list[Any]) -> Evidence | None:
                 expected=expected,
                 actual=actual,
             )
+    return None
+
+
+def inputs_left_wrong(
+    before: list[Any], model_after: list[Any] | None, after: list[Any], rule: str
+) -> Evidence | None:
+    """`inputs_changed`, where a Model whose forward writes its inputs (`model_after`: what it
+    left in them; None when it left them alone) lets the candidate do the same: its inputs are
+    then right either untouched or as Model left them (compared as outputs are, within the
+    tolerance, since a kernel's write rounds as its arithmetic does). The evidence is the one
+    against the untouched inputs."""
+    changed = inputs_changed(before, after)
+    if (
+        changed is None
+        or model_after is None
+        or compare_outputs(tuple(model_after), tuple(after), rule) is not None
+    ):
+        return changed
     return None

@@ -56,6 +56,7 @@ class ReferenceWorker(Worker):
         """Counted when Model is first built."""
         self.private_inputs: list[Any] = []
         self.ref_out: Any = None
+        self.model_after: list[Any] | None = None
         self.shared: Any = None
         """The copy of the inputs sent to the candidate: kept alive while it may read them
         (through CUDA IPC handles on a GPU)."""
@@ -177,17 +178,21 @@ class ReferenceWorker(Worker):
         )
 
     def make_trial(self, req: MakeInputs) -> bool:
-        """Make one trial's inputs and the reference outputs, keep both, send a copy of the
-        inputs; False when the task failed (reported)."""
+        """One trial's inputs and reference outputs (both kept), a copy of the inputs sent; False if
+        the task failed (reported)."""
+        from kernelcraft.engine.checks.compare import inputs_changed
+
         assert self.job is not None
         torch = self.torch
         try:
             self.private_inputs = self.make_inputs(self.task, self.job, req.input_set, req.seed)
             if req.scale is not None and scaled.task_allows(self.task):
                 self.private_inputs = scaled.scale_inputs(self.private_inputs, req.scale)
+            given = [self._map(x, lambda t: t.clone()) for x in self.private_inputs]
             with torch.no_grad():
-                self.ref_out = self.model(*[self._map(x, lambda t: t.clone()) for x in self.private_inputs])
-            self.sync()
+                self.ref_out = self.model(*given)
+            self.sync()  # Model may write its inputs (KernelBench has such): a candidate may too
+            self.model_after = given if inputs_changed(self.private_inputs, given) is not None else None
         except Exception as e:
             self.task_error(e)
             return False
@@ -200,10 +205,8 @@ class ReferenceWorker(Worker):
         return True
 
     def warm_compare(self) -> None:
-        """Once per process, right after the first inputs went out (the candidate compiles its
-        kernels meanwhile): compare small slices of these outputs and inputs with themselves, so
-        that the GPU kernels the comparison uses are loaded before the first trial waits for them
-        (0.3 s on the H200: each kernel's module loads on its first use)."""
+        """Once per process, as the candidate compiles: compare slices of these outputs and inputs with
+        themselves, loading the comparison's GPU kernels before the first trial (0.3 s on the H200)."""
         from kernelcraft.engine.checks.compare import compare_outputs, inputs_changed
 
         self.compare_warm = True
@@ -249,7 +252,7 @@ class ReferenceWorker(Worker):
 
     def compare(self, req: Compare, blobs: list[bytes]) -> Compared:
         from kernelcraft.base.failures import FailureClass
-        from kernelcraft.engine.checks.compare import Margin, compare_outputs, describe, inputs_changed
+        from kernelcraft.engine.checks.compare import Margin, compare_outputs, describe, inputs_left_wrong
         from kernelcraft.schema.evaluation import Evidence
 
         try:
@@ -284,15 +287,11 @@ class ReferenceWorker(Worker):
                         f"gave a different answer ({ev.message}); the kernel reads memory it did not write"
                     )
                 return Compared(failure_class=cls.value, evidence=ev.model_dump(), tolerance=tolerance)
-        changed = inputs_changed(self.private_inputs, list(after))
+        changed = inputs_left_wrong(self.private_inputs, self.model_after, list(after), rule)
         if changed is not None:
             return Compared(failure_class=FailureClass.INPUTS_MUTATED.value, evidence=changed.model_dump())
         worst = max(margins, key=lambda m: max(m.ratio, m.l2_ratio), default=None)
-        margin = (
-            None
-            if worst is None
-            else {"ratio": worst.ratio, "l2_ratio": worst.l2_ratio, "text": worst.text()}
-        )
+        margin = None if worst is None else worst.words()
         return Compared(failure_class=None, tolerance=tolerance, margin=margin)
 
     def fresh_replay(self, req: FreshReplay, blobs: list[bytes]) -> Replayed:

@@ -87,6 +87,20 @@ def test_a_write_into_an_input_is_found_in_any_chunk(monkeypatch: pytest.MonkeyP
     assert ev is not None and ev.first_mismatch_index == [5, 4] and ev.actual == 123.0
 
 
+def test_inputs_are_right_untouched_or_as_a_model_that_writes_them_left_them_and_never_otherwise() -> None:
+    """A Model whose forward writes its input (`x.mul_(2)`) lets the candidate do the same, within
+    the tolerance its arithmetic rounds to; a write Model did not make, or another than Model's,
+    is still `inputs_mutated`'s evidence."""
+    before = torch.randn(64)
+    doubled = before * 2
+    nearly = doubled * (1 + 1e-7)
+    assert compare.inputs_left_wrong([before], [doubled], [before.clone()], "kernelcraft") is None
+    assert compare.inputs_left_wrong([before], [doubled], [nearly], "kernelcraft") is None
+    tripled = compare.inputs_left_wrong([before], [doubled], [before * 3], "kernelcraft")
+    assert tripled is not None and "wrote into input 0" in tripled.message
+    assert compare.inputs_left_wrong([before], None, [doubled], "kernelcraft") is not None
+
+
 def test_a_mismatch_names_its_worst_element_with_both_values_and_its_error_over_tolerance() -> None:
     _, ref, far = _cases()[1]
     verdict = compare.compare_one(ref, far)

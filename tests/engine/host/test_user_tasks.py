@@ -64,17 +64,7 @@ def test_an_honest_kernel_whose_blocks_divide_the_tasks_sizes_survives_the_shrin
     "kernel",
     [
         "leaves_its_input_triton.py",
-        pytest.param(
-            "writes_its_input_triton.py",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="inputs_changed (engine/checks/compare.py) compares the candidate's inputs with "
-                "their values before forward only; a Model whose forward writes its input (x.mul_(2)) "
-                "makes a kernel that mirrors it inputs_mutated. The reference worker must keep what "
-                "Model's forward left in its inputs and accept either (engine/worker/reference.py, "
-                "warm-path's, is at its 500-line limit)",
-            ),
-        ),
+        "writes_its_input_triton.py",
     ],
 )
 def test_an_honest_kernel_for_a_model_that_writes_its_input_passes_either_way(
