@@ -40,13 +40,16 @@ os.close(w)
 """
 
 
-def _leftover_groups() -> list[Path]:
+def _leftover_groups() -> set[Path]:
+    """This process's groups. A session evaluator's kept reference worker holds one of its own
+    (its pids limit) while earlier tests' evaluators live: compare before and after, not with none."""
     root = cgroup._root()
     assert root is not None
-    return [p for p in root.iterdir() if p.name.startswith(f"{cgroup.PREFIX}{os.getpid()}-")]
+    return {p for p in root.iterdir() if p.name.startswith(f"{cgroup.PREFIX}{os.getpid()}-")}
 
 
 def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills_what_is_left() -> None:
+    before = _leftover_groups()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
@@ -70,7 +73,7 @@ def test_a_confined_process_as_root_cannot_fork_past_its_limit_and_release_kills
         child.kill()
         child.wait()
     time.sleep(0.1)
-    assert _leftover_groups() == []
+    assert _leftover_groups() <= before
 
 
 def test_outside_a_confined_group_no_limit_is_claimed() -> None:
