@@ -371,9 +371,13 @@ def test_the_reference_worker_is_kept_for_the_next_job_on_the_same_task(evaluato
     task = tmp_path / "task.py"
     task.write_text((CHEATS / "task_scale.py").read_text() + "\n# kept-reference test\n")
     # A wrong candidate first: its trials fail, no kernel of its runs in the reference...
+    # (Earlier tests' replacement references park in the background: wait for them on both sides,
+    # or one parked meanwhile counts as this task's.)
+    evaluator.call(ev._references.settled())
     others = set(ev.idle_reference_pids())  # other tasks' (earlier tests'), parked
     bad = evaluator.submit(job_for(task, CHEATS / "off_by_one_mask.py", trials=2))
     assert bad.verify is not None and not bad.verify.correct and bad.verify.status == "numerical_mismatch"
+    evaluator.call(ev._references.settled())
     kept = set(ev.idle_reference_pids()) - others
     assert kept, "a reference that finished cleanly is kept"
     assert {"reference", "candidate", "verify"} <= set(bad.stage_seconds)
