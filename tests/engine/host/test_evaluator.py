@@ -398,10 +398,12 @@ def test_a_reference_that_failed_is_not_kept(evaluator, job_for, tmp_path) -> No
         (CHEATS / "task_scale.py").read_text()
         + ("\n\ndef get_input_sets():\n    return [['not a tensor']]\n")
     )
+    evaluator.call(ev._references.settled())  # earlier tests' replacements, parked first
     before = set(ev.idle_reference_pids())
     src = (CHEATS / "good.py").read_text()
     with pytest.raises(TaskError, match="not a tensor|relu"):
         evaluator.submit(job_for(task, src, trials=1))
+    evaluator.call(ev._references.settled())
     assert set(ev.idle_reference_pids()) <= before
 
 
