@@ -96,24 +96,25 @@ AUTOTUNED = (
 )
 
 
+HONEST = [
+    (PROBES / "task_positives.py", PROBES / "honest_compact.py"),
+    (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
+    (CHEATS / "task_scale.py", AUTOTUNED),
+    (PROBES / "task_maxnorm.py", PROBES / "honest_host_scale.py"),
+    (CHEATS / "task_scale.py", PROBES / "honest_tensor_descriptor.py"),
+]
+"""Honest kernels the fresh-input replay must pass, on the CPU and on a GPU alike."""
+HONEST_IDS = [
+    "item-driven-size",
+    "helper-views-launches",
+    "autotuned",
+    "host-scale-from-a-read",
+    "tensor-descriptors",
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("task", "candidate"),
-    [
-        (PROBES / "task_positives.py", PROBES / "honest_compact.py"),
-        (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
-        (CHEATS / "task_scale.py", AUTOTUNED),
-        (PROBES / "task_maxnorm.py", PROBES / "honest_host_scale.py"),
-        (CHEATS / "task_scale.py", PROBES / "honest_tensor_descriptor.py"),
-    ],
-    ids=[
-        "item-driven-size",
-        "helper-views-launches",
-        "autotuned",
-        "host-scale-from-a-read",
-        "tensor-descriptors",
-    ],
-)
+@pytest.mark.parametrize(("task", "candidate"), HONEST, ids=HONEST_IDS)
 def test_an_honest_kernel_passes_the_fresh_input_replay(evaluator, job_for, task, candidate) -> None:
     v = evaluator.submit(job_for(task, candidate, trials=2, gpu_check=None)).verify
     assert v is not None and v.correct, (v.status, v.evidence) if v else None
@@ -144,23 +145,7 @@ def test_gpu_an_answer_computed_on_the_host_fails_the_fresh_input_replay(
 
 @pytest.mark.slow
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("task", "candidate"),
-    [
-        (PROBES / "task_positives.py", PROBES / "honest_compact.py"),
-        (PROBES / "task_rowsum.py", PROBES / "honest_rows_helper.py"),
-        (CHEATS / "task_scale.py", AUTOTUNED),
-        (PROBES / "task_maxnorm.py", PROBES / "honest_host_scale.py"),
-        (CHEATS / "task_scale.py", PROBES / "honest_tensor_descriptor.py"),
-    ],
-    ids=[
-        "item-driven-size",
-        "helper-views-launches",
-        "autotuned",
-        "host-scale-from-a-read",
-        "tensor-descriptors",
-    ],
-)
+@pytest.mark.parametrize(("task", "candidate"), HONEST, ids=HONEST_IDS)
 def test_gpu_an_honest_kernel_passes_the_fresh_input_replay(gpu_submit, job_for, task, candidate) -> None:
     v = gpu_submit(job_for(task, candidate, trials=3))
     assert v is not None and v.correct, (v.status, v.evidence) if v else None
