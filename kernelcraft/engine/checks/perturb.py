@@ -123,3 +123,24 @@ def perturb(model: torch.nn.Module, seed: int) -> int:
 def task_allows(task_module: Any) -> bool:
     """False when the task defines `KERNELCRAFT_PERTURB_PARAMETERS = False`."""
     return bool(getattr(task_module, OPT_OUT, True))
+
+
+def mode_sensitive(torch: Any, model: Any) -> list[str]:
+    """The kinds of `model`'s modules that compute differently in training and eval mode:
+    batch norms, instance norms that track running statistics, dropout, recurrent and attention
+    layers with dropout."""
+    nn = torch.nn
+    if not isinstance(model, nn.Module):
+        return []
+    found = []
+    for m in model.modules():
+        kind = type(m).__name__
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            found.append(kind)
+        elif isinstance(m, nn.modules.instancenorm._InstanceNorm) and m.track_running_stats:
+            found.append(kind)
+        elif isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+            found.append(kind)
+        elif isinstance(m, (nn.RNNBase, nn.MultiheadAttention)) and float(getattr(m, "dropout", 0) or 0) > 0:
+            found.append(kind)
+    return list(dict.fromkeys(found))

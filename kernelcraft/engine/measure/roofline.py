@@ -247,3 +247,20 @@ def roofline_for(model: Any, inputs: Sequence[Any], target: str, rtol_of: Callab
     """The roofline floor of one forward of the reference `model` on `inputs` for `target`, for
     a task whose outputs are held to `rtol_of(dtype)` (the correctness rule's relative tolerance)."""
     return floor_of(count_work(model, inputs), target, rtol_of)
+
+
+def on_meta(task: Any, full_task: Any, model: Any, target: str, rtol_of: Callable[[Any], float]) -> Roofline:
+    """The roofline of the full-size `get_inputs()` built on the meta device (no memory, no
+    compute): `Model` built from `full_task` (the task as given, when the trials run a shrunk
+    copy), else `model` moved to meta."""
+    import copy
+
+    import torch
+
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        meta_inputs = list((full_task or task).get_inputs())
+        meta_model = full_task.Model(*full_task.get_init_inputs()) if full_task is not None else None
+    if meta_model is None:
+        meta_model = copy.deepcopy(model).to("meta")
+    return roofline_for(meta_model, meta_inputs, target, rtol_of)

@@ -56,11 +56,3 @@ def add_rotation(
         while len(sets) < n:
             sets.append(input_sets())
     return sets
-
-
-def input_sets_for(
-    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None,
-) -> list[Sequence[Any]]:
-    """A list of argument tuples to rotate through (a builder is called `rotation_sets` times,
-    counting inputs only)."""
-    return add_rotation(first_sets(input_sets), input_sets, 0)

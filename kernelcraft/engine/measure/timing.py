@@ -28,8 +28,7 @@ the repetitions exceeds that round-trip by more than `ESCAPE_SLACK_US` or `ESCAP
 sample in each of `ESCAPE_ATTEMPTS` measurements, fn hid work outside the timed stream and
 `WorkEscaped` is raised (a `forbidden_construct` verdict). One measurement is not enough: on the
 H200 machine the eager reference once showed a 289 µs median tail while other processes were
-starting on the GPU. An earlier version reported start → end minus the round-trip: the
-round-trip's jitter (~10 µs on the H200 machine) put the spread of a 70 µs kernel at 15%. A
+starting on the GPU. A
 sample is never reported as ≤ 0: it is clipped at `MIN_SAMPLE_US`, and `Timing.clipped` counts
 the clipped samples (a kernel that fast is a measurement artefact or a cheat; the evaluator
 rejects timings below the physical floor). Repetitions continue until the spread (IQR / median)
@@ -44,11 +43,13 @@ distinct input sets to build so that inputs plus outputs of all sets together ex
 `ROTATE_MEMORY_BYTES` of memory; the calls in the graph cycle through the sets, and the outputs of
 the last `len(sets)` calls are kept alive during capture so that output buffers rotate too. By the
 time a set is used again, the L2 has seen more than 2x its size of other data: the numbers reflect
-HBM, not L2. Only sets under `ROTATE_TOTAL_BYTES / MAX_ROTATE_SETS` (4 MB) stay partly L2-resident,
-for which launch latency dominates anyway. `Round.sets` reports how many sets were used (the
-evaluator's message says e.g. "cuda_graph, 8 rotating input sets").
+HBM, not L2 (sets under 4 MB stay partly L2-resident; launch latency dominates them anyway).
 Caveat: work a candidate launches eagerly on a non-capturing stream during capture is not replayed;
 the stream guard, the verifier's checks and the evaluator's physical-floor check catch that.
+
+**Audit** (`audit.py`): given a `TimedAudit`, every timed call runs on a fresh draw of the
+inputs (events) or over sets refreshed before every replay (graph), and outputs of calls chosen
+after they ran are kept for the reference to check.
 
 `sample_round` + `summarize` serve the interleaved protocol: the evaluator alternates rounds of the
 candidate (one process) and the reference (another) and merges the samples with `summarize`,
@@ -65,10 +66,10 @@ from typing import Any, Literal
 
 import torch
 
+from kernelcraft.engine.measure.audit import TimedAudit
 from kernelcraft.engine.measure.rotation import (
     add_rotation,
     first_sets,
-    input_sets_for,
     nbytes,
 )
 from kernelcraft.engine.measure.samples import MIN_SAMPLE_US, spread_within, summarize
@@ -201,7 +202,12 @@ def _clip(us: float) -> float:
 
 
 def _event_samples(
-    fn: Callable[..., Any], sets: list[Sequence[Any]], reps: int, flush_l2: bool, start_at: int
+    fn: Callable[..., Any],
+    sets: list[Sequence[Any]],
+    reps: int,
+    flush_l2: bool,
+    start_at: int,
+    audit: TimedAudit | None = None,
 ) -> list[float]:
     """`reps` samples of fn (µs, start -> mid). Raises `WorkEscaped` when every one of
     `ESCAPE_ATTEMPTS` measurements shows work outlasting the harness stream: a stall caused by
@@ -211,7 +217,7 @@ def _event_samples(
     for attempt in range(ESCAPE_ATTEMPTS):
         if attempt:
             time.sleep(ESCAPE_RETRY_PAUSE_S)
-        samples, extra = _event_round(fn, sets, reps, flush_l2, start_at)
+        samples, extra = _event_round(fn, sets, reps, flush_l2, start_at, audit)
         if extra <= max(ESCAPE_SLACK_US, ESCAPE_FRACTION * statistics.median(samples)):
             return samples
         hidden.append(extra)
@@ -223,7 +229,12 @@ def _event_samples(
 
 
 def _event_round(
-    fn: Callable[..., Any], sets: list[Sequence[Any]], reps: int, flush_l2: bool, start_at: int
+    fn: Callable[..., Any],
+    sets: list[Sequence[Any]],
+    reps: int,
+    flush_l2: bool,
+    start_at: int,
+    audit: TimedAudit | None = None,
 ) -> tuple[list[float], float]:
     """Samples (µs, start -> mid) and how far the least mid -> end exceeds the host round-trip."""
     overhead = sync_overhead_us()
@@ -236,14 +247,19 @@ def _event_round(
     _synchronize()
     for i, (start, mid, end) in enumerate(events):
         args = sets[(start_at + i) % len(sets)]
+        if audit is not None:
+            args = audit.call_args(args)  # a fresh draw, before the flush: not timed
         if flush_l2:
             _flush_l2()
         _gpu_sleep(HEAD_START_CYCLES)
         _event_record(start, harness)
-        call(*args)
+        out = call(*args)
         _event_record(mid, harness)
         _synchronize()
         _event_record(end, harness)
+        if audit is not None:
+            audit.called(out)
+        del out, args
     _synchronize()
     samples = [_clip(_event_elapsed(s, m) * 1000.0) for s, m, _ in events]
     # The least tail: hidden work lengthens every repetition's, a passing stall only some.
@@ -256,8 +272,11 @@ class _Graph:
     outputs of the last `len(sets)` calls stay alive during capture, so output buffers rotate
     with the inputs instead of one buffer staying hot in L2."""
 
-    def __init__(self, fn: Callable[..., Any], sets: list[Sequence[Any]], calls: int) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], sets: list[Sequence[Any]], calls: int, audit: TimedAudit | None = None
+    ) -> None:
         n = len(sets)
+        self.sets, self.audit = sets, audit
         self.calls = max(calls, n)
         self.calls += (-self.calls) % n  # a whole number of rotations
         call = _guarded(fn)
@@ -275,6 +294,8 @@ class _Graph:
                 recent: list[Any] = []
                 for i in range(self.calls):
                     recent.append(call(*sets[i % n]))
+                    if audit is not None:
+                        audit.captured(i % n, recent[-1])
                     if len(recent) >= n:
                         recent.pop(0)
                 del recent
@@ -293,11 +314,15 @@ class _Graph:
         pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)]
         _synchronize()
         for start, end in pairs:
+            if self.audit is not None:
+                self.audit.refresh(self.sets)  # fresh values in the graph's inputs: not timed
             _event_record(start, harness)
             _graph_replay(self.graph)
             _synchronize()
             _event_record(end, harness)
         _synchronize()
+        if self.audit is not None:
+            self.audit.replayed()
         return [_clip((_event_elapsed(s, e) * 1000.0 - overhead) / self.calls) for s, e in pairs]
 
 
@@ -338,23 +363,6 @@ def _graph_calls(estimate: float, out_bytes: int) -> int:
     return int(calls)
 
 
-def time_round(
-    fn: Callable[..., Any],
-    reps: int,
-    *,
-    method: Method = "cuda_events",
-    input_sets: Sequence[Sequence[Any]] | None = None,
-    flush_l2: bool = True,
-    graph_calls: int = 100,
-) -> list[float]:
-    """One round of `reps` samples (µs per call) of an already warmed-up fn."""
-    _require_cuda()
-    sets = input_sets_for(input_sets)
-    if method == "cuda_graph":
-        return _Graph(fn, sets, graph_calls).samples(reps)
-    return _event_samples(fn, sets, reps, flush_l2, 0)
-
-
 @dataclass
 class Round:
     """One round of samples: µs per call, the method, how many input sets the calls used, and the
@@ -373,11 +381,13 @@ def _graph_or_none(
     estimate: float,
     out_bytes: int,
     strict: bool,
+    audit: TimedAudit | None = None,
 ) -> _Graph | None:
     """A captured graph over rotating sets, or None when fn cannot be captured (host syncs,
     allocations the graph pool refuses, ...) and `strict` is false. `StreamChanged` always raises."""
     try:
-        return _Graph(fn, add_rotation(sets, input_sets, out_bytes), _graph_calls(estimate, out_bytes))
+        rotated = add_rotation(sets, input_sets, out_bytes)
+        return _Graph(fn, rotated, _graph_calls(estimate, out_bytes), audit)
     except StreamChanged:
         raise
     except Exception:  # noqa: BLE001 - capture fails in many ways (host syncs, dynamo, allocator)
@@ -395,13 +405,15 @@ def sample_round(
     input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None = None,
     flush_l2: bool = True,
     estimate: float | None = None,
+    audit: TimedAudit | None = None,
 ) -> Round:
     """One round for the interleaved protocol: about `budget_ms` of samples (µs per call, at least
     5), the method used and the number of rotating sets. Pass the returned method to later rounds
     so all rounds agree. Raises `StreamChanged` if fn leaves another CUDA stream current.
     `estimate`: µs a call, as an earlier round of the same fn in this process found it
     (`Round.estimate_us`): one warm call replaces the warm-up and the estimate (8 calls; half a
-    level's baseline timing went to them on the H200)."""
+    level's baseline timing went to them on the H200). `audit`: the timed calls' fresh inputs
+    and kept outputs (`audit.py`)."""
     sets = first_sets(input_sets)
     if estimate is not None and estimate > 0:
         estimate, out_bytes = estimate, _warm_once(fn, sets)
@@ -409,14 +421,16 @@ def sample_round(
         estimate, out_bytes = estimate_us(fn, sets, flush_l2)
     chosen: Method = choose_method(estimate) if method == "auto" else method
     if chosen == "cuda_graph":
-        graph = _graph_or_none(fn, sets, input_sets, estimate, out_bytes, strict=method == "cuda_graph")
+        graph = _graph_or_none(
+            fn, sets, input_sets, estimate, out_bytes, strict=method == "cuda_graph", audit=audit
+        )
         if graph is not None:
             reps = int(max(5, min(200, budget_ms * 1000.0 / max(estimate * graph.calls, 1.0))))
             return Round(graph.samples(reps), "cuda_graph", len(sets), estimate)
         chosen = "cuda_events"
     # The flush costs ~60 µs of GPU time per rep on an H200 (256 MB at ~4.3 TB/s).
     reps = int(max(5, min(2000, budget_ms * 1000.0 / (estimate + 60.0))))
-    return Round(_event_samples(fn, sets, reps, flush_l2, 0), chosen, len(sets), estimate)
+    return Round(_event_samples(fn, sets, reps, flush_l2, 0, audit), chosen, len(sets), estimate)
 
 
 def _warm_once(fn: Callable[..., Any], sets: list[Sequence[Any]]) -> int:
@@ -428,19 +442,6 @@ def _warm_once(fn: Callable[..., Any], sets: list[Sequence[Any]]) -> int:
     del out
     _synchronize()
     return out_bytes
-
-
-def sample(
-    fn: Callable[..., Any],
-    *,
-    budget_ms: float = 200.0,
-    method: Method | Literal["auto"] = "auto",
-    input_sets: Sequence[Sequence[Any]] | Callable[[], Sequence[Any]] | None = None,
-    flush_l2: bool = True,
-) -> tuple[list[float], Method]:
-    """`sample_round` as (samples, method)."""
-    r = sample_round(fn, budget_ms=budget_ms, method=method, input_sets=input_sets, flush_l2=flush_l2)
-    return r.times_us, r.method
 
 
 def time_cuda(
@@ -483,8 +484,3 @@ def time_cuda(
         if _perf_counter() >= deadline:
             break
     return summarize(times, chosen, len(sets))
-
-
-def time_callable(fn: Callable[[], Any], **options: Any) -> Timing:
-    """`time_cuda` for a no-argument callable (what the evaluator's workers call)."""
-    return time_cuda(fn, **options)

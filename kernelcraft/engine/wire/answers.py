@@ -168,6 +168,14 @@ class Timed(Reply):
     """With `breakdown`: each side's kernels (name, calls, us, share), per forward."""
     kernels_error: str | None = None
     """With `breakdown`: why the profiler could not say."""
+    audited: list[int] = Field(default_factory=list)
+    """With `TimeCandidate.audit`: the seeds of the timed calls kept for the reference to check."""
+    audit_outputs: list[Any] = Field(default_factory=list)
+    """Those calls' outputs (records in the frame's blobs), in the order of `audited`."""
+    audit_note: str | None = None
+    """Why the round's timed calls were not audited (the task's draws differ in shape)."""
+    audit_calls: int = 0
+    """Timed calls on fresh inputs (events) or replays over refreshed sets (graph)."""
 
     def samples(self, key: str) -> Samples:
         """The samples of `key` ("candidate", "eager" or "compiled"); `ProtocolError` if absent."""

@@ -7,7 +7,8 @@ reading its tensors (`channel.FrameRefused`; the job turns it into a verdict, `r
   `channel.MAX_HEADER_BYTES`; every other message (progress, errors, verdicts) is text, up to
   `channel.TEXT_HEADER_BYTES`;
 - tensors (blobs): only the outputs (`Outputs`: two runs and the inputs after the first, with
-  determinism), the knocked-out run's outputs and the reference's inputs carry any; once the task
+  determinism), the knocked-out run's outputs, the timed calls' kept outputs (`Timed`, up to
+  `TIMED_KEPT`) and the reference's inputs carry any; once the task
   is measured (`Sized`), each is the reference's own figure times `HEADROOM` plus `SLACK_BYTES`;
   before that, or when its outputs could not be measured, `UNSIZED_BLOB_BYTES` or the candidate's
   memory limit, whichever is smaller.
@@ -41,6 +42,9 @@ RUNS_PER_OUTPUTS = 2
 KEPT_COPIES = 2
 """The parameters' bytes an `Outputs` frame may carry for the fresh-input replay, in copies."""
 
+TIMED_KEPT = 2
+"""The timed calls a `Timed` frame may carry the outputs of, for the reference to check (`measure/audit.py`)."""
+
 COMPILED_FILES_BYTES = 64 * 1024**2
 """What a candidate's Triton cache may send back at the end of a job (`machine/kernelcache.py`)."""
 
@@ -63,6 +67,7 @@ def unsized(memory_limit: int | None) -> Bounds:
     blobs = {
         Msg.OUTPUTS.value: cap,
         Msg.KNOCKED_OUT.value: cap,
+        Msg.TIMED.value: cap,
         Msg.INPUTS.value: cap,
         Msg.COMPILED_FILES.value: COMPILED_FILES_BYTES,
     }
@@ -81,6 +86,7 @@ def for_task(inputs_bytes: int, outputs_bytes: int, params_bytes: int = 0) -> Bo
     blobs = {
         Msg.OUTPUTS.value: room(RUNS_PER_OUTPUTS * outputs_bytes + inputs_bytes + KEPT_COPIES * params_bytes),
         Msg.KNOCKED_OUT.value: room(outputs_bytes + inputs_bytes),
+        Msg.TIMED.value: room(TIMED_KEPT * outputs_bytes),
         Msg.INPUTS.value: room(inputs_bytes),
         Msg.COMPILED_FILES.value: COMPILED_FILES_BYTES,
     }

@@ -48,6 +48,7 @@ from kernelcraft.engine.wire.answers import (
 )
 from kernelcraft.engine.wire.requests import (
     REQUESTS,
+    AuditTimed,
     Compare,
     Compile,
     CompileRecorded,
@@ -84,6 +85,7 @@ __all__ = [
     "IMPORTING_CANDIDATE",
     "REPLIES",
     "REQUESTS",
+    "AuditTimed",
     "Compare",
     "Compared",
     "Compile",

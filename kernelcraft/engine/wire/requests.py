@@ -199,6 +199,19 @@ class TimeCandidate(Request):
     method: TimingMethod | Literal["auto"] = "auto"
     breakdown: bool = False
     """Also profile which kernels forward launched, and for how long (kernelprof.py)."""
+    audit: int | None = None
+    """The round's secret: the timed calls run on fresh inputs drawn from it and some of their
+    outputs come back for the reference to check (`measure/audit.py`); None: not audited."""
+
+
+class AuditTimed(Request):
+    """Reference: draw the inputs of each timed call the candidate kept (`seeds`, as
+    `Worker.make_inputs(task, job, 0, seed)` drew them), run Model and compare with the call's
+    outputs (`outputs`, records in the frame's blobs); answered `compared`."""
+
+    TAG = Op.AUDIT_TIMED
+    seeds: list[int] = Field(max_length=16)
+    outputs: list[Any]
 
 
 class UseInputs(Request):
@@ -224,6 +237,7 @@ REQUESTS: dict[str, type[Request]] = {
         Knockout,
         Compare,
         FreshReplay,
+        AuditTimed,
         ComputeRoofline,
         WarmupReference,
         RunCompiled,

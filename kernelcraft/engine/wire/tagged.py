@@ -21,6 +21,7 @@ class Op(str, Enum):
     RUN_COMPILED = "run_compiled"
     TIME_REFERENCE = "time_reference"
     FRESH_REPLAY = "fresh_replay"
+    AUDIT_TIMED = "audit_timed"
     # the candidate worker
     RUN = "run"
     COMPILE = "compile"

@@ -102,7 +102,10 @@ class CandidateWorker(CandidateStages):
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(self.warmup())
             elif isinstance(req, TimeCandidate):
-                self.send(self.time_candidate(req))
+                answer, blobs = self.time_candidate(req)
+                if not isinstance(answer, Verdict) and self.check_harness("timing forward"):
+                    return
+                self.send(answer, blobs)
             elif isinstance(req, Knockout):
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(*self.knockout())

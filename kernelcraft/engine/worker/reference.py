@@ -16,8 +16,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kernelcraft.engine.checks import scaled
+from kernelcraft.engine.checks import perturb, scaled
 from kernelcraft.engine.wire.protocol import (
+    AuditTimed,
     Compare,
     Compared,
     ComputeRoofline,
@@ -106,6 +107,13 @@ class ReferenceWorker(Worker):
                     self.task_error(e, "the reference re-ran the candidate's record on fresh inputs")
                     return
                 self.send(replayed)
+            elif isinstance(req, AuditTimed):
+                try:
+                    compared = self.audit_timed(req, frame.blobs)
+                except Exception as e:  # ours (making inputs, running Model): not the candidate's verdict
+                    self.task_error(e, "the reference checked the candidate's timed calls")
+                    return
+                self.send(compared)
             elif isinstance(req, ComputeRoofline):
                 self.send(self.roofline(req))
             elif isinstance(req, WarmupReference):
@@ -224,8 +232,6 @@ class ReferenceWorker(Worker):
         and build Model afresh from the same seed, exactly as a new process would. False when that
         failed. The first comes once the job has checked the task's sizes; the next when the job
         parks this worker (so it idles without the last job's tensors)."""
-        from kernelcraft.engine.checks import perturb
-
         assert self.job is not None
         self.private_inputs, self.ref_out, self.shared = [], None, None
         self.compiled, self.model = None, None
@@ -242,7 +248,7 @@ class ReferenceWorker(Worker):
         self.send(
             TaskReady(
                 input_sets=self.input_sets,
-                mode_sensitive=mode_sensitive(self.torch, self.model),
+                mode_sensitive=perturb.mode_sensitive(self.torch, self.model),
                 parameters=perturb.named_signature(self.model),
                 initial_values=self.initial_values,
                 perturb_allowed=perturb.task_allows(self.task),
@@ -330,6 +336,37 @@ class ReferenceWorker(Worker):
                 return replayed
         return Replayed()
 
+    def expected(self, input_set: int, seed: int, scale: float | None = None) -> tuple[list[Any], Any]:
+        """A fresh draw of the inputs from `seed` (scaled as a trial's were) and Model's outputs."""
+        assert self.job is not None
+        inputs = self.make_inputs(self.task, self.job, input_set, seed)
+        if scale is not None and scaled.task_allows(self.task):
+            inputs = scaled.scale_inputs(inputs, scale)
+        with self.torch.no_grad():
+            expected = self.model(*[self._map(x, lambda t: t.clone()) for x in inputs])
+        self.sync()
+        return inputs, expected
+
+    def audit_timed(self, req: AuditTimed, blobs: list[bytes]) -> Compared:
+        """The timed calls the candidate kept (`measure/audit.py`), each against Model's outputs
+        on the inputs drawn again from its seed."""
+        from kernelcraft.base.failures import FailureClass
+        from kernelcraft.engine.checks.compare import compare_outputs
+
+        assert self.job is not None
+        try:
+            got = [self.unpack_cloned(rec, blobs) for rec in req.outputs]
+        except Exception as e:  # noqa: BLE001 - the candidate's outputs: a verdict, never our error
+            message = f"the candidate sent timed outputs that cannot be read: {error_line(e)[:300]}"
+            return Compared(
+                failure_class=FailureClass.RUNTIME_CRASH.value, evidence={"message": message}, error=message
+            )
+        for seed, out in zip(req.seeds, got, strict=True):
+            verdict = compare_outputs(self.expected(0, seed)[1], out, self.job.correctness)
+            if verdict is not None:
+                return Compared(failure_class=verdict[0].value, evidence=verdict[1].model_dump())
+        return Compared()
+
     def fresh_draw(
         self,
         program: Any,
@@ -347,12 +384,7 @@ class ReferenceWorker(Worker):
 
         assert self.job is not None
         torch = self.torch
-        inputs = self.make_inputs(self.task, self.job, input_set, seed)
-        if scale is not None and scaled.task_allows(self.task):
-            inputs = scaled.scale_inputs(inputs, scale)
-        with torch.no_grad():
-            expected = self.model(*[self._map(x, lambda t: t.clone()) for x in inputs])
-        self.sync()
+        inputs, expected = self.expected(input_set, seed, scale)
         expected = self._map(expected, lambda t: t.detach().to("cpu", copy=True))
         leaves = [
             torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
@@ -405,17 +437,7 @@ class ReferenceWorker(Worker):
         errors = []
         if req.full_size:
             try:
-                import copy
-
-                torch = self.torch
-                torch.manual_seed(0)
-                with torch.device("meta"):
-                    meta_inputs = list((self.full_task or self.task).get_inputs())
-                    full = self.full_task
-                    meta_model = full.Model(*full.get_init_inputs()) if full is not None else None
-                if meta_model is None:
-                    meta_model = copy.deepcopy(self.model).to("meta")
-                r = roofline.roofline_for(meta_model, meta_inputs, req.target, rtol_of)
+                r = roofline.on_meta(self.task, self.full_task, self.model, req.target, rtol_of)
                 return RooflineCounted(roofline=r.model_dump(), shapes="get_inputs()")
             except Exception as e:
                 errors.append(f"{type(e).__name__}: {e}")
@@ -475,24 +497,3 @@ class ReferenceWorker(Worker):
             return timed_reply
         except Exception as e:
             return Timed(error=trim(traceback.format_exc()), summary=repr(e))
-
-
-def mode_sensitive(torch: Any, model: Any) -> list[str]:
-    """The kinds of `model`'s modules that compute differently in training and eval mode:
-    batch norms, instance norms that track running statistics, dropout, recurrent and attention
-    layers with dropout."""
-    nn = torch.nn
-    if not isinstance(model, nn.Module):
-        return []
-    found = []
-    for m in model.modules():
-        kind = type(m).__name__
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            found.append(kind)
-        elif isinstance(m, nn.modules.instancenorm._InstanceNorm) and m.track_running_stats:
-            found.append(kind)
-        elif isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
-            found.append(kind)
-        elif isinstance(m, (nn.RNNBase, nn.MultiheadAttention)) and float(getattr(m, "dropout", 0) or 0) > 0:
-            found.append(kind)
-    return list(dict.fromkeys(found))

@@ -37,6 +37,7 @@ class CandidateStages(Worker):
     inputs: Any
     found_launches: dict[str, int]
     harness_stream: Any
+    job: Any
 
     def restore_stream(self) -> bool:
         """Set the harness's stream current again; True when the candidate had changed it."""
@@ -145,11 +146,19 @@ class CandidateStages(Worker):
             shapes=shapes[:600],
         )
 
-    def time_candidate(self, req: TimeCandidate) -> Reply:
+    def time_candidate(self, req: TimeCandidate) -> tuple[Reply, list[bytes]]:
+        """One round of timing; with `req.audit`, on fresh inputs, with the kept calls' outputs
+        in the frame's blobs for the reference to check (`measure/audit.py`)."""
         inputs = self.inputs
+        blobs: list[bytes] = []
         try:
             from kernelcraft.engine.measure import timing
+            from kernelcraft.engine.measure.audit import TimedAudit
 
+            audit = None
+            if req.audit is not None:
+                task, job = self.task, self.job
+                audit = TimedAudit(lambda seed: self.make_inputs(task, job, 0, seed), req.audit)
             self.restore_stream()
             with self.torch.no_grad():
                 r = timing.sample_round(
@@ -157,11 +166,18 @@ class CandidateStages(Worker):
                     budget_ms=req.budget_ms,
                     method=req.method,
                     input_sets=lambda: self._map(inputs, lambda t: t.clone()),
+                    audit=audit,
                 )
             timed = Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
+            if audit is not None:
+                timed.audited = [k.seed for k in audit.kept]
+                timed.audit_outputs = [
+                    self.tensors.pack(k.output, blobs, cuda_ipc=self.cuda_ipc) for k in audit.kept
+                ]
+                timed.audit_note, timed.audit_calls = audit.note, audit.calls
             if req.breakdown:
                 self._breakdown(timed, {"candidate": self.model}, inputs)
-            return timed
+            return timed, blobs
         except Exception as e:
             name = type(e).__name__
             if (
@@ -172,8 +188,8 @@ class CandidateStages(Worker):
                 return Verdict(
                     failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value,
                     evidence={"message": str(e), "op": op},
-                )
-            return Timed(error=trim(traceback.format_exc()), summary=repr(e))
+                ), []
+            return Timed(error=trim(traceback.format_exc()), summary=repr(e)), []
 
     def _breakdown(self, timed: Timed, fns: dict[str, Any], inputs: Any) -> None:
         """Which kernels each of `fns` launches (kernelprof.py); the reason in `timed` if not."""

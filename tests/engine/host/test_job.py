@@ -64,6 +64,10 @@ def _program(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+AUDITED = Timed(candidate=_samples(CANDIDATE_US), audited=[5, 6], audit_outputs=[REC, REC], audit_calls=40)
+"""A candidate's round of timing, with the two timed calls it kept for the reference to check."""
+
+
 class ScriptedWorker:
     """Stands in for a worker process: records every header the job sends and answers at once,
     as the role its `Load` gave it."""
@@ -78,7 +82,7 @@ class ScriptedWorker:
         self.sent: list[dict[str, Any]] = []
         self.role = ""
         self.killed_for: str | None = None
-        self.candidate_timing = candidate_timing or Timed(candidate=_samples(CANDIDATE_US)).to_header()
+        self.candidate_timing = candidate_timing or AUDITED.to_header()
 
     async def send(self, header: dict[str, Any], blobs: list[bytes] | None = None) -> None:
         self.sent.append(header)
@@ -118,6 +122,7 @@ class ScriptedWorker:
                 **_program(h),
             ).to_header(),
             "fresh_replay": lambda: Replayed().to_header(),
+            "audit_timed": lambda: Compared(failure_class=None).to_header(),
             "send_compiled": lambda: CompiledFiles().to_header(),
             # without its kernels, forward breaks: the knockout check passes without a comparison
             "knockout": lambda: KnockedOut(skipped=1, error="RuntimeError: no output").to_header(),
@@ -203,8 +208,9 @@ async def test_a_gpu_job_warms_up_verifies_then_times_candidate_and_reference_in
     assert p.speedup_vs_eager == pytest.approx(EAGER_US / CANDIDATE_US)
     assert p.speedup_vs_compiled == pytest.approx(EAGER_US / CANDIDATE_US * COMPILED_US / EAGER_US)
     assert f"{MIN_PROFILE_ROUNDS} interleaved rounds" in p.message
+    assert f"{2 * MIN_PROFILE_ROUNDS} timed calls on fresh inputs checked by the reference" in p.message
     ref, cand = pool.started
-    rounds = ["time_reference"] * MIN_PROFILE_ROUNDS
+    rounds = ["audit_timed", "time_reference"] * MIN_PROFILE_ROUNDS  # each round's kept calls checked
     await _parked(refs)
     assert ref.ops() == [
         None,  # load: the reference measures the task ("sized")
@@ -296,6 +302,12 @@ async def test_a_baseline_job_times_the_reference_alone_and_parks_no_reference()
             FailureClass.RUNTIME_CRASH,
         ),
         ({"type": "timed"}, FailureClass.RUNTIME_CRASH),
+        # samples, but no timed call kept for the reference and no reason why
+        (Timed(candidate=_samples(CANDIDATE_US)).to_header(), FailureClass.FORBIDDEN_CONSTRUCT),
+        (
+            Timed(candidate=_samples(CANDIDATE_US), audited=[5, 6], audit_outputs=[REC]).to_header(),
+            FailureClass.FORBIDDEN_CONSTRUCT,
+        ),
         ({"type": "outputs", "outputs": []}, FailureClass.RUNTIME_CRASH),
         (
             Verdict(
@@ -313,6 +325,39 @@ async def test_a_candidate_timing_that_fails_or_is_malformed_is_a_verdict(
     assert result.verify is not None and result.verify.correct
     assert result.profile is not None and not result.profile.available
     assert result.profile.failure_class == cls, result.profile
+
+
+@pytest.mark.anyio
+async def test_a_timed_call_the_reference_finds_wrong_fails_the_profile_and_a_round_with_a_reason_passes() -> (
+    None
+):
+    class WrongWhenTimed(ScriptedWorker):
+        def answer(self, h: dict[str, Any]) -> dict[str, Any]:
+            if h.get("op") == "audit_timed":
+                assert h["seeds"] == [5, 6] and len(h["outputs"]) == 2
+                return Compared(
+                    failure_class="numerical_mismatch", evidence={"message": "max abs diff 3.1"}
+                ).to_header()
+            return super().answer(h)
+
+    class Pool(ScriptedPool):
+        async def acquire(self) -> ScriptedWorker:
+            self.started.append(WrongWhenTimed(len(self.started) + 1))
+            return self.started[-1]
+
+    result = await _run(Pool(), ReferencePool(per_task=2, idle_per_device=2))
+    p = result.profile
+    assert p is not None and p.failure_class == FailureClass.FORBIDDEN_CONSTRUCT, p
+    assert p.evidence is not None and p.evidence.op == "timed call", p
+    assert "timed by the profile" in p.evidence.message and "max abs diff 3.1" in p.evidence.message
+    assert result.failure_class == FailureClass.FORBIDDEN_CONSTRUCT
+    # A task whose draws change shape: timed on its inputs, unaudited, and the profile says so.
+    note = "timed calls not audited: the task's get_inputs() draws a (3,) torch.float32 where the timed inputs hold a (4,)"
+    unaudited = Timed(candidate=_samples(CANDIDATE_US), audit_note=note).to_header()
+    result = await _run(
+        ScriptedPool(candidate_timing=unaudited), ReferencePool(per_task=2, idle_per_device=2)
+    )
+    assert result.profile is not None and result.profile.available and note in result.profile.message
 
 
 @pytest.mark.anyio

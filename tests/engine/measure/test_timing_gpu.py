@@ -97,7 +97,8 @@ def test_interleaved_rounds_merge_into_one_summary_with_input_rotation() -> None
     times_us: list[float] = []
     method = "auto"
     for _ in range(3):
-        times, method = timing.sample(lambda x: x * 2.0, budget_ms=50, method=method, input_sets=make)
+        r = timing.sample_round(lambda x: x * 2.0, budget_ms=50, method=method, input_sets=make)
+        times, method = r.times_us, r.method
         times_us += times
     t = samples.summarize(times_us, method)
     assert t.reps == len(times_us) >= 15
@@ -163,10 +164,11 @@ def test_the_event_protocol_times_between_events_on_the_harness_stream_and_stops
     assert t.method == "cuda_events" and t.reps >= 10
     assert 250 < t.median_us < 600, t
     assert len(flushes) >= t.reps
-    times, method = timing.sample(
+    r = timing.sample_round(
         lambda x: _busy(x), budget_ms=20, method="cuda_events", input_sets=[[100.0], [200.0]]
     )
-    assert method == "cuda_events" and len(times) >= 5
+    times = r.times_us
+    assert r.method == "cuda_events" and len(times) >= 5
     assert min(times) > 50 and max(times) > 150  # both input sets were used
 
 

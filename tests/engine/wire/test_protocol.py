@@ -93,6 +93,10 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
     ),
     (p.Replayed(note="n"), {"type": "replayed", "note": "n"}),
     (
+        p.AuditTimed(seeds=[3, 4], outputs=[REC, REC]),
+        {"op": "audit_timed", "seeds": [3, 4], "outputs": [REC, REC]},
+    ),
+    (
         p.CompileRecorded(program={"steps": []}, targets=["sm_90a"]),
         {"op": "compile_recorded", "program": {"steps": []}, "targets": ["sm_90a"]},
     ),
@@ -194,7 +198,7 @@ def test_a_message_writes_the_json_both_sides_wrote_by_hand(model: Any, by_hand:
 
 
 def test_every_op_and_message_type_has_one_model() -> None:
-    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 17
+    assert set(p.REQUESTS) == {op.value for op in p.Op} and len(p.Op) == 18
     assert set(p.REPLIES) == {t.value for t in p.Msg} and len(p.Msg) == 19
     models = {type(m) for m, _ in WIRE}
     assert set(p.REQUESTS.values()) | set(p.REPLIES.values()) <= models  # each is pinned above

@@ -9,6 +9,7 @@ same GPU as the reference worker names it. It reads and reports through the job'
 
 from __future__ import annotations
 
+import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -18,11 +19,13 @@ from kernelcraft.base.errortext import exception_text
 from kernelcraft.base.failures import FailureClass, is_out_of_memory
 from kernelcraft.engine.host.job.state import JobState
 from kernelcraft.engine.host.job.workers import JobWorkers, Stop
-from kernelcraft.engine.host.verdicts import device_label, profile_result, timing_note
+from kernelcraft.engine.host.verdicts import device_label, evidence_from, profile_result, timing_note
 from kernelcraft.engine.machine.pool import WorkerProcess
 from kernelcraft.engine.measure import gpustate, timingcache
 from kernelcraft.engine.measure.samples import agreeing_rounds, round_spread, spread_within, summarize
 from kernelcraft.engine.wire.protocol import (
+    AuditTimed,
+    Compared,
     ComputeRoofline,
     Msg,
     ProtocolError,
@@ -147,6 +150,9 @@ class JobTiming:
         self.kernels: dict[str, list[dict[str, Any]]] = {}
         """Each side's kernels and their GPU time per forward, from the first round (kernelprof.py)."""
         self.kernels_error: str | None = None
+        self.audited = 0
+        """Timed calls of the candidate the reference checked (`audit`)."""
+        self.audit_notes: set[str] = set()
 
     def reference_device(self) -> str:
         """The GPU as the reference worker named it (a compiled timing is reused on the same one)."""
@@ -222,6 +228,10 @@ class JobTiming:
             round(time.perf_counter() - start, 3),
         )
         result.message += f"; {rounds.words()}"
+        if self.audited:
+            result.message += f"; {self.audited} timed calls on fresh inputs checked by the reference"
+        for note in sorted(self.audit_notes):
+            result.message += f"; {note}"
         await self.check_stability(result, rounds, ("candidate", "eager") if cached else rounds.keys)
         result.kernels = {k: [KernelTime.model_validate(x) for x in v] for k, v in self.kernels.items()}
         if self.kernels_error:
@@ -248,9 +258,12 @@ class JobTiming:
 
     async def time_candidate(self, cand: WorkerProcess, rounds: _Rounds, *, breakdown: bool = False) -> None:
         method: TimingMethod | Literal["auto"] = rounds.methods.get("candidate", "auto")
-        request = TimeCandidate(budget_ms=PROFILE_BUDGET_MS, method=method, breakdown=breakdown)
+        request = TimeCandidate(
+            budget_ms=PROFILE_BUDGET_MS, method=method, breakdown=breakdown, audit=secrets.randbits(62)
+        )
         await cand.send(request.to_header())
-        timed = self.workers.read(await self.workers.recv(cand, candidate=True), Timed)
+        frame = await self.workers.recv(cand, candidate=True)
+        timed = self.workers.read(frame, Timed)
         self._keep_kernels(timed, ["candidate"])
         if timed.error is not None:
             raise Stop(
@@ -263,6 +276,46 @@ class JobTiming:
             raise Stop(
                 FailureClass.RUNTIME_CRASH, Evidence(message=f"the candidate sent malformed timings: {e}")
             ) from e
+        await self.audit(timed, frame.blobs)
+
+    async def audit(self, timed: Timed, blobs: list[bytes]) -> None:
+        """The reference's check of the timed calls the candidate kept (`measure/audit.py`): each
+        one's inputs drawn again from its seed, Model run on them, the outputs compared. A round
+        with no kept call must say why (the task's draws differ in shape), else it fails."""
+        if timed.audit_note is not None:
+            self.audit_notes.add(timed.audit_note)
+            return
+        if not timed.audited or len(timed.audited) != len(timed.audit_outputs):
+            raise Stop(
+                FailureClass.FORBIDDEN_CONSTRUCT,
+                Evidence(
+                    message="the candidate's timing round sent no outputs of its timed calls for the "
+                    "reference to check, and no reason",
+                    op="timed call",
+                ),
+            )
+        frame = await self.workers.ask_ref(
+            AuditTimed(seeds=timed.audited, outputs=timed.audit_outputs), blobs
+        )
+        if frame.header.get("type") != Msg.COMPARED:
+            self.workers.task_error(frame)
+            raise Stop(
+                FailureClass.RUNTIME_CRASH,
+                Evidence(message="the reference could not check the candidate's timed calls"),
+            )
+        compared = Compared.from_header(frame.header)
+        self.audited += len(timed.audited)
+        if compared.failure_class is not None:
+            ev = evidence_from(compared.evidence, "a timed call gave a wrong answer")
+            ev.message = (
+                "a call of forward timed by the profile, on fresh inputs drawn after verification, gave a "
+                f"wrong answer ({ev.message}): forward computed less while it was timed than while it "
+                "was verified (an answer kept from an earlier call, or work skipped after a count of "
+                "calls), or its answers fall outside the tolerance on some draws of the inputs. Compute "
+                "every call's answer from its inputs"
+            )
+            ev.op = "timed call"
+            raise Stop(FailureClass.FORBIDDEN_CONSTRUCT, ev)
 
     async def time_reference(
         self, rounds: _Rounds, *, compiled: bool, breakdown: bool = False, estimates: bool = False

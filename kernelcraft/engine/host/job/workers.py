@@ -51,6 +51,7 @@ from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import (
     FOUND_LAUNCHES,
     IMPORTING_CANDIDATE,
+    AuditTimed,
     Compare,
     FreshReplay,
     InputsMade,
@@ -321,7 +322,7 @@ class JobWorkers:
         assert self.ref is not None
         self.ref_in_sync = False
         # Reading the candidate's outputs, the reference may break or hang on what it was sent.
-        self.ref_reading_candidate = isinstance(request, (Compare, FreshReplay))
+        self.ref_reading_candidate = isinstance(request, (Compare, FreshReplay, AuditTimed))
         # Re-running the candidate's record, it runs the candidate's kernels: it is not kept after.
         self.ran_candidate_kernels = self.ran_candidate_kernels or isinstance(request, FreshReplay)
         await self.ref.send(request.to_header(), blobs)
