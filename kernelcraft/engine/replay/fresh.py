@@ -384,6 +384,27 @@ def _aten(qualified: str) -> Any:
     return overload
 
 
+def input_shapes(
+    program: Program, made: list[list[list[int]]], fresh: list[list[int]]
+) -> tuple[str | None, str | None]:
+    """(why the record is refused, a note) on its input shapes. The record's shapes are the
+    candidate's claim, held to the shapes this worker made for the trials of its input set
+    (`made`): a record claiming others is not the record of a trial (before, a claim that differed
+    from the fresh draw skipped the re-run as a task whose shapes vary). Only where the fresh draw's
+    shapes differ from the trial's, the task's own doing, is it not re-run (the note)."""
+    claimed = [list(d.shape) for d in program.inputs]
+    if claimed not in made:
+        said = made[-1] if made else "none"
+        return (
+            f"forward's record says its input tensors had the shapes {claimed[:4]}; the reference made "
+            f"{said} for that trial: the record is not the one of the trial's forward",
+            None,
+        )
+    if fresh != claimed:
+        return None, f"not re-run on fresh inputs: the task's inputs change shape between draws ({fresh[:4]})"
+    return None, None
+
+
 def run_program(
     program: Program, inputs: list[torch.Tensor], kept: list[torch.Tensor], allowed: frozenset[str] | None
 ) -> list[torch.Tensor]:

@@ -113,6 +113,10 @@ class Worker:
         obj = self.tensors.unpack(rec, blobs)
         return self._map(obj, lambda t: t.clone())
 
+    def shapes(self, obj: Any) -> list[list[int]]:
+        """The shape of each tensor in `obj`, in the order `tensors.leaves` gives them."""
+        return [list(x.shape) for x in self.tensors.leaves(obj) if isinstance(x, self.torch.Tensor)]
+
     def _map(self, obj: Any, fn: Any) -> Any:
         if isinstance(obj, self.torch.Tensor):
             return fn(obj)

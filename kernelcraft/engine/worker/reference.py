@@ -56,6 +56,7 @@ class ReferenceWorker(Worker):
         self.input_sets = 0
         """Counted when Model is first built."""
         self.private_inputs: list[Any] = []
+        self.made_shapes: dict[int, list[Any]] = {}  # input set -> shapes made (fresh.input_shapes)
         self.ref_out: Any = None
         self.model_after: list[Any] | None = None
         self.shared: Any = None
@@ -204,6 +205,7 @@ class ReferenceWorker(Worker):
         except Exception as e:
             self.task_error(e)
             return False
+        self.made_shapes.setdefault(req.input_set, []).append(self.shapes(self.private_inputs))
         self.shared = self._map(self.private_inputs, lambda t: t.clone())
         self.sync()
         rec, blobs = self.pack(self.shared)
@@ -233,7 +235,7 @@ class ReferenceWorker(Worker):
         failed. The first comes once the job has checked the task's sizes; the next when the job
         parks this worker (so it idles without the last job's tensors)."""
         assert self.job is not None
-        self.private_inputs, self.ref_out, self.shared = [], None, None
+        self.private_inputs, self.ref_out, self.shared, self.made_shapes = [], None, None, {}
         self.compiled, self.model = None, None
         try:
             if self.device.startswith("cuda"):
@@ -391,11 +393,9 @@ class ReferenceWorker(Worker):
             for x in self.tensors.leaves(inputs)
             if isinstance(x, torch.Tensor)
         ]
-        shapes = [list(x.shape) for x in leaves]
-        if shapes != [d.shape for d in program.inputs]:
-            return Replayed(
-                note=f"not re-run on fresh inputs: the task's inputs change shape between draws ({shapes[:4]})"
-            )
+        why, note = fresh.input_shapes(program, self.made_shapes.get(input_set, []), self.shapes(leaves))
+        if why is not None or note is not None:
+            return refused(why) if why is not None else Replayed(note=note)
         try:
             got = fresh.run_program(program, leaves, [k.clone() for k in kept], allowed)
             self.sync()

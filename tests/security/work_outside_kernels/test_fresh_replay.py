@@ -160,3 +160,26 @@ def test_a_host_number_derived_past_what_is_traced_fails_with_words_that_say_wha
     v = evaluator.submit(job).verify
     assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
     assert "math.sqrt" in v.evidence.message and "** 0.5" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
+def test_a_record_claiming_other_input_shapes_than_the_trials_is_refused_not_skipped(
+    evaluator, job_for, static_checks_off
+) -> None:
+    """The record's input shapes are the candidate's word: a record claiming shapes the fresh draw
+    does not have once skipped the re-run as a task whose shapes vary (a numpy answer passed as
+    correct); the reference now holds them to the shapes it made for the trial."""
+    job = job_for(PROBES / "task_rowsum.py", PROBES / "fresh_forged_input_shape.py", trials=1, gpu_check=None)
+    v = evaluator.submit(job).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+    assert "is not the one of the trial's forward" in v.evidence.message, v.evidence.message
+
+
+@pytest.mark.slow
+def test_an_honest_kernel_on_a_task_whose_shapes_vary_between_draws_passes(evaluator, job_for) -> None:
+    job = job_for(
+        PROBES / "task_rowsum_varying.py", PROBES / "honest_rows_helper.py", trials=2, gpu_check=None
+    )
+    v = evaluator.submit(job).verify
+    assert v is not None and v.correct, (v.status, v.evidence)
