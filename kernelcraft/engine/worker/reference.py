@@ -338,12 +338,17 @@ class ReferenceWorker(Worker):
                 return replayed
         return Replayed()
 
-    def expected(self, input_set: int, seed: int, scale: float | None = None) -> tuple[list[Any], Any]:
-        """A fresh draw of the inputs from `seed` (scaled as a trial's were) and Model's outputs."""
+    def expected(
+        self, input_set: int, seed: int, scale: float | None = None, answer: bool = True
+    ) -> tuple[list[Any], Any]:
+        """A fresh draw of the inputs from `seed` (scaled as a trial's were) and Model's outputs
+        (None without `answer`)."""
         assert self.job is not None
         inputs = self.make_inputs(self.task, self.job, input_set, seed)
         if scale is not None and scaled.task_allows(self.task):
             inputs = scaled.scale_inputs(inputs, scale)
+        if not answer:
+            return inputs, None
         with self.torch.no_grad():
             expected = self.model(*[self._map(x, lambda t: t.clone()) for x in inputs])
         self.sync()
@@ -382,12 +387,16 @@ class ReferenceWorker(Worker):
         """One fresh draw of the inputs (scaled as the trial's were), the record re-run on it,
         compared with Model's outputs."""
         from kernelcraft.engine.checks.compare import compare_outputs
-        from kernelcraft.engine.replay import fresh, kernelsource
+        from kernelcraft.engine.replay import fresh, kernelsource, untouched
 
         assert self.job is not None
         torch = self.torch
-        inputs, expected = self.expected(input_set, seed, scale)
-        expected = self._map(expected, lambda t: t.detach().to("cpu", copy=True))
+        # (the interpreter's kernels reach all of this process's memory: Model's answer after them)
+        inputs, expected = self.expected(input_set, seed, scale, answer=self.device.startswith("cuda"))
+        watch = None if expected is not None else untouched.Watch(self.model, inputs)
+        expected = (
+            None if expected is None else self._map(expected, lambda t: t.detach().to("cpu", copy=True))
+        )
         leaves = [
             torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
             for x in self.tensors.leaves(inputs)
@@ -407,6 +416,9 @@ class ReferenceWorker(Worker):
                 f"never saw, raised {error_line(e)[:400]}: forward's host code computed something the "
                 "harness cannot re-derive from the inputs"
             )
+        if watch is not None and (wrote := watch.changed()) is not None:
+            return refused(wrote)
+        expected = untouched.answer(self, inputs) if expected is None else expected
         reference = self._map(self.tensors.leaves(expected), lambda t: t.to(self.device))
         verdict = compare_outputs(reference, list(got), self.job.correctness)
         if verdict is None:

@@ -183,3 +183,20 @@ def test_an_honest_kernel_on_a_task_whose_shapes_vary_between_draws_passes(evalu
     )
     v = evaluator.submit(job).verify
     assert v is not None and v.correct, (v.status, v.evidence)
+
+
+@pytest.mark.slow
+def test_a_kernel_that_copies_the_references_answer_from_its_memory_fails_the_fresh_input_replay(
+    evaluator, job_for, static_checks_off
+) -> None:
+    """Under the interpreter a kernel's pointer is a raw address of the process running it: with
+    Model's answer for the fresh inputs computed before the re-run, a kernel computing two rows of
+    six found the rest by scanning below its input and passed as correct (about half the runs).
+    The reference now computes its answer after the kernels ran (`replay/untouched.py`)."""
+    job = job_for(
+        PROBES / "task_rowsum.py", PROBES / "fresh_reads_reference_memory.py", trials=1, gpu_check=None
+    )
+    v = evaluator.submit(job).verify
+    assert v is not None and v.status == "forbidden_construct" and v.evidence is not None, v
+    assert v.evidence.op == "fresh replay", v.evidence
+    assert "fresh inputs the candidate never saw" in v.evidence.message, v.evidence.message
