@@ -1,7 +1,8 @@
 """The offline tuner from the cookbook over a KernelBench level (issue 41 item 4), on the GPU.
 
-For each task of the level whose cookbook match fits it (`agent/loop/cookbook_seed.compatible`:
-the same Model arguments, ops and input ranks, with launch parameters to tune), runs `kernelcraft
+For each task of the level the cookbook has a kernel for (`agent/loop/cookbook_seed.tuner_misfit`
+as `tunable_match` reads it: the same Model arguments, ops and input ranks, with launch parameters
+to tune), runs `kernelcraft
 optimize TASK --llm none --steps N`: the tree's root is the cookbook's kernel, so no step starts
 below it. Reports per task the root's and the best kernel's speedup (against the tree's
 baseline), the kernel's family and, per axis the tuner moved along, its steps, seconds and best
@@ -28,10 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernelcraft.agent.llm.config import LLMConfig  # noqa: E402
-from kernelcraft.agent.loop.cookbook_seed import compatible  # noqa: E402
+from kernelcraft.agent.loop.cookbook_seed import TUNER_CANDIDATES, tuner_misfit  # noqa: E402
 from kernelcraft.agent.loop.explore import optimize  # noqa: E402
 from kernelcraft.agent.loop.options import OptimizeOptions  # noqa: E402
-from kernelcraft.agent.tuner.params import find_params  # noqa: E402
 from kernelcraft.knowledge.cookbook import load_cookbook  # noqa: E402
 
 
@@ -48,14 +48,10 @@ def fitting_tasks(level_dir: Path, problems: set[int]) -> list[tuple[Path, str]]
         if problems and problem_id(path) not in problems:
             continue
         source = path.read_text()
-        found = book.search(source, limit=1, with_code=True)
-        if (
-            found
-            and found[0].kernel_code
-            and compatible(found[0], source)
-            and find_params(found[0].kernel_code)
-        ):
-            out.append((path, found[0].id))
+        found = book.search(source, limit=TUNER_CANDIDATES, with_code=True)
+        fits = next((f for f in found if tuner_misfit(f, source) is None), None)  # as `tunable_match`
+        if fits is not None:
+            out.append((path, fits.id))
     return out
 
 

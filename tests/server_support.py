@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.support import free_port, wait_healthy  # noqa: F401  (one copy: bench's)
 from kernelcraft.base.config import Settings
-from kernelcraft.engine.host.evaluator import ProgressCallback
+from kernelcraft.engine.host.evaluator import Evaluator, ProgressCallback
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +36,24 @@ class NoEvaluations:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+class LentEvaluator:
+    """Lends one warm evaluator (a module's or a session's fixture) to a test's server: the
+    server's lifespan closes what it was given, and the fixture closes the evaluator itself."""
+
+    def __init__(self, inner: Evaluator) -> None:
+        self.inner = inner
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.inner.has_gpu
+
+    async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
+        return await self.inner.submit(job, progress)
+
+    async def aclose(self) -> None:
+        pass
 
 
 def settings_for(tmp_path: Path) -> Settings:

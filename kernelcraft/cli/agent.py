@@ -466,7 +466,9 @@ def register(sub: Subcommands) -> None:
         help="grow the rulebook with short explores over a folder of tasks (AdaExplore's Adapt)",
         description="Run a short optimize on every task in TASKS_DIR (KernelBench files work unchanged) "
         "and print the rules learnt. Seeds: <name>_seed.py beside <name>.py, or seed.py beside "
-        "<folder>/task.py; a task without one needs an LLM (not --llm none).",
+        "<folder>/task.py; without one, the LLM writes the first kernel, or with --llm none the "
+        "cookbook's kernel is tuned when its Model fits the task's (a task with neither is skipped, "
+        "and the report says why).",
     )
     a.add_argument("tasks_dir", type=Path, help="folder of task files (or folders holding task.py)")
     a.add_argument(

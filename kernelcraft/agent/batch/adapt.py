@@ -7,9 +7,11 @@ end this prints the rules whose counts grew. Steps per task: `--steps`, else the
 `adapt_steps` (25, as AdaExplore).
 
 Tasks: every `*.py` in TASKS_DIR that defines `Model` and `get_inputs` (KernelBench problem files
-work unchanged), and every `TASKS_DIR/<name>/task.py`. Seeds follow `optimize`'s convention:
-`<name>_seed.py` beside `<name>.py`, or `seed.py` beside `task.py`. A task without a seed needs an
-LLM to write its first kernel; with `--llm none` it is skipped, and the report says so.
+work unchanged), and every `TASKS_DIR/<name>/task.py`. Each task is one `optimize` run, which
+picks what it starts from (`explore.starting_kernel`, the one home of that choice): the seed kernel
+by `optimize`'s convention (`<name>_seed.py` beside `<name>.py`, or `seed.py` beside `task.py`), or
+an LLM's first kernel; with `--llm none`, the cookbook's kernel when its Model fits the task's. A
+task with none of these is skipped, and the report says why and what to do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Literal
 
 from kernelcraft.agent.llm.config import LLMConfig, load_dotenv
 from kernelcraft.agent.llm.core import Usage
-from kernelcraft.agent.loop.explore import find_seed, optimize
+from kernelcraft.agent.loop.explore import optimize
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.session import ToolSession, open_session
 from kernelcraft.base.errors import LLMError, UsageError
@@ -111,19 +113,9 @@ async def adapt(
     tokens_left, dollars_left = opts.max_total_tokens, opts.max_dollars
     for task in tasks:
         name = _name(task)
-        seed = find_seed(task)
-        if seed is None and opts.llm.kind == "none":
-            results.append(
-                {
-                    "task": str(task),
-                    "skipped": f"no seed kernel: with --llm none put {name}_seed.py beside it "
-                    "(or seed.py beside task.py), or use an LLM to write the first kernel",
-                }
-            )
-            continue
         run_opts = OptimizeOptions(
             task=task,
-            seed=seed,
+            seed=None,  # optimize picks it (`explore.starting_kernel`), as for a level's tasks
             steps=steps,
             preset=opts.preset,
             level=opts.level,
@@ -147,7 +139,7 @@ async def adapt(
         )
         try:
             summary = await optimize(run_opts, session)
-        except UsageError as e:
+        except UsageError as e:  # it could not start: no kernel to tune, a task that does not load
             results.append({"task": str(task), "skipped": str(e)})
             continue
         except LLMError as e:

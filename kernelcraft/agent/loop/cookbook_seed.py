@@ -7,52 +7,131 @@ server's `search_examples` tool (the agent reaches the knowledge layer only over
 
 The example's ModelNew takes the init arguments of the cookbook's task, which may differ from
 the task at hand: the writer adapts it (the LLM's first step), or, with `--llm none`, the offline
-tuner starts from it only when `compatible` says so (`tunable_match`): as the seed when none was
-given, else as its first step beside the given seed, so the tree keeps whichever is faster. A cookbook entry is advice: the verdict on whatever is built from it
-comes from the evaluator like any other candidate's.
+tuner starts from it only when it fits as it is (`tunable_match`, `tuner_misfit`): as the seed when
+none was given, else as its first step beside the given seed, so the tree keeps whichever is
+faster. When no entry fits, `TunerMatch.why_not` says why in a sentence the run's report quotes.
+A cookbook entry is advice: the verdict on whatever is built from it comes from the evaluator like
+any other candidate's.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.agent.tuner.search import find_params
 from kernelcraft.schema.cookbook import CookbookExample
 
+TUNER_CANDIDATES = 5
+"""How many of the cookbook's nearest entries the tuner's match looks through for one that fits."""
+
 
 async def cookbook_seed(session: ToolSession, task_source: str) -> CookbookExample | None:
     """The best-matching cookbook entry for `task_source` (a KernelBench task), with its kernel and
     task code; None when nothing in the cookbook matches."""
-    data = await session._call("search_examples", {"query": task_source, "limit": 1, "include_code": True})
-    found = data.get("examples") or []
-    return CookbookExample.model_validate(found[0]) if found else None
+    found = await _search(session, task_source, 1)
+    return found[0] if found else None
 
 
-async def tunable_match(session: ToolSession, task_source: str) -> CookbookExample | None:
-    """The cookbook kernel the offline tuner can start from for this task: the best match, when its
-    Model fits the task's (`compatible`: arguments, ops, input ranks) and it has launch parameters
-    to tune; else None."""
-    example = await cookbook_seed(session, task_source)
-    if example is None or not example.kernel_code or not compatible(example, task_source):
-        return None
+async def _search(session: ToolSession, task_source: str, limit: int) -> list[CookbookExample]:
+    data = await session._call(
+        "search_examples", {"query": task_source, "limit": limit, "include_code": True}
+    )
+    return [CookbookExample.model_validate(x) for x in data.get("examples") or []]
+
+
+@dataclass(frozen=True)
+class TunerMatch:
+    """What the cookbook offers the offline tuner for a task: the entry it can start from, else
+    why none fits (a clause: "the cookbook's nearest entry, reduce_dim, computes other ops ...")."""
+
+    example: CookbookExample | None
+    why_not: str | None = None
+
+
+async def tunable_match(session: ToolSession, task_source: str) -> TunerMatch:
+    """The cookbook kernel the offline tuner can start from for this task: the nearest of the
+    cookbook's few best matches whose Model fits the task's as it is (`tuner_misfit`), else none,
+    with why the nearest did not fit."""
+    found = await _search(session, task_source, TUNER_CANDIDATES)
+    if not found:
+        return TunerMatch(None, "the cookbook has no entry near this task")
+    for example in found:
+        if tuner_misfit(example, task_source) is None:
+            return TunerMatch(example)
+    nearest = found[0]
+    return TunerMatch(
+        None, f"the cookbook's nearest entry, {nearest.id}, {tuner_misfit(nearest, task_source)}"
+    )
+
+
+def tuner_misfit(example: CookbookExample, task_source: str) -> str | None:
+    """Why the offline tuner cannot start from the example's kernel on this task (a clause, its
+    subject the example), or None when it can: the Models fit (`misfit`) and the kernel has launch
+    parameters to tune."""
+    if not example.kernel_code:
+        return "has no kernel"
+    why = misfit(example, task_source)
+    if why is not None:
+        return why
     try:
-        return example if find_params(example.kernel_code) else None
+        tunable = find_params(example.kernel_code)
     except SyntaxError:
-        return None
+        tunable = []
+    return None if tunable else "has a kernel with no launch parameters the tuner can change"
 
 
 def compatible(example: CookbookExample, task_source: str) -> bool:
-    """Whether the example's ModelNew can stand in for the task's Model as it is: both Models take
-    the same init parameters and forward arguments (by name and order), compute with the same ops
-    (`model_ops`: a sum is no mean, a matmul under `torch.triu` no plain one, a Conv3d no Conv2d),
-    and take inputs of the same ranks where both tasks build them with literal shapes (a 2-D GEMM is
-    no 3-D tensor matmul). False when either does not parse."""
+    """Whether the example's ModelNew can stand in for the task's Model as it is (`misfit`)."""
+    return misfit(example, task_source) is None
+
+
+def misfit(example: CookbookExample, task_source: str) -> str | None:
+    """Why the example's ModelNew cannot stand in for the task's Model as it is, or None when it
+    can: both Models must take the same init parameters and forward arguments (by name and order),
+    compute with the same ops (`model_ops`: a sum is no mean, a matmul under `torch.triu` no plain
+    one, a Conv3d no Conv2d), and take inputs of the same ranks where both tasks build them with
+    literal shapes (a 2-D GEMM is no 3-D tensor matmul). A task that does not parse fits nothing."""
     theirs, ours = _model_facts(task_source), _model_facts(example.task_code)
-    if theirs is None or ours is None or theirs[:3] != ours[:3]:
-        return False
+    if theirs is None:
+        return "cannot be matched: the task has no Model class that parses"
+    if ours is None:
+        return "cannot be matched: its own task has no Model class that parses"
+    for what, mine, task in (
+        ("__init__ parameters", ours[0], theirs[0]),
+        ("forward arguments", ours[1], theirs[1]),
+    ):
+        if mine != task:
+            return f"takes other {what}: ({', '.join(mine)}) where the task's Model takes ({', '.join(task)})"
+    if theirs[2] != ours[2]:
+        only_ours = sorted(set(ours[2]) - set(theirs[2]))
+        only_theirs = sorted(set(theirs[2]) - set(ours[2]))
+        said = [f"it uses {_ops(only_ours)}"] if only_ours else []
+        said += [f"the task's Model uses {_ops(only_theirs)}"] if only_theirs else []
+        return (
+            "computes other ops (" + ("; ".join(said) or "the same ones, a different number of times") + ")"
+        )
     ranks_theirs, ranks_ours = theirs[3], ours[3]
-    return ranks_theirs is None or ranks_ours is None or ranks_theirs == ranks_ours
+    if ranks_theirs is not None and ranks_ours is not None and ranks_theirs != ranks_ours:
+        return f"takes {_ranks(ranks_ours)} inputs where the task's Model takes {_ranks(ranks_theirs)}"
+    return None
+
+
+OPERATORS = {
+    "Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**",
+    "MatMult": "@", "USub": "unary -", "UAdd": "unary +", "Invert": "~", "Not": "not",
+    "BitAnd": "&", "BitOr": "|", "BitXor": "^", "LShift": "<<", "RShift": ">>",
+}  # fmt: skip
+"""`model_ops`' names of Python's operators, as a reader writes them."""
+
+
+def _ops(names: list[str]) -> str:
+    return ", ".join(OPERATORS.get(n, n) for n in names)
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return ", ".join(f"{r}-D" for r in ranks) or "no tensor"
 
 
 Facts = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[int, ...] | None]

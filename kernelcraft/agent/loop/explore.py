@@ -46,6 +46,7 @@ whole `Explorer` (`runloop.py`) its first step; the LLM and the tuner write the 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -61,7 +62,7 @@ from kernelcraft.agent.llm.config import load_dotenv, make_llm
 from kernelcraft.agent.llm.core import Usage, UsageMeter
 from kernelcraft.agent.llm.judge import judge_for
 from kernelcraft.agent.llm.wrappers import DryRunLLM, LoggedLLM
-from kernelcraft.agent.loop.cookbook_seed import tunable_match
+from kernelcraft.agent.loop.cookbook_seed import TunerMatch, tunable_match
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import Explorer, StartedRun, save_best, sha256_of
@@ -137,6 +138,7 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
         DryRunLLM(opts.llm.model or "the model", sys.stdout) if opts.dry_run else make_llm(opts.llm)
     )  # a missing key fails here, before anything starts
     run = RunDir(opts.run_dir())
+    new_dir = not run.path.exists()
     run.create()
     if llm is not None:  # every prompt and answer, in the run directory
         llm = LoggedLLM(llm, run.path / "prompts.jsonl")
@@ -145,14 +147,13 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
     meter = meter_so_far(run)
     try:
         async with _session(opts, place, session, meter, run) as tools:
-            cookbook = await tuner_start(inputs, tools) if opts.llm.kind == "none" else None
-            if opts.llm.kind != "none" or cookbook is not None or inputs.seed_code is not None:
-                if cookbook is not None and inputs.seed_code is None:
-                    print(
-                        f"seed: the cookbook's {cookbook.id} kernel (its Model fits the task: same arguments and ops)",
-                        file=sys.stderr,
-                    )
-                    inputs = RunInputs(inputs.task_source, None, cookbook.kernel_code)
+            # raised past the session, not in it: its task group would wrap it in a group
+            refused: NoStartingKernel | None = None
+            try:
+                inputs, cookbook = await starting_kernel(opts, inputs, tools)
+            except NoStartingKernel as e:
+                refused = e
+            if refused is None:
                 if meta is None:
                     started = await start_tree(opts, inputs, tools, run, place)
                 else:
@@ -161,24 +162,64 @@ async def optimize(opts: OptimizeOptions, session: ToolSession | None = None) ->
                 if cookbook is not None:  # beside a given seed: the first tuner step, the faster kept
                     explorer.tuner.cookbook = (cookbook.id, cookbook.kernel_code)
                 return await explorer.explore(started_at)
-        raise UsageError(
-            f"--llm none needs a seed kernel to tune and no cookbook entry's Model fits {opts.task}: "
-            f"pass --seed FILE, or put {opts.task.stem}_seed.py (or seed.py beside a task.py) next to it; "
-            "the offline tuner tunes a kernel, it does not write one"
-        )
+        if new_dir:  # a task that cannot start leaves no empty run directory behind
+            with contextlib.suppress(OSError):
+                run.path.rmdir()
+        raise refused
     finally:
         if llm is not None:
             await llm.aclose()
 
 
-async def tuner_start(inputs: RunInputs, tools: ToolSession) -> CookbookExample | None:
-    """The offline tuner starts from the best kernel known for the task: the cookbook's match when
-    its Model fits the task's (`tunable_match`), as the seed when none was given, else beside it."""
+class NoStartingKernel(UsageError):
+    """A `--llm none` run has no kernel to tune: no seed, and no cookbook entry fits the task. The
+    message says why the cookbook's nearest entry does not fit and what to do; a batch (adapt, a
+    level) reports the task as skipped with it."""
+
+
+async def starting_kernel(
+    opts: OptimizeOptions, inputs: RunInputs, tools: ToolSession
+) -> tuple[RunInputs, CookbookExample | None]:
+    """What the run starts from, decided here for `optimize` and so for every task of `adapt` and
+    of a level: with an LLM, the seed (if any) as given. With `--llm none`, the offline tuner starts
+    from the best kernel known for the task: the cookbook's match when its Model fits the task's
+    (`tunable_match`), as the seed when none was given (said on stderr), else beside it (the entry
+    returned: the tuner's first step); a task with neither raises `NoStartingKernel`."""
+    if opts.llm.kind != "none":
+        return inputs, None
+    match = await tuner_start(inputs, tools)
+    if match.example is None:
+        if inputs.seed_code is not None:
+            return inputs, None
+        raise NoStartingKernel(no_start_message(opts.task, match.why_not))
+    if inputs.seed_code is None:
+        print(
+            f"seed: the cookbook's {match.example.id} kernel (its Model fits the task: same arguments and ops)",
+            file=sys.stderr,
+        )
+        inputs = RunInputs(inputs.task_source, None, match.example.kernel_code)
+    return inputs, match.example
+
+
+def no_start_message(task: Path, why_not: str | None) -> str:
+    """Why a `--llm none` run of `task` cannot start, and the three ways to give it a kernel."""
+    seed = "seed.py beside it" if task.name == "task.py" else f"{task.stem}_seed.py beside it"
+    return (
+        f"--llm none needs a kernel to tune for {task} and has none: no seed kernel, and "
+        f"{why_not or 'no cookbook entry fits its Model'}. Put a seed kernel (a ModelNew with literal "
+        f"block sizes) in {seed} (or pass --seed FILE for one task), or use an LLM (--llm anthropic|openai) "
+        "to write the first kernel: the offline tuner tunes a kernel, it does not write one"
+    )
+
+
+async def tuner_start(inputs: RunInputs, tools: ToolSession) -> TunerMatch:
+    """The cookbook's match for the offline tuner (`tunable_match`); a server whose cookbook cannot
+    be searched offers none, and says why."""
     try:
         return await tunable_match(tools, inputs.task_source)
     except Exception as e:  # noqa: BLE001 - the cookbook helps; a server without it is no failure
         logger.info("no cookbook match for the tuner: %s", e)
-        return None
+        return TunerMatch(None, f"the cookbook could not be searched ({e})")
 
 
 @asynccontextmanager

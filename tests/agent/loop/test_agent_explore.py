@@ -7,26 +7,36 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from agent_fakes import HttpError, Reply, Script, serve
-from server_support import free_port, wait_healthy
+from server_support import LentEvaluator, free_port, wait_healthy
 
 from kernelcraft.agent.batch.adapt import AdaptOptions, adapt
 from kernelcraft.agent.llm.config import LLMConfig
-from kernelcraft.agent.loop.explore import optimize
+from kernelcraft.agent.loop.explore import NoStartingKernel, optimize
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import small_proposer
 from kernelcraft.agent.loop.session import open_session
+from kernelcraft.base import knobs
+from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import LLMError, UsageError
+from kernelcraft.cli import main
+from kernelcraft.engine.host.evaluator import Evaluator
 from kernelcraft.schema.tree import ContextKernel, NextStep
+from kernelcraft.server import app
+from kernelcraft.server.state import default_evaluator_factory
 
 ROOT = Path(__file__).resolve().parents[3]
 TASK = ROOT / "examples" / "elementwise" / "task.py"
@@ -37,11 +47,38 @@ GOOD_EDIT = {"edits": [{"old": "BLOCK_SIZE=1024)", "new": "BLOCK_SIZE=512)"}]}
 BAD_EDIT = {"edits": [{"old": "BLOCK_SIZE = 4096", "new": "BLOCK_SIZE = 2048"}]}
 
 
+@pytest.fixture(scope="module")
+async def warm_evaluator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Evaluator]:
+    """The evaluator an in-process server makes (`default_evaluator_factory`), made once for the
+    module: its workers, compile pool and kept references start once, not once per run."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KERNELCRAFT_HOME", str(tmp_path_factory.mktemp("evaluator-home")))
+        evaluator = default_evaluator_factory(Settings.from_knobs(knobs.settings()))
+    try:
+        yield evaluator
+    finally:
+        await evaluator.aclose()
+
+
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def bare_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh KERNELCRAFT_HOME, for a test whose runs are processes of their own."""
     monkeypatch.setenv("KERNELCRAFT_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("KERNELCRAFT_DB", raising=False)
     return tmp_path
+
+
+@pytest.fixture
+def home(bare_home: Path, monkeypatch: pytest.MonkeyPatch, warm_evaluator: Evaluator) -> Path:
+    """A fresh KERNELCRAFT_HOME; every in-process server a run opens (`open_session`) is the real
+    one, its own database and settings, with the module's warm evaluator lent to it."""
+    real = app.create_server
+
+    def lending(settings: Settings, *args: object, **kwargs: Any) -> object:
+        return real(settings, lambda _settings: LentEvaluator(warm_evaluator), **kwargs)
+
+    monkeypatch.setattr(app, "create_server", lending)
+    return bare_home
 
 
 def read_steps(out: Path) -> list[dict]:
@@ -50,23 +87,23 @@ def read_steps(out: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_optimize_with_the_offline_tuner_runs_three_steps_on_the_cpu_and_writes_the_run(
+async def test_optimize_with_the_offline_tuner_runs_two_steps_on_the_cpu_and_writes_the_run(
     home: Path,
 ) -> None:
     out = home / "run"
     opts = OptimizeOptions(
-        task=TASK, steps=3, llm=LLMConfig(kind="none"), out=out, db_path=home / "kc.db", progress=False
+        task=TASK, steps=2, llm=LLMConfig(kind="none"), out=out, db_path=home / "kc.db", progress=False
     )
     summary = await optimize(opts)
     steps = read_steps(out)
-    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert [s["step"] for s in steps] == [1, 2]
     assert all(s["mode"] == "tuner" and s["tuner"]["changed"] for s in steps)
     configs = [json.dumps(s["tuner"]["config"], sort_keys=True) for s in steps]
-    assert len(set(configs)) == 3  # never the same configuration twice, nor the seed's
+    assert len(set(configs)) == 2  # never the same configuration twice, nor the seed's
     assert all(s["tuner"]["config"] != {"gelu_residual_kernel.BLOCK_SIZE": 1024} for s in steps)
     # on the CPU each proposal was compiled for the target first: its shared memory is known
     assert all(s["tuner"].get("shared_fraction") is not None for s in steps)
-    assert summary["steps_done"] == 3 and summary["speedup_measured"] is False
+    assert summary["steps_done"] == 2 and summary["speedup_measured"] is False
     assert "No GPU here" in summary["gpu_note"] and "compiled for sm_90a" in summary["gpu_note"]
     assert summary["best"] is not None and Path(summary["best"]["path"]).is_file()
     assert "class ModelNew" in (out / "best_kernel.py").read_text()
@@ -315,46 +352,72 @@ async def test_optimize_with_an_openai_compatible_server_writes_a_kernel_by_func
 
 
 @pytest.mark.anyio
-async def test_optimize_with_llm_none_and_no_seed_says_a_seed_is_needed(home: Path) -> None:
-    task = home / "lonely.py"
+async def test_optimize_with_llm_none_and_no_kernel_to_tune_says_why_and_what_to_do(home: Path) -> None:
+    task = home / "lonely.py"  # the gelu task: no seed beside it, and no cookbook Model takes (scale)
     task.write_text(TASK.read_text())
-    with pytest.raises(UsageError, match=r"--llm none needs a seed kernel.*lonely_seed\.py"):
+    with pytest.raises(NoStartingKernel) as refused:
         await optimize(OptimizeOptions(task=task, llm=LLMConfig(kind="none"), out=home / "r", progress=False))
+    said = str(refused.value)
+    assert re.search(
+        r"no seed kernel, and the cookbook's nearest entry, \w+, takes other __init__ parameters: "
+        r"\(.*\) where the task's Model takes \(scale\)\.",
+        said,
+    ), said
+    assert "in lonely_seed.py beside it" in said and "--llm anthropic|openai" in said, said
+    assert not (home / "r").exists()  # a run that could not start leaves no run directory
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
-async def test_optimize_with_llm_none_starts_a_kernelbench_sum_from_the_cookbooks_reduction(
+async def test_adapt_with_llm_none_starts_a_seedless_sum_from_the_cookbook_and_skips_a_task_it_cannot_start(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Issue 41: KernelBench's sum reduction (its format, shapes cut down) with no seed beside it.
     # The cookbook's reduce_dim entry takes the same Model and computes the same op: the tree's
     # root is that kernel, so no step starts below it, and the tuner moves the reduction's axes,
-    # each step's time recorded per axis in steps.jsonl, summary.json and the report.
-    task = home / "47_Sum_reduction_over_a_dimension.py"
-    task.write_text((ROOT / "tests" / "fixtures" / "tasks" / task.name).read_text())
-    summary = await optimize(
-        OptimizeOptions(
-            task=task,
+    # each step's time recorded per axis in steps.jsonl, summary.json and the report. A batch
+    # (adapt, a level) goes through optimize's choice of a start: the gelu task beside it, which
+    # no cookbook entry fits, is skipped with why and what to do.
+    tasks = home / "tasks"
+    tasks.mkdir()
+    name = "47_Sum_reduction_over_a_dimension"
+    (tasks / f"{name}.py").write_text((ROOT / "tests" / "fixtures" / "tasks" / f"{name}.py").read_text())
+    (tasks / "gelu.py").write_text(TASK.read_text())
+    report = await adapt(
+        AdaptOptions(
+            tasks_dir=tasks,
             steps=1,
             llm=LLMConfig(kind="none"),
-            out=home / "r",
+            out=home / "a",
             db_path=home / "kc.db",
             progress=False,
         )
     )
-    assert "seed: the cookbook's reduce_dim kernel" in capsys.readouterr().err
-    run = json.loads((home / "r" / "run.json").read_text())
+    ran, skipped = report["tasks"]
+    assert ran["steps"] == 1 and ran["correct"] == 1 and ran["best"] is not None, ran
+    assert (
+        skipped["task"] == str(tasks / "gelu.py")
+        and "no seed kernel, and the cookbook's nearest entry" in (skipped["skipped"])
+    )
+    assert "gelu_seed.py beside it" in skipped["skipped"] and not (home / "a" / "gelu").exists()
+    err = capsys.readouterr().err
+    assert "seed: the cookbook's reduce_dim kernel" in err
+    assert f"{tasks / 'gelu.py'}: skipped — --llm none needs a kernel to tune" in err
+
+    r = home / "a" / name
+    run = json.loads((r / "run.json").read_text())
     cookbook = (ROOT / "kernelcraft/knowledge/cookbook/entries/reduce_dim/kernel.py").read_text()
     assert run["seed_outcome"] == "correct"  # the cookbook kernel passed the task: the tree's root
-    (step,) = read_steps(home / "r")
+    (step,) = read_steps(r)
     assert step["proposer"] == "tuner" and step["tuner"]["op_family"] == "reduction"
     assert step["tuner"]["axes"] == ["block"] and step["seconds"] > 0  # a reduction's block first
+    summary = json.loads((r / "summary.json").read_text())
     assert summary["tuner_axis_seconds"]["block"]["steps"] == 1
     assert summary["tuner_axis_seconds"]["block"]["best_gain"] is None  # no GPU: nothing timed
-    tree = json.loads((home / "r" / "tree.json").read_text())
+    tree = json.loads((r / "tree.json").read_text())
     assert tree["seed_code"] == cookbook
-    report = (home / "r" / "report.html").read_text()
-    assert "The offline tuner&#x27;s axes" in report and "tuner: block" in report
+    page = (r / "report.html").read_text()
+    assert "The offline tuner&#x27;s axes" in page and "tuner: block" in page
 
 
 @pytest.mark.gpu
@@ -394,49 +457,15 @@ async def test_optimize_without_an_api_key_fails_before_starting_anything(
     assert not (home / "r").exists()
 
 
-@pytest.mark.anyio
-async def test_adapt_with_llm_none_skips_tasks_without_seeds_and_says_why(home: Path) -> None:
-    tasks = home / "tasks"
-    tasks.mkdir()
-    (tasks / "gelu.py").write_text(TASK.read_text())
-    report = await adapt(
-        AdaptOptions(
-            tasks_dir=tasks,
-            steps=1,
-            llm=LLMConfig(kind="none"),
-            out=home / "a",
-            db_path=home / "kc.db",
-            progress=False,
-        )
-    )
-    assert (
-        report["tasks"][0]["skipped"].startswith("no seed kernel")
-        and "gelu_seed.py" in report["tasks"][0]["skipped"]
-    )
-
-
 @pytest.mark.slow
-def test_optimize_resumes_the_same_tree_after_sigkill(home: Path) -> None:
+@pytest.mark.anyio
+async def test_optimize_resumes_the_same_tree_after_sigkill(home: Path) -> None:
+    # The killed run is a process of its own (the command line); the rerun that resumes it reads
+    # only the run directory and the database, so it runs here, on the module's warm evaluator.
     out = home / "run"
     env = {**os.environ, "KERNELCRAFT_HOME": str(home / "home"), "PYTHONPATH": str(ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "kernelcraft",
-        "optimize",
-        str(TASK),
-        "--llm",
-        "none",
-        "--steps",
-        "2",
-        "--out",
-        str(out),
-        "--db",
-        str(home / "kc.db"),
-        "--no-compile-check",
-        "--search-seed",
-        "1",
-    ]
+    cmd = [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", "--steps", "2"]
+    cmd += ["--out", str(out), "--db", str(home / "kc.db"), "--no-compile-check", "--search-seed", "1"]
     first = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -445,16 +474,25 @@ def test_optimize_resumes_the_same_tree_after_sigkill(home: Path) -> None:
         while not ((out / "steps.jsonl").is_file() and (out / "steps.jsonl").read_text().strip()):
             assert first.poll() is None, f"the run ended before it could be killed: {first.stderr.read()!r}"  # type: ignore[union-attr]
             assert time.monotonic() < deadline, "no step was recorded within 120 s"
-            time.sleep(0.1)
+            await anyio.sleep(0.1)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     tree_id = json.loads((out / "run.json").read_text())["tree_id"]
     assert not (out / "summary.json").exists()
 
-    second = subprocess.run(cmd + ["--json", "-q"], env=env, capture_output=True, text=True, timeout=180)
-    assert second.returncode == 0, second.stderr
-    summary = json.loads(second.stdout)
+    again = OptimizeOptions(
+        task=TASK,
+        steps=2,
+        llm=LLMConfig(kind="none"),
+        out=out,
+        db_path=home / "kc.db",
+        compile_check=False,
+        search_seed=1,
+        progress=False,
+    )
+    with anyio.fail_after(180):
+        summary = await optimize(again)
     assert summary["tree_id"] == tree_id
     assert "budget is spent" in summary["stopped_because"]
     nodes = [s["node_id"] for s in read_steps(out)]
@@ -497,7 +535,7 @@ async def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_nee
             await wait_healthy(f"http://127.0.0.1:{port}", server=server)
         except Exception as e:
             raise AssertionError(f"{e}; its log: {server_log.read_text()[-2000:]}") from e
-        cmd = [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", "--steps", "2"]
+        cmd = [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", "--steps", "1"]
         cmd += [
             "--out",
             str(home / "run"),
@@ -539,12 +577,12 @@ async def test_optimize_against_a_teams_http_server_keeps_the_tree_there_and_nee
         )
         assert ran.returncode == 0, ran.stderr
         summary = json.loads(ran.stdout)
-        assert summary["steps_done"] == 2 and f"127.0.0.1:{port}" in summary["server"]
+        assert summary["steps_done"] == 1 and f"127.0.0.1:{port}" in summary["server"]
         with sqlite3.connect(server_db) as conn:
             nodes = conn.execute(
                 "SELECT COUNT(*) FROM nodes WHERE tree_id = ?", (summary["tree_id"],)
             ).fetchone()[0]
-        assert nodes >= 3  # the seed and the two steps, written by the server
+        assert nodes >= 2  # the seed and the step, written by the server
         assert not (home / "client" / "kernelcraft.db").exists()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -621,11 +659,11 @@ def test_the_search_stops_name_their_limit_and_wait_for_enough_steps() -> None:
     ("flag", "value", "says"),
     [("--stall", "0", "--stall must be at least 1"), ("--roofline-stop", "1.5", "fraction of the roofline")],
 )
-def test_optimize_refuses_a_stop_it_cannot_meet(home: Path, flag: str, value: str, says: str) -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "kernelcraft", "optimize", str(TASK), "--llm", "none", flag, value],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 2 and says in run.stderr, run.stderr
+def test_optimize_refuses_a_stop_it_cannot_meet(
+    bare_home: Path, flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(["optimize", str(TASK), "--llm", "none", "--out", str(bare_home / "r"), flag, value])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and says in err, err
+    assert not (bare_home / "r").exists()  # refused before anything started

@@ -14,7 +14,7 @@ import pytest
 from mcp import Client
 from server_support import NoEvaluations, settings_for
 
-from kernelcraft.agent.loop.cookbook_seed import compatible, input_ranks, tunable_match
+from kernelcraft.agent.loop.cookbook_seed import compatible, input_ranks, misfit, tunable_match
 from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.agent.tuner.family import axis_of, kernel_family, name_axis
 from kernelcraft.agent.tuner.params import find_params
@@ -189,11 +189,19 @@ async def test_a_kernelbench_sum_task_gets_the_cookbooks_reduction_and_a_mean_ta
 ) -> None:
     async with Client(create_server(settings_for(tmp_path), NoEvaluations)) as client:
         session = ToolSession(client, "a test server")
-        found = await tunable_match(session, SUM_TASK)
+        found = (await tunable_match(session, SUM_TASK)).example
         assert found is not None and found.id == "reduce_dim" and find_params(found.kernel_code or "")
-        # same Model signature, another op: the sum kernel would be wrong, so the tuner gets no start
-        assert await tunable_match(session, MEAN_TASK) is None
-        assert await tunable_match(session, MATMUL_3D_TASK) is None  # a 2-D GEMM for a 3-D matmul
+        # same Model signature, another op: the sum kernel would be wrong, so the tuner gets no start,
+        # and the run is told why in words (operators as written, not as the AST names them)
+        mean = await tunable_match(session, MEAN_TASK)
+        assert mean.example is None and mean.why_not is not None
+        assert "computes other ops" in mean.why_not and "mean" in mean.why_not, mean.why_not
+        matmul = await tunable_match(session, MATMUL_3D_TASK)  # a 2-D GEMM for a 3-D matmul
+        assert matmul.example is None and "takes 2-D, 2-D inputs where the task's Model takes 3-D" in (
+            matmul.why_not or ""
+        )
+        nothing = await tunable_match(session, "zzqx")
+        assert nothing.example is None and nothing.why_not == "the cookbook has no entry near this task"
 
 
 def test_a_cookbook_entry_fits_a_task_with_the_same_signature_ops_and_input_ranks() -> None:
@@ -205,6 +213,11 @@ def test_a_cookbook_entry_fits_a_task_with_the_same_signature_ops_and_input_rank
     assert not compatible(gemm, MATMUL_3D_TASK)  # the same ops and signature, but a 3-D input
     assert compatible(gemm, MATMUL_3D_TASK.replace("torch.randn(N, M, K)", "torch.randn(M, K)"))
     assert not compatible(gemm, "class Model(:")  # a task that does not parse fits nothing
+    # why not, in a clause a run's report quotes after the entry's name
+    assert misfit(
+        reduce_dim, SUM_TASK.replace("def __init__(self, dim: int)", "def __init__(self, axis: int)")
+    ) == ("takes other __init__ parameters: (dim) where the task's Model takes (axis)")
+    assert misfit(gemm, "class Model(:") == "cannot be matched: the task has no Model class that parses"
     for entry in book.entries:  # every entry fits its own task
         assert compatible(book.example(entry.id), book.task_code(entry.id)), entry.id
 

@@ -14,13 +14,11 @@ import pytest
 from mcp import Client
 from search_scripted import ScriptedEvaluator
 from search_scripted import candidate as scripted_candidate
-from server_support import CANDIDATE, REPO, TASK, NoEvaluations, failure_clients, settings_for
+from server_support import CANDIDATE, REPO, TASK, LentEvaluator, NoEvaluations, failure_clients, settings_for
 
 from kernelcraft.base import knobs
 from kernelcraft.base.config import Settings
-from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.engine.host.local import LocalEvaluator
-from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import create_server
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "list_tools.json"
@@ -253,23 +251,6 @@ class ModelNew(nn.Module):
 """
 
 
-class SharedEvaluator:
-    """Lends the module's LocalEvaluator to each test's server; the fixture closes it."""
-
-    def __init__(self, inner: LocalEvaluator) -> None:
-        self.inner = inner
-
-    @property
-    def has_gpu(self) -> bool:
-        return self.inner.has_gpu
-
-    async def submit(self, job: EvalJob, progress: ProgressCallback | None = None) -> EvalResult:
-        return await self.inner.submit(job, progress)
-
-    async def aclose(self) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 async def local_evaluator() -> AsyncIterator[LocalEvaluator]:
     evaluator = LocalEvaluator(settings=knobs.settings(), workers=2, device="cpu")
@@ -281,7 +262,7 @@ async def local_evaluator() -> AsyncIterator[LocalEvaluator]:
 
 @pytest.fixture
 async def engine(tmp_path: Path, local_evaluator: LocalEvaluator) -> AsyncIterator[Client]:
-    server = create_server(settings_for(tmp_path), lambda settings: SharedEvaluator(local_evaluator))
+    server = create_server(settings_for(tmp_path), lambda settings: LentEvaluator(local_evaluator))
     async with Client(server) as c:
         yield c
 
