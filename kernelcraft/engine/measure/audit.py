@@ -53,7 +53,7 @@ def _clone(out: Any) -> Any:
     return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, out)
 
 
-def _unlike(given: Sequence[Any], fresh: Sequence[Any]) -> str | None:
+def unlike(given: Sequence[Any], fresh: Sequence[Any]) -> str | None:
     """Why `fresh` cannot stand in for `given` (other tensor shapes, dtypes or devices, other
     non-tensor values), or None."""
     a, spec_a = tree_flatten(list(given))
@@ -105,7 +105,7 @@ class TimedAudit:
     def _fresh(self, like: Sequence[Any]) -> tuple[int, Sequence[Any]] | None:
         seed = self._rng.getrandbits(62)
         fresh = self._draw(seed)
-        why = _unlike(like, fresh)
+        why = unlike(like, fresh)
         if why is not None:
             self.note = f"timed calls not audited: {why}"
             return None

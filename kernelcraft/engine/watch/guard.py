@@ -188,6 +188,8 @@ HARNESS_MODULES = (
     "kernelcraft.engine.replay.descriptors",
     "kernelcraft.engine.measure.rotation",
     "kernelcraft.engine.measure.samples",
+    "kernelcraft.engine.measure.audit",
+    "kernelcraft.engine.measure.timing",
     "kernelcraft.engine.worker.freeze",
     "kernelcraft.engine.worker.stages",
     "kernelcraft.engine.wire.requests",

@@ -207,11 +207,14 @@ class TimeCandidate(Request):
 class AuditTimed(Request):
     """Reference: draw the inputs of each timed call the candidate kept (`seeds`, as
     `Worker.make_inputs(task, job, 0, seed)` drew them), run Model and compare with the call's
-    outputs (`outputs`, records in the frame's blobs); answered `compared`."""
+    outputs (`outputs`, records in the frame's blobs); answered `compared`. With no seeds, the
+    candidate said its round could not be audited: check that two draws of the task's inputs
+    (from `seeds_for_claim`) indeed cannot stand in for each other."""
 
     TAG = Op.AUDIT_TIMED
     seeds: list[int] = Field(max_length=16)
     outputs: list[Any]
+    seeds_for_claim: list[int] = Field(default_factory=list, max_length=2)
 
 
 class UseInputs(Request):

@@ -361,6 +361,17 @@ class ReferenceWorker(Worker):
         from kernelcraft.engine.checks.compare import compare_outputs
 
         assert self.job is not None
+        if req.seeds_for_claim:
+            from kernelcraft.engine.measure.audit import unlike
+
+            a, b = (self.make_inputs(self.task, self.job, 0, s) for s in req.seeds_for_claim)
+            if unlike(a, b) is None:
+                message = "the candidate's timing said its timed calls could not be audited, yet the task's draws can stand in for its inputs"
+                return Compared(
+                    failure_class=FailureClass.FORBIDDEN_CONSTRUCT.value,
+                    evidence={"message": message, "op": "timed call"},
+                )
+            return Compared()
         try:
             got = [self.unpack_cloned(rec, blobs) for rec in req.outputs]
         except Exception as e:  # noqa: BLE001 - the candidate's outputs: a verdict, never our error

@@ -333,6 +333,11 @@ async def test_a_timed_call_the_reference_finds_wrong_fails_the_profile_and_a_ro
 ):
     class WrongWhenTimed(ScriptedWorker):
         def answer(self, h: dict[str, Any]) -> dict[str, Any]:
+            if h.get("op") == "audit_timed" and h.get("seeds_for_claim"):  # the draws can stand in
+                assert h["seeds"] == [] and len(h["seeds_for_claim"]) == 2
+                return Compared(
+                    failure_class="forbidden_construct", evidence={"message": "draws alike"}
+                ).to_header()
             if h.get("op") == "audit_timed":
                 assert h["seeds"] == [5, 6] and len(h["outputs"]) == 2
                 return Compared(
@@ -342,7 +347,7 @@ async def test_a_timed_call_the_reference_finds_wrong_fails_the_profile_and_a_ro
 
     class Pool(ScriptedPool):
         async def acquire(self) -> ScriptedWorker:
-            self.started.append(WrongWhenTimed(len(self.started) + 1))
+            self.started.append(WrongWhenTimed(len(self.started) + 1, self.candidate_timing))
             return self.started[-1]
 
     result = await _run(Pool(), ReferencePool(per_task=2, idle_per_device=2))
@@ -358,6 +363,11 @@ async def test_a_timed_call_the_reference_finds_wrong_fails_the_profile_and_a_ro
         ScriptedPool(candidate_timing=unaudited), ReferencePool(per_task=2, idle_per_device=2)
     )
     assert result.profile is not None and result.profile.available and note in result.profile.message
+    # The same claim where the reference's own draws stand in for each other: a lie.
+    result = await _run(Pool(candidate_timing=unaudited), ReferencePool(per_task=2, idle_per_device=2))
+    p = result.profile
+    assert p is not None and p.failure_class == FailureClass.FORBIDDEN_CONSTRUCT and p.evidence is not None
+    assert "were not audited" in p.evidence.message and "draws alike" in p.evidence.message, p.evidence
 
 
 @pytest.mark.anyio

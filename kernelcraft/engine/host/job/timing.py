@@ -281,8 +281,13 @@ class JobTiming:
     async def audit(self, timed: Timed, blobs: list[bytes]) -> None:
         """The reference's check of the timed calls the candidate kept (`measure/audit.py`): each
         one's inputs drawn again from its seed, Model run on them, the outputs compared. A round
-        with no kept call must say why (the task's draws differ in shape), else it fails."""
+        with no kept call must say why (the task's draws differ in shape), and the reference
+        checks that claim on two draws of its own; a round with neither fails."""
         if timed.audit_note is not None:
+            claim = AuditTimed(seeds=[], outputs=[], seeds_for_claim=[secrets.randbits(62) for _ in range(2)])
+            await self.checked(
+                claim, [], f"the candidate's timed calls were not audited ({timed.audit_note})"
+            )
             self.audit_notes.add(timed.audit_note)
             return
         if not timed.audited or len(timed.audited) != len(timed.audit_outputs):
@@ -294,9 +299,13 @@ class JobTiming:
                     op="timed call",
                 ),
             )
-        frame = await self.workers.ask_ref(
-            AuditTimed(seeds=timed.audited, outputs=timed.audit_outputs), blobs
-        )
+        await self.checked(AuditTimed(seeds=timed.audited, outputs=timed.audit_outputs), blobs, None)
+        self.audited += len(timed.audited)
+
+    async def checked(self, request: AuditTimed, blobs: list[bytes], claim: str | None) -> None:
+        """Ask the reference to check timed calls (`request`); what it finds wrong stops the job.
+        `claim`: the words of a round that said it could not be audited (no outputs sent)."""
+        frame = await self.workers.ask_ref(request, blobs)
         if frame.header.get("type") != Msg.COMPARED:
             self.workers.task_error(frame)
             raise Stop(
@@ -304,9 +313,10 @@ class JobTiming:
                 Evidence(message="the reference could not check the candidate's timed calls"),
             )
         compared = Compared.from_header(frame.header)
-        self.audited += len(timed.audited)
-        if compared.failure_class is not None:
-            ev = evidence_from(compared.evidence, "a timed call gave a wrong answer")
+        if compared.failure_class is None:
+            return
+        ev = evidence_from(compared.evidence, "a timed call gave a wrong answer")
+        if claim is None:
             ev.message = (
                 "a call of forward timed by the profile, on fresh inputs drawn after verification, gave a "
                 f"wrong answer ({ev.message}): forward computed less while it was timed than while it "
@@ -314,8 +324,10 @@ class JobTiming:
                 "calls), or its answers fall outside the tolerance on some draws of the inputs. Compute "
                 "every call's answer from its inputs"
             )
-            ev.op = "timed call"
-            raise Stop(FailureClass.FORBIDDEN_CONSTRUCT, ev)
+        else:
+            ev.message = f"{claim}: {ev.message}"
+        ev.op = "timed call"
+        raise Stop(FailureClass.FORBIDDEN_CONSTRUCT, ev)
 
     async def time_reference(
         self, rounds: _Rounds, *, compiled: bool, breakdown: bool = False, estimates: bool = False
