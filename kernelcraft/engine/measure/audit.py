@@ -27,6 +27,7 @@ copies; the timer (`timing.py`) calls the hooks.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ KEEP = TIMED_KEPT
 """Timed calls checked per round (as many as a `Timed` frame may carry the outputs of)."""
 POOL = 8
 """Fresh draws a graph's rotating sets are refreshed from, per round."""
+DRAW_BUDGET_S = 0.25
+"""Seconds of drawing a round with events may spend; past it (and `MIN_CALLS`), the round ends
+early: a task whose get_inputs() is slow gets shorter rounds, not a profile of minutes."""
+MIN_CALLS = 5
 
 
 @dataclass
@@ -88,6 +93,7 @@ class TimedAudit:
         self.kept: list[Kept] = []
         self.note: str | None = None
         """Why the round was not audited (its inputs could not be refreshed), or None."""
+        self.draw_seconds = 0.0
         self.calls = 0
         """Timed calls that ran on fresh inputs (events) or replays over refreshed sets (graph)."""
         self._seen = 0
@@ -97,6 +103,11 @@ class TimedAudit:
         self._captured: list[tuple[int, Any, list[int], int]] = []
         self._writer: dict[int, int] = {}
         self._last: tuple[int, Any, list[int], int] | None = None
+
+    def restart(self) -> None:
+        """Forget what a failed capture offered: the round goes on with events."""
+        self._seen = 0
+        self.kept, self._captured, self._writer, self._last, self._pool = [], [], {}, None, []
 
     @property
     def active(self) -> bool:
@@ -121,12 +132,19 @@ class TimedAudit:
 
     # ---- "cuda_events": a fresh draw per call ----
 
+    def spent(self, calls: int) -> bool:
+        """Whether a round that made `calls` timed calls should end: its draws took
+        `DRAW_BUDGET_S`, and it has `MIN_CALLS`."""
+        return calls >= MIN_CALLS and self.draw_seconds > DRAW_BUDGET_S
+
     def call_args(self, given: Sequence[Any]) -> Sequence[Any]:
         """The arguments of the next timed call: a fresh draw shaped as `given` (or `given` once
         the audit is off)."""
         if not self.active:
             return given
+        t = time.perf_counter()
         drawn = self._fresh(given)
+        self.draw_seconds += time.perf_counter() - t
         if drawn is None:
             return given
         self._seed, fresh = drawn

@@ -170,3 +170,35 @@ def test_a_timed_frame_may_carry_the_kept_outputs_and_no_more() -> None:
     assert KEEP == bounds.TIMED_KEPT
     assert KEEP * (1 << 20) <= b.blobs["timed"] < (KEEP + 1) * (1 << 20) * bounds.HEADROOM
     assert bounds.starting().blobs["timed"] == bounds.UNSIZED_BLOB_BYTES
+
+
+def test_a_task_whose_draws_are_slow_gets_a_shorter_round_not_a_long_one(
+    host_clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelcraft.engine.measure import audit as audit_module
+
+    monkeypatch.setattr(audit_module, "DRAW_BUDGET_S", 0.02)
+
+    def slow(seed: int) -> list[torch.Tensor]:
+        time.sleep(0.01)
+        return draw(seed)
+
+    audit = TimedAudit(slow, secret=2)
+    r = timing.sample_round(
+        lambda x: x * 2.0,
+        budget_ms=50,
+        method="cuda_events",
+        input_sets=lambda: [torch.zeros(64)],
+        audit=audit,
+    )
+    assert audit_module.MIN_CALLS <= len(r.times_us) == audit.calls < 10 and len(audit.kept) == KEEP
+
+
+def test_a_capture_that_fails_leaves_the_round_to_events_with_a_fresh_reservoir() -> None:
+    audit = TimedAudit(draw, secret=9)
+    for i in range(50):
+        audit.captured(i % 3, torch.zeros(64))
+    audit.restart()
+    for _ in range(3):
+        audit.called(audit.call_args([torch.zeros(64)])[0] * 2.0)
+    assert len(audit.kept) == KEEP  # the capture's 50 offers no longer make the events' keeps rare
