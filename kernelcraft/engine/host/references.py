@@ -129,6 +129,10 @@ class ReferencePool:
         self._idle: dict[TaskKey, list[Parked]] = {}
         self.sizes: dict[TaskKey, Sized] = {}
         """The task's measurement by its first reference worker (kept workers do not re-send it)."""
+        self.unshrunk: set[TaskKey] = set()
+        """Tasks (`JobState.base_key`) the interpreter runs at their own sizes whatever the
+        candidate (small enough, or with `get_cpu_inputs`): a candidate's divisors do not give
+        them a reference of their own."""
         # key -> its reference workers, busy or idle (at most `per_task`)
         self._live: dict[TaskKey, set[WorkerProcess]] = {}
         self._starting: dict[TaskKey, int] = {}

@@ -21,8 +21,9 @@ one constant that divides another still does; a value whose odd part is over the
 its largest divisor in [limit/4, limit], or, failing that, a value under the limit with the
 same parity. A model size (one `get_init_inputs` reads) that is a multiple of `TILE` stays one,
 at least `MODEL_FLOOR`; sizes are linked (`plan_sizes`) and their ratios kept only within a kind
-(the model's, the inputs' own). The rewrite edits only the literals' text: the rest of the file
-is unchanged.
+(the model's, the inputs' own). Given what the candidate's kernels divide the sizes by
+(`Multiples`, read by `source/divisors.py`), each shrunk size stays a multiple of those that
+divided it. The rewrite edits only the literals' text: the rest of the file is unchanged.
 
 Pure (`ast` only); used by the reference worker (`sizing.py`).
 """
@@ -30,6 +31,8 @@ Pure (`ast` only); used by the reference worker (`sizing.py`).
 from __future__ import annotations
 
 import ast
+import math
+from dataclasses import dataclass
 
 from kernelcraft.base.errors import TaskError
 
@@ -140,7 +143,11 @@ def _twos(v: int) -> int:
 
 
 def structure_broken(
-    old: dict[str, int], new: dict[str, int], limit: int, counts: set[str] | None = None
+    old: dict[str, int],
+    new: dict[str, int],
+    limit: int,
+    counts: set[str] | None = None,
+    multiples: Multiples | None = None,
 ) -> list[str]:
     """What a rewrite `old` -> `new` of a task's sizes breaks of its structure: a ratio between
     two linked sizes over the limit (see `MIN_LINKED`) that changed, two equal sizes made
@@ -148,7 +155,10 @@ def structure_broken(
     when None), one that divided the other and no longer does or now equals it (a group of one channel: GroupNorm
     then outputs its bias whatever its input). Ratios are kept between sizes of one kind: the
     model's (`counts`) with each other, the inputs' own (batch, image) with theirs; a batch's
-    ratio to a channel count is incidental. Empty when the structure is kept."""
+    ratio to a channel count is incidental. The ratio of two of the inputs' own sizes may change
+    where one keeps what the candidate's kernels divide it by (`multiples`: 8192 columns kept
+    at 1024 while 4096 rows go to 128). Empty when the structure is kept."""
+    multiples = multiples or Multiples()
     broken: list[str] = []
     names = sorted(old, key=lambda n: old[n])
     for i, a in enumerate(names):
@@ -162,7 +172,18 @@ def structure_broken(
             if va < 2 or vb % va:
                 continue
             q = vb // va
-            if va > limit and same_kind and _linked(va, vb, limit) and (nb % na or nb // na != q):
+            held = (
+                counts is not None
+                and not {a, b} & counts
+                and multiples.need(a, va) * multiples.need(b, vb) > 1
+            )
+            if (
+                va > limit
+                and same_kind
+                and not held
+                and _linked(va, vb, limit)
+                and (nb % na or nb // na != q)
+            ):
                 broken.append(f"{b} / {a} = {q} became {nb}/{na}")
             elif (counts is None or {a, b} <= counts) and (nb % na or nb == na):
                 broken.append(f"{a} ({va}) divided {b} ({vb}) {q} times; {na} and {nb} do not keep that")
@@ -222,8 +243,82 @@ def _divisor_keeping(v: int, limit: int, keep: list[int], model: bool = False) -
     return new
 
 
+@dataclass(frozen=True)
+class Multiples:
+    """What the candidate's kernels need of the sizes (`source/divisors.py`): a shrunk size stays
+    a multiple of `need(name, v)`, where `v` is its size in the task: of each of `values` (block
+    sizes, asserted divisors) that divided `v`, so a kernel without masks still tiles it
+    exactly. `products`: also keep as many factors of two as the largest power-of-two value
+    takes, up to `v`'s own, so that any product of sizes (an element count, the rows of a
+    flattened view) a block divided still divides; the shrink asks for it where the first rule
+    left such a product undivided (`broken`), as it keeps sizes larger. `per_program`: sizes
+    the candidate launches one program per index of (its grid `(rows,)`, `source/gridmap.py`),
+    which no block tiles: they shrink as for any candidate (but under `products`)."""
+
+    values: tuple[int, ...] = ()
+    products: bool = False
+    per_program: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, values: list[int], per_program: list[str] | None = None) -> Multiples:
+        return cls(tuple(sorted({v for v in values if v >= 2})), per_program=frozenset(per_program or ()))
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def need(self, name: str, v: int) -> int:
+        """What size `name`, `v` in the task, must stay a multiple of when shrunk (a divisor of `v`)."""
+        out = 1
+        if (name in self.per_program and not self.products) or not self.values:
+            return out
+        for m in self.values:
+            if v % m == 0:
+                out = math.lcm(out, m)
+        if self.products:
+            out = math.lcm(out, 1 << min(_twos(v), max(_twos(m) for m in self.values)))
+        return out
+
+    def twos_left(self, name: str, v: int) -> int:
+        """How many factors of two `v` may lose and keep `need(name, v)`."""
+        return _twos(v) - _twos(self.need(name, v))
+
+    def broken(
+        self, full: list[list[int]], trial: list[list[int]], changes: dict[str, list[int]]
+    ) -> str | None:
+        """The first extent of an input (a dimension, or the product of adjacent ones: an element
+        count, a flattened view's rows) that one of `values` divided at the task's sizes (`full`)
+        and not at the trials' (`trial`), leaving out those made of `per_program` sizes alone
+        (told apart by `changes`, {name: [old, new]}); None when each still divides."""
+        free = {(o, n) for name, (o, n) in changes.items() if name in self.per_program}
+        for i, (a, b) in enumerate(zip(full, trial, strict=False)):
+            if len(a) != len(b):
+                continue
+            for lo in range(len(a)):
+                for hi in range(lo + 1, len(a) + 1):
+                    if all((a[k], b[k]) in free for k in range(lo, hi)):
+                        continue
+                    pa, pb = math.prod(a[lo:hi]), math.prod(b[lo:hi])
+                    for m in self.values:
+                        if pa % m == 0 and pb % m:
+                            return f"input {i + 1}'s dims {lo}..{hi - 1}: {pa} -> {pb}, {m} no longer divides"
+        return None
+
+
+def _keeping_need(v: int, new: int, limit: int, need: int) -> int:
+    """`new` if it is a multiple of `need`, else the multiple of `need` the same shrink gives
+    `v // need` under `limit // need` (`need` itself when no room is left)."""
+    if new % need == 0:
+        return new
+    lim = limit // need
+    return need * (shrink_value(v // need, lim) if lim >= 2 else 1)
+
+
 def plan_sizes(
-    sizes: dict[str, int], limit: int, keep: frozenset[str] = frozenset(), model: frozenset[str] = frozenset()
+    sizes: dict[str, int],
+    limit: int,
+    keep: frozenset[str] = frozenset(),
+    model: frozenset[str] = frozenset(),
+    multiples: Multiples | None = None,
 ) -> dict[str, int]:
     """New values for `sizes` under `limit`; sizes within it stay. The sizes over the limit fall
     into groups of linked sizes (`MIN_LINKED`, equal sizes); each group is divided by one power
@@ -231,7 +326,10 @@ def plan_sizes(
     none, or a group no common power of two brings under the limit, shrinks size by size
     (`shrink_value`, keeping the small sizes that divided it). `structure_broken` says whether
     the result is usable. A model size (`model`) keeps its `TILE` multiple and `_floor` (the
-    common power of two is capped so that each keeps them). `keep`: names left as they are."""
+    common power of two is capped so that each keeps them). `keep`: names left as they are.
+    `multiples`: each size stays a multiple of `multiples.need` of it (the common power of two
+    is capped for it too; a group it leaves none stays as it is)."""
+    multiples = multiples or Multiples()
     new = dict(sizes)
     small = [v for v in sizes.values() if 2 <= v <= limit]
     left = {n for n, v in sizes.items() if v > limit and n not in keep}
@@ -246,14 +344,25 @@ def plan_sizes(
                     todo.append(b)
         top, twos = max(sizes[n] for n in group), min(_twos(sizes[n]) for n in group)
         twos = min(twos, *(_tile_twos(sizes[n]) for n in group & model), 64)
+        left_twos = {n: multiples.twos_left(n, sizes[n]) for n in group}
+        capped = min(left_twos.values()) < twos
+        if capped and group & model:  # the model's ratios are its structure: one power for all
+            twos = min(left_twos.values())
         t = next((t for t in range(1, twos + 1) if top >> t <= limit), twos or None)
         for n in group:
-            if len(group) > 1 and (t is not None or group & model):
+            if len(group) > 1 and capped and not group & model and t is not None:
+                # the inputs' own sizes: each as far as the group's power, what its divisors
+                # need of it kept (their ratio may change: `structure_broken` allows it)
+                new[n] = sizes[n] >> min(t, left_twos[n])
+            elif len(group) > 1 and (t is not None or group & model):
                 # no common power of two left (a floor reached): the model's linked sizes stay
                 # as they are, their ratios kept, while other sizes shrink at this limit
                 new[n] = sizes[n] >> t if t is not None else sizes[n]
             else:
-                new[n] = _divisor_keeping(sizes[n], limit, small, n in model)
+                v, need = sizes[n], multiples.need(n, sizes[n])
+                if n in model and v % TILE == 0:
+                    need = math.lcm(need, TILE)
+                new[n] = _keeping_need(v, _divisor_keeping(v, limit, small, n in model), limit, need)
     return new
 
 
@@ -264,18 +373,18 @@ def model_sizes(source: str) -> frozenset[str]:
 
 
 def shrunk_source(
-    source: str, limit: int, keep: frozenset[str] = frozenset()
+    source: str, limit: int, keep: frozenset[str] = frozenset(), multiples: Multiples | None = None
 ) -> tuple[str, dict[str, tuple[int, int]], list[str]]:
     """`source` with its size constants over `limit` shrunk (`plan_sizes`; those named in `keep`
-    left alone), {name: (old, new)} (empty when there is nothing to shrink) and what the rewrite
-    would break of the task's structure (`structure_broken`: when not empty, the source is
-    returned unchanged)."""
+    left alone, each kept a multiple of what `multiples` needs of it), {name: (old, new)} (empty
+    when there is nothing to shrink) and what the rewrite would break of the task's structure
+    (`structure_broken`: when not empty, the source is returned unchanged)."""
     tree = ast.parse(source)
     sites = size_constants(tree)
     old = {name: v for name, _node, v in sites}
     counts = {name for name, _node, _v in size_constants(tree, ("get_init_inputs",))}
-    new = plan_sizes(old, limit, frozenset(n for n in keep if n in old), frozenset(counts))
-    broken = structure_broken(old, new, limit, counts)
+    new = plan_sizes(old, limit, frozenset(n for n in keep if n in old), frozenset(counts), multiples)
+    broken = structure_broken(old, new, limit, counts, multiples)
     if broken:
         return source, {}, broken
     changes: dict[str, tuple[int, int]] = {}

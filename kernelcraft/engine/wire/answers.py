@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -48,6 +48,11 @@ class Sized(Reply):
     """For the verdict's notes: why the trials run at sizes larger than the interpreter's limit,
     or a warning that at the trials' sizes the reference's output does not depend on its inputs
     (`sizing.shrink_for_interpreter`)."""
+    multiples: Literal["kept", "dropped"] | None = None
+    """In a shrunk plan, the candidate's divisors (`Load.cpu_divisors`): "kept" (each size a
+    multiple of those that divided it), or "dropped" (no plan keeping them fits the interpreter's
+    budget, `sizing.shrink_keeping`; `multiples_dropped` says why)."""
+    multiples_dropped: str = ""
     error: str | None = None
     """Why the task could not be measured on meta (the job goes on without the figures)."""
 

@@ -27,6 +27,12 @@ class Load(BaseModel):
     full_size: bool = False
     # the reference only: the user's sizes for the interpreter, by constant (`shrink.given`)
     cpu_sizes: dict[str, int] | None = None
+    # the reference only: what the candidate's kernels divide the sizes by, for the shrink to
+    # keep (`source/divisors.py`, `shrink.Multiples`)
+    cpu_divisors: list[int] = Field(default_factory=list)
+    # the reference only: the task's sizes the candidate launches one program per index of
+    # (`divisors.per_program`): no block tiles them
+    cpu_per_program: list[str] = Field(default_factory=list)
     # both: "train" (as constructed, KernelBench's way) or "eval" (`.eval()` on the model)
     model_mode: str = "train"
     # both: "kernelcraft" or "adaexplore" (PyTorch allowed in forward, AdaExplore's tolerance)

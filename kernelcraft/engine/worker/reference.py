@@ -137,6 +137,7 @@ class ReferenceWorker(Worker):
     def sized(self, job: Load, workdir: Path) -> Sized:
         """Measure the task on the meta device (and, in the interpreter, shrink it when it is too
         big for it: `self.task` becomes the shrunk copy); the figures for the job."""
+        from kernelcraft.engine.source import shrink
         from kernelcraft.engine.worker import sizing
         from kernelcraft.engine.worker.loading import import_source
 
@@ -155,11 +156,12 @@ class ReferenceWorker(Worker):
                 return Sized(device_free=free, device_total=total, error=error_line(e)[:500])
         elif job.interpret and not job.full_size:
             try:
-                plan = sizing.shrink_for_interpreter(
+                plan = sizing.shrink_keeping(
                     job.task_source,
                     self.task,
                     sizes,
                     load,
+                    shrink.Multiples.of(job.cpu_divisors, job.cpu_per_program),
                     job.model_mode,
                     job.correctness,
                 )
@@ -182,6 +184,8 @@ class ReferenceWorker(Worker):
             shrunk_source=plan.source,
             not_shrunk=plan.not_shrunk,
             probe=plan.probe,
+            multiples=plan.multiples,
+            multiples_dropped=plan.dropped,
             trial_dims=sizes["dims"] if plan.source is not None else [],
             full_dims=full_dims if plan.source is not None else [],
         )

@@ -9,17 +9,19 @@ inputs). Forward on meta runs torch's Python decompositions, whose first call im
 workers) and the task is small (`QUICK_BELOW_BYTES`), its outputs are left unmeasured instead, as
 a job alone on the device loses nothing by it. `device_memory(device)` is what the device has free
 and in all. `shrink_for_interpreter` loads the task at small sizes (`source/shrink.py`) when the
-interpreter would take too long at its own.
+interpreter would take too long at its own; `shrink_keeping` keeps the sizes multiples of what
+the candidate's kernels divide them by (`shrink.Multiples`), within `MULTIPLES_MAX_ELEMENTS`.
 
 Runs in the worker process only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kernelcraft.engine.measure.rotation import nbytes
 from kernelcraft.engine.source import shrink
@@ -147,6 +149,10 @@ class Shrunk:
     """What the probe of the reference's output found (`depends_on_inputs`), when the verdict
     must say it: why larger sizes were chosen, or that the trials cannot tell a kernel from one
     that ignores its inputs (`INPUTS_IGNORED`)."""
+    multiples: Literal["kept", "dropped"] | None = None
+    """What became of the candidate's divisors (`shrink.Multiples`) in a shrunk plan: "kept",
+    or "dropped" (no plan that keeps them fits `MULTIPLES_MAX_ELEMENTS`; `dropped` says why)."""
+    dropped: str = ""
 
 
 PROBE_MAX_ELEMENTS = 1 << 23
@@ -160,8 +166,63 @@ INPUTS_IGNORED = (
 )
 
 
+MULTIPLES_MAX_ELEMENTS = 1 << 22
+"""The most work (elements of inputs and parameters) a plan that keeps the candidate's divisors
+may take: four times `shrink.SHRINK_ABOVE_ELEMENTS` (a few seconds a trial more). Over it, the
+task shrinks as for any candidate and the verdict warns (`Shrunk.multiples` "dropped")."""
+
+
+def shrink_keeping(
+    source: str,
+    task: Any,
+    sizes: dict[str, Any],
+    load: Any,
+    multiples: shrink.Multiples,
+    mode: str = "train",
+    rule: str = "kernelcraft",
+) -> Shrunk:
+    """`shrink_for_interpreter`, each shrunk size kept a multiple of what the candidate's kernels
+    divide it by (`multiples`, `source/divisors.py`): first of the divisors that divided that
+    size; where an extent of an input (a product of adjacent dimensions: an element count) that
+    one divided no longer is, again with `products` (`shrink.Multiples`). A plan
+    over `MULTIPLES_MAX_ELEMENTS`, or none where the task without them shrinks, gives way to
+    the shrink without them, "dropped" and why in `multiples`."""
+    plain = lambda: shrink_for_interpreter(source, task, sizes, load, mode, rule)  # noqa: E731
+    if not multiples:
+        return plain()
+    plan = shrink_for_interpreter(source, task, sizes, load, mode, rule, multiples)
+    broken = plan.source is not None and multiples.broken(sizes["dims"], plan.sizes["dims"], plan.changes)
+    if broken:
+        products = dataclasses.replace(multiples, products=True)
+        plan = shrink_for_interpreter(source, task, sizes, load, mode, rule, products)
+        if plan.source is not None:
+            broken = products.broken(sizes["dims"], plan.sizes["dims"], plan.changes)
+    if plan.source is None and sizes["elements"] <= MULTIPLES_MAX_ELEMENTS:
+        return plan  # not shrunk, or shrunk only as far as the task's own sizes allow
+    work = int(plan.sizes["elements"])
+    if plan.source is not None and work <= MULTIPLES_MAX_ELEMENTS and not broken:
+        plan.multiples = "kept"
+        return plan
+    other = plain()
+    if other.source is None:
+        return plan  # the task's own sizes either way: nothing to drop
+    other.multiples = "dropped"
+    other.dropped = (
+        f"no plan keeps them all ({broken})"
+        if broken
+        else f"the smallest plan that keeps them has {work:.3g} elements of work"
+    )
+    return other
+
+
 def shrink_for_interpreter(
-    source: str, task: Any, sizes: dict[str, Any], load: Any, mode: str = "train", rule: str = "kernelcraft"
+    source: str,
+    task: Any,
+    sizes: dict[str, Any],
+    load: Any,
+    mode: str = "train",
+    rule: str = "kernelcraft",
+    multiples: shrink.Multiples | None = None,
 ) -> Shrunk:
     """The task at sizes the interpreter runs in seconds, when it has no get_cpu_inputs and its
     work is over `shrink.SHRINK_ABOVE_ELEMENTS`: each smaller `shrink.LIMITS` in turn until the
@@ -174,16 +235,17 @@ def shrink_for_interpreter(
     trials could not tell a kernel from one that ignores its inputs, so the larger sizes tried,
     then the task's own, are probed in turn (up to `PROBE_MAX_ELEMENTS`) and the first whose
     output depends on the inputs is taken; when none does, the shrunk sizes stay and `probe`
-    says the verdict cannot tell (`INPUTS_IGNORED`)."""
+    says the verdict cannot tell (`INPUTS_IGNORED`). `multiples`: what each shrunk size stays a
+    multiple of (`shrink_keeping`); a plan over `MULTIPLES_MAX_ELEMENTS` is returned unprobed."""
     if hasattr(task, "get_cpu_inputs") or sizes["elements"] <= shrink.SHRINK_ABOVE_ELEMENTS:
         return Shrunk(task, sizes)
-    best, tried, broken = _search(source, task, sizes, load, frozenset())
+    best, tried, broken = _search(source, task, sizes, load, frozenset(), multiples)
     if best.source is None and broken:
         # A divisor between the model's sizes that may be incidental (level 2 #37: 64 groups
         # divide 1024 input features) is no reason to refuse: shrink the inputs' own sizes
         # (batch, sequence, image) and keep every size Model is built with.
         model = shrink.model_sizes(source)
-        kept, tried, _ = _search(source, task, sizes, load, model)
+        kept, tried, _ = _search(source, task, sizes, load, model, multiples)
         why = "shrinking its model's sizes would break its structure: " + "; ".join(broken[:4])
         if kept.source is None:
             best.not_shrunk = why
@@ -192,6 +254,8 @@ def shrink_for_interpreter(
         best.probe = f"kept the model's own sizes ({', '.join(sorted(model))}): {why}"[:800]
     if best.source is None:
         return best
+    if multiples and best.sizes["elements"] > MULTIPLES_MAX_ELEMENTS:
+        return best  # over the divisors' budget: `shrink_keeping` takes another plan (no probe)
     if depends_on_inputs(best.task, mode, rule) is not False:
         return best
     at = ", ".join(f"{k} {o} -> {n}" for k, (o, n) in best.changes.items())
@@ -223,7 +287,12 @@ def given_sizes(source: str, values: dict[str, int], load: Any) -> Shrunk:
 
 
 def _search(
-    source: str, task: Any, sizes: dict[str, Any], load: Any, keep: frozenset[str]
+    source: str,
+    task: Any,
+    sizes: dict[str, Any],
+    load: Any,
+    keep: frozenset[str],
+    multiples: shrink.Multiples | None = None,
 ) -> tuple[Shrunk, list[Shrunk], list[str]]:
     """Each `shrink.LIMITS` in turn (the sizes named in `keep` left alone) until the work is
     under `shrink.SHRINK_ABOVE_ELEMENTS`: the smallest plan, every plan tried, and what the
@@ -238,9 +307,12 @@ def _search(
     limits = list(shrink.LIMITS)
     while limits:
         limit = limits[0]
-        small, changes, breaks = shrink.shrunk_source(base, limit, keep)
+        small, changes, breaks = shrink.shrunk_source(base, limit, keep, multiples)
         broken = broken or breaks
         merged = {**done, **{k: [done.get(k, [o])[0], n] for k, (o, n) in changes.items()}}
+        if tried and merged == tried[-1].changes:  # a floor the divisors set: the same plan again
+            limits.pop(0)
+            continue
         refused = False
         if changes:
             try:

@@ -41,23 +41,35 @@ def test_verify_passes_an_honest_kernel_for_a_task_written_as_a_user_would(evalu
     assert v is not None and v.correct, (v.status, v.evidence) if v is not None else None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shrink (engine/source/shrink.py, run in the reference worker) does not see the "
-    "candidate's block sizes: dim 8192 -> 256 under an unmasked BLOCK=1024 loop reads out of bounds "
-    "(runtime_crash); keeping each size a multiple of the blocks that divided it needs the "
-    "candidate's constexprs in the sizing (trust/warm-path's rooms); until then a sidecar or the "
-    "task's KERNELCRAFT_CPU_SIZES gives sizes the blocks divide",
-)
-def test_an_honest_kernel_whose_blocks_divide_the_tasks_sizes_survives_the_shrink(evaluator, job_for) -> None:
+SHRUNK = {
+    # name: (trials, whether the candidate's kernels rely on sizes its blocks divide)
+    "unmasked_blocks": (2, True),  # 4096 x 8192 rows in unmasked BLOCK=1024 (the issue's)
+    "tiles_2d": (2, True),  # 32 x 512 tiles, grid m // BLOCK_M
+    "column_sums": (2, True),  # a reduction over 16384 rows in unmasked blocks of 512
+    "autotuned_rows": (3, True),  # three configs, BLOCK 512 to 2048 (a trial each)
+    "masked_rows": (2, False),  # 1024 does not divide 16000: masks, nothing to keep
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_an_honest_kernel_whose_blocks_divide_the_tasks_sizes_survives_the_shrink(
+    evaluator, job_for, name
+) -> None:
     """A GPU kernel written for the task's sizes drops masks where its block divides them (8192
     columns in blocks of 1024). Shrinking the task for the interpreter must keep that true, or the
-    kernel the GPU runs correctly crashes on the CPU: our sizes, not the kernel's fault."""
-    task = TASKS / "shrink" / "unmasked_blocks.py"
+    kernel the GPU runs correctly crashes on the CPU: our sizes, not the kernel's fault. The
+    shrink reads the candidate's blocks (`source/divisors.py`) and keeps each size a multiple of
+    those that divided it; a kernel that masks is shrunk as before."""
+    trials, kept = SHRUNK[name]
+    task = TASKS / "shrink" / f"{name}.py"
     v = evaluator.submit(
-        job_for(task, TASKS / "shrink" / "unmasked_blocks_triton.py", trials=2, gpu_check=None)
+        job_for(task, TASKS / "shrink" / f"{name}_triton.py", trials=trials, gpu_check=None)
     ).verify
     assert v is not None and v.correct, (v.status, v.evidence) if v is not None else None
+    assert any(n.startswith("ran at shrunk sizes") for n in v.notes), v.notes
+    assert any("keep each size a multiple of the candidate's block sizes" in n for n in v.notes) is kept, (
+        v.notes
+    )
 
 
 @pytest.mark.parametrize(

@@ -302,9 +302,9 @@ async def test_verify_passes_a_correct_kernel_in_the_interpreter_and_reports_pro
 @pytest.mark.anyio
 async def test_verify_runs_at_the_cpu_sizes_a_task_sent_over_mcp_gives_itself(engine: Client) -> None:
     """An MCP client sends only source, so it had no way to give CPU sizes (the CLI has
-    `--cpu-sizes` and sidecars): a kernel whose unmasked blocks divide the task's 8192 columns
-    crashed at the shrink's 256 (tests/engine/host/test_user_tasks.py's xfail). The task's own
-    `KERNELCRAFT_CPU_SIZES` runs it at 2048, and a malformed one says what to write."""
+    `--cpu-sizes` and sidecars): the task's own `KERNELCRAFT_CPU_SIZES` runs it at 2048 (the
+    shrink itself now keeps the candidate's blocks: tests/engine/host/test_user_tasks.py), and a
+    malformed one says what to write."""
     folder = REPO / "tests" / "fixtures" / "user_tasks" / "shrink"
     task = (folder / "unmasked_blocks.py").read_text()
     arguments = {

@@ -24,7 +24,7 @@ from kernelcraft.engine.host.job.state import JobState
 from kernelcraft.engine.host.references import Parked
 from kernelcraft.engine.machine.memory import TaskSize, host_available, refusal
 from kernelcraft.engine.machine.pool import WorkerPool, WorkerProcess
-from kernelcraft.engine.source import reach, shrink
+from kernelcraft.engine.source import divisors, reach, shrink
 from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.channel import Frame
 from kernelcraft.engine.wire.protocol import Msg, NextJob, Request, Sized, TaskReady
@@ -123,6 +123,12 @@ async def _start_reference(st: JobState, jw: JobWorkers) -> TaskReady:
         sized = None
     if sized is not None:
         st.references.sizes[key] = sized
+        if (
+            sized.error is None
+            and sized.shrunk_source is None
+            and (sized.has_cpu_inputs or sized.elements <= shrink.SHRINK_ABOVE_ELEMENTS)
+        ):  # runs at its own sizes whatever the candidate: no reference per candidate's divisors
+            st.references.unshrunk.add(st.base_key)
     await size_up(st, w, sized, fresh=True)
     async with jw.gpu_lock(exclusive=False):  # building Model uses the GPU
         frame = await jw.ask_ref(NextJob())
@@ -205,6 +211,9 @@ async def size_up(st: JobState, ref: WorkerProcess, sized: Sized | None, *, fres
         st.task_source = sized.shrunk_source
         st.notes.append(shrink.describe(sized.shrunk, sized.shapes, given=bool(st.spec.cpu_sizes)))
         st.notes.extend(reach.note(st.spec.candidate_source, size_pairs(sized)))
+        said = divisors.note(st.divisors, sized.multiples, sized.multiples_dropped)
+        if said is not None:  # a warning comes first, as the probe's below
+            st.notes.insert(0 if said.startswith("warning:") else len(st.notes), said)
     if sized.probe is not None:
         # A warning that the trials cannot tell a kernel from one that ignores its inputs
         # comes first: a reader of a passing verdict must not miss it.

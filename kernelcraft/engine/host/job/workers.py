@@ -222,6 +222,9 @@ class JobWorkers:
             given = {"full_size": True} if st.full_size and interpret else {}
             if interpret and spec.cpu_sizes and not st.full_size:
                 given["cpu_sizes"] = dict(spec.cpu_sizes)
+            elif interpret and not st.full_size and st.key != st.base_key:
+                given["cpu_divisors"] = st.divisors.canonical()
+                given["cpu_per_program"] = list(st.per_program)
         source = st.task_source if role == "candidate" else spec.task_source
         if spec.model_mode != "train":
             given["model_mode"] = spec.model_mode

@@ -1,0 +1,218 @@
+"""Which of a task's sizes the candidate launches one program per index of (for the CPU shrink).
+
+The shrink keeps a size a multiple of the candidate's block sizes where the task's was
+(`source/divisors.py`, `shrink.Multiples`), not knowing which size a block tiles: a row-wise
+kernel with `BLOCK=1024` over 4096 x 8192 would keep both at multiples of 1024, a thousand
+programs in the interpreter where a hundred tell as much. A size whose every place in the
+inputs is a dimension the candidate's grid takes whole, one program per index (`grid =
+(rows,)` with `rows = x.shape[0]`), is tiled by no block: it shrinks as for any candidate.
+
+Read with `ast` only (nothing runs), and only where it is plain: the task's `get_inputs()`
+returns a list or tuple of `torch.randn(a, b, ...)`-style calls (or names bound to them) whose
+size arguments are its module-level size constants; the candidate's `ModelNew.forward` takes the
+inputs in that order, launches every kernel itself (a launch anywhere else: nothing is said)
+and reads the dimension straight from its input (`x.shape[0]`, `x.size(0)`, `rows, n = x.shape`;
+an input reassigned other than by `.contiguous()`-like calls is not read). A dimension that also
+appears in a grid any other way (`triton.cdiv(rows, BLOCK_M)`), a size read by
+`get_init_inputs()` (a model's) or used in `get_inputs()` otherwise than as a whole dimension,
+is not per program. Pure; used by the job's host side (`job/state.py`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from kernelcraft.engine.source import shrink
+
+MAX_SOURCE_CHARS = 400_000
+_MAKERS = frozenset({"randn", "rand", "zeros", "ones", "empty", "randint", "full", "rand_like"})
+_SAME_SHAPE = frozenset({"contiguous", "float", "half", "bfloat16", "to", "clone", "detach", "cuda", "cpu"})
+
+Dim = tuple[int, int]
+"""(input index, dimension)."""
+
+
+def per_program(task_source: str, candidate_source: str) -> list[str]:
+    """The task's size constants the candidate launches one program per index of (see the
+    module docstring), sorted; empty when either source is not plain enough to tell."""
+    if len(task_source) > MAX_SOURCE_CHARS or len(candidate_source) > MAX_SOURCE_CHARS:
+        return []
+    try:
+        task, candidate = ast.parse(task_source), ast.parse(candidate_source)
+    except (SyntaxError, ValueError):
+        return []
+    places = _input_places(task)
+    whole = _whole_dims(candidate)
+    if not places or not whole:
+        return []
+    model = {name for name, _node, _v in shrink.size_constants(task, ("get_init_inputs",))}
+    return sorted(
+        name
+        for name, dims in places.items()
+        if name not in model and dims and None not in dims and all(d in whole for d in dims)
+    )
+
+
+def _function(tree: ast.AST, name: str) -> ast.FunctionDef | None:
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        f = node.func
+        return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    return None
+
+
+def _maker(node: ast.AST) -> ast.Call | None:
+    """`torch.randn(...)`, through `.to(...)`/`.contiguous()`-like calls on it."""
+    while (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_SHAPE
+    ):
+        node = node.func.value
+    return node if isinstance(node, ast.Call) and _call_name(node) in _MAKERS else None
+
+
+def _size_args(call: ast.Call) -> list[ast.expr] | None:
+    """The size arguments of a maker call, in dimension order; None when not plain."""
+    name = _call_name(call)
+    args: list[ast.expr] = list(call.args)
+    if name == "randint":  # randint(low, high, size) or randint(high, size)
+        size = next((k.value for k in call.keywords if k.arg == "size"), args[-1] if args else None)
+        args = [size] if size is not None else []
+    elif name == "full":
+        args = args[:1]
+    if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+        return list(args[0].elts)
+    if name in ("randint", "full"):
+        return None
+    return args
+
+
+def _input_places(task: ast.Module) -> dict[str, list[Dim | None]]:
+    """Each name `get_inputs()` reads: the input dimensions it is, None for any other use."""
+    fn = _function(task, "get_inputs")
+    if fn is None:
+        return {}
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    if len(returns) != 1 or not isinstance(returns[0].value, (ast.List, ast.Tuple)):
+        return {}
+    bound = {
+        n.targets[0].id: n.value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+    }
+    slots: dict[int, Dim] = {}
+    for i, element in enumerate(returns[0].value.elts):
+        value = bound.get(element.id, element) if isinstance(element, ast.Name) else element
+        call = _maker(value)
+        args = _size_args(call) if call is not None else None
+        for j, arg in enumerate(args or []):
+            if isinstance(arg, ast.Name):
+                slots[id(arg)] = (i, j)
+    places: dict[str, list[Dim | None]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            places.setdefault(node.id, []).append(slots.get(id(node)))
+    return places
+
+
+def _dim(node: ast.AST, params: dict[str, int], origin: dict[str, Dim]) -> Dim | None:
+    """The input dimension `node` reads whole: a name bound to one, `x.shape[j]`, `x.size(j)`."""
+    if isinstance(node, ast.Name):
+        return origin.get(node.id)
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "shape"
+    ):
+        x, k = node.value.value, node.slice
+        if (
+            isinstance(x, ast.Name)
+            and x.id in params
+            and isinstance(k, ast.Constant)
+            and type(k.value) is int
+        ):
+            return (params[x.id], k.value) if k.value >= 0 else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size":
+        x = node.func.value
+        if isinstance(x, ast.Name) and x.id in params and len(node.args) == 1:
+            k = node.args[0]
+            if isinstance(k, ast.Constant) and type(k.value) is int and k.value >= 0:
+                return params[x.id], k.value
+    return None
+
+
+def _whole_dims(candidate: ast.Module) -> set[Dim]:
+    """The input dimensions `ModelNew.forward`'s grids take whole and nowhere otherwise."""
+    cls = next((n for n in candidate.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
+    forward = _function(cls, "forward") if cls is not None else None
+    if forward is None or forward.args.vararg is not None:
+        return set()
+    launches = [
+        n for n in ast.walk(candidate) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
+    ]
+    inside = {id(n) for n in ast.walk(forward)}
+    if not launches or any(id(c) not in inside for c in launches):
+        return set()  # a kernel launched elsewhere (a helper): its grid is not read here
+    params = {a.arg: i for i, a in enumerate(forward.args.args[1:])}
+    for node in ast.walk(forward):  # `x = x.view(...)` changes what x's dimensions are
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id in params and _maker_free(node.value, n.id):
+                        params.pop(n.id)
+    origin: dict[str, Dim] = {}
+    grids: dict[str, ast.expr] = {}
+    assigned: dict[str, int] = {}
+    for node in ast.walk(forward):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        assigned[n.id] = assigned.get(n.id, 0) + 1
+    for node in ast.walk(forward):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(target, ast.Name):
+            grids[target.id] = value
+            if (d := _dim(value, params, {})) is not None:
+                origin[target.id] = d
+        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape":
+            x = value.value
+            if isinstance(x, ast.Name) and x.id in params:
+                for j, elt in enumerate(target.elts):
+                    if isinstance(elt, ast.Name):
+                        origin[elt.id] = (params[x.id], j)
+    origin = {name: d for name, d in origin.items() if assigned.get(name) == 1}  # one meaning only
+    whole: set[Dim] = set()
+    other: set[Dim] = set()
+    for call in launches:
+        assert isinstance(call.func, ast.Subscript)
+        grid: ast.AST = call.func.slice
+        if isinstance(grid, ast.Name):
+            grid = grids.get(grid.id, grid)
+        if isinstance(grid, ast.Lambda):
+            grid = grid.body
+        entries = grid.elts if isinstance(grid, ast.Tuple) else [grid]
+        for entry in entries:
+            d = _dim(entry, params, origin)
+            if d is not None:
+                whole.add(d)
+                continue
+            for n in ast.walk(entry):
+                if (d := _dim(n, params, origin)) is not None:
+                    other.add(d)
+    return whole - other
+
+
+def _maker_free(value: ast.AST | None, name: str) -> bool:
+    """Whether an assignment to input `name` may change its shape (anything but `x.contiguous()`-like)."""
+    node = value
+    while (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_SHAPE
+    ):
+        node = node.func.value
+    return not (isinstance(node, ast.Name) and node.id == name)

@@ -1,0 +1,185 @@
+"""The CPU shrink keeps what a candidate's kernels divide the task's sizes by (`source/divisors.py`,
+`source/gridmap.py`, `shrink.Multiples`, `sizing.shrink_keeping`): read from its source, never run."""
+
+from __future__ import annotations
+
+import types
+
+from kernelcraft.engine.source import divisors, shrink
+from kernelcraft.engine.source.divisors import read_divisors
+from kernelcraft.engine.source.gridmap import per_program
+from kernelcraft.engine.worker import sizing
+
+KERNEL = """
+import triton
+import triton.language as tl
+
+@triton.jit
+def k(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    {body}
+"""
+UNMASKED = "tl.store(out_ptr + offs, tl.load(x_ptr + offs))"
+MASKED = "tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)"
+
+
+def _candidate(body: str, forward: str) -> str:
+    return KERNEL.format(body=body) + "\nclass ModelNew:\n    def forward(self, x):\n" + forward
+
+
+def test_the_block_a_launch_gives_a_kernel_without_masks_is_read() -> None:
+    found = read_divisors(
+        _candidate(UNMASKED, "        k[(x.numel() // 1024,)](x, x, x.numel(), BLOCK=1024)\n")
+    )
+    assert found.canonical() == [1024]
+    assert "BLOCK=1024 in k's launch" in found.describe()
+
+
+def test_a_kernel_that_masks_every_access_relies_on_no_divisor() -> None:
+    launch = "        k[(triton.cdiv(x.numel(), 1024),)](x, x, x.numel(), BLOCK=1024)\n"
+    assert read_divisors(_candidate(MASKED, launch)).canonical() == []
+
+
+def test_a_scalar_store_at_a_programs_index_is_not_an_unmasked_block() -> None:
+    body = "s = tl.sum(tl.load(x_ptr + offs, mask=offs < n), axis=0)\n    tl.store(out_ptr + tl.program_id(0), s)"
+    launch = "        k[(triton.cdiv(x.numel(), 256),)](x, x, x.numel(), BLOCK=256)\n"
+    assert read_divisors(_candidate(body, launch)).canonical() == []
+
+
+def test_blocks_are_read_through_names_positions_defaults_and_the_grid() -> None:
+    source = """
+import triton
+import triton.language as tl
+TILE_N = 512
+
+@triton.jit
+def tile(x_ptr, n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr = 128, WIDE: tl.constexpr = 3):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    tl.store(x_ptr + rm, tl.load(x_ptr + rm))
+
+class ModelNew:
+    def __init__(self):
+        self.block = 64
+
+    def forward(self, x):
+        m = x.shape[0]
+        grid = (m // 48,)
+        tile[grid](x, m, self.block, TILE_N)
+"""
+    # BLOCK_M from self.block (by position), BLOCK_N given TILE_N and defaulting to 128, the
+    # grid's 48; WIDE's 3 is not a power of two and no grid divides by it
+    assert read_divisors(source).canonical() == [48, 64, 128, 512]
+
+
+def test_an_autotuned_kernels_configs_count_comprehensions_included() -> None:
+    source = KERNEL.format(body=UNMASKED).replace(
+        "@triton.jit",
+        '@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in [256, 2048]], key=["n"])\n@triton.jit',
+    )
+    assert read_divisors(source).canonical() == [256, 2048]
+
+
+def test_a_divisibility_the_candidate_asserts_counts_even_when_it_masks() -> None:
+    forward = (
+        "        assert x.shape[1] % 96 == 0\n"
+        "        if x.numel() % 4096 != 0:\n            raise ValueError('pad it')\n"
+        "        k[(triton.cdiv(x.numel(), 1024),)](x, x, x.numel(), BLOCK=1024)\n"
+    )
+    assert read_divisors(_candidate(MASKED, forward)).canonical() == [96, 4096]
+    static = MASKED + "\n    tl.static_assert(BLOCK % 32 == 0)"
+    assert read_divisors(_candidate(static, "        pass\n")).canonical() == [32]
+
+
+def test_a_source_that_does_not_parse_relies_on_nothing() -> None:
+    assert read_divisors("def (:").canonical() == []
+
+
+ROWS_TASK = """
+import torch
+batch_size = 4096
+dim = 8192
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_dimension_the_grid_takes_whole_is_launched_one_program_per_index() -> None:
+    rows = _candidate(UNMASKED, "        rows, n = x.shape\n        k[(rows,)](x, x, n, BLOCK=1024)\n")
+    assert per_program(ROWS_TASK, rows) == ["batch_size"]
+    # the same rows also tiled by another launch, or x reshaped first: nothing is said
+    tiled = rows.replace(
+        "k[(rows,)](x, x, n, BLOCK=1024)\n",
+        "k[(rows,)](x, x, n, BLOCK=1024)\n        k[(rows // 64,)](x, x, n)\n",
+    )
+    assert per_program(ROWS_TASK, tiled) == []
+    viewed = rows.replace("rows, n = x.shape", "x = x.view(-1, 64)\n        rows, n = x.shape")
+    assert per_program(ROWS_TASK, viewed) == []
+    # a square input: the grid's rows are also its tiled columns
+    square = ROWS_TASK.replace("torch.randn(batch_size, dim)", "torch.randn(dim, dim)")
+    assert per_program(square, rows) == []
+
+
+def test_the_shrink_keeps_each_size_a_multiple_of_the_blocks_that_divided_it() -> None:
+    tiles = shrink.Multiples.of([32, 512])
+    plan = shrink.plan_sizes({"rows": 2048, "cols": 8192}, 256, multiples=tiles)
+    assert plan == {"rows": 512, "cols": 512}  # without: 64 and 256, under a 512 tile
+    # a reduction dim alone over the limit, a floor over the limit itself
+    assert shrink.plan_sizes({"n_rows": 16384, "n_cols": 256}, 16, multiples=tiles) == {
+        "n_rows": 512,
+        "n_cols": 32,
+    }
+    # a block that does not divide the task's size asks nothing of it (its kernel masks)
+    assert shrink.plan_sizes({"dim": 16000}, 256, multiples=shrink.Multiples.of([1024])) == {"dim": 250}
+    # rows the grid takes whole shrink as for any candidate: their ratio to the columns may go
+    rows = shrink.Multiples.of([1024], ["batch_size"])
+    assert shrink.plan_sizes({"batch_size": 4096, "dim": 8192}, 256, multiples=rows) == {
+        "batch_size": 128,
+        "dim": 1024,
+    }
+    assert (
+        shrink.structure_broken(
+            {"batch_size": 4096, "dim": 8192}, {"batch_size": 128, "dim": 1024}, 256, set(), rows
+        )
+        == []
+    )
+    # the model's linked sizes keep their ratio: one power of two for all, as far as the blocks allow
+    model = shrink.plan_sizes({"c": 4096, "g": 256 * 16}, 64, model=frozenset({"c", "g"}), multiples=rows)
+    assert model["c"] % 1024 == 0 and model["c"] == model["g"]
+
+
+def test_a_product_of_sizes_a_block_divided_stays_divided() -> None:
+    # 512 x 8000 elements are 4000 blocks of 1024, though neither size is a multiple of it
+    one = shrink.Multiples.of([1024])
+    plan = shrink.plan_sizes({"batch": 512, "dim": 8000}, 256, multiples=one)
+    assert one.broken([[512, 8000]], [[plan["batch"], plan["dim"]]], {}) is not None
+    products = shrink.Multiples(one.values, products=True)
+    plan = shrink.plan_sizes({"batch": 512, "dim": 8000}, 256, multiples=products)
+    assert products.broken([[512, 8000]], [[plan["batch"], plan["dim"]]], {}) is None
+
+
+def _load(source: str, tag: str) -> types.ModuleType:
+    module = types.ModuleType(tag)
+    exec(compile(source, tag, "exec"), module.__dict__)
+    return module
+
+
+def _keeping(source: str, multiples: shrink.Multiples) -> sizing.Shrunk:
+    task = _load(source, "task")
+    return sizing.shrink_keeping(source, task, sizing.measure(task, interpret=True), _load, multiples)
+
+
+def test_blocks_no_plan_can_keep_within_the_interpreters_budget_are_dropped_with_a_warning() -> None:
+    source = ROWS_TASK.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, 16)")
+    source += "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    kept = _keeping(source, shrink.Multiples.of([1024], ["batch_size"]))
+    assert kept.multiples == "kept" and kept.changes == {"batch_size": [4096, 32], "dim": [8192, 1024]}
+    dropped = _keeping(source, shrink.Multiples.of([4096]))  # 4096 x 4096 x 16 at the least
+    plain = _keeping(source, shrink.Multiples())
+    assert dropped.multiples == "dropped" and plain.multiples is None and dropped.changes == plain.changes
+    assert "elements of work" in dropped.dropped
+    found = divisors.Divisors({4096}, {4096: "BLOCK=4096 in k's launch at line 9"})
+    note = divisors.note(found, dropped.multiples, dropped.dropped)
+    assert note is not None and note.startswith("warning:")
+    assert "--cpu-sizes" in note and "KERNELCRAFT_CPU_SIZES" in note and "BLOCK=4096" in note
