@@ -8,11 +8,13 @@ for the sizes its kernels divide the task's by, and the shrink keeps each size a
 them where the task's own size was (`shrink.Multiples`).
 
 What counts (`read_divisors`):
-- the tile sizes of a kernel that loads or stores without a mask (`tl.load`/`tl.store`/an
-  atomic without `mask=` or `boundary_check=`, in it or a `@triton.jit` function it calls): the
-  power-of-two values its launches give its `tl.constexpr` parameters (by keyword or position;
+- the tile sizes of a kernel that loads or stores a block without a mask (`tl.load`/`tl.store`/
+  an atomic without `mask=` or `boundary_check=` on offsets from `tl.arange` or a block
+  pointer, in it or a `@triton.jit` function it calls): the power-of-two values its launches
+  give its tile parameters (`tl.constexpr`s read in `tl.arange`, a shape, a block pointer's
+  `block_shape`, a loop's step, or passed to another jit function: not a `GROUP_M`; by keyword or position;
   a literal, or a name assigned a literal in the launching function, the module or
-  `self.NAME` in a method), its constexpr parameters' defaults, the values of its
+  `self.NAME` in a method), its tile parameters' defaults, the values of its
   `@triton.autotune` configs (`triton.Config({...})`, a comprehension over a literal list) and
   of its `@triton.heuristics` lambdas that return a literal, and `tl.arange(0, N)` with a
   literal or module-level `N`; the divisors in its launch's grid (`n // 128`, `triton.cdiv(n,
@@ -67,16 +69,21 @@ class Divisors:
         return "; ".join(self.where[v] for v in sorted(self.where, reverse=True)[:limit])
 
 
-def note(found: Divisors, multiples: str | None, dropped: str) -> str | None:
-    """The verdict's note on what the shrink did with the candidate's divisors (`Sized.multiples`)."""
+def note(
+    found: Divisors, multiples: str | None, dropped: str, per_program: list[str] | None = None
+) -> str | None:
+    """The verdict's note on what the shrink did with the candidate's divisors (`Sized.multiples`);
+    `per_program`: the sizes its grids take whole (`gridmap.py`)."""
     if not found.values or multiples is None:
         return None
     values = ", ".join(map(str, found.canonical()))
     if multiples == "kept":
+        whole = ", ".join(per_program or [])
         return (
             f"the shrunk sizes keep each size a multiple of the candidate's block sizes and divisors "
             f"that divided it at the task's own ({values}: {found.describe()}), so that a kernel "
             "without masks tiles the trials' sizes as it tiles the task's"
+            + (f"; {whole}, launched one program per index, shrunk as for any kernel" if whole else "")
         )[:800]
     return (
         f"warning: the candidate's kernels rely on the task's sizes being multiples of {values} "
@@ -250,14 +257,42 @@ def _constexprs(fn: ast.FunctionDef) -> list[tuple[str, bool, ast.expr | None]]:
     return out
 
 
+_SHAPED = frozenset(
+    {"zeros", "full", "reshape", "view", "broadcast_to", "make_block_ptr", "make_tensor_descriptor"}
+)
+
+
+def _tile_params(fn: ast.FunctionDef, kernels: dict[str, ast.FunctionDef]) -> set[str]:
+    """The kernel's constexpr parameters that are tile widths: read in `tl.arange(...)`, a
+    shape (`tl.zeros((BLOCK_M, BLOCK_N), ...)`, a block pointer's `block_shape`), a loop's
+    step (`range(0, K, BLOCK_K)`), or passed on to another jit function; not a swizzle's
+    `GROUP_M` or a flag."""
+    names = {name for name, constexpr, _d in _constexprs(fn) if constexpr}
+    used: set[str] = set()
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        call = _name(node.func)
+        if call == "arange" or call in kernels:
+            read: list[ast.AST] = [*node.args, *(k.value for k in node.keywords)]
+        elif call in _SHAPED:
+            read = [*node.args[:2], *(k.value for k in node.keywords if k.arg in ("shape", "block_shape"))]
+        elif call == "range" and len(node.args) == 3:
+            read = [node.args[2]]
+        else:
+            continue
+        used |= {n.id for r in read for n in ast.walk(r) if isinstance(n, ast.Name) and n.id in names}
+    return used
+
+
 def _modulus(test: ast.AST) -> list[ast.expr]:
     """The right-hand sides of `X % c` in `test`."""
     return [n.right for n in ast.walk(test) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)]
 
 
-def _config_values(node: ast.AST, scope: _Scope) -> set[int]:
-    """The integer values of the `triton.Config({...})` dicts under `node` (literals, or a name a
-    comprehension draws from a literal list)."""
+def _config_values(node: ast.AST, scope: _Scope, keys: set[str]) -> set[int]:
+    """The integer values of `keys` in the `triton.Config({...})` dicts under `node` (literals,
+    or a name a comprehension draws from a literal list)."""
     drawn: dict[str, set[int]] = {}
     for comp in ast.walk(node):
         if isinstance(comp, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
@@ -270,8 +305,9 @@ def _config_values(node: ast.AST, scope: _Scope) -> set[int]:
     for call in ast.walk(node):
         if isinstance(call, ast.Call) and _name(call.func) == "Config" and call.args:
             if isinstance(call.args[0], ast.Dict):
-                for value in call.args[0].values:
-                    out |= scope.values(value, drawn)
+                for key, value in zip(call.args[0].keys, call.args[0].values, strict=True):
+                    if isinstance(key, ast.Constant) and key.value in keys:
+                        out |= scope.values(value, drawn)
     return out
 
 
@@ -289,9 +325,10 @@ def read_divisors(source: str) -> Divisors:
     kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn)}
     unmasked = _reach_unmasked(kernels)
     any_unmasked = bool(unmasked)
+    tiles = {name: _tile_params(fn, kernels) for name, fn in kernels.items()}
     for name, fn in kernels.items():
         if name in unmasked:
-            _kernel_tiles(fn, tree, scope, found)
+            _kernel_tiles(fn, tree, scope, tiles[name], found)
         for node in ast.walk(fn):  # tl.static_assert(N % BLOCK == 0): a check that fails
             if (
                 isinstance(node, ast.Call)
@@ -309,7 +346,8 @@ def read_divisors(source: str) -> Divisors:
                 where = owner or tree
                 if id(where) not in grids:
                     grids[id(where)] = _grids(where)
-                _launch(node, kernel, scope, scope.local(owner), grids[id(where)], found)
+                kernel_tiles = tiles[kernel.name] if kernel is not None else None
+                _launch(node, kernel, scope, scope.local(owner), grids[id(where)], kernel_tiles, found)
         elif isinstance(node, ast.Assert) or (
             isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body)
         ):
@@ -349,11 +387,13 @@ def _reach_unmasked(kernels: dict[str, ast.FunctionDef]) -> set[str]:
     return out
 
 
-def _kernel_tiles(fn: ast.FunctionDef, tree: ast.Module, scope: _Scope, found: Divisors) -> None:
-    """A kernel's own tile sizes: its constexpr defaults, its autotune configs and heuristics
-    that give literals, and literal `tl.arange` widths."""
-    for name, constexpr, default in _constexprs(fn):
-        if constexpr and default is not None:
+def _kernel_tiles(
+    fn: ast.FunctionDef, tree: ast.Module, scope: _Scope, tiles: set[str], found: Divisors
+) -> None:
+    """A kernel's own tile sizes: its tile parameters' (`tiles`) defaults, the literals its
+    autotune configs and heuristics give them, and literal `tl.arange` widths."""
+    for name, _constexpr, default in _constexprs(fn):
+        if name in tiles and default is not None:
             for v in filter(_is_pow2, scope.values(default, {})):
                 found.add(v, f"{fn.name}'s {name}={v} at line {fn.lineno}")
     for d in fn.decorator_list:
@@ -363,13 +403,15 @@ def _kernel_tiles(fn: ast.FunctionDef, tree: ast.Module, scope: _Scope, found: D
             for c in configs:
                 # `configs=CONFIGS` or a function that builds them: every Config in the module
                 where = tree if isinstance(c, (ast.Name, ast.Call)) else c
-                for v in filter(_is_pow2, _config_values(where, scope)):
+                for v in filter(_is_pow2, _config_values(where, scope, tiles)):
                     found.add(v, f"{fn.name}'s autotune config {v} at line {d.lineno}")
         elif text.endswith("heuristics") and isinstance(d, ast.Call) and d.args:
-            for lam in ast.walk(d.args[0]):
-                if isinstance(lam, ast.Lambda):
-                    for v in filter(_is_pow2, scope.values(lam.body, {})):
-                        found.add(v, f"{fn.name}'s heuristics value {v} at line {d.lineno}")
+            table = d.args[0]
+            if isinstance(table, ast.Dict):
+                for key, lam in zip(table.keys, table.values, strict=True):
+                    if isinstance(key, ast.Constant) and key.value in tiles and isinstance(lam, ast.Lambda):
+                        for v in filter(_is_pow2, scope.values(lam.body, {})):
+                            found.add(v, f"{fn.name}'s heuristics {key.value}={v} at line {d.lineno}")
     for node in ast.walk(fn):
         if isinstance(node, ast.Call) and _name(node.func) == "arange" and len(node.args) == 2:
             for v in filter(_is_pow2, scope.values(node.args[1], {})):
@@ -391,18 +433,19 @@ def _launch(
     scope: _Scope,
     local: dict[str, set[int]],
     grids: dict[str, ast.expr],
+    tiles: set[str] | None,
     found: Divisors,
 ) -> None:
-    """A launch `kernel[grid](...)`: the power-of-two values its constexpr arguments take (any
-    int keyword but Triton's options when the kernel is not found by name) and the grid's divisors."""
+    """A launch `kernel[grid](...)`: the power-of-two values its tile parameters (`tiles`; any
+    int keyword but Triton's options when the kernel is not found by name, None) take, and
+    the grid's divisors."""
     assert isinstance(call.func, ast.Subscript)
     name = _name(call.func.value) or "a kernel"
     params = _constexprs(kernel) if kernel is not None else []
-    constexpr = {p for p, is_c, _ in params if is_c}
     given: list[tuple[str, ast.expr]] = [(k.arg, k.value) for k in call.keywords if k.arg is not None]
     given += [(p, a) for (p, _c, _d), a in zip(params, call.args, strict=False)]
     for arg, value in given:
-        if arg in LAUNCH_OPTIONS or (kernel is not None and arg not in constexpr):
+        if arg in LAUNCH_OPTIONS or (tiles is not None and arg not in tiles):
             continue
         for v in filter(_is_pow2, scope.values(value, local)):
             found.add(v, f"{arg}={v} in {name}'s launch at line {call.lineno}")

@@ -10,8 +10,9 @@ inputs is a dimension the candidate's grid takes whole, one program per index (`
 Read with `ast` only (nothing runs), and only where it is plain: the task's `get_inputs()`
 returns a list or tuple of `torch.randn(a, b, ...)`-style calls (or names bound to them) whose
 size arguments are its module-level size constants; the candidate's `ModelNew.forward` takes the
-inputs in that order, launches every kernel itself (a launch anywhere else: nothing is said)
-and reads the dimension straight from its input (`x.shape[0]`, `x.size(0)`, `rows, n = x.shape`;
+inputs in that order, launches every kernel itself or in a function or method it passes its
+inputs to by name (a launch anywhere else: nothing is said) and reads the dimension straight
+from its input (`x.shape[0]`, `x.size(0)`, `rows, n = x.shape`;
 an input reassigned other than by `.contiguous()`-like calls is not read). A dimension that also
 appears in a grid any other way (`triton.cdiv(rows, BLOCK_M)`), a size read by
 `get_init_inputs()` (a model's) or used in `get_inputs()` otherwise than as a whole dimension,
@@ -144,35 +145,76 @@ def _dim(node: ast.AST, params: dict[str, int], origin: dict[str, Dim]) -> Dim |
 
 
 def _whole_dims(candidate: ast.Module) -> set[Dim]:
-    """The input dimensions `ModelNew.forward`'s grids take whole and nowhere otherwise."""
+    """The input dimensions the grids of `ModelNew.forward` (and of the functions and methods it
+    passes its inputs to by name) take whole and nowhere otherwise."""
     cls = next((n for n in candidate.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
     forward = _function(cls, "forward") if cls is not None else None
-    if forward is None or forward.args.vararg is not None:
+    if cls is None or forward is None or forward.args.vararg is not None:
         return set()
+    params = _unchanged(forward, {a.arg: i for i, a in enumerate(forward.args.args[1:])})
+    scopes: list[tuple[ast.FunctionDef, dict[str, int]]] = [(forward, params)]
+    helpers = {n.name: n for n in candidate.body if isinstance(n, ast.FunctionDef)}
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    for call in ast.walk(forward):  # `return l2norm(x)`, `self._launch(x, out)`: one level down
+        if not isinstance(call, ast.Call):
+            continue
+        f = call.func
+        if isinstance(f, ast.Name) and f.id in helpers:
+            callee, skip = helpers[f.id], 0
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            if f.attr not in methods or f.attr == "forward":
+                continue
+            callee, skip = methods[f.attr], 1
+        else:
+            continue
+        names = [a.arg for a in callee.args.args[skip:]]
+        given = {
+            names[k]: params[arg.id]
+            for k, arg in enumerate(call.args[: len(names)])
+            if isinstance(arg, ast.Name) and arg.id in params
+        }
+        scopes.append((callee, _unchanged(callee, given)))
     launches = [
         n for n in ast.walk(candidate) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
     ]
-    inside = {id(n) for n in ast.walk(forward)}
+    inside = {id(n) for fn, _p in scopes for n in ast.walk(fn)}
     if not launches or any(id(c) not in inside for c in launches):
-        return set()  # a kernel launched elsewhere (a helper): its grid is not read here
-    params = {a.arg: i for i, a in enumerate(forward.args.args[1:])}
-    for node in ast.walk(forward):  # `x = x.view(...)` changes what x's dimensions are
+        return set()  # a kernel launched elsewhere: its grid is not read here
+    whole: set[Dim] = set()
+    other: set[Dim] = set()
+    for fn, given in scopes:
+        w, o = _grid_dims(fn, given)
+        whole |= w
+        other |= o
+    return whole - other
+
+
+def _unchanged(fn: ast.FunctionDef, params: dict[str, int]) -> dict[str, int]:
+    """`params` less those `fn` reassigns (`x = x.view(...)` changes what x's dimensions are)."""
+    params = dict(params)
+    for node in ast.walk(fn):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name) and n.id in params and _maker_free(node.value, n.id):
                         params.pop(n.id)
+    return params
+
+
+def _grid_dims(fn: ast.FunctionDef, params: dict[str, int]) -> tuple[set[Dim], set[Dim]]:
+    """(the input dimensions `fn`'s launches take whole as a grid entry, those its grids read
+    any other way)."""
     origin: dict[str, Dim] = {}
     grids: dict[str, ast.expr] = {}
     assigned: dict[str, int] = {}
-    for node in ast.walk(forward):
+    for node in ast.walk(fn):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         assigned[n.id] = assigned.get(n.id, 0) + 1
-    for node in ast.walk(forward):
+    for node in ast.walk(fn):
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
         target, value = node.targets[0], node.value
@@ -189,8 +231,9 @@ def _whole_dims(candidate: ast.Module) -> set[Dim]:
     origin = {name: d for name, d in origin.items() if assigned.get(name) == 1}  # one meaning only
     whole: set[Dim] = set()
     other: set[Dim] = set()
-    for call in launches:
-        assert isinstance(call.func, ast.Subscript)
+    for call in ast.walk(fn):
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Subscript):
+            continue
         grid: ast.AST = call.func.slice
         if isinstance(grid, ast.Name):
             grid = grids.get(grid.id, grid)
@@ -205,7 +248,7 @@ def _whole_dims(candidate: ast.Module) -> set[Dim]:
             for n in ast.walk(entry):
                 if (d := _dim(n, params, origin)) is not None:
                     other.add(d)
-    return whole - other
+    return whole, other
 
 
 def _maker_free(value: ast.AST | None, name: str) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import types
 
 from kernelcraft.engine.source import divisors, shrink
@@ -53,9 +54,13 @@ import triton.language as tl
 TILE_N = 512
 
 @triton.jit
-def tile(x_ptr, n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr = 128, WIDE: tl.constexpr = 3):
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    tl.store(x_ptr + rm, tl.load(x_ptr + rm))
+def tile(x_ptr, n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr = 128, GROUP_M: tl.constexpr = 8):
+    pid_m = tl.program_id(0) // GROUP_M
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k in range(0, n, BLOCK_N):
+        acc += tl.load(x_ptr + rm + k)
+    tl.store(x_ptr + rm, acc)
 
 class ModelNew:
     def __init__(self):
@@ -66,8 +71,8 @@ class ModelNew:
         grid = (m // 48,)
         tile[grid](x, m, self.block, TILE_N)
 """
-    # BLOCK_M from self.block (by position), BLOCK_N given TILE_N and defaulting to 128, the
-    # grid's 48; WIDE's 3 is not a power of two and no grid divides by it
+    # BLOCK_M from self.block (by position), BLOCK_N (a loop's step) given TILE_N and defaulting
+    # to 128, the grid's 48; GROUP_M's 8 groups programs, it tiles nothing
     assert read_divisors(source).canonical() == [48, 64, 128, 512]
 
 
@@ -183,3 +188,41 @@ def test_blocks_no_plan_can_keep_within_the_interpreters_budget_are_dropped_with
     note = divisors.note(found, dropped.multiples, dropped.dropped)
     assert note is not None and note.startswith("warning:")
     assert "--cpu-sizes" in note and "KERNELCRAFT_CPU_SIZES" in note and "BLOCK=4096" in note
+
+
+def test_a_grid_in_a_helper_forward_passes_its_input_to_is_read_too() -> None:
+    helper = KERNEL.format(body=UNMASKED) + (
+        "\ndef l2(x):\n    rows, n = x.shape\n    k[(rows,)](x, x, n, BLOCK=1024)\n"
+        "\nclass ModelNew:\n    def forward(self, x):\n        return l2(x.contiguous())\n"
+    )
+    assert per_program(ROWS_TASK, helper) == []  # an argument not a bare input: not followed
+    assert per_program(ROWS_TASK, helper.replace("l2(x.contiguous())", "l2(x)")) == ["batch_size"]
+
+
+def test_a_candidates_divisors_give_its_shrunk_task_a_reference_of_its_own() -> None:
+    """Until the task is known to run at its own sizes whatever the candidate (`unshrunk`)."""
+    from types import SimpleNamespace
+
+    from kernelcraft.engine.host.job.state import CandidateSettings, JobState
+    from kernelcraft.engine.host.references import ReferencePool
+    from kernelcraft.schema.evaluation import EvalJob
+
+    refs = ReferencePool(per_task=2, idle_per_device=4)
+    cpu, gpu = SimpleNamespace(kind="cpu", index=None), SimpleNamespace(kind="cuda", index=0)
+    unmasked = _candidate(UNMASKED, "        rows, n = x.shape\n        k[(rows,)](x, x, n, BLOCK=1024)\n")
+
+    def state(candidate: str, device: object = cpu, **kw: object) -> JobState:
+        spec = EvalJob(task_source=ROWS_TASK, candidate_source=candidate, **kw)  # type: ignore[arg-type]
+        return JobState(spec, device, refs, CandidateSettings(None, sandbox=False))  # type: ignore[arg-type]
+
+    async def check() -> None:  # JobState makes an asyncio future
+        kept = state(unmasked)
+        assert kept.key != kept.base_key and kept.per_program == ["batch_size"]
+        assert state(unmasked.replace("1024", "512")).key not in (kept.key, kept.base_key)
+        assert state(_candidate(MASKED, "        pass\n")).key == kept.base_key
+        assert state(unmasked, cpu_sizes={"dim": 2048}).divisors.values == set()  # the user's sizes win
+        assert state(unmasked, gpu).divisors.values == set()  # a GPU runs the task's own sizes
+        refs.unshrunk.add(kept.base_key)
+        assert state(unmasked).key == kept.base_key
+
+    asyncio.run(check())
