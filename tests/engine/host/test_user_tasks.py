@@ -47,7 +47,7 @@ SHRUNK = {
     "tiles_2d": (2, True),  # 32 x 512 tiles, grid m // BLOCK_M
     "column_sums": (2, True),  # a reduction over 16384 rows in unmasked blocks of 512
     "autotuned_rows": (3, True),  # three configs, BLOCK 512 to 2048 (a trial each)
-    "masked_rows": (2, False),  # 1024 does not divide 16000: masks, nothing to keep
+    "masked_rows": (2, False),  # 1024 does not divide 96000: masks, nothing to keep
 }
 
 

@@ -176,11 +176,11 @@ def _keeping(source: str, multiples: shrink.Multiples) -> sizing.Shrunk:
 
 
 def test_blocks_no_plan_can_keep_within_the_interpreters_budget_are_dropped_with_a_warning() -> None:
-    source = ROWS_TASK.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, 16)")
+    source = ROWS_TASK.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, 4)")
     source += "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
     kept = _keeping(source, shrink.Multiples.of([1024], ["batch_size"]))
-    assert kept.multiples == "kept" and kept.changes == {"batch_size": [4096, 32], "dim": [8192, 1024]}
-    dropped = _keeping(source, shrink.Multiples.of([4096]))  # 4096 x 4096 x 16 at the least
+    assert kept.multiples == "kept" and kept.changes == {"batch_size": [4096, 128], "dim": [8192, 1024]}
+    dropped = _keeping(source, shrink.Multiples.of([4096]))  # 4096 x 4096 x 4 at the least
     plain = _keeping(source, shrink.Multiples())
     assert dropped.multiples == "dropped" and plain.multiples is None and dropped.changes == plain.changes
     assert "elements of work" in dropped.dropped
