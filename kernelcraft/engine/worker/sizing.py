@@ -166,9 +166,11 @@ INPUTS_IGNORED = (
 )
 
 
-MULTIPLES_MAX_ELEMENTS = 1 << 22
+MULTIPLES_MAX_ELEMENTS = 1 << 21
 """The most work (elements of inputs and parameters) a plan that keeps the candidate's divisors
-may take: four times `shrink.SHRINK_ABOVE_ELEMENTS` (a few seconds a trial more). Over it, the
+may take: twice `shrink.SHRINK_ABOVE_ELEMENTS`. The issue's rows kept at 1024 x 2048 (2M) took
+a verify stage of 43 s for two trials on the loaded 2-core machine, against a job's default
+120 s for five; more would run out of time where the plain shrink gives a verdict. Over it, the
 task shrinks as for any candidate and the verdict warns (`Shrunk.multiples` "dropped")."""
 
 
