@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,9 +189,18 @@ def _optimize_options(args: argparse.Namespace) -> OptimizeOptions:
     )
 
 
+def quiet_in_process_server(args: argparse.Namespace) -> None:
+    """`optimize` and `adapt` print their own lines; the in-process server's start-up notes (its
+    database, the seed rules imported, the manuals indexed, whether a model judges rules) are a
+    server operator's, so they show only with -v. Its warnings and errors always show."""
+    if not getattr(args, "verbose", False):
+        logging.getLogger("kernelcraft.server").setLevel(logging.WARNING)
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelcraft.agent.loop.explore import optimize
 
+    quiet_in_process_server(args)
     if args.stall is not None and args.stall < 1:
         raise UsageError(f"--stall must be at least 1 step, not {args.stall}")
     if args.roofline_stop is not None and not 0 < args.roofline_stop <= 1:
@@ -321,12 +331,14 @@ def render_level(s: LevelRunSummary) -> str:
 
 def adapt_line(a: AdaptPhase) -> str:
     """The adapt phase in one line: what it did, the rules it taught, what it cost."""
+    from kernelcraft.agent.loop.runwords import steps_words
+
     if a.state == "skipped":
         return f"Adapt phase: skipped ({a.message})."
     earlier = " (finished earlier)" if a.this_run == "done earlier" else ""
     dollars = "unknown (unpriced model)" if a.cost_usd is None else f"${a.cost_usd:.2f}"
     line = (
-        f"Adapt phase{earlier}: {a.state}, {a.tasks} tasks at {a.steps_per_task} steps, "
+        f"Adapt phase{earlier}: {a.state}, {a.tasks} tasks at {steps_words(a.steps_per_task)}, "
         f"{len(a.rules_learnt)} active rules learnt or grown, {a.tokens:,} tokens, {dollars}."
     )
     return line + (f" {a.message}" if a.message and a.state != "finished" else "")
@@ -335,6 +347,7 @@ def adapt_line(a: AdaptPhase) -> str:
 def cmd_adapt(args: argparse.Namespace) -> int:
     from kernelcraft.agent.batch.adapt import AdaptOptions, adapt, discover_tasks
 
+    quiet_in_process_server(args)
     _check_steps(args.steps)
     discover_tasks(args.tasks_dir)
     _check_llm(args)

@@ -103,7 +103,7 @@ def misfit(example: CookbookExample, task_source: str) -> str | None:
         ("forward arguments", ours[1], theirs[1]),
     ):
         if mine != task:
-            return f"takes other {what}: ({', '.join(mine)}) where the task's Model takes ({', '.join(task)})"
+            return f"takes other {what}: {_names(mine)} where the task's Model takes {_names(task)}"
     if theirs[2] != ours[2]:
         only_ours = sorted(set(ours[2]) - set(theirs[2]))
         only_theirs = sorted(set(theirs[2]) - set(ours[2]))
@@ -128,6 +128,10 @@ OPERATORS = {
 
 def _ops(names: list[str]) -> str:
     return ", ".join(OPERATORS.get(n, n) for n in names)
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return f"({', '.join(names)})" if names else "none"
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:

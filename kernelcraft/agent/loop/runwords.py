@@ -27,13 +27,13 @@ def final_words(s: dict[str, Any]) -> str:
         head = f"Best: node {best['node_id']} (correct; speed not measured) -> {best['path']}"
     lines = [
         f"{head}",
-        f"{s['steps_done']} steps, {s['correct']} correct; stopped: {s['stopped_because']}. Run directory: {s['run_dir']}",
+        f"{steps_words(s['steps_done'])}, {s['correct']} correct; stopped: {s['stopped_because']}. Run directory: {s['run_dir']}",
         *([f"Report: {s['report']} (open it in a browser)"] if s.get("report") else []),
         *(
             [
                 "Step times: "
                 + "; ".join(
-                    f"{who} {v['steps']:g} steps, median {v['median']:.1f} s (writing {v['median_writing']:.1f} s), "
+                    f"{who} {steps_words(v['steps'])}, median {v['median']:.1f} s (writing {v['median_writing']:.1f} s), "
                     f"longest {v['max']:.1f} s"
                     for who, v in s["step_seconds"].items()
                 )
@@ -52,7 +52,12 @@ def final_words(s: dict[str, Any]) -> str:
 def axis_words(axis: str, v: dict[str, Any]) -> str:
     """One axis of the tuner's summary: 'block 3 steps, 6.2 s, best 1.08x'."""
     gain = f", best {v['best_gain']:.2f}x" if v.get("best_gain") is not None else ""
-    return f"{axis} {v['steps']:g} steps, {v['total']:.1f} s{gain}"
+    return f"{axis} {steps_words(v['steps'])}, {v['total']:.1f} s{gain}"
+
+
+def steps_words(n: float) -> str:
+    """'1 step', '3 steps'."""
+    return f"{n:g} step" if n == 1 else f"{n:g} steps"
 
 
 def run_stop(ends: list[str]) -> str:

@@ -10,7 +10,8 @@ expression set its value (`literals_in`: a cap, an arm of `a if c else b`), the 
 a `tl.dot` kernel may be given (`dot_floor`), the constexpr defaults no launch overrides
 (`unpassed_defaults`), and, for a kernel under `@triton.autotune`, which `triton.Config`s it is given
 (`autotune_configs`) and what each sets (`config_arguments`), and, for a persistent launch, how many
-programs an SM its grid asks for (`persistent_params`); each param then gets the axis it moves along
+programs an SM its grid asks for (`persistent_params`); where none of these is found, the num_warps a
+launch does not set (`unset_warps`); each param then gets the axis it moves along
 and that axis's rank for the kernel's family (`family.py`). `search.py` searches the values; this
 module only finds them.
 """
@@ -25,6 +26,7 @@ from kernelcraft.agent.tuner.axes import persistent_params, precision_params, sp
 from kernelcraft.agent.tuner.family import axis_of, axis_rank, function_families, kernel_family, name_axis
 from kernelcraft.agent.tuner.source import (
     CONFIG_PARAMETERS,
+    DEFAULT_WARPS,
     LAUNCH_OPTIONS,
     META_MIN,
     MIN_DOT_DIM,
@@ -295,6 +297,8 @@ def find_params(source: str) -> list[Param]:
     params = list(found.params.values()) + precision_params(tree, found.offsets, source)
     params += split_params(module, found.offsets)
     params += persistent_params(tree, jit, module, found.offsets, source)
+    if not params:
+        params = unset_warps(tree, jit, found.offsets, source)
     module_family, families = kernel_family(tree), function_families(tree)
     placed = []
     for p in params:
@@ -303,6 +307,41 @@ def find_params(source: str) -> list[Param]:
         axis = axis_of(p.kind, p.name, families.get(p.launch, module_family))
         placed.append(replace(p, axis=axis, rank=axis_rank(axis, module_family)))
     return sorted(placed, key=lambda p: p.start)
+
+
+def unset_warps(tree: ast.Module, jit: dict[str, JitFn], offsets: _Offsets, source: str) -> list[Param]:
+    """For a kernel with nothing else to tune (its block set from the shapes, as a whole-row
+    reduction's `BLOCK=triton.next_power_of_2(n_cols)`, the only correct choice): each launch of a
+    kernel defined here that sets no num_warps gets Triton's default (`DEFAULT_WARPS`) as a param at
+    the point before the call's closing parenthesis, where `num_warps=` is written once the tuner
+    moves it, so that such a seed is tuned rather than refused. A launch passing `**kwargs` is left
+    alone (it may set num_warps); an autotuned kernel's launches are never seen (`launches`)."""
+    out: dict[int, Param] = {}  # by position: a launch in a nested function is seen twice
+    for launch in launches(tree, jit):
+        call = launch.call
+        if launch.fn is None or any(k.arg in (None, "num_warps") for k in call.keywords):
+            continue
+        end = offsets.at(call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1)
+        if end in out:
+            continue
+        given = call.args or call.keywords
+        comma = "" if not given or source[:end].rstrip().endswith(",") else ", "
+        # keyed as the literal it becomes is (`find_params`), so a child's configs match its parent's
+        base = f"{launch.kernel}.num_warps"
+        n = sum(1 for p in out.values() if p.launch == launch.kernel)
+        key = base if n == 0 else f"{base}#{n + 1}"
+        out[end] = Param(
+            key,
+            "num_warps",
+            DEFAULT_WARPS,
+            end,
+            end,
+            call.lineno,
+            launch.kernel,
+            insert=comma,
+            name="num_warps",
+        )
+    return list(out.values())
 
 
 def launch_params(source: str) -> list[Param]:

@@ -17,6 +17,7 @@ ParamKind = Literal["num_warps", "num_stages", "meta", "precision", "split", "pe
 Assignments = dict[str, list[ast.Assign]]  # name -> every plain `name = ...` of one scope
 
 NUM_WARPS = (1, 2, 4, 8, 16)
+DEFAULT_WARPS = 4  # what a launch that sets no num_warps runs with on NVIDIA
 NUM_STAGES = (1, 2, 3, 4, 5)
 META_MIN = 2  # 1 is a flag value, not a tile: find_params skips it
 MIN_DOT_DIM = 16  # tl.dot rejects an operand dimension under 16 ("Input shapes should have M >= 16...")
@@ -46,7 +47,7 @@ class Param:
     launch: str  # the kernel whose launch it configures ("" for a constant used by several)
     floor: int = META_MIN  # the least value proposed (MIN_DOT_DIM in a kernel that calls tl.dot)
     insert: str | None = (
-        None  # precision: what goes before the added keyword; persistent: the SM count's text
+        None  # precision, num_warps: what goes before the added keyword; persistent: the SM count's text
     )
     config: int | None = None  # in an autotuned kernel's i-th triton.Config: its tile is limited alone
     name: str = ""  # the kernel parameter or launch option it sets (BLOCK_M, num_warps)
@@ -60,6 +61,8 @@ class Param:
             return self.insert if value == 1 else f"({self.insert} * {value})"
         if self.kind == "split":
             return f'"{SPLIT_PRECISIONS[value]}"' if 0 <= value < len(SPLIT_PRECISIONS) else '"?"'
+        if self.kind == "num_warps" and self.insert is not None:  # a launch that set none: added
+            return f"{self.insert}num_warps={value}"
         if self.kind != "precision":
             return str(value)
         name = f'"{PRECISIONS[value]}"' if 0 <= value < len(PRECISIONS) else '"?"'

@@ -365,7 +365,7 @@ async def test_a_level_adapts_into_its_rulebook_before_exploring_and_a_rerun_ski
         len(steps_of(out / s)) == 2 for s in ("1_Add", "2_AddAgain")
     )
     assert json.loads((out / "summary.json").read_text())["adapt"]["rules_learnt"][0]["text"] == RULE
-    assert "Adapt phase: finished, 2 tasks at 1 steps, 1 active rules learnt" in render_level(first)
+    assert "Adapt phase: finished, 2 tasks at 1 step, 1 active rules learnt" in render_level(first)
 
     # the rerun: the finished phase is not redone (no model call, no step), its figures kept
     assert second.adapt is not None and second.adapt.this_run == "done earlier"

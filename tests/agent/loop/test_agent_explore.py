@@ -367,6 +367,27 @@ async def test_optimize_with_llm_none_and_no_kernel_to_tune_says_why_and_what_to
     assert not (home / "r").exists()  # a run that could not start leaves no run directory
 
 
+def test_the_command_line_says_why_a_task_cannot_start_without_the_servers_start_up_notes(
+    bare_home: Path,
+) -> None:
+    task = bare_home / "lonely.py"
+    task.write_text(TASK.read_text())
+    env = {**os.environ, "KERNELCRAFT_HOME": str(bare_home / "home"), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "kernelcraft", "optimize", str(task), "--llm", "none", "--steps", "1"]
+    ran = subprocess.run(
+        cmd + ["--out", str(bare_home / "r")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert (
+        "kernelcraft: error: --llm none needs a kernel to tune for" in ran.stderr
+        and "lonely_seed.py" in ran.stderr
+    )
+    # the in-process server's notes (its database, the rules imported, the manuals indexed) are an
+    # operator's: `-v` shows them, a user's run does not
+    assert "server ready" not in ran.stderr and "seed rules" not in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_adapt_with_llm_none_starts_a_seedless_sum_from_the_cookbook_and_skips_a_task_it_cannot_start(

@@ -344,7 +344,7 @@ def test_a_proposal_names_the_axes_it_moves_along_and_the_run_times_and_gains_ea
         {"best": None, "steps_done": 3, "correct": 2, "stopped_because": "budget", "run_dir": "r",
          "tuner_axis_seconds": by_axis}
     )  # fmt: skip
-    assert "Tuner axes: cookbook 1 steps, 1.0 s, best 1.25x; tile K 2 steps, 6.0 s, best 1.25x" in words
+    assert "Tuner axes: cookbook 1 step, 1.0 s, best 1.25x; tile K 2 steps, 6.0 s, best 1.25x" in words
 
 
 @pytest.mark.anyio

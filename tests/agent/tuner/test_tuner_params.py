@@ -539,3 +539,53 @@ def test_every_programs_per_sm_the_tuner_proposes_runs_right_in_the_interpreter(
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout) == {str(k): [True, True] for k in PROGRAMS_PER_SM}
+
+
+ROW_SUM = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_sum_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(x, axis=0))
+
+
+def row_sum(x, out):
+    rows, n_cols = x.shape
+    row_sum_kernel[(rows,)](x, out, n_cols, BLOCK=triton.next_power_of_2(n_cols))
+
+
+def row_sum_kw(x, out, **options):
+    row_sum_kernel[(1,)](x, out, 1, BLOCK=2, **options)
+"""
+
+
+def test_a_kernel_with_nothing_else_to_tune_gets_the_num_warps_its_launch_does_not_set() -> None:
+    # A whole-row reduction's block must cover the row (`next_power_of_2(n_cols)`): no literal to
+    # tune, and `--llm none` refused such a seed. Its launch's warps are a param at Triton's default,
+    # written as a keyword once moved; a launch passing **options is left alone (it may set them).
+    from kernelcraft.agent.tuner.search import apply_config, family_of
+
+    row_sum = ROW_SUM.split("\n\ndef row_sum_kw")[0] + "\n"
+    (warps,) = find_params(row_sum)
+    assert (warps.key, warps.kind, warps.value, warps.axis) == (
+        "row_sum_kernel.num_warps",
+        "num_warps",
+        4,
+        "warps",
+    )
+    assert warps.start == warps.end == row_sum.rindex(")")  # before the launch's closing parenthesis
+    assert apply_config(row_sum, [warps], {warps.key: 4}) == row_sum  # Triton's default: unchanged
+    moved = apply_config(row_sum, [warps], {warps.key: 8})
+    assert "BLOCK=triton.next_power_of_2(n_cols), num_warps=8)" in moved
+    # the tuned child is the literal it wrote: the same key and the same family as its parent
+    (literal,) = find_params(moved)
+    assert (literal.key, literal.value) == (warps.key, 8) and family_of(moved, [literal]) == family_of(
+        row_sum, [warps]
+    )
+    # a kernel with a literal to tune keeps only that; a launch passing **options gets nothing added
+    assert [p.key for p in find_params(ROW_SUM)] == ["row_sum_kernel.BLOCK"]
+    assert find_params(ROW_SUM.replace("BLOCK=2, **options", "BLOCK=n, **options")) == [warps]
