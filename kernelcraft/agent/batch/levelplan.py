@@ -18,11 +18,14 @@ from typing import Any
 from kernelcraft.agent.loop.options import OptimizeOptions
 from kernelcraft.agent.loop.rundir import RunDir
 from kernelcraft.agent.loop.runloop import sha256_of
-from kernelcraft.base.errors import KernelcraftError
-from kernelcraft.level.tasks import LevelTask, find_tasks
+from kernelcraft.base.errors import KernelcraftError, UsageError
+from kernelcraft.level.tasks import LevelTask, find_tasks, python_files
 from kernelcraft.schema.levelrun import (
     ThisRun,
 )
+
+_MODEL = re.compile(r"^class Model\b", re.M)
+_MODEL_NEW = re.compile(r"^class ModelNew\b", re.M)
 
 # Why an optimize run stopped short of its tree's budget: a rerun continues it.
 SHORT_STOPS = ("LLM error", "token budget spent (", "dollar budget spent (")
@@ -73,7 +76,21 @@ def level_of(tasks_dir: Path) -> int:
 
 
 def find_level_tasks(tasks_dir: Path, problems: set[int] | None) -> list[LevelTask]:
-    """The folder's tasks (`kernelcraft level`'s rules), seed kernels left out."""
+    """The folder's tasks (`kernelcraft level`'s rules), seed kernels left out. Another kernel in
+    the folder (a file that defines ModelNew and no Model, as `19_relu_triton.py` beside
+    `19_relu.py`) is refused by name, with the name that makes it its task's seed: taken for a task,
+    it would fail as one, or clash with its task's problem id."""
+    files = [p for p in python_files(tasks_dir, "the tasks folder") if not p.stem.endswith("_seed")]
+    texts = {p: p.read_text(encoding="utf-8", errors="replace") for p in files}
+    kernels = [p for p, t in texts.items() if _MODEL_NEW.search(t) and not _MODEL.search(t)]
+    if kernels:
+        kernel = kernels[0]
+        owners = [p.stem for p, t in texts.items() if _MODEL.search(t) and kernel.stem.startswith(p.stem)]
+        seed = f"{max(owners, key=len)}_seed.py" if owners else "<task>_seed.py"
+        raise UsageError(
+            f"{kernel} defines ModelNew and no Model: a kernel, not a task. In a folder a task's seed "
+            f"kernel is named {seed} beside its task; rename it so, or move it out of {tasks_dir}"
+        )
     return find_tasks(tasks_dir, problems, skip_seeds=True)
 
 

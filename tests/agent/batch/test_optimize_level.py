@@ -451,3 +451,17 @@ def test_a_run_stopped_by_any_of_kernelcrafts_errors_or_a_limit_is_resumed_not_c
         "Error: not a class of ours",
     ):
         assert not stopped_short(stop), stop
+
+
+def test_a_folder_holding_a_kernel_beside_its_task_is_refused_with_the_seed_name_that_fixes_it(
+    tmp_path: Path,
+) -> None:
+    from kernelcraft.agent.batch.levelplan import find_level_tasks
+
+    folder = make_level(tmp_path / "level", ids=(1, 2))
+    (folder / "2_AddAgain_triton.py").write_text(SEED)  # a user's own name for the task's kernel
+    with pytest.raises(UsageError, match=r"2_AddAgain_triton\.py defines ModelNew and no Model") as refused:
+        find_level_tasks(folder, None)
+    assert "named 2_AddAgain_seed.py beside its task; rename it so" in str(refused.value)
+    (folder / "2_AddAgain_triton.py").rename(folder / "2_AddAgain_seed.py")
+    assert [t.name for t in find_level_tasks(folder, None)] == ["1_Add.py", "2_AddAgain.py"]
