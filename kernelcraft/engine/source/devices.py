@@ -9,6 +9,10 @@ source (`ast` only, in the parent: nothing of it runs) and names each such test,
 kernels launched in the branch's body (`kernel[grid](...)`), for the verdict's notes; for a test of
 `torch.cuda` it suggests asking the tensors instead.
 
+Host code with no CPU way at all (`assert x.is_cuda`, `if not x.is_cuda: raise`, `.cuda()`,
+`device="cuda"`: `no_cpu_way`) cannot run the CPU's way; its trials run the GPU's way instead, on
+CPU tensors that say they are on CUDA (`watch/fakecuda.py`), and the note says so.
+
 Limits: a test reached through a helper's parameter or a global is named where it is written; a
 kernel launched by a helper the branch calls is not followed (the helper's name is given).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 
 _DEVICE_ATTRS = {"is_cuda", "is_cpu", "is_meta"}
 _DEVICE_CALLS = {"is_available", "device_count"}
@@ -81,8 +86,52 @@ def branches(source: str) -> list[tuple[int, str, list[str]]]:
     return [(line, test, called) for (line, test), called in sorted(found.items())]
 
 
+def _names_cuda(call: ast.Call) -> bool:
+    """`.cuda()`, or "cuda"/"cuda:N" given as an argument (`device="cuda"`, `.to("cuda")`)."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "cuda":
+        return True
+    given = [*call.args, *(k.value for k in call.keywords)]
+    return any(
+        isinstance(a, ast.Constant) and isinstance(a.value, str) and re.fullmatch(r"cuda(:\d+)?", a.value)
+        for a in given
+    )
+
+
+def no_cpu_way(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each place in host code (kernels aside) that has no CPU way: an assertion on
+    the tensors' device, a raise in a branch on it, a `.cuda()` or a device named "cuda". Empty
+    when there is none (or the source does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_kernel(n)]
+    inside = {id(n) for k in kernels for n in ast.walk(k)}
+    found: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if id(node) in inside:
+            continue
+        if isinstance(node, ast.Assert) and _asks_device(node.test):
+            hit = True
+        elif isinstance(node, ast.If) and _asks_device(node.test):
+            hit = any(isinstance(s, ast.Raise) for s in [*node.body, *node.orelse])
+        else:
+            hit = isinstance(node, ast.Call) and _names_cuda(node)
+        if hit:
+            found.setdefault(getattr(node, "lineno", 0), ast.unparse(node).splitlines()[0][:100])
+    return sorted(found.items())
+
+
 def note(source: str) -> list[str]:
     """The verdict's note on a candidate whose host code branches on the device (empty if none)."""
+    cuda_only = no_cpu_way(source)
+    if cuda_only:
+        where = "; ".join(f"line {line} `{text}`" for line, text in cuda_only[:4])
+        return [
+            f"forward's host code has no CPU way ({where}): these CPU trials ran it the GPU's way, on CPU "
+            "tensors that say they are on cuda:0, its CUDA allocations made on the CPU "
+            "(`watch/fakecuda.py`); `torch.cuda` itself (streams, device properties) is not faked"[:1200]
+        ]
     found = branches(source)
     if not found:
         return []

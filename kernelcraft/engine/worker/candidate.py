@@ -133,7 +133,7 @@ class CandidateWorker(CandidateStages):
         import threading
 
         from kernelcraft.engine.checks import perturb
-        from kernelcraft.engine.watch import guard
+        from kernelcraft.engine.watch import fakecuda, guard
         from kernelcraft.engine.worker.loading import import_source
 
         self.job = job
@@ -173,10 +173,10 @@ class CandidateWorker(CandidateStages):
             return False
         self.threads_before = threading.active_count()
         self.progress(IMPORTING_CANDIDATE)
-        try:
-            module = import_source(job.candidate_source, workdir, CANDIDATE_MODULE)
-            self.model_class = module.ModelNew
-            self.model = self.build(module.ModelNew, init, job.seed0, job.model_mode)
+        try:  # host code with no CPU way (`assert x.is_cuda`) runs the GPU's way here (fakecuda.py)
+            with (way := fakecuda.CandidateWay(job.candidate_source, workdir, self.device == "cpu")):
+                self.model_class = import_source(job.candidate_source, workdir, CANDIDATE_MODULE).ModelNew
+                self.model = way.wrap(self.build(self.model_class, init, job.seed0, job.model_mode))
             parameters = perturb.named_signature(self.model)
         except BaseException as e:
             self.fail_exception(e, "load")

@@ -9,8 +9,20 @@ host, `@triton.autotune` over three configs, a helper that launches two kernels,
 from the input's shape, a task too large for the interpreter run at its sidecar's CPU sizes
 (`09_*.cpu.json`), a split-K kernel under `@triton.heuristics` and an autotune that zeroes its
 output, a Python int input with a list of a sum and an int64 argmax, a dict from an fp16
-`tl.dot`, and libdevice's tanh in a kernel reading a module-level `tl.constexpr`. A refusal here
-wrongs an honest user: each one found so far had its class fixed in the engine
+`tl.dot`, and libdevice's tanh in a kernel reading a module-level `tl.constexpr`.
+
+The second batch (15-32): an embedding bag over int64 ids, a bool mask and int64 counts from a
+Python float input, torch.cummax's named tuple from `tl.associative_scan` over (value, index), a
+reverse `tl.cumsum`, a LayerNorm whose forward takes `eps` as a keyword default, an autotuned bf16
+GEMM (`key=`), fp16 A @ B.T through device-side tensor descriptors (`triton.set_allocator`), a
+channels-last (permuted) 4-D input with a parameter and a buffer on a 3-D grid, an int32
+`tl.atomic_add` bincount, helper `@triton.jit` activations under `tl.where`, a `tl.reduce` product,
+cross-entropy against int64 targets, `tl.sort`, int8 quantization with libdevice's rint, outputs
+returned as views (a transpose, an expand), `tl.static_range` and `do_not_specialize`, RoPE with
+cos/sin buffers on a 4-D tensor, and an int8 `tl.dot` into int32. Several host wrappers assert
+their tensors are on CUDA or allocate with `device="cuda"`, as GPU code is written.
+
+A refusal here wrongs an honest user: each one found so far had its class fixed in the engine
 (docs/evaluation.md names each).
 """
 

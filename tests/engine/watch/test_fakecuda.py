@@ -56,3 +56,27 @@ def test_compile_names_the_kernel_only_the_gpus_way_launches_when_it_fails_to_co
     assert out["shapes"].startswith("get_inputs() on the meta device, seen as CUDA")
     assert [la["name"] for la in out["launches"]] == ["double_fast"]
     assert "double_fast" in p.stdout and "undefined_name" in p.stdout
+
+
+def test_cpu_tensors_say_cuda_only_to_code_under_the_candidates_folder(tmp_path: Path) -> None:
+    """The CPU trials of a forward with no CPU way (`assert x.is_cuda`): the candidate's code sees
+    cuda:0 and its CUDA allocations land on the CPU; the harness's code (the replay's tape, the
+    launch records) reads inside the same forward where each tensor really is."""
+    (tmp_path / "cand_mod.py").write_text(
+        "import torch\n"
+        "def forward(x):\n"
+        "    assert x.is_cuda and x.device.type == 'cuda' and not x.is_cpu and x.get_device() == 0\n"
+        "    y = torch.empty(x.shape, device='cuda').copy_(x.cuda())\n"
+        "    return y, y.is_cuda, x.to(x.device).is_cuda\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import cand_mod  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    x = torch.arange(3.0)
+    with looks_cuda("cpu", tmp_path):
+        y, y_cuda, moved_cuda = cand_mod.forward(x)
+        harness_sees = (x.device.type, x.is_cuda, y.device.type)
+    assert y_cuda and moved_cuda and harness_sees == ("cpu", False, "cpu")
+    assert torch.equal(y, x) and not x.is_cuda
