@@ -18,8 +18,8 @@ NO_GPU_NOTE = (
 def budget_spent(tree: TreeRow, used: int, voice: Voice) -> str:
     return (
         f"tree {tree.id}'s budget is spent: {used} of {tree.budget} candidates evaluated; "
-        f"{voice.tree_status(tree.id)} shows the best kernel, and a new tree for this task "
-        f"starts from it (warm start)"
+        f"{voice.tree_status(tree.id)} shows its best kernel, and a new tree for this task "
+        f"starts from it when it is correct (warm start)"
     )
 
 

@@ -376,6 +376,7 @@ class Explorer:
             "llm": self.opts.llm.kind,
             "model": self.llm.model if self.llm is not None else None,
             "preset": self.config.preset,
+            "seed_outcome": self.started.seed_outcome,  # the root's verdict; None: no seed
             "steps_done": len(self.records),
             "correct": correct,
             "failures_by_class": dict(self.failures),

@@ -17,6 +17,18 @@ GPU_NOTE = (
 )
 
 
+NO_FIX_BY_TUNING = (
+    "The seed kernel fails on this task, and none of the launch configurations tried fixed it ({failures}): "
+    "the offline tuner (--llm none) changes launch parameters, never the kernel's code. Fix the seed "
+    "(`kernelcraft verify TASK SEED` says why it fails), or let an LLM repair it (--llm anthropic|openai)."
+)
+
+
+def failure_counts(by_class: dict[str, int]) -> str:
+    """'numerical_mismatch 3, compile_error 1'."""
+    return ", ".join(f"{k} {v}" for k, v in by_class.items()) or "no verdict"
+
+
 def final_words(s: dict[str, Any]) -> str:
     best = s["best"]
     if best is None:
@@ -42,6 +54,9 @@ def final_words(s: dict[str, Any]) -> str:
             else []
         ),
     ]
+    if best is None and s.get("llm") == "none" and s.get("seed_outcome") not in (None, "correct"):
+        # said beside why the run stopped: the budget was spent where no tuning could help
+        lines.insert(2, NO_FIX_BY_TUNING.format(failures=failure_counts(s.get("failures_by_class") or {})))
     if s.get("tuner_axis_seconds"):
         lines.append("Tuner axes: " + "; ".join(axis_words(a, v) for a, v in s["tuner_axis_seconds"].items()))
     if s.get("gpu_note"):

@@ -347,6 +347,26 @@ def test_a_proposal_names_the_axes_it_moves_along_and_the_run_times_and_gains_ea
     assert "Tuner axes: cookbook 1 step, 1.0 s, best 1.25x; tile K 2 steps, 6.0 s, best 1.25x" in words
 
 
+def test_a_tuner_run_that_found_nothing_correct_from_a_failing_seed_says_the_tuner_cannot_fix_code() -> None:
+    from kernelcraft.agent.loop.runwords import final_words
+
+    run = {"best": None, "steps_done": 3, "correct": 0, "stopped_because": "budget spent", "run_dir": "r",
+           "llm": "none", "seed_outcome": "wrong", "failures_by_class": {"numerical_mismatch": 3}}  # fmt: skip
+    lines = final_words(run).splitlines()
+    assert lines[0] == "No correct kernel found." and lines[1].startswith(
+        "3 steps, 0 correct; stopped: budget spent"
+    )
+    assert lines[2].startswith(
+        "The seed kernel fails on this task, and none of the launch configurations tried"
+    )
+    assert "(numerical_mismatch 3)" in lines[2] and "--llm anthropic|openai" in lines[2]
+    # not said where it would mislead: a correct seed, no seed, an LLM's run, a run that found one
+    for other in ({"seed_outcome": "correct"}, {"seed_outcome": None}, {"llm": "anthropic"}):
+        assert "The seed kernel fails" not in final_words(run | other)
+    found = run | {"best": {"node_id": 4, "speedup": None, "path": "b.py"}}
+    assert "The seed kernel fails" not in final_words(found)
+
+
 @pytest.mark.anyio
 async def test_the_tuners_first_step_beside_a_seed_is_the_cookbook_kernel_once() -> None:
     from kernelcraft.agent.loop.proposers import TunerProposer
