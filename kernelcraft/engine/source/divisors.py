@@ -5,7 +5,7 @@ for the task's sizes drops its masks where its block divides them (8192 columns 
 1024): shrunk to 256 columns, the same kernel reads out of bounds and the verdict blames the
 kernel for our sizes. So the parent reads the candidate's source (`ast` only: nothing of it runs)
 for the sizes its kernels divide the task's by, and the shrink keeps each size a multiple of
-them where the task's own size was (`shrink.Multiples`).
+them where the task's own size was (`multiples.Multiples`).
 
 What counts (`read_divisors`):
 - the tile sizes of a kernel that loads or stores a block without a mask (`tl.load`/`tl.store`/
@@ -61,7 +61,7 @@ class Divisors:
             self.where.setdefault(value, why)
 
     def canonical(self) -> list[int]:
-        """The values, sorted: what the shrink keeps (`shrink.Multiples`)."""
+        """The values, sorted: what the shrink keeps (`multiples.Multiples`)."""
         return sorted(self.values)
 
     def describe(self, limit: int = 4) -> str:
@@ -70,15 +70,22 @@ class Divisors:
 
 
 def note(
-    found: Divisors, multiples: str | None, dropped: str, per_program: list[str] | None = None
+    found: Divisors, multiples: str | None, dropped: str, untiled: list[str] | None = None, flat: bool = False
 ) -> str | None:
     """The verdict's note on what the shrink did with the candidate's divisors (`Sized.multiples`);
-    `per_program`: the sizes its grids take whole (`gridmap.py`)."""
+    `untiled`, `flat`: the sizes no block tiles on its own (`gridmap.untiled`)."""
     if not found.values or multiples is None:
         return None
     values = ", ".join(map(str, found.canonical()))
+    if multiples == "kept" and flat:
+        return (
+            f"the shrunk sizes keep each input's element count a multiple of the candidate's block "
+            f"sizes and divisors that divided it at the task's own ({values}: {found.describe()}): "
+            "it reads its inputs as flat buffers, so a kernel without masks tiles the trials' "
+            "sizes as it tiles the task's"
+        )[:800]
     if multiples == "kept":
-        whole = ", ".join(per_program or [])
+        whole = ", ".join(untiled or [])
         return (
             f"the shrunk sizes keep each size a multiple of the candidate's block sizes and divisors "
             f"that divided it at the task's own ({values}: {found.describe()}), so that a kernel "

@@ -1,7 +1,7 @@
 """Which of a task's sizes the candidate launches one program per index of (for the CPU shrink).
 
 The shrink keeps a size a multiple of the candidate's block sizes where the task's was
-(`source/divisors.py`, `shrink.Multiples`), not knowing which size a block tiles: a row-wise
+(`source/divisors.py`, `multiples.Multiples`), not knowing which size a block tiles: a row-wise
 kernel with `BLOCK=1024` over 4096 x 8192 would keep both at multiples of 1024, a thousand
 programs in the interpreter where a hundred tell as much. A size whose every place in the
 inputs is a dimension the candidate's grid takes whole, one program per index (`grid =
@@ -144,13 +144,14 @@ def _dim(node: ast.AST, params: dict[str, int], origin: dict[str, Dim]) -> Dim |
     return None
 
 
-def _whole_dims(candidate: ast.Module) -> set[Dim]:
-    """The input dimensions the grids of `ModelNew.forward` (and of the functions and methods it
-    passes its inputs to by name) take whole and nowhere otherwise."""
+def _scopes(candidate: ast.Module) -> list[tuple[ast.FunctionDef, dict[str, int]]]:
+    """`ModelNew.forward` and the functions and methods it passes its inputs to by name (one
+    level down), each with its parameters that hold an input unchanged ({name: input index});
+    empty when some kernel is launched elsewhere, or none is."""
     cls = next((n for n in candidate.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
     forward = _function(cls, "forward") if cls is not None else None
     if cls is None or forward is None or forward.args.vararg is not None:
-        return set()
+        return []
     params = _unchanged(forward, {a.arg: i for i, a in enumerate(forward.args.args[1:])})
     scopes: list[tuple[ast.FunctionDef, dict[str, int]]] = [(forward, params)]
     helpers = {n.name: n for n in candidate.body if isinstance(n, ast.FunctionDef)}
@@ -179,14 +180,111 @@ def _whole_dims(candidate: ast.Module) -> set[Dim]:
     ]
     inside = {id(n) for fn, _p in scopes for n in ast.walk(fn)}
     if not launches or any(id(c) not in inside for c in launches):
-        return set()  # a kernel launched elsewhere: its grid is not read here
+        return []  # a kernel launched elsewhere: its grid is not read here
+    return scopes
+
+
+def _whole_dims(candidate: ast.Module) -> set[Dim]:
+    """The input dimensions the grids of `_scopes` take whole and nowhere otherwise."""
     whole: set[Dim] = set()
     other: set[Dim] = set()
-    for fn, given in scopes:
+    for fn, given in _scopes(candidate):
         w, o = _grid_dims(fn, given)
         whole |= w
         other |= o
     return whole - other
+
+
+_SHAPE_READS = frozenset(
+    {
+        "shape",
+        "size",
+        "stride",
+        "ndim",
+        "dim",
+        "view",
+        "reshape",
+        "transpose",
+        "permute",
+        "t",
+        "T",
+        "mT",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "narrow",
+        "split",
+        "chunk",
+        "unfold",
+        "select",
+        "flatten",
+        "movedim",
+        "unbind",
+        "as_strided",
+        "view_as",
+        "reshape_as",
+        "expand_as",
+        "repeat",
+        "tile",
+    }
+)
+
+
+def flat(candidate_source: str) -> bool:
+    """Whether the candidate reads its inputs only as flat buffers: every kernel is launched from
+    `_scopes`, none of which reads a shape (`.shape`, `.size()`, `.stride()`, `len()`, an index
+    `x[i]`) or makes a view other than the whole buffer (`.view(-1)`, `.reshape(-1)`,
+    `.flatten()`); its kernels then see the element counts (`x.numel()`) alone."""
+    if len(candidate_source) > MAX_SOURCE_CHARS:
+        return False
+    try:
+        scopes = _scopes(ast.parse(candidate_source))
+    except (SyntaxError, ValueError):
+        return False
+    if not scopes:
+        return False
+    for fn, _params in scopes:
+        launched = {id(c.func) for c in ast.walk(fn) if isinstance(c, ast.Call)}
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Subscript)
+                and not isinstance(node.ctx, ast.Store)
+                and id(node) not in launched
+            ):
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("meta", "META")):
+                    return False  # x[0], x.shape[1]; a grid lambda's meta["BLOCK"] is no shape
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+                return False
+            if isinstance(node, ast.Attribute) and node.attr in _SHAPE_READS:
+                call = next((c for c in ast.walk(fn) if isinstance(c, ast.Call) and c.func is node), None)
+                whole = (
+                    call is not None
+                    and not call.keywords
+                    and (
+                        (node.attr == "flatten" and not call.args)
+                        or (
+                            node.attr in ("view", "reshape") and [ast.unparse(a) for a in call.args] == ["-1"]
+                        )
+                    )
+                )
+                if not whole:
+                    return False
+    return True
+
+
+def untiled(task_source: str, candidate_source: str) -> tuple[list[str], bool]:
+    """(the task's sizes no block of the candidate's tiles on its own, whether it reads its
+    inputs as flat buffers): when `flat`, every size of the inputs' own (not a model's); else
+    `per_program`'s."""
+    if flat(candidate_source):
+        try:
+            task = ast.parse(task_source)
+        except (SyntaxError, ValueError):
+            return [], False
+        model = {name for name, _n, _v in shrink.size_constants(task, ("get_init_inputs",))}
+        inputs = {name for name, _n, _v in shrink.size_constants(task)} - model
+        return sorted(inputs), True
+    return per_program(task_source, candidate_source), False
 
 
 def _unchanged(fn: ast.FunctionDef, params: dict[str, int]) -> dict[str, int]:

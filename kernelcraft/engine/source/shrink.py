@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass
 
 from kernelcraft.base.errors import TaskError
+from kernelcraft.engine.source.multiples import Multiples
+from kernelcraft.engine.source.multiples import twos as _twos
 
 SHRINK_ABOVE_ELEMENTS = 1 << 20
 """Over ~1M elements (inputs + parameters) the interpreter's trials take more than seconds."""
@@ -133,13 +134,6 @@ def size_constants(tree: ast.Module, functions: tuple[str, ...] = INPUT_FUNCTION
 MIN_LINKED = 16
 """A size at least this large that divides another by at most the limit is a count or a group
 (num_groups 512 of 8192 channels, 16 heads of 1024): the two shrink together, their ratio kept."""
-
-
-def _twos(v: int) -> int:
-    n = 0
-    while v and v % 2 == 0:
-        v, n = v // 2, n + 1
-    return n
 
 
 def structure_broken(
@@ -241,67 +235,6 @@ def _divisor_keeping(v: int, limit: int, keep: list[int], model: bool = False) -
         if v % d == 0 and all(d % k == 0 for k in must):
             return d
     return new
-
-
-@dataclass(frozen=True)
-class Multiples:
-    """What the candidate's kernels need of the sizes (`source/divisors.py`): a shrunk size stays
-    a multiple of `need(name, v)`, where `v` is its size in the task: of each of `values` (block
-    sizes, asserted divisors) that divided `v`, so a kernel without masks still tiles it
-    exactly. `products`: also keep as many factors of two as the largest power-of-two value
-    takes, up to `v`'s own, so that any product of sizes (an element count, the rows of a
-    flattened view) a block divided still divides; the shrink asks for it where the first rule
-    left such a product undivided (`broken`), as it keeps sizes larger. `per_program`: sizes
-    the candidate launches one program per index of (its grid `(rows,)`, `source/gridmap.py`),
-    which no block tiles: they shrink as for any candidate (but under `products`)."""
-
-    values: tuple[int, ...] = ()
-    products: bool = False
-    per_program: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, values: list[int], per_program: list[str] | None = None) -> Multiples:
-        return cls(tuple(sorted({v for v in values if v >= 2})), per_program=frozenset(per_program or ()))
-
-    def __bool__(self) -> bool:
-        return bool(self.values)
-
-    def need(self, name: str, v: int) -> int:
-        """What size `name`, `v` in the task, must stay a multiple of when shrunk (a divisor of `v`)."""
-        out = 1
-        if (name in self.per_program and not self.products) or not self.values:
-            return out
-        for m in self.values:
-            if v % m == 0:
-                out = math.lcm(out, m)
-        if self.products:
-            out = math.lcm(out, 1 << min(_twos(v), max(_twos(m) for m in self.values)))
-        return out
-
-    def twos_left(self, name: str, v: int) -> int:
-        """How many factors of two `v` may lose and keep `need(name, v)`."""
-        return _twos(v) - _twos(self.need(name, v))
-
-    def broken(
-        self, full: list[list[int]], trial: list[list[int]], changes: dict[str, list[int]]
-    ) -> str | None:
-        """The first extent of an input (a dimension, or the product of adjacent ones: an element
-        count, a flattened view's rows) that one of `values` divided at the task's sizes (`full`)
-        and not at the trials' (`trial`), leaving out those made of `per_program` sizes alone
-        (told apart by `changes`, {name: [old, new]}); None when each still divides."""
-        free = {(o, n) for name, (o, n) in changes.items() if name in self.per_program}
-        for i, (a, b) in enumerate(zip(full, trial, strict=False)):
-            if len(a) != len(b):
-                continue
-            for lo in range(len(a)):
-                for hi in range(lo + 1, len(a) + 1):
-                    if all((a[k], b[k]) in free for k in range(lo, hi)):
-                        continue
-                    pa, pb = math.prod(a[lo:hi]), math.prod(b[lo:hi])
-                    for m in self.values:
-                        if pa % m == 0 and pb % m:
-                            return f"input {i + 1}'s dims {lo}..{hi - 1}: {pa} -> {pb}, {m} no longer divides"
-        return None
 
 
 def _keeping_need(v: int, new: int, limit: int, need: int) -> int:

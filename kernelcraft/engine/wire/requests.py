@@ -28,11 +28,12 @@ class Load(BaseModel):
     # the reference only: the user's sizes for the interpreter, by constant (`shrink.given`)
     cpu_sizes: dict[str, int] | None = None
     # the reference only: what the candidate's kernels divide the sizes by, for the shrink to
-    # keep (`source/divisors.py`, `shrink.Multiples`)
+    # keep (`source/divisors.py`, `multiples.Multiples`)
     cpu_divisors: list[int] = Field(default_factory=list)
-    # the reference only: the task's sizes the candidate launches one program per index of
-    # (`divisors.per_program`): no block tiles them
-    cpu_per_program: list[str] = Field(default_factory=list)
+    # the reference only: the task's sizes no block of the candidate's tiles on its own, and
+    # whether it reads its inputs as flat buffers (`gridmap.untiled`, `multiples.Multiples`)
+    cpu_untiled: list[str] = Field(default_factory=list)
+    cpu_flat: bool = False
     # both: "train" (as constructed, KernelBench's way) or "eval" (`.eval()` on the model)
     model_mode: str = "train"
     # both: "kernelcraft" or "adaexplore" (PyTorch allowed in forward, AdaExplore's tolerance)

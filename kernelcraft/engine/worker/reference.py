@@ -137,7 +137,7 @@ class ReferenceWorker(Worker):
     def sized(self, job: Load, workdir: Path) -> Sized:
         """Measure the task on the meta device (and, in the interpreter, shrink it when it is too
         big for it: `self.task` becomes the shrunk copy); the figures for the job."""
-        from kernelcraft.engine.source import shrink
+        from kernelcraft.engine.source.multiples import Multiples
         from kernelcraft.engine.worker import sizing
         from kernelcraft.engine.worker.loading import import_source
 
@@ -161,7 +161,7 @@ class ReferenceWorker(Worker):
                     self.task,
                     sizes,
                     load,
-                    shrink.Multiples.of(job.cpu_divisors, job.cpu_per_program),
+                    Multiples.of(job.cpu_divisors, job.cpu_untiled, job.cpu_flat),
                     job.model_mode,
                     job.correctness,
                 )

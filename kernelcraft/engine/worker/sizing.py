@@ -10,7 +10,7 @@ workers) and the task is small (`QUICK_BELOW_BYTES`), its outputs are left unmea
 a job alone on the device loses nothing by it. `device_memory(device)` is what the device has free
 and in all. `shrink_for_interpreter` loads the task at small sizes (`source/shrink.py`) when the
 interpreter would take too long at its own; `shrink_keeping` keeps the sizes multiples of what
-the candidate's kernels divide them by (`shrink.Multiples`), within `MULTIPLES_MAX_ELEMENTS`.
+the candidate's kernels divide them by (`multiples.Multiples`), within `MULTIPLES_MAX_ELEMENTS`.
 
 Runs in the worker process only.
 """
@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from kernelcraft.engine.measure.rotation import nbytes
 from kernelcraft.engine.source import shrink
+from kernelcraft.engine.source.multiples import Multiples
 
 QUICK_BELOW_BYTES = 256 << 20
 """A task whose inputs and parameters are under this (and, in the interpreter, under
@@ -150,7 +151,7 @@ class Shrunk:
     must say it: why larger sizes were chosen, or that the trials cannot tell a kernel from one
     that ignores its inputs (`INPUTS_IGNORED`)."""
     multiples: Literal["kept", "dropped"] | None = None
-    """What became of the candidate's divisors (`shrink.Multiples`) in a shrunk plan: "kept",
+    """What became of the candidate's divisors (`multiples.Multiples`) in a shrunk plan: "kept",
     or "dropped" (no plan that keeps them fits `MULTIPLES_MAX_ELEMENTS`; `dropped` says why)."""
     dropped: str = ""
 
@@ -179,14 +180,14 @@ def shrink_keeping(
     task: Any,
     sizes: dict[str, Any],
     load: Any,
-    multiples: shrink.Multiples,
+    multiples: Multiples,
     mode: str = "train",
     rule: str = "kernelcraft",
 ) -> Shrunk:
     """`shrink_for_interpreter`, each shrunk size kept a multiple of what the candidate's kernels
     divide it by (`multiples`, `source/divisors.py`): first of the divisors that divided that
     size; where an extent of an input (a product of adjacent dimensions: an element count) that
-    one divided no longer is, again with `products` (`shrink.Multiples`). A plan
+    one divided no longer is, again with `products` (`multiples.Multiples`). A plan
     over `MULTIPLES_MAX_ELEMENTS`, or none where the task without them shrinks, gives way to
     the shrink without them, "dropped" and why in `multiples`."""
     plain = lambda: shrink_for_interpreter(source, task, sizes, load, mode, rule)  # noqa: E731
@@ -194,7 +195,9 @@ def shrink_keeping(
         return plain()
     plan = shrink_for_interpreter(source, task, sizes, load, mode, rule, multiples)
     broken = plan.source is not None and multiples.broken(sizes["dims"], plan.sizes["dims"], plan.changes)
-    if broken:
+    if broken and multiples.flat:
+        plan, broken = _doubled(source, plan, sizes["dims"], load, multiples)
+    elif broken:
         products = dataclasses.replace(multiples, products=True)
         plan = shrink_for_interpreter(source, task, sizes, load, mode, rule, products)
         if plan.source is not None:
@@ -217,6 +220,39 @@ def shrink_keeping(
     return other
 
 
+def _doubled(
+    source: str, plan: Shrunk, dims: list[list[int]], load: Any, multiples: Multiples
+) -> tuple[Shrunk, str | None]:
+    """For a candidate that reads its inputs as flat buffers (`multiples.flat`): `plan` with its
+    shrunk sizes of the inputs' own doubled together (each at most its size in the task, and
+    still dividing it) until every input's element count a value divided (`dims`: the task's)
+    is divided again, or the work passes `MULTIPLES_MAX_ELEMENTS`; and what is still broken."""
+    old = {name: o for name, (o, _n) in plan.changes.items()}
+    values = {name: n for name, (_o, n) in plan.changes.items()}
+    broken = multiples.broken(dims, plan.sizes["dims"], plan.changes)
+    for step in range(16):
+        grown = {
+            name: v * 2
+            for name, v in values.items()
+            if name in multiples.untiled and v * 2 <= old[name] and old[name] % (v * 2) == 0
+        }
+        if not grown:
+            break
+        values.update(grown)
+        small, changes = shrink.given(source, values)
+        small_task = load(small, f"doubled{step}")
+        plan = Shrunk(
+            small_task,
+            measure(small_task, interpret=True),
+            small,
+            {k: [o, n] for k, (o, n) in changes.items()},
+        )
+        broken = multiples.broken(dims, plan.sizes["dims"], plan.changes)
+        if not broken or plan.sizes["elements"] > MULTIPLES_MAX_ELEMENTS:
+            break
+    return plan, broken or None
+
+
 def shrink_for_interpreter(
     source: str,
     task: Any,
@@ -224,7 +260,7 @@ def shrink_for_interpreter(
     load: Any,
     mode: str = "train",
     rule: str = "kernelcraft",
-    multiples: shrink.Multiples | None = None,
+    multiples: Multiples | None = None,
 ) -> Shrunk:
     """The task at sizes the interpreter runs in seconds, when it has no get_cpu_inputs and its
     work is over `shrink.SHRINK_ABOVE_ELEMENTS`: each smaller `shrink.LIMITS` in turn until the
@@ -294,7 +330,7 @@ def _search(
     sizes: dict[str, Any],
     load: Any,
     keep: frozenset[str],
-    multiples: shrink.Multiples | None = None,
+    multiples: Multiples | None = None,
 ) -> tuple[Shrunk, list[Shrunk], list[str]]:
     """Each `shrink.LIMITS` in turn (the sizes named in `keep` left alone) until the work is
     under `shrink.SHRINK_ABOVE_ELEMENTS`: the smallest plan, every plan tried, and what the

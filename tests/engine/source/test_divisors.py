@@ -1,5 +1,5 @@
 """The CPU shrink keeps what a candidate's kernels divide the task's sizes by (`source/divisors.py`,
-`source/gridmap.py`, `shrink.Multiples`, `sizing.shrink_keeping`): read from its source, never run."""
+`source/gridmap.py`, `Multiples`, `sizing.shrink_keeping`): read from its source, never run."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import types
 from kernelcraft.engine.source import divisors, shrink
 from kernelcraft.engine.source.divisors import read_divisors
 from kernelcraft.engine.source.gridmap import per_program
+from kernelcraft.engine.source.multiples import Multiples
 from kernelcraft.engine.worker import sizing
 
 KERNEL = """
@@ -127,7 +128,7 @@ def test_a_dimension_the_grid_takes_whole_is_launched_one_program_per_index() ->
 
 
 def test_the_shrink_keeps_each_size_a_multiple_of_the_blocks_that_divided_it() -> None:
-    tiles = shrink.Multiples.of([32, 512])
+    tiles = Multiples.of([32, 512])
     plan = shrink.plan_sizes({"rows": 2048, "cols": 8192}, 256, multiples=tiles)
     assert plan == {"rows": 512, "cols": 512}  # without: 64 and 256, under a 512 tile
     # a reduction dim alone over the limit, a floor over the limit itself
@@ -136,9 +137,9 @@ def test_the_shrink_keeps_each_size_a_multiple_of_the_blocks_that_divided_it() -
         "n_cols": 32,
     }
     # a block that does not divide the task's size asks nothing of it (its kernel masks)
-    assert shrink.plan_sizes({"dim": 16000}, 256, multiples=shrink.Multiples.of([1024])) == {"dim": 250}
+    assert shrink.plan_sizes({"dim": 16000}, 256, multiples=Multiples.of([1024])) == {"dim": 250}
     # rows the grid takes whole shrink as for any candidate: their ratio to the columns may go
-    rows = shrink.Multiples.of([1024], ["batch_size"])
+    rows = Multiples.of([1024], ["batch_size"])
     assert shrink.plan_sizes({"batch_size": 4096, "dim": 8192}, 256, multiples=rows) == {
         "batch_size": 128,
         "dim": 1024,
@@ -156,10 +157,10 @@ def test_the_shrink_keeps_each_size_a_multiple_of_the_blocks_that_divided_it() -
 
 def test_a_product_of_sizes_a_block_divided_stays_divided() -> None:
     # 512 x 8000 elements are 4000 blocks of 1024, though neither size is a multiple of it
-    one = shrink.Multiples.of([1024])
+    one = Multiples.of([1024])
     plan = shrink.plan_sizes({"batch": 512, "dim": 8000}, 256, multiples=one)
     assert one.broken([[512, 8000]], [[plan["batch"], plan["dim"]]], {}) is not None
-    products = shrink.Multiples(one.values, products=True)
+    products = Multiples(one.values, products=True)
     plan = shrink.plan_sizes({"batch": 512, "dim": 8000}, 256, multiples=products)
     assert products.broken([[512, 8000]], [[plan["batch"], plan["dim"]]], {}) is None
 
@@ -170,7 +171,7 @@ def _load(source: str, tag: str) -> types.ModuleType:
     return module
 
 
-def _keeping(source: str, multiples: shrink.Multiples) -> sizing.Shrunk:
+def _keeping(source: str, multiples: Multiples) -> sizing.Shrunk:
     task = _load(source, "task")
     return sizing.shrink_keeping(source, task, sizing.measure(task, interpret=True), _load, multiples)
 
@@ -178,10 +179,10 @@ def _keeping(source: str, multiples: shrink.Multiples) -> sizing.Shrunk:
 def test_blocks_no_plan_can_keep_within_the_interpreters_budget_are_dropped_with_a_warning() -> None:
     source = ROWS_TASK.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, 4)")
     source += "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
-    kept = _keeping(source, shrink.Multiples.of([1024], ["batch_size"]))
+    kept = _keeping(source, Multiples.of([1024], ["batch_size"]))
     assert kept.multiples == "kept" and kept.changes == {"batch_size": [4096, 128], "dim": [8192, 1024]}
-    dropped = _keeping(source, shrink.Multiples.of([4096]))  # 4096 x 4096 x 4 at the least
-    plain = _keeping(source, shrink.Multiples())
+    dropped = _keeping(source, Multiples.of([4096]))  # 4096 x 4096 x 4 at the least
+    plain = _keeping(source, Multiples())
     assert dropped.multiples == "dropped" and plain.multiples is None and dropped.changes == plain.changes
     assert "elements of work" in dropped.dropped
     found = divisors.Divisors({4096}, {4096: "BLOCK=4096 in k's launch at line 9"})
@@ -217,7 +218,7 @@ def test_a_candidates_divisors_give_its_shrunk_task_a_reference_of_its_own() -> 
 
     async def check() -> None:  # JobState makes an asyncio future
         kept = state(unmasked)
-        assert kept.key != kept.base_key and kept.per_program == ["batch_size"]
+        assert kept.key != kept.base_key and kept.untiled == ["batch_size"] and not kept.flat
         assert state(unmasked.replace("1024", "512")).key not in (kept.key, kept.base_key)
         assert state(_candidate(MASKED, "        pass\n")).key == kept.base_key
         assert state(unmasked, cpu_sizes={"dim": 2048}).divisors.values == set()  # the user's sizes win
@@ -226,3 +227,19 @@ def test_a_candidates_divisors_give_its_shrunk_task_a_reference_of_its_own() -> 
         assert state(unmasked).key == kept.base_key
 
     asyncio.run(check())
+
+
+def test_a_candidate_reading_its_inputs_flat_needs_only_their_element_counts_divided() -> None:
+    from kernelcraft.engine.source.gridmap import untiled
+
+    task = ROWS_TASK.replace("dim = 8192", "dim = 393216")
+    task += "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    flat = _candidate(
+        UNMASKED, "        x = x.view(-1)\n        k[(x.numel() // 1024,)](x, x, x.numel(), BLOCK=1024)\n"
+    )
+    assert untiled(task, flat) == (["batch_size", "dim"], True)
+    shaped = flat.replace("x.numel() // 1024", "x.shape[0] * x.shape[1] // 1024")
+    assert untiled(task, shaped) == ([], False)
+    # 2 x 192 (the plain shrink) is 384 elements: doubled together until 1024 divides them again
+    plan = _keeping(task, Multiples.of([1024], ["batch_size", "dim"], flat=True))
+    assert plan.multiples == "kept" and plan.changes == {"batch_size": [4096, 8], "dim": [393216, 768]}

@@ -211,7 +211,7 @@ async def size_up(st: JobState, ref: WorkerProcess, sized: Sized | None, *, fres
         st.task_source = sized.shrunk_source
         st.notes.append(shrink.describe(sized.shrunk, sized.shapes, given=bool(st.spec.cpu_sizes)))
         st.notes.extend(reach.note(st.spec.candidate_source, size_pairs(sized)))
-        said = divisors.note(st.divisors, sized.multiples, sized.multiples_dropped, st.per_program)
+        said = divisors.note(st.divisors, sized.multiples, sized.multiples_dropped, st.untiled, st.flat)
         if said is not None:  # a warning comes first, as the probe's below
             st.notes.insert(0 if said.startswith("warning:") else len(st.notes), said)
     if sized.probe is not None:

@@ -33,7 +33,7 @@ from kernelcraft.engine.machine.gpulock import Device
 from kernelcraft.engine.machine.memory import LimitOwner
 from kernelcraft.engine.replay.records import Records
 from kernelcraft.engine.source.divisors import Divisors, read_divisors
-from kernelcraft.engine.source.gridmap import per_program
+from kernelcraft.engine.source.gridmap import untiled
 from kernelcraft.engine.wire import bounds as frame_bounds
 from kernelcraft.engine.wire.bounds import Bounds
 from kernelcraft.engine.wire.protocol import Sized, TaskReady
@@ -100,9 +100,11 @@ class JobState:
     divisors: Divisors = field(init=False)
     """What the candidate's kernels divide the task's sizes by (`source/divisors.py`): in the
     interpreter, for the shrink to keep (`Load.cpu_divisors`); empty on a GPU."""
-    per_program: list[str] = field(init=False)
-    """The task's sizes the candidate's grids take whole, which no block tiles
-    (`source/gridmap.py`, `Load.cpu_per_program`)."""
+    untiled: list[str] = field(init=False)
+    """The task's sizes no block of the candidate's tiles on its own: those its grids take whole,
+    or, when it reads its inputs as flat buffers (`flat`), all the inputs' own
+    (`source/gridmap.py`, `Load.cpu_untiled`)."""
+    flat: bool = field(init=False)
     task_source: str = field(init=False)
     """What the candidate loads: the task, or its shrunk copy in the interpreter."""
     memory_limit: int | None = field(init=False)
@@ -173,15 +175,15 @@ class JobState:
         if spec.cpu_sizes and not self.full_size:  # the user's sizes: a reference of their own
             variant += "cpu" + ",".join(f"{k}={v}" for k, v in sorted(spec.cpu_sizes.items()))
         self.base_key = task_key(spec.task_source, self.device.index, variant)
-        self.divisors, self.per_program = Divisors(), []
+        self.divisors, self.untiled, self.flat = Divisors(), [], False
         if self.interpret and not self.full_size and not spec.cpu_sizes:
             self.divisors = read_divisors(spec.candidate_source)
         # What the candidate's kernels divide the sizes by shapes a shrunk task (a reference of
         # its own), unless this task was found not to shrink (`ReferencePool.unshrunk`).
         if self.divisors.values and self.base_key not in self.references.unshrunk:
-            self.per_program = per_program(spec.task_source, spec.candidate_source)
+            self.untiled, self.flat = untiled(spec.task_source, spec.candidate_source)
             variant += "divisors" + ",".join(map(str, self.divisors.canonical()))
-            variant += "per-program" + ",".join(self.per_program)
+            variant += ("flat" if self.flat else "untiled") + ",".join(self.untiled)
         self.key = task_key(spec.task_source, self.device.index, variant)
         self.task_source = spec.task_source
         self.memory_limit = self.settings.memory_limit_bytes

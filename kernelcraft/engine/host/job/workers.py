@@ -224,7 +224,8 @@ class JobWorkers:
                 given["cpu_sizes"] = dict(spec.cpu_sizes)
             elif interpret and not st.full_size and st.key != st.base_key:
                 given["cpu_divisors"] = st.divisors.canonical()
-                given["cpu_per_program"] = list(st.per_program)
+                given["cpu_untiled"] = list(st.untiled)
+                given["cpu_flat"] = st.flat
         source = st.task_source if role == "candidate" else spec.task_source
         if spec.model_mode != "train":
             given["model_mode"] = spec.model_mode
