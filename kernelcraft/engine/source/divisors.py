@@ -320,14 +320,17 @@ def _config_values(node: ast.AST, scope: _Scope, keys: set[str]) -> set[int]:
 
 def read_divisors(source: str) -> Divisors:
     """The divisors the candidate's kernels rely on (see the module docstring). Empty when the
-    source does not parse or is over `MAX_SOURCE_CHARS`."""
-    found = Divisors()
+    source does not parse, nests too deep to read, or is over `MAX_SOURCE_CHARS`."""
     if len(source) > MAX_SOURCE_CHARS:
-        return found
+        return Divisors()
     try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return found
+        return _read(ast.parse(source))
+    except (SyntaxError, ValueError, RecursionError):
+        return Divisors()
+
+
+def _read(tree: ast.Module) -> Divisors:
+    found = Divisors()
     scope = _Scope(tree)
     kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn)}
     unmasked = _reach_unmasked(kernels)

@@ -40,10 +40,9 @@ def per_program(task_source: str, candidate_source: str) -> list[str]:
         return []
     try:
         task, candidate = ast.parse(task_source), ast.parse(candidate_source)
-    except (SyntaxError, ValueError):
+        places, whole = _input_places(task), _whole_dims(candidate)
+    except (SyntaxError, ValueError, RecursionError):
         return []
-    places = _input_places(task)
-    whole = _whole_dims(candidate)
     if not places or not whole:
         return []
     model = {name for name, _node, _v in shrink.size_constants(task, ("get_init_inputs",))}
@@ -239,36 +238,33 @@ def flat(candidate_source: str) -> bool:
         return False
     try:
         scopes = _scopes(ast.parse(candidate_source))
-    except (SyntaxError, ValueError):
+        return bool(scopes) and all(_reads_flat(fn) for fn, _params in scopes)
+    except (SyntaxError, ValueError, RecursionError):
         return False
-    if not scopes:
-        return False
-    for fn, _params in scopes:
-        launched = {id(c.func) for c in ast.walk(fn) if isinstance(c, ast.Call)}
-        for node in ast.walk(fn):
-            if (
-                isinstance(node, ast.Subscript)
-                and not isinstance(node.ctx, ast.Store)
-                and id(node) not in launched
-            ):
-                if not (isinstance(node.value, ast.Name) and node.value.id in ("meta", "META")):
-                    return False  # x[0], x.shape[1]; a grid lambda's meta["BLOCK"] is no shape
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
-                return False
-            if isinstance(node, ast.Attribute) and node.attr in _SHAPE_READS:
-                call = next((c for c in ast.walk(fn) if isinstance(c, ast.Call) and c.func is node), None)
-                whole = (
-                    call is not None
-                    and not call.keywords
-                    and (
-                        (node.attr == "flatten" and not call.args)
-                        or (
-                            node.attr in ("view", "reshape") and [ast.unparse(a) for a in call.args] == ["-1"]
-                        )
-                    )
+
+
+def _reads_flat(fn: ast.FunctionDef) -> bool:
+    """Whether `fn` reads no shape and views nothing but whole buffers (`flat`)."""
+    calls = {id(c.func): c for c in ast.walk(fn) if isinstance(c, ast.Call)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Store) and id(node) not in calls:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("meta", "META")):
+                return False  # x[0], x.shape[1]; a grid lambda's meta["BLOCK"] is no shape
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+            return False
+        if isinstance(node, ast.Attribute) and node.attr in _SHAPE_READS:
+            call = calls.get(id(node))
+            args = [ast.unparse(a) for a in call.args] if call is not None else []
+            whole = (
+                call is not None
+                and not call.keywords
+                and (
+                    (node.attr == "flatten" and not args)
+                    or (node.attr in ("view", "reshape") and args == ["-1"])
                 )
-                if not whole:
-                    return False
+            )
+            if not whole:
+                return False
     return True
 
 
@@ -279,7 +275,7 @@ def untiled(task_source: str, candidate_source: str) -> tuple[list[str], bool]:
     if flat(candidate_source):
         try:
             task = ast.parse(task_source)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError):
             return [], False
         model = {name for name, _n, _v in shrink.size_constants(task, ("get_init_inputs",))}
         inputs = {name for name, _n, _v in shrink.size_constants(task)} - model

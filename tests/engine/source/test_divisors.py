@@ -243,3 +243,10 @@ def test_a_candidate_reading_its_inputs_flat_needs_only_their_element_counts_div
     # 2 x 192 (the plain shrink) is 384 elements: doubled together until 1024 divides them again
     plan = _keeping(task, Multiples.of([1024], ["batch_size", "dim"], flat=True))
     assert plan.multiples == "kept" and plan.changes == {"batch_size": [4096, 8], "dim": [393216, 768]}
+
+
+def test_a_source_nested_past_pythons_recursion_reads_as_relying_on_nothing() -> None:
+    from kernelcraft.engine.source.gridmap import untiled
+
+    deep = "x = " + "(" * 5000 + "1" + ")" * 5000 + "\n"
+    assert read_divisors(deep).canonical() == [] and untiled(ROWS_TASK, deep) == ([], False)
