@@ -164,6 +164,7 @@ async def adapt(
             }
         )
     report = {
+        "llm": opts.llm.kind,
         "tasks": results,
         "rules_learnt": await rules_learnt(opts, session, before),
         "usage": usage.to_dict(),
@@ -211,7 +212,12 @@ def _print_report(report: dict[str, Any]) -> None:
     dollars = "unknown (unpriced model)" if u["cost_usd"] is None else f"${u['cost_usd']:.2f}"
     w(f"tokens {u['total_tokens']:,} in {u['calls']} calls, {dollars}\n")
     if not report["rules_learnt"]:
-        w("rules learnt: none (no failure produced a new or repeated rule)\n")
+        why = (
+            "--llm none: no model distils a failure into a rule; the failures are recorded"
+            if report.get("llm") == "none"
+            else "no failure produced a new or repeated rule"
+        )
+        w(f"rules learnt: none ({why})\n")
         return
     w("rules learnt (count, +gained this run, status):\n")
     for r in report["rules_learnt"]:

@@ -205,10 +205,11 @@ def no_start_message(task: Path, why_not: str | None) -> str:
     """Why a `--llm none` run of `task` cannot start, and the three ways to give it a kernel."""
     seed = "seed.py beside it" if task.name == "task.py" else f"{task.stem}_seed.py beside it"
     return (
-        f"--llm none needs a kernel to tune for {task} and has none: no seed kernel, and "
+        f"--llm none needs a kernel to tune and has none: no seed kernel, and "
         f"{why_not or 'no cookbook entry fits its Model'}. Put a seed kernel (a ModelNew with literal "
-        f"block sizes) in {seed} (or pass --seed FILE for one task), or use an LLM (--llm anthropic|openai) "
-        "to write the first kernel: the offline tuner tunes a kernel, it does not write one"
+        f"block sizes) in {seed} (`kernelcraft optimize` of this one task also takes --seed FILE), or use "
+        "an LLM (--llm anthropic|openai) to write the first kernel: the offline tuner tunes a kernel, it "
+        "does not write one"
     )
 
 

@@ -379,7 +379,7 @@ def test_the_command_line_says_why_a_task_cannot_start_without_the_servers_start
     )
     assert ran.returncode == 2, ran.stderr
     assert (
-        "kernelcraft: error: --llm none needs a kernel to tune for" in ran.stderr
+        "kernelcraft: error: --llm none needs a kernel to tune and has none" in ran.stderr
         and "lonely_seed.py" in ran.stderr
     )
     # the in-process server's notes (its database, the rules imported, the manuals indexed) are an
@@ -424,6 +424,7 @@ async def test_adapt_with_llm_none_starts_a_seedless_sum_from_the_cookbook_and_s
     err = capsys.readouterr().err
     assert "seed: the cookbook's reduce_dim kernel" in err
     assert f"{tasks / 'gelu.py'}: skipped — --llm none needs a kernel to tune" in err
+    assert "rules learnt: none (--llm none: no model distils a failure into a rule" in err
 
     r = home / "a" / name
     run = json.loads((r / "run.json").read_text())
