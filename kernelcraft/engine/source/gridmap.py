@@ -12,7 +12,8 @@ returns a list or tuple of `torch.randn(a, b, ...)`-style calls (or names bound 
 size arguments are its module-level size constants; the candidate's `ModelNew.forward` takes the
 inputs in that order, launches every kernel itself or in a function or method it passes its
 inputs to by name (a launch anywhere else: nothing is said) and reads the dimension straight
-from its input (`x.shape[0]`, `x.size(0)`, `rows, n = x.shape`;
+from its input (`x.shape[0]`, `x.size(0)`, `rows, n = x.shape`; or the rows of a view of
+it as rows of its last dimension: `x.view(-1, x.shape[-1]).shape[0]`, `x.numel() // n`;
 an input reassigned other than by `.contiguous()`-like calls is not read). A dimension that also
 appears in a grid any other way (`triton.cdiv(rows, BLOCK_M)`), a size read by
 `get_init_inputs()` (a model's) or used in `get_inputs()` otherwise than as a whole dimension,
@@ -40,7 +41,8 @@ def per_program(task_source: str, candidate_source: str) -> list[str]:
         return []
     try:
         task, candidate = ast.parse(task_source), ast.parse(candidate_source)
-        places, whole = _input_places(task), _whole_dims(candidate)
+        places, ranks = _input_places(task)
+        whole = _whole_dims(candidate, ranks)
     except (SyntaxError, ValueError, RecursionError):
         return []
     if not places or not whole:
@@ -89,24 +91,28 @@ def _size_args(call: ast.Call) -> list[ast.expr] | None:
     return args
 
 
-def _input_places(task: ast.Module) -> dict[str, list[Dim | None]]:
-    """Each name `get_inputs()` reads: the input dimensions it is, None for any other use."""
+def _input_places(task: ast.Module) -> tuple[dict[str, list[Dim | None]], dict[int, int]]:
+    """Each name `get_inputs()` reads: the input dimensions it is, None for any other use; and
+    each input's rank, where its maker is plain."""
     fn = _function(task, "get_inputs")
     if fn is None:
-        return {}
+        return {}, {}
     returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
     if len(returns) != 1 or not isinstance(returns[0].value, (ast.List, ast.Tuple)):
-        return {}
+        return {}, {}
     bound = {
         n.targets[0].id: n.value
         for n in ast.walk(fn)
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
     }
     slots: dict[int, Dim] = {}
+    ranks: dict[int, int] = {}
     for i, element in enumerate(returns[0].value.elts):
         value = bound.get(element.id, element) if isinstance(element, ast.Name) else element
         call = _maker(value)
         args = _size_args(call) if call is not None else None
+        if args is not None and not any(isinstance(a, ast.Starred) for a in args):
+            ranks[i] = len(args)
         for j, arg in enumerate(args or []):
             if isinstance(arg, ast.Name):
                 slots[id(arg)] = (i, j)
@@ -114,45 +120,132 @@ def _input_places(task: ast.Module) -> dict[str, list[Dim | None]]:
     for node in ast.walk(fn):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             places.setdefault(node.id, []).append(slots.get(id(node)))
-    return places
+    return places, ranks
 
 
-def _dim(node: ast.AST, params: dict[str, int], origin: dict[str, Dim]) -> Dim | None:
-    """The input dimension `node` reads whole: a name bound to one, `x.shape[j]`, `x.size(j)`."""
-    if isinstance(node, ast.Name):
-        return origin.get(node.id)
-    if (
-        isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Attribute)
-        and node.value.attr == "shape"
-    ):
-        x, k = node.value.value, node.slice
+Extent = frozenset[Dim]
+"""Input dimensions whose product a value is: one (`x.shape[0]`), or the rows of a view of an
+input as rows of its last dimension (`x.view(-1, x.shape[-1]).shape[0]`, `x.numel() // N`)."""
+
+
+class _Reads:
+    """What a function's names and expressions read of its inputs' dimensions (`extent`)."""
+
+    def __init__(self, params: dict[str, int], ranks: dict[int, int]) -> None:
+        self.params, self.ranks = params, ranks
+        self.views: dict[str, int] = {}
+        """Names bound to an input viewed as rows of its last dimension."""
+        self.origin: dict[str, Extent] = {}
+
+    def _index(self, i: int, k: ast.AST, rank: int | None) -> int | None:
+        if not isinstance(k, ast.Constant) or type(k.value) is not int:
+            if (
+                isinstance(k, ast.UnaryOp)
+                and isinstance(k.op, ast.USub)
+                and isinstance(k.operand, ast.Constant)
+            ):
+                value = -k.operand.value if type(k.operand.value) is int else None
+                return rank + value if value is not None and rank is not None and -rank <= value else None
+            return None
+        return (
+            k.value if k.value >= 0 else (rank + k.value if rank is not None and -rank <= k.value else None)
+        )
+
+    def _of(self, x: ast.AST, k: ast.AST) -> Extent | None:
+        """Dimension `k` of `x`, an input or a view of one."""
+        if not isinstance(x, ast.Name):
+            return None
+        if x.id in self.params:
+            i = self.params[x.id]
+            j = self._index(i, k, self.ranks.get(i))
+            return frozenset({(i, j)}) if j is not None else None
+        if x.id in self.views:
+            i = self.views[x.id]
+            rank = self.ranks.get(i)
+            j = self._index(i, k, 2)
+            if rank is None or j is None:
+                return None
+            return frozenset((i, d) for d in range(rank - 1)) if j == 0 else frozenset({(i, rank - 1)})
+        return None
+
+    def extent(self, node: ast.AST) -> Extent | None:
+        """The input dimensions `node` reads whole (see `Extent`), or None."""
+        if isinstance(node, ast.Name):
+            return self.origin.get(node.id)
         if (
-            isinstance(x, ast.Name)
-            and x.id in params
-            and isinstance(k, ast.Constant)
-            and type(k.value) is int
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "shape"
         ):
-            return (params[x.id], k.value) if k.value >= 0 else None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size":
+            return self._of(node.value.value, node.slice)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1:
+            if node.func.attr == "size":
+                return self._of(node.func.value, node.args[0])
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):  # x.numel() // N
+            x, last = node.left, self.extent(node.right)
+            if (
+                isinstance(x, ast.Call)
+                and isinstance(x.func, ast.Attribute)
+                and x.func.attr == "numel"
+                and isinstance(x.func.value, ast.Name)
+                and x.func.value.id in self.params
+                and last is not None
+            ):
+                i = self.params[x.func.value.id]
+                rank = self.ranks.get(i)
+                if rank is not None and last == frozenset({(i, rank - 1)}):
+                    return frozenset((i, d) for d in range(rank - 1))
+        return None
+
+    def row_view(self, value: ast.AST, inputs: dict[str, int]) -> int | None:
+        """The input `value` views as rows of its last dimension (`x.view(-1, x.shape[-1])`,
+        `.reshape`, through `.contiguous()`-like calls), or None."""
+        node = value
+        while (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _SAME_SHAPE
+        ):
+            node = node.func.value
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("view", "reshape")
+            and len(node.args) == 2
+            and not node.keywords
+            and ast.unparse(node.args[0]) == "-1"
+        ):
+            return None
         x = node.func.value
-        if isinstance(x, ast.Name) and x.id in params and len(node.args) == 1:
-            k = node.args[0]
-            if isinstance(k, ast.Constant) and type(k.value) is int and k.value >= 0:
-                return params[x.id], k.value
-    return None
+        while isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute) and x.func.attr in _SAME_SHAPE:
+            x = x.func.value
+        if not isinstance(x, ast.Name) or x.id not in inputs:
+            return None
+        i = inputs[x.id]
+        rank = self.ranks.get(i)
+        saved, self.params = self.params, {**self.params, x.id: i}
+        try:
+            last = self.extent(node.args[1])
+        finally:
+            self.params = saved
+        return i if rank is not None and rank >= 2 and last == frozenset({(i, rank - 1)}) else None
 
 
-def _scopes(candidate: ast.Module) -> list[tuple[ast.FunctionDef, dict[str, int]]]:
+Scope = tuple[ast.FunctionDef, dict[str, int], dict[str, int]]
+"""A function, its parameters that hold an input unchanged and those given one at all
+({name: input index})."""
+
+
+def _scopes(candidate: ast.Module) -> list[Scope]:
     """`ModelNew.forward` and the functions and methods it passes its inputs to by name (one
-    level down), each with its parameters that hold an input unchanged ({name: input index});
-    empty when some kernel is launched elsewhere, or none is."""
+    level down) (`Scope`); empty when some kernel is launched elsewhere, or none is."""
     cls = next((n for n in candidate.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
     forward = _function(cls, "forward") if cls is not None else None
     if cls is None or forward is None or forward.args.vararg is not None:
         return []
-    params = _unchanged(forward, {a.arg: i for i, a in enumerate(forward.args.args[1:])})
-    scopes: list[tuple[ast.FunctionDef, dict[str, int]]] = [(forward, params)]
+    inputs = {a.arg: i for i, a in enumerate(forward.args.args[1:])}
+    params = _unchanged(forward, inputs)
+    scopes: list[Scope] = [(forward, params, inputs)]
     helpers = {n.name: n for n in candidate.body if isinstance(n, ast.FunctionDef)}
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     for call in ast.walk(forward):  # `return l2norm(x)`, `self._launch(x, out)`: one level down
@@ -173,22 +266,22 @@ def _scopes(candidate: ast.Module) -> list[tuple[ast.FunctionDef, dict[str, int]
             for k, arg in enumerate(call.args[: len(names)])
             if isinstance(arg, ast.Name) and arg.id in params
         }
-        scopes.append((callee, _unchanged(callee, given)))
+        scopes.append((callee, _unchanged(callee, given), given))
     launches = [
         n for n in ast.walk(candidate) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
     ]
-    inside = {id(n) for fn, _p in scopes for n in ast.walk(fn)}
+    inside = {id(n) for fn, _p, _i in scopes for n in ast.walk(fn)}
     if not launches or any(id(c) not in inside for c in launches):
         return []  # a kernel launched elsewhere: its grid is not read here
     return scopes
 
 
-def _whole_dims(candidate: ast.Module) -> set[Dim]:
+def _whole_dims(candidate: ast.Module, ranks: dict[int, int]) -> set[Dim]:
     """The input dimensions the grids of `_scopes` take whole and nowhere otherwise."""
     whole: set[Dim] = set()
     other: set[Dim] = set()
-    for fn, given in _scopes(candidate):
-        w, o = _grid_dims(fn, given)
+    for fn, given, inputs in _scopes(candidate):
+        w, o = _grid_dims(fn, given, inputs, ranks)
         whole |= w
         other |= o
     return whole - other
@@ -238,7 +331,7 @@ def flat(candidate_source: str) -> bool:
         return False
     try:
         scopes = _scopes(ast.parse(candidate_source))
-        return bool(scopes) and all(_reads_flat(fn) for fn, _params in scopes)
+        return bool(scopes) and all(_reads_flat(fn) for fn, _params, _inputs in scopes)
     except (SyntaxError, ValueError, RecursionError):
         return False
 
@@ -296,33 +389,45 @@ def _unchanged(fn: ast.FunctionDef, params: dict[str, int]) -> dict[str, int]:
     return params
 
 
-def _grid_dims(fn: ast.FunctionDef, params: dict[str, int]) -> tuple[set[Dim], set[Dim]]:
+def _grid_dims(
+    fn: ast.FunctionDef, params: dict[str, int], inputs: dict[str, int], ranks: dict[int, int]
+) -> tuple[set[Dim], set[Dim]]:
     """(the input dimensions `fn`'s launches take whole as a grid entry, those its grids read
-    any other way)."""
-    origin: dict[str, Dim] = {}
+    any other way). `params`: its names holding an input unchanged; `inputs`: given one at all
+    (a view of one is read from there)."""
+    reads = _Reads(params, ranks)
     grids: dict[str, ast.expr] = {}
     assigned: dict[str, int] = {}
+    first_read: dict[str, int] = {}
     for node in ast.walk(fn):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         assigned[n.id] = assigned.get(n.id, 0) + 1
-    for node in ast.walk(fn):
-        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
-            continue
-        target, value = node.targets[0], node.value
-        if isinstance(target, ast.Name):
-            grids[target.id] = value
-            if (d := _dim(value, params, {})) is not None:
-                origin[target.id] = d
-        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape":
-            x = value.value
-            if isinstance(x, ast.Name) and x.id in params:
-                for j, elt in enumerate(target.elts):
-                    if isinstance(elt, ast.Name):
-                        origin[elt.id] = (params[x.id], j)
-    origin = {name: d for name, d in origin.items() if assigned.get(name) == 1}  # one meaning only
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            first_read[node.id] = min(first_read.get(node.id, node.lineno), node.lineno)
+    assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1]
+    for node in assigns:  # views first: `x2 = x.view(-1, n)`, `x = x.reshape(-1, x.shape[-1])`
+        target = node.targets[0]
+        if isinstance(target, ast.Name) and assigned.get(target.id) == 1:
+            i = reads.row_view(node.value, inputs)
+            # an input's name reused for its view: only when nothing read it before
+            if i is not None and (target.id not in inputs or first_read.get(target.id, 0) >= node.lineno):
+                reads.views[target.id] = i
+    for _ in range(2):  # names read from names (`n = x.shape[-1]`, then `x.numel() // n`)
+        for node in assigns:
+            target, value = node.targets[0], node.value
+            if isinstance(target, ast.Name):
+                grids[target.id] = value
+                if assigned.get(target.id) == 1 and (e := reads.extent(value)) is not None:
+                    reads.origin[target.id] = e
+            elif isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape":
+                for j, elt in enumerate(target.elts):  # `B, N = x.shape`
+                    k = ast.Constant(j)
+                    e = reads._of(value.value, k) if isinstance(elt, ast.Name) else None
+                    if e is not None and isinstance(elt, ast.Name) and assigned.get(elt.id) == 1:
+                        reads.origin[elt.id] = e
     whole: set[Dim] = set()
     other: set[Dim] = set()
     for call in ast.walk(fn):
@@ -335,13 +440,13 @@ def _grid_dims(fn: ast.FunctionDef, params: dict[str, int]) -> tuple[set[Dim], s
             grid = grid.body
         entries = grid.elts if isinstance(grid, ast.Tuple) else [grid]
         for entry in entries:
-            d = _dim(entry, params, origin)
-            if d is not None:
-                whole.add(d)
+            e = reads.extent(entry)
+            if e is not None:
+                whole |= e
                 continue
             for n in ast.walk(entry):
-                if (d := _dim(n, params, origin)) is not None:
-                    other.add(d)
+                if (e := reads.extent(n)) is not None:
+                    other |= e
     return whole, other
 
 

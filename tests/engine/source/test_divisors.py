@@ -250,3 +250,27 @@ def test_a_source_nested_past_pythons_recursion_reads_as_relying_on_nothing() ->
 
     deep = "x = " + "(" * 5000 + "1" + ")" * 5000 + "\n"
     assert read_divisors(deep).canonical() == [] and untiled(ROWS_TASK, deep) == ([], False)
+
+
+def test_rows_of_an_input_viewed_as_rows_of_its_last_dimension_are_one_program_each() -> None:
+    # a norm over the hidden size of [batch, seq, hidden], launched one program per row
+    task = ROWS_TASK.replace("batch_size = 4096", "batch_size = 16\nseq = 4096").replace(
+        "torch.randn(batch_size, dim)", "torch.randn(batch_size, seq, dim)"
+    )
+    forwards = [
+        "x2 = x.contiguous().view(-1, x.shape[-1])\n        rows, n = x2.shape\n        k[(rows,)](x2, x2, n, BLOCK=1024)\n",
+        "x = x.reshape(-1, x.shape[-1])\n        k[(x.shape[0],)](x, x, x.shape[1], BLOCK=1024)\n",
+        "n = x.shape[-1]\n        k[(x.numel() // n,)](x, x, n, BLOCK=1024)\n",
+    ]
+    for forward in forwards:
+        assert per_program(task, _candidate(UNMASKED, "        " + forward)) == ["batch_size", "seq"], forward
+    # the same rows split among programs another way: they may be tiled
+    both = forwards[2] + "        k[(x.numel() // n // 8,)](x, x, n, BLOCK=1024)\n"
+    assert per_program(task, _candidate(UNMASKED, "        " + both)) == []
+    # an input read before its name is reused for a view: its reads are not the view's
+    before = "b = x.shape[0]\n        x = x.reshape(-1, x.shape[-1])\n        k[(b,)](x, x, x.shape[1], BLOCK=1024)\n"
+    assert per_program(task, _candidate(UNMASKED, "        " + before)) == []
+    plan = shrink.plan_sizes(
+        {"seq": 4096, "dim": 8192}, 64, multiples=Multiples.of([1024], ["batch_size", "seq"])
+    )
+    assert plan == {"seq": 32, "dim": 1024}  # 16 x 32 rows of 1024, not 16 x 512
