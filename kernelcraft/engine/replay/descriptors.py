@@ -36,14 +36,22 @@ def descriptor_type() -> Any:
     return TensorDescriptor
 
 
+def rounds_to_tf32(obj: Any) -> bool:
+    """A descriptor's `round_f32_to_tf32` (Triton 3.9); False where this Triton has no such
+    field (3.6: the H200 machine's)."""
+    return bool(getattr(obj, "round_f32_to_tf32", False))
+
+
 def descriptor(base: torch.Tensor, d: Desc, number: Callable[[Any], Any] = lambda n: n) -> Any:
     """`d` rebuilt over `base` (its shape and strides through `number`: the fresh replay's
-    substitutions). Triton's own checks apply (alignment, a unit last stride)."""
+    substitutions). Triton's own checks apply (alignment, a unit last stride). The TF32 flag is
+    passed only when set: Triton 3.6's descriptor has no such argument."""
+    extra = {"round_f32_to_tf32": True} if d.round_f32_to_tf32 else {}
     return descriptor_type()(
         base,
         [int(number(x)) for x in d.shape],
         [int(number(x)) for x in d.strides],
         list(d.block_shape),
         d.padding,
-        d.round_f32_to_tf32,
+        **extra,
     )

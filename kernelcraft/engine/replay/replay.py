@@ -42,7 +42,7 @@ import torch
 
 from kernelcraft.base.failures import is_out_of_memory
 from kernelcraft.engine.replay import storage, traced  # noqa: F401 - traced: loaded before the guard's snapshot
-from kernelcraft.engine.replay.descriptors import Desc, descriptor, descriptor_type
+from kernelcraft.engine.replay.descriptors import Desc, descriptor, descriptor_type, rounds_to_tf32
 
 
 class ReplayOutOfMemory(Exception):
@@ -336,7 +336,7 @@ class Tape:
                 tuple(int(x) for x in obj.strides),
                 tuple(int(x) for x in obj.block_shape),
                 str(obj.padding),
-                bool(obj.round_f32_to_tf32),
+                rounds_to_tf32(obj),
             )
         if isinstance(obj, (list, tuple)):
             items = [self._freeze(x) for x in obj]

@@ -149,3 +149,31 @@ def test_a_replay_that_runs_out_of_memory_says_so_instead_of_blaming_the_forward
     why = _replay("OutOfMemoryInTheReplay")
     assert why is not None and why.startswith("ReplayOutOfMemory: OutOfMemoryError: CUDA out of memory"), why
     assert "harness did not see" not in why
+
+
+def test_a_descriptor_of_a_triton_without_the_tf32_flag_is_read_and_rebuilt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Triton 3.6 (the H200 machine's) has no `round_f32_to_tf32` on its `TensorDescriptor`:
+    reading one as 3.9 does raised AttributeError and failed an honest TMA kernel there."""
+    import torch
+
+    from kernelcraft.engine.replay import descriptors
+
+    class Triton36Descriptor:  # the 3.6 constructor: no TF32 argument
+        def __init__(self, base, shape, strides, block_shape, padding="zero") -> None:  # type: ignore[no-untyped-def]
+            self.base, self.shape, self.strides, self.block_shape, self.padding = (
+                base,
+                shape,
+                strides,
+                block_shape,
+                padding,
+            )
+
+    monkeypatch.setattr(descriptors, "descriptor_type", lambda: Triton36Descriptor)
+    base = torch.zeros(8, 16)
+    old = Triton36Descriptor(base, [8, 16], [16, 1], [4, 16])
+    assert descriptors.rounds_to_tf32(old) is False
+    d = descriptors.Desc(None, (8, 16), (16, 1), (4, 16), "zero", descriptors.rounds_to_tf32(old))
+    again = descriptors.descriptor(base, d)
+    assert isinstance(again, Triton36Descriptor) and again.shape == [8, 16] and again.block_shape == [4, 16]

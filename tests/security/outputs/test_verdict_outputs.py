@@ -62,5 +62,5 @@ def test_gpu_verify_refuses_outputs_that_are_not_what_the_reference_returns(
     task, cls, words = EXPECTED[probe]
     v = gpu_submit(job_for(task, PROBES / probe, trials=1))
     assert v is not None and not v.correct and v.failure_class is not None, v
-    assert v.failure_class.value == cls, v
+    assert v.failure_class.value == cls, (v.status, v.evidence)
     assert v.evidence is not None and words in v.evidence.message, v.evidence
