@@ -61,9 +61,22 @@ def expect_candidate(frame: Frame, expected: Msg) -> None:
         if cls is FailureClass.HARNESS_LIMIT:  # only the host says a limit of its own was reached
             cls = FailureClass.RUNTIME_ERROR
         raise Stop(cls, evidence_from(verdict.evidence, "the candidate failed"))
+    if t == Msg.TASK_ERROR:
+        raise Stop(
+            FailureClass.RUNTIME_CRASH,
+            Evidence(message=f"the candidate's process sent {str(t)[:40]!r} instead of {expected.value!r}"),
+        )
+    # The worker's own code answers each request with its reply or a verdict: any other message
+    # on the channel was written there by the candidate's code (a forged `outputs` during the
+    # GPU's warm-up, say).
     raise Stop(
-        FailureClass.RUNTIME_CRASH,
-        Evidence(message=f"the candidate's process sent {str(t)[:40]!r} instead of {expected.value!r}"),
+        FailureClass.FORBIDDEN_CONSTRUCT,
+        Evidence(
+            message=f"the candidate's process sent {str(t)[:40]!r} where the harness asked for "
+            f"{expected.value!r}: a message the harness did not ask for is the candidate's code writing "
+            "to the harness's channel",
+            op="channel",
+        ),
     )
 
 

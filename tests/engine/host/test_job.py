@@ -308,7 +308,7 @@ async def test_a_baseline_job_times_the_reference_alone_and_parks_no_reference()
             Timed(candidate=_samples(CANDIDATE_US), audited=[5, 6], audit_outputs=[REC]).to_header(),
             FailureClass.FORBIDDEN_CONSTRUCT,
         ),
-        ({"type": "outputs", "outputs": []}, FailureClass.RUNTIME_CRASH),
+        ({"type": "outputs", "outputs": []}, FailureClass.FORBIDDEN_CONSTRUCT),  # not what was asked
         (
             Verdict(
                 failure_class="forbidden_construct", evidence={"message": "work on another stream"}
