@@ -452,7 +452,7 @@ def test_an_unchanged_large_kernelbench_task_gets_a_correct_cpu_verdict_at_shrun
     evaluator, job_for
 ) -> None:
     start = time.monotonic()
-    r = evaluator.submit(job_for(LARGE / "gelu_task.py", LARGE / "gelu_triton.py", timeout_s=60))
+    r = evaluator.submit(job_for(LARGE / "gelu_task.py", LARGE / "gelu_triton.py", timeout_s=60, trials=2))
     v = r.verify
     assert v is not None and v.correct, v
     assert time.monotonic() - start < 60
