@@ -99,7 +99,8 @@ class JobState:
     """`key` without the candidate's divisors: what `ReferencePool.unshrunk` records."""
     divisors: Divisors = field(init=False)
     """What the candidate's kernels divide the task's sizes by (`source/divisors.py`): in the
-    interpreter, for the shrink to keep (`Load.cpu_divisors`); empty on a GPU."""
+    interpreter, for the shrink to keep (`Load.cpu_divisors`); empty on a GPU, with the user's
+    CPU sizes, and for a task known to run at its own sizes."""
     untiled: list[str] = field(init=False)
     """The task's sizes no block of the candidate's tiles on its own: those its grids take whole,
     or, when it reads its inputs as flat buffers (`flat`), all the inputs' own
@@ -175,12 +176,19 @@ class JobState:
         if spec.cpu_sizes and not self.full_size:  # the user's sizes: a reference of their own
             variant += "cpu" + ",".join(f"{k}={v}" for k, v in sorted(spec.cpu_sizes.items()))
         self.base_key = task_key(spec.task_source, self.device.index, variant)
-        self.divisors, self.untiled, self.flat = Divisors(), [], False
-        if self.interpret and not self.full_size and not spec.cpu_sizes:
-            self.divisors = read_divisors(spec.candidate_source)
         # What the candidate's kernels divide the sizes by shapes a shrunk task (a reference of
-        # its own), unless this task was found not to shrink (`ReferencePool.unshrunk`).
-        if self.divisors.values and self.base_key not in self.references.unshrunk:
+        # its own), unless this task was found not to shrink (`ReferencePool.unshrunk`): read
+        # only then (an `ast` pass over the candidate, tens of milliseconds).
+        self.divisors, self.untiled, self.flat = Divisors(), [], False
+        if (
+            self.interpret
+            and not self.full_size
+            and not spec.cpu_sizes
+            and "jit" in spec.candidate_source  # no kernel, no divisor
+            and self.base_key not in self.references.unshrunk
+        ):
+            self.divisors = read_divisors(spec.candidate_source)
+        if self.divisors.values:
             self.untiled, self.flat = untiled(spec.task_source, spec.candidate_source)
             variant += "divisors" + ",".join(map(str, self.divisors.canonical()))
             variant += ("flat" if self.flat else "untiled") + ",".join(self.untiled)
