@@ -16,9 +16,9 @@ LIMIT = 72
 BASE = "919b2ba"
 """The last commit not held to the rule: older subjects are history, not rewritten. (82fa9a2 until
 919b2ba landed on main with a 74-character subject; every commit between them passed.)"""
-LANDED_LONG = frozenset({"994b8a3", "1463796", "16140bd", "73c322d", "11b8085"})
-"""Commits on main after BASE that landed over the limit (73, 77 and 73 characters, 2026-12-04; 74 and
-73 on 2026-12-05): main is never rewritten, so they are named here one by one and every other commit is still held to the rule."""
+LANDED_LONG = frozenset({"994b8a3", "1463796", "16140bd", "73c322d", "11b8085", "24218d4", "8a78413"})
+"""Commits on main after BASE that landed over the limit (73, 77 and 73 characters, 2026-12-04; 74,
+73, 76 and 76 on 2026-12-05): main is never rewritten, so they are named here one by one and every other commit is still held to the rule."""
 
 
 def too_long(subject: str) -> bool:
