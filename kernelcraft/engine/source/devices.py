@@ -10,7 +10,7 @@ kernels launched in the branch's body (`kernel[grid](...)`), for the verdict's n
 `torch.cuda` it suggests asking the tensors instead.
 
 Host code with no CPU way at all (`assert x.is_cuda`, `if not x.is_cuda: raise`, `.cuda()`,
-`device="cuda"`: `no_cpu_way`) cannot run the CPU's way; its trials run the GPU's way instead, on
+`device="cuda"`, `torch.cuda.get_device_properties`, Triton's `driver.active`: `no_cpu_way`) cannot run the CPU's way; its trials run the GPU's way instead, on
 CPU tensors that say they are on CUDA (`watch/fakecuda.py`), and the note says so.
 
 Limits: a test reached through a helper's parameter or a global is named where it is written; a
@@ -86,9 +86,20 @@ def branches(source: str) -> list[tuple[int, str, list[str]]]:
     return [(line, test, called) for (line, test), called in sorted(found.items())]
 
 
+_CUDA_FACTS = re.compile(
+    r"(^|\.)cuda\.(get_device_properties|get_device_name|get_device_capability|current_device|set_device"
+    r"|device|synchronize)$"
+)
+"""`torch.cuda` calls that need a GPU, answered on the CPU (`watch/fakecuda.FAKED_TORCH_CUDA`)."""
+
+
 def _names_cuda(call: ast.Call) -> bool:
-    """`.cuda()`, or "cuda"/"cuda:N" given as an argument (`device="cuda"`, `.to("cuda")`)."""
+    """`.cuda()`, a `torch.cuda` device fact, Triton's `driver.active`, or "cuda"/"cuda:N" given as
+    an argument (`device="cuda"`, `.to("cuda")`)."""
     if isinstance(call.func, ast.Attribute) and call.func.attr == "cuda":
+        return True
+    func = ast.unparse(call.func)
+    if _CUDA_FACTS.search(func) or re.search(r"(^|\.)driver\.active\.", func):
         return True
     given = [*call.args, *(k.value for k in call.keywords)]
     return any(
@@ -130,7 +141,8 @@ def note(source: str) -> list[str]:
         return [
             f"forward's host code has no CPU way ({where}): these CPU trials ran it the GPU's way, on CPU "
             "tensors that say they are on cuda:0, its CUDA allocations made on the CPU "
-            "(`watch/fakecuda.py`); `torch.cuda` itself (streams, device properties) is not faked"[:1200]
+            "and its device facts (`torch.cuda.get_device_properties`, Triton's `driver.active`) those of "
+            "one H200 (`watch/fakecuda.py`); streams are not faked"[:1200]
         ]
     found = branches(source)
     if not found:

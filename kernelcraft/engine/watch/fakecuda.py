@@ -19,9 +19,13 @@ The CPU trials of a candidate whose host code has no CPU way (`assert x.is_cuda`
 CUDA is made on the CPU. Before, such an honest GPU kernel failed every CPU verdict with its own
 assertion.
 
-Limits: `torch.cuda.is_available()` and other `torch.cuda` calls are not torch functions and are
-not changed (a forward that needs a CUDA stream or device properties fails here, and discovery
-falls back to the meta tensors' own way, with a note). Runs in the candidate worker only.
+There `torch.cuda`'s device facts (`get_device_properties`, `torch.cuda.device(...)`, ...:
+`FAKED_TORCH_CUDA`) and Triton's `driver.active` (the tutorials' `get_active_torch_device()`,
+`utils.get_device_properties`) answer as one H200 does, and are put back after each forward.
+
+Limits: `torch.cuda.is_available()` stays False, and streams are not faked (in `compile`'s
+discovery a forward that needs a CUDA stream or device properties fails, and falls back to the
+meta tensors' own way, with a note). Runs in the candidate worker only.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 _CUDA_GETTERS = {"device": "cuda", "is_cuda": True, "is_meta": False, "is_cpu": False}
@@ -84,37 +89,152 @@ def looks_cuda(real: str = "meta", only_under: Path | None = None) -> Iterator[N
         yield
 
 
+H200 = {
+    "name": "NVIDIA H200 (kernelcraft's stand-in on a CPU machine)",
+    "major": 9,
+    "minor": 0,
+    "multi_processor_count": 132,
+    "total_memory": 150_109_880_320,
+    "warp_size": 32,
+    "max_threads_per_multi_processor": 2048,
+    "max_threads_per_block": 1024,
+    "regs_per_multiprocessor": 65536,
+    "shared_memory_per_block": 49152,
+    "shared_memory_per_block_optin": 232448,
+    "shared_memory_per_multiprocessor": 233472,
+    "L2_cache_size": 52_428_800,
+    "is_integrated": 0,
+    "is_multi_gpu_board": 0,
+}
+"""What `torch.cuda.get_device_properties` says on the CPU under `CandidateWay`: the H200 the
+project measures on, whose sm_90a is the GPU check's default target."""
+
+TRITON_H200 = {
+    "max_shared_mem": 232448,
+    "max_num_regs": 65536,
+    "multiprocessor_count": 132,
+    "warpSize": 32,
+    "sm_clock_rate": 1_980_000,
+    "mem_clock_rate": 2_619_000,
+    "mem_bus_width": 5120,
+}
+"""The same H200 as Triton's driver describes it (`driver.active.utils.get_device_properties`)."""
+
+FAKED_TORCH_CUDA = (
+    "get_device_properties",
+    "get_device_name",
+    "get_device_capability",
+    "current_device",
+    "set_device",
+    "device",
+    "synchronize",
+)
+"""The `torch.cuda` functions `CandidateWay` answers on the CPU (`source/devices.no_cpu_way`)."""
+
+
+class _NoDevice:
+    """`torch.cuda.device(...)`: on the CPU there is one device and nothing to switch."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.idx = 0
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+class _Driver:
+    """Triton's `driver.active` on the CPU, where Triton has no driver ("0 active drivers"): the
+    tutorials' `DEVICE = driver.active.get_active_torch_device()` and device properties."""
+
+    def __init__(self, torch: Any) -> None:
+        from types import SimpleNamespace
+
+        self.torch = torch
+        self.utils = SimpleNamespace(get_device_properties=lambda device=0: dict(TRITON_H200))
+
+    def get_active_torch_device(self) -> Any:
+        return self.torch.device("cuda", 0)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def set_current_device(self, device: Any) -> None:
+        return None
+
+    def get_current_stream(self, device: Any = None) -> int:
+        return 0
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+@contextmanager
+def _gpu_way(workdir: Path) -> Iterator[None]:
+    """`looks_cuda("cpu", workdir)`, `torch.cuda`'s device facts (`FAKED_TORCH_CUDA`) and Triton's
+    active driver answered as on one H200, put back as the block ends."""
+    import torch
+    from triton.runtime import driver
+
+    props = SimpleNamespace(**H200)
+    answers: dict[str, Any] = {
+        "get_device_properties": lambda device=None: props,
+        "get_device_name": lambda device=None: H200["name"],
+        "get_device_capability": lambda device=None: (H200["major"], H200["minor"]),
+        "current_device": lambda: 0,
+        "set_device": lambda device: None,
+        "device": _NoDevice,
+        "synchronize": lambda device=None: None,
+    }
+    saved = {name: getattr(torch.cuda, name) for name in FAKED_TORCH_CUDA}
+    active = driver._active
+    try:
+        for name in FAKED_TORCH_CUDA:
+            setattr(torch.cuda, name, answers[name])
+        driver.set_active(_Driver(torch))
+        with looks_cuda("cpu", workdir):
+            yield
+    finally:
+        for name, value in saved.items():
+            setattr(torch.cuda, name, value)
+        driver._active = active
+
+
 class CandidateWay:
-    """The candidate's import, build and every forward inside `looks_cuda("cpu", workdir)` when
-    its host code has no CPU way (`source/devices.no_cpu_way`) and it runs on the CPU (the
-    interpreter's trials, or `compile`'s load before its meta discovery);
-    nothing otherwise. The mode is entered and left within each forward, so none outlives it."""
+    """The candidate's import, build and every forward inside `_gpu_way(workdir)` when its host
+    code has no CPU way (`source/devices.no_cpu_way`) and it runs on the CPU (the interpreter's
+    trials, or `compile`'s load before its meta discovery); nothing otherwise. The way is entered
+    and left within each forward, so none of it outlives one."""
 
     def __init__(self, source: str, workdir: Path, on_cpu: bool) -> None:
         from kernelcraft.engine.source.devices import no_cpu_way
 
         self.workdir = workdir
         self.on = bool(on_cpu and no_cpu_way(source))
-        self._mode: Any = None
+        self._way: Any = None
 
     def __enter__(self) -> None:
         if self.on:
-            self._mode = looks_cuda("cpu", self.workdir)
-            self._mode.__enter__()
+            self._way = _gpu_way(self.workdir)
+            self._way.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
-        if self._mode is not None:
-            self._mode, mode = None, self._mode
-            mode.__exit__(*exc)
+        if self._way is not None:
+            self._way, way = None, self._way
+            way.__exit__(*exc)
 
     def wrap(self, model: Any) -> Any:
-        """`model`, its `forward` run inside the mode (when on)."""
+        """`model`, its `forward` run inside the way (when on)."""
         if not self.on:
             return model
         forward, workdir = model.forward, self.workdir
 
         def as_cuda(*args: Any, **kwargs: Any) -> Any:
-            with looks_cuda("cpu", workdir):
+            with _gpu_way(workdir):
                 return forward(*args, **kwargs)
 
         model.forward = as_cuda

@@ -81,9 +81,10 @@ def test_the_cookbooks_one_pass_softmax_is_launched_on_meta_tensors_as_on_a_gpu(
 
 
 def test_host_code_without_a_cpu_way_is_named_by_its_assertions_raises_and_cuda_allocations() -> None:
-    """`assert x.is_cuda`, `if not x.is_cuda: raise`, `.cuda()` and `device="cuda"` have no CPU way
-    (the trials then run the GPU's way, `watch/fakecuda.py`); a kernel's body, a branch that only
-    chooses, and `torch.cuda` calls are not such places."""
+    """`assert x.is_cuda`, `if not x.is_cuda: raise`, `.cuda()`, `device="cuda"`, a `torch.cuda`
+    device fact and Triton's `driver.active` have no CPU way (the trials then run the GPU's way,
+    `watch/fakecuda.py`); a kernel's body, a branch that only chooses, and
+    `torch.cuda.is_available()` are not such places."""
     source = (
         "import torch, triton\n"
         "@triton.jit\n"
@@ -93,11 +94,12 @@ def test_host_code_without_a_cpu_way_is_named_by_its_assertions_raises_and_cuda_
         "    assert x.is_cuda, 'GPU only'\n"
         "    if x.device.type != 'cuda':\n"
         "        raise ValueError('GPU only')\n"
-        "    n = 4 if x.is_cuda else 2\n"
-        "    p = torch.cuda.get_device_properties(0)\n"
+        "    n = 4 if x.is_cuda and torch.cuda.is_available() else 2\n"
+        "    p = torch.cuda.get_device_properties(0).multi_processor_count\n"
+        "    d = triton.runtime.driver.active.get_active_torch_device()\n"
         "    return torch.empty(3, device='cuda:0'), x.cuda(), x.to('cuda')\n"
     )
-    assert [line for line, _ in devices.no_cpu_way(source)] == [6, 7, 11]
+    assert [line for line, _ in devices.no_cpu_way(source)] == [6, 7, 10, 11, 12]
     (note,) = devices.note(source)
     assert "has no CPU way (line 6 `assert x.is_cuda, 'GPU only'`" in note and "the GPU's way" in note
     assert devices.no_cpu_way(BRANCHING) == [] and devices.no_cpu_way("def (") == []

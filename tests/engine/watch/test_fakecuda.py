@@ -80,3 +80,23 @@ def test_cpu_tensors_say_cuda_only_to_code_under_the_candidates_folder(tmp_path:
         harness_sees = (x.device.type, x.is_cuda, y.device.type)
     assert y_cuda and moved_cuda and harness_sees == ("cpu", False, "cpu")
     assert torch.equal(y, x) and not x.is_cuda
+
+
+def test_the_gpu_way_answers_torch_cudas_device_facts_and_tritons_driver_as_one_h200_then_puts_them_back(
+    tmp_path: Path,
+) -> None:
+    """Triton's tutorials start with `DEVICE = driver.active.get_active_torch_device()` (on the CPU:
+    "0 active drivers"); persistent kernels size their grid by the SM count."""
+    from triton.runtime import driver
+
+    from kernelcraft.engine.watch.fakecuda import _gpu_way
+
+    saved = torch.cuda.get_device_properties, torch.cuda.device, driver._active
+    with _gpu_way(tmp_path):
+        assert torch.cuda.get_device_properties(0).multi_processor_count == 132
+        assert driver.active.utils.get_device_properties(0)["multiprocessor_count"] == 132
+        assert driver.active.get_active_torch_device() == torch.device("cuda", 0)
+        with torch.cuda.device(torch.device("cuda", 0)):
+            torch.cuda.synchronize()
+        assert torch.zeros(2, device=driver.active.get_active_torch_device()).device.type == "cpu"
+    assert (torch.cuda.get_device_properties, torch.cuda.device, driver._active) == saved
