@@ -61,6 +61,29 @@ def op_name(func: Any) -> str:
     return name if namespace == "aten" else f"{namespace}::{name}"
 
 
+def library_impl(func: Any, args: Any, kwargs: Any) -> Callable[..., Any] | None:
+    """The Python function a `torch.library.custom_op` (or `triton_op`) runs for these arguments,
+    or None (an ATen op, or an op with no Python implementation known to `torch.library`).
+
+    A host wrapper registered as a custom op (the way PyTorch asks Triton kernels to be written
+    for `torch.compile`) reaches a dispatch mode as one opaque op, which the recorder counted as
+    PyTorch compute and the knockout could not poison inside. Its implementation is the
+    candidate's own Python: the modes run it inside themselves (as torch's own
+    `FunctionalTensorMode` decomposes a `triton_op`), so every op and launch in it is seen and
+    judged like forward's own."""
+    if getattr(func, "namespace", "aten") in ("aten", "prims"):
+        return None
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS.get(getattr(getattr(func, "_schema", None), "name", ""))
+    if opdef is None:
+        return None
+    tensors = [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
+    fns = opdef._backend_fns
+    fn = fns.get(tensors[0].device.type if tensors else None) or fns.get(None)
+    return getattr(fn, "__wrapped__", fn)  # (past torch._disable_dynamo, which imports dynamo)
+
+
 class OpRecorder(TorchDispatchMode):
     """Records compute ops run outside Triton launches."""
 
@@ -81,6 +104,10 @@ class OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if in_triton_launch():
             return func(*args, **kwargs)
+        impl = library_impl(func, args, kwargs)
+        if impl is not None:  # the candidate's own Python, recorded op by op
+            with self:
+                return impl(*args, **kwargs)
         name = op_name(func)
         if name not in self.allowed and name not in self.fallbacks:
             self.fallbacks.append(name)

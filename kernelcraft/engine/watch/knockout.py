@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernelcraft.engine.watch.guard import library_impl
 from kernelcraft.engine.watch.launches import LaunchRecorder, intercept_launches
 
 # Allocations whose memory a kernel would fill: after each, the knockout writes garbage there.
@@ -54,6 +55,10 @@ class _PoisonFresh(TorchDispatchMode):
         return False  # no torch._disable_dynamo wrapper, whose first call imports dynamo (guard.py)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        impl = library_impl(func, args, kwargs or {})
+        if impl is not None:  # a custom op's Python: its allocations are poisoned too
+            with self:
+                return impl(*args, **(kwargs or {}))
         out = func(*args, **(kwargs or {}))
         name = getattr(getattr(func, "overloadpacket", func), "__name__", "").split("::")[-1]
         if name in _FRESH and isinstance(out, torch.Tensor):

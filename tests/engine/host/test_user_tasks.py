@@ -111,3 +111,14 @@ def test_a_task_that_makes_its_inputs_on_cuda_says_what_to_change_without_a_gpu(
     job = job_for(folder / "cuda_inputs.py", folder / "cuda_inputs_triton.py", trials=1, gpu_check=None)
     with pytest.raises(TaskError, match=r"drop \.cuda\(\) and device='cuda'"):
         evaluator.submit(job)
+
+
+@pytest.mark.parametrize("kernel", ["custom_op_triton.py", "triton_op_triton.py"])
+def test_an_honest_kernel_launched_from_a_torch_library_op_passes(evaluator, job_for, kernel) -> None:
+    """PyTorch asks Triton kernels to be wrapped in `torch.library.custom_op` or `triton_op` for
+    `torch.compile`. The op reached the recorder as one opaque op (pytorch_fallback); its Python
+    now runs inside the recorder (`guard.library_impl`), judged op by op and launch by launch
+    (tests/security/probes/custom_op_clone.py, PyTorch inside such an op, is still refused)."""
+    folder = TASKS / "library_ops"
+    v = evaluator.submit(job_for(folder / "swish_scale.py", folder / kernel, trials=2, gpu_check=None)).verify
+    assert v is not None and v.correct, (v.status, v.evidence) if v is not None else None

@@ -48,9 +48,19 @@ _SCRIPT = textwrap.dedent(
             y = launch(x)
             return y * 1 if float(y.sum()) >= 0 else y
 
+    @torch.library.custom_op("knock::relu", mutates_args=())
+    def relu_op(x: torch.Tensor) -> torch.Tensor:
+        return launch(x)  # its empty_like is poisoned like forward's own
+
+    class Library(torch.nn.Module):
+        def forward(self, x):
+            return relu_op(x)
+
     x = torch.randn(300)
     ref = torch.relu(x)
-    for model in (Real(), Numpy(), NoDispatch(), Reads()):
+    out, _, _ = run_knocked_out(Library(), [x])
+    print("Library-poisoned", bool(out.isnan().all()))
+    for model in (Real(), Numpy(), NoDispatch(), Reads(), Library()):
         out, skipped, err = run_knocked_out(model, [x])
         survived = out is not None and torch.allclose(out, ref, equal_nan=False)
         print(type(model).__name__, survived, skipped)
@@ -67,8 +77,10 @@ def test_only_outputs_computed_outside_the_kernels_survive_the_knockout(tmp_path
     assert out.returncode == 0, out.stderr
     lines = [line.split() for line in out.stdout.splitlines()]
     assert lines == [
+        ["Library-poisoned", "True"],
         ["Real", "False", "1"],
         ["Numpy", "True", "1"],
         ["NoDispatch", "True", "1"],
         ["Reads", "False", "1"],
+        ["Library", "False", "1"],
     ]
