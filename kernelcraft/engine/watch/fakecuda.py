@@ -23,9 +23,11 @@ There `torch.cuda`'s device facts (`get_device_properties`, `torch.cuda.device(.
 `FAKED_TORCH_CUDA`) and Triton's `driver.active` (the tutorials' `get_active_torch_device()`,
 `utils.get_device_properties`) answer as one H200 does, and are put back after each forward.
 
+`compile`'s discovery runs in `gpu_way("meta")`: the same facts, on meta tensors.
+
 Limits: `torch.cuda.is_available()` stays False, and streams are not faked (in `compile`'s
-discovery a forward that needs a CUDA stream or device properties fails, and falls back to the
-meta tensors' own way, with a note). Runs in the candidate worker only.
+discovery a forward that needs a CUDA stream fails, and falls back to the meta tensors' own way,
+with a note). Runs in the candidate worker only.
 """
 
 from __future__ import annotations
@@ -174,8 +176,8 @@ class _Driver:
 
 
 @contextmanager
-def _gpu_way(workdir: Path) -> Iterator[None]:
-    """`looks_cuda("cpu", workdir)`, `torch.cuda`'s device facts (`FAKED_TORCH_CUDA`) and Triton's
+def gpu_way(real: str = "cpu", only_under: Path | None = None) -> Iterator[None]:
+    """`looks_cuda(real, only_under)`, `torch.cuda`'s device facts (`FAKED_TORCH_CUDA`) and Triton's
     active driver answered as on one H200, put back as the block ends."""
     import torch
     from triton.runtime import driver
@@ -196,7 +198,7 @@ def _gpu_way(workdir: Path) -> Iterator[None]:
         for name in FAKED_TORCH_CUDA:
             setattr(torch.cuda, name, answers[name])
         driver.set_active(_Driver(torch))
-        with looks_cuda("cpu", workdir):
+        with looks_cuda(real, only_under):
             yield
     finally:
         for name, value in saved.items():
@@ -205,7 +207,7 @@ def _gpu_way(workdir: Path) -> Iterator[None]:
 
 
 class CandidateWay:
-    """The candidate's import, build and every forward inside `_gpu_way(workdir)` when its host
+    """The candidate's import, build and every forward inside `gpu_way("cpu", workdir)` when its host
     code has no CPU way (`source/devices.no_cpu_way`) and it runs on the CPU (the interpreter's
     trials, or `compile`'s load before its meta discovery); nothing otherwise. The way is entered
     and left within each forward, so none of it outlives one."""
@@ -219,7 +221,7 @@ class CandidateWay:
 
     def __enter__(self) -> None:
         if self.on:
-            self._way = _gpu_way(self.workdir)
+            self._way = gpu_way("cpu", self.workdir)
             self._way.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
@@ -234,7 +236,7 @@ class CandidateWay:
         forward, workdir = model.forward, self.workdir
 
         def as_cuda(*args: Any, **kwargs: Any) -> Any:
-            with _gpu_way(workdir):
+            with gpu_way("cpu", workdir):
                 return forward(*args, **kwargs)
 
         model.forward = as_cuda

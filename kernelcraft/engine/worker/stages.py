@@ -99,20 +99,17 @@ class CandidateStages(Worker):
         device, every meta tensor seen as a CUDA one (`watch/fakecuda.py`): a forward that
         branches on `x.is_cuda` or `x.device.type` takes the GPU's way, whose kernels are the
         ones compiled."""
-        from kernelcraft.engine.watch.fakecuda import looks_cuda
+        from kernelcraft.engine.watch.fakecuda import gpu_way
         from kernelcraft.engine.watch.launches import intercept_launches
 
         torch = self.torch
         torch.manual_seed(0)
-        with torch.device("meta"):
-            meta = list(full.get_inputs())
-            model = self.model_class(*full.get_init_inputs())
-        with (
-            torch.no_grad(),
-            intercept_launches(execute=False, on_launch=self._found) as rec,
-            looks_cuda(),
-        ):
-            model(*meta)
+        with gpu_way("meta"):  # (torch.cuda's device facts too: a persistent grid's SM count)
+            with torch.device("meta"):
+                meta = list(full.get_inputs())
+                model = self.model_class(*full.get_init_inputs())
+            with torch.no_grad(), intercept_launches(execute=False, on_launch=self._found) as rec:
+                model(*meta)
         self.restore_stream()
         return rec, meta
 

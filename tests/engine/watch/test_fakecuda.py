@@ -89,10 +89,10 @@ def test_the_gpu_way_answers_torch_cudas_device_facts_and_tritons_driver_as_one_
     "0 active drivers"); persistent kernels size their grid by the SM count."""
     from triton.runtime import driver
 
-    from kernelcraft.engine.watch.fakecuda import _gpu_way
+    from kernelcraft.engine.watch.fakecuda import gpu_way
 
     saved = torch.cuda.get_device_properties, torch.cuda.device, driver._active
-    with _gpu_way(tmp_path):
+    with gpu_way("cpu", tmp_path):
         assert torch.cuda.get_device_properties(0).multi_processor_count == 132
         assert driver.active.utils.get_device_properties(0)["multiprocessor_count"] == 132
         assert driver.active.get_active_torch_device() == torch.device("cuda", 0)
