@@ -239,14 +239,13 @@ def _doubled(
         if not grown:
             break
         values.update(grown)
-        small, changes = shrink.given(source, values)
-        small_task = load(small, f"doubled{step}")
-        plan = Shrunk(
-            small_task,
-            measure(small_task, interpret=True),
-            small,
-            {k: [o, n] for k, (o, n) in changes.items()},
-        )
+        try:
+            small, changes = shrink.given(source, values)
+            small_task = load(small, f"doubled{step}")
+            small_sizes = measure(small_task, interpret=True)
+        except Exception:  # the task's own checks refuse these sizes: what was found stands
+            break
+        plan = Shrunk(small_task, small_sizes, small, {k: [o, n] for k, (o, n) in changes.items()})
         broken = multiples.broken(dims, plan.sizes["dims"], plan.changes)
         if not broken or plan.sizes["elements"] > MULTIPLES_MAX_ELEMENTS:
             break

@@ -274,3 +274,13 @@ def test_rows_of_an_input_viewed_as_rows_of_its_last_dimension_are_one_program_e
         {"seq": 4096, "dim": 8192}, 64, multiples=Multiples.of([1024], ["batch_size", "seq"])
     )
     assert plan == {"seq": 32, "dim": 1024}  # 16 x 32 rows of 1024, not 16 x 512
+
+
+def test_sizes_the_task_refuses_while_doubling_leave_the_plain_shrink_and_a_warning() -> None:
+    task = ROWS_TASK.replace("dim = 8192", "dim = 393216").replace(
+        "def get_inputs():\n", "def get_inputs():\n    assert batch_size != 8, 'not 8 rows'\n"
+    )
+    task += "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    plan = _keeping(task, Multiples.of([1024], ["batch_size", "dim"], flat=True))
+    assert plan.multiples == "dropped" and plan.changes == {"batch_size": [4096, 2], "dim": [393216, 192]}
+    assert "1024 no longer divides" in plan.dropped
