@@ -83,6 +83,18 @@ def test_an_honest_kernel_whose_blocks_divide_the_tasks_sizes_survives_the_shrin
     assert any("a multiple of the candidate's block sizes" in n for n in v.notes) is kept, v.notes
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_the_shrink_cases_kernels_are_right_on_a_gpu_at_the_tasks_own_sizes(
+    gpu_submit, job_for, name
+) -> None:
+    """The premise of the case above: each kernel, masks dropped where its blocks divide the
+    task's sizes, is right on the GPU at those sizes (so a CPU refusal was the shrink's)."""
+    task = TASKS / "shrink" / f"{name}.py"
+    v = gpu_submit(job_for(task, TASKS / "shrink" / f"{name}_triton.py", trials=SHRUNK[name][0]))
+    assert v is not None and v.correct, (v.status, v.evidence) if v is not None else None
+
+
 @pytest.mark.parametrize(
     "kernel",
     [
