@@ -194,6 +194,10 @@ def shrink_keeping(
     if not multiples:
         return plain()
     plan = shrink_for_interpreter(source, task, sizes, load, mode, rule, multiples)
+    if plan.source is None and multiples.untiled and not multiples.flat:
+        # two equal sizes, one untiled, may not part (an image's height and width): all kept
+        multiples = dataclasses.replace(multiples, untiled=frozenset())
+        plan = shrink_for_interpreter(source, task, sizes, load, mode, rule, multiples)
     broken = plan.source is not None and multiples.broken(sizes["dims"], plan.sizes["dims"], plan.changes)
     if broken and multiples.flat:
         plan, broken = _doubled(source, plan, sizes["dims"], load, multiples)

@@ -284,3 +284,11 @@ def test_sizes_the_task_refuses_while_doubling_leave_the_plain_shrink_and_a_warn
     plan = _keeping(task, Multiples.of([1024], ["batch_size", "dim"], flat=True))
     assert plan.multiples == "dropped" and plan.changes == {"batch_size": [4096, 2], "dim": [393216, 192]}
     assert "1024 no longer divides" in plan.dropped
+
+
+def test_two_equal_sizes_one_launched_per_program_stay_equal() -> None:
+    # batch_size = dim = 4096: the rows may not part from the columns the block tiles
+    task = ROWS_TASK.replace("dim = 8192", "dim = 4096")
+    task += "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    plan = _keeping(task, Multiples.of([1024], ["batch_size"]))
+    assert plan.multiples == "kept" and plan.changes == {"batch_size": [4096, 1024], "dim": [4096, 1024]}
