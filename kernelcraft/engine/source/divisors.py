@@ -37,6 +37,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 MAX_SOURCE_CHARS = 400_000
+MAX_VALUES = 24
+"""More distinct divisors than this are not a kernel's tiles but a source written to slow the
+shrink (its checks are quadratic in the sizes and linear in these): the largest are kept."""
 LARGEST = 1 << 16
 """Divisors over this are not block sizes (a literal size): left out."""
 LAUNCH_OPTIONS = frozenset(
@@ -61,8 +64,9 @@ class Divisors:
             self.where.setdefault(value, why)
 
     def canonical(self) -> list[int]:
-        """The values, sorted: what the shrink keeps (`multiples.Multiples`)."""
-        return sorted(self.values)
+        """The values, sorted, at most `MAX_VALUES` (the largest): what the shrink keeps
+        (`multiples.Multiples`) and what names the task's reference (`JobState.key`)."""
+        return sorted(sorted(self.values)[-MAX_VALUES:])
 
     def describe(self, limit: int = 4) -> str:
         """Where the values were read, largest first."""

@@ -292,3 +292,9 @@ def test_two_equal_sizes_one_launched_per_program_stay_equal() -> None:
     task += "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
     plan = _keeping(task, Multiples.of([1024], ["batch_size"]))
     assert plan.multiples == "kept" and plan.changes == {"batch_size": [4096, 1024], "dim": [4096, 1024]}
+
+
+def test_a_source_asserting_thousands_of_divisors_names_a_bounded_few() -> None:
+    asserts = "".join(f"        assert x.numel() % {m} == 0\n" for m in range(2, 3000))
+    found = read_divisors(_candidate(MASKED, asserts))
+    assert len(found.values) == 2998 and found.canonical() == list(range(3000 - divisors.MAX_VALUES, 3000))
