@@ -52,7 +52,7 @@ _MASKS = frozenset({"mask", "boundary_check"})
 
 @dataclass
 class Divisors:
-    """What `read` found: the divisors and, for the verdict's note, where each was read."""
+    """What `read_divisors` found: the divisors and, for the verdict's note, where each was read."""
 
     values: set[int] = field(default_factory=set)
     where: dict[int, str] = field(default_factory=dict)
