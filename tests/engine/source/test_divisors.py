@@ -298,3 +298,25 @@ def test_a_source_asserting_thousands_of_divisors_names_a_bounded_few() -> None:
     asserts = "".join(f"        assert x.numel() % {m} == 0\n" for m in range(2, 3000))
     found = read_divisors(_candidate(MASKED, asserts))
     assert len(found.values) == 2998 and found.canonical() == list(range(3000 - divisors.MAX_VALUES, 3000))
+
+
+def test_every_plan_keeps_each_sizes_multiples_and_never_grows_a_size() -> None:
+    import itertools
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        names = ["a", "b", "c"][: rng.randint(1, 3)]
+        sizes = {n: rng.choice([3, 96, 250, 1000, 4096, 8192, 12288, 65536, 393216]) for n in names}
+        values = rng.sample([16, 32, 64, 128, 512, 1024, 2048, 48], rng.randint(1, 3))
+        untiled = [n for n in names if rng.random() < 0.3]
+        model = frozenset(n for n in names if rng.random() < 0.3)
+        for limit, products in itertools.product((256, 64, 16, 4), (False, True)):
+            multiples = Multiples(tuple(sorted(values)), products, frozenset(untiled))
+            plan = shrink.plan_sizes(sizes, limit, model=model, multiples=multiples)
+            for n, v in sizes.items():
+                assert plan[n] <= v, (sizes, values, limit, plan)
+                if v <= limit:
+                    assert plan[n] == v
+                elif n not in untiled or products:
+                    assert plan[n] % multiples.need(n, v) == 0, (sizes, values, limit, plan)
