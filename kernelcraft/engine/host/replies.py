@@ -113,19 +113,37 @@ class Exited(Protocol):
 
 
 def deadline_stop(
-    *, candidate: bool, reading_candidate: bool, timeout_s: float, task_name: str, interpreter: bool = False
+    *,
+    candidate: bool,
+    reading_candidate: bool,
+    timeout_s: float,
+    task_name: str,
+    interpreter: bool = False,
+    rerunning: bool = False,
 ) -> Stop:
     """The verdict when the job's deadline passed waiting on a worker; `TaskError` when it was the
     reference at its own work (not reading the candidate's outputs). A candidate running its
-    trials in Triton's interpreter (`interpreter`) reached a harness limit: the interpreter's
-    speed is ours, not the kernel's (a kernel that never ends looks the same here; a GPU tells
-    them apart, and a harness limit never scores above a wrong kernel)."""
+    trials in Triton's interpreter (`interpreter`), or the reference re-running its kernels there
+    on fresh inputs (`rerunning`: the fresh-input replay), reached a harness limit: the
+    interpreter's speed is ours, not the kernel's (a kernel that never ends looks the same here;
+    a GPU tells them apart, and a harness limit never scores above a wrong kernel)."""
     if not candidate and not reading_candidate:
         raise TaskError(
             f"the reference (the task's own Model and inputs) did not finish within the {timeout_s:g} s "
             "deadline; this is not the candidate's verdict: give it more time (--timeout) or smaller "
             "sizes (get_cpu_inputs() without a GPU)",
             path=task_name,
+        )
+    if rerunning and interpreter and not candidate:
+        return Stop(
+            FailureClass.HARNESS_LIMIT,
+            Evidence(
+                message=f"harness limit: re-running the candidate's kernels on fresh inputs (the fresh-input "
+                f"replay, in the reference worker) did not finish within the {timeout_s:g} s deadline in "
+                "Triton's CPU interpreter, which runs a kernel's programs one at a time; the trials had "
+                f"passed. Give it more time (--timeout) or smaller sizes (--cpu-sizes); {NOT_THEIRS}",
+                op="fresh replay",
+            ),
         )
     if candidate and interpreter:
         return Stop(

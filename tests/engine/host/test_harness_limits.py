@@ -135,6 +135,22 @@ def test_the_interpreters_deadline_is_a_harness_limit_and_is_not_run_again_for_m
     assert "--cpu-sizes" in stop.evidence.message
     gpu = deadline_stop(candidate=True, reading_candidate=False, timeout_s=300, task_name="t")
     assert gpu.cls is FailureClass.RUNTIME_TIMEOUT
+    # The fresh-input replay runs the candidate's kernels in the reference worker's interpreter:
+    # at a large task's sizes it was "the reference did not finish" (runtime_timeout) after the
+    # trials passed.
+    replay = deadline_stop(
+        candidate=False,
+        reading_candidate=True,
+        timeout_s=300,
+        task_name="t",
+        interpreter=True,
+        rerunning=True,
+    )
+    assert replay.cls is HARNESS and "fresh-input replay" in replay.evidence.message
+    comparing = deadline_stop(
+        candidate=False, reading_candidate=True, timeout_s=300, task_name="t", interpreter=True
+    )
+    assert comparing.cls is FailureClass.RUNTIME_TIMEOUT
     timed_out = VerifyResult(
         correct=False,
         status="harness_limit",

@@ -83,6 +83,7 @@ class JobWorkers:
         self.limits: dict[int, int | None] = {}
         """id() of each candidate worker -> its memory limit (the watchdog's)."""
         self.ref_reading_candidate = False
+        self.ref_rerunning = False
         self.ran_candidate_kernels = False
         """The reference re-ran the candidate's kernels (the fresh-input replay): it is not kept."""
         self.ref: WorkerProcess | None = None
@@ -262,6 +263,7 @@ class JobWorkers:
                     timeout_s=st.spec.timeout_s,
                     task_name=st.spec.task_name,
                     interpreter=st.interpret and not compiling,  # the trials' interpreter
+                    rerunning=self.ref_rerunning,
                 )
             waited = False
             try:
@@ -327,6 +329,7 @@ class JobWorkers:
         self.ref_in_sync = False
         # Reading the candidate's outputs, the reference may break or hang on what it was sent.
         self.ref_reading_candidate = isinstance(request, (Compare, FreshReplay, AuditTimed))
+        self.ref_rerunning = isinstance(request, FreshReplay)  # the candidate's kernels, in the interpreter
         # Re-running the candidate's record, it runs the candidate's kernels: it is not kept after.
         self.ran_candidate_kernels = self.ran_candidate_kernels or isinstance(request, FreshReplay)
         await self.ref.send(request.to_header(), blobs)
