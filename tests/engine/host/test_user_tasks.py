@@ -19,8 +19,11 @@ channels-last (permuted) 4-D input with a parameter and a buffer on a 3-D grid, 
 `tl.atomic_add` bincount, helper `@triton.jit` activations under `tl.where`, a `tl.reduce` product,
 cross-entropy against int64 targets, `tl.sort`, int8 quantization with libdevice's rint, outputs
 returned as views (a transpose, an expand), `tl.static_range` and `do_not_specialize`, RoPE with
-cos/sin buffers on a 4-D tensor, and an int8 `tl.dot` into int32. Several host wrappers assert
-their tensors are on CUDA or allocate with `device="cuda"`, as GPU code is written.
+cos/sin buffers on a 4-D tensor, and an int8 `tl.dot` into int32. Several host wrappers are
+written as GPU code is: `assert x.is_cuda`, `device="cuda"`, the Triton tutorials'
+`DEVICE = driver.active.get_active_torch_device()`, a persistent grid sized by
+`torch.cuda.get_device_properties(...).multi_processor_count`, a launch inside
+`torch.cuda.device(x.device)` (each failed every CPU verdict before `watch/fakecuda.CandidateWay`).
 
 A refusal here wrongs an honest user: each one found so far had its class fixed in the engine
 (docs/evaluation.md names each).
