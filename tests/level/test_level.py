@@ -383,8 +383,12 @@ async def test_on_a_gpu_a_level_run_times_each_task_and_the_baseline_times_the_r
     assert [t.status for t in base.tasks] == ["timed"] * 4
     assert all(t.eager and t.compiled_ref for t in base.tasks)
     # torch.compile compiled before the gate (no lock), then timed alone (engine/worker/refcompile.py)
-    assert all({"reference_compile", "timing"} <= set(t.stage_seconds) for t in base.tasks), [
-        (t.name, t.stage_seconds, t.message) for t in base.tasks
+    # A task whose reference worker was kept from the candidates' run (no "reference" load) had
+    # its model compiled there: on the H200, 2_ReLU's stages were other, baseline, gpu_wait, timing.
+    assert all("timing" in t.stage_seconds for t in base.tasks), [t.stage_seconds for t in base.tasks]
+    fresh = [t for t in base.tasks if "reference" in t.stage_seconds]
+    assert fresh and all("reference_compile" in t.stage_seconds for t in fresh), [
+        t.stage_seconds for t in fresh
     ]
     assert not [t.name for t in base.tasks if "compiled no frame" in (t.message or "")]
     files = json.loads((tmp_path / "b" / kernelbench.BASELINE_EAGER).read_text())
