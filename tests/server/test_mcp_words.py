@@ -14,7 +14,7 @@ from mcp import Client
 from bench.bench_session import _scripted, kernels, session, task
 from bench.scripted import ScriptedEvaluator
 from kernelcraft.base.errortext import CANDIDATE_FILE
-from kernelcraft.engine.host.verdicts import compile_timeout_words, mode_note
+from kernelcraft.engine.host.verdicts import DROPOUT_HINT, compile_timeout_words, mode_note
 from kernelcraft.engine.source.shrink import describe
 from kernelcraft.engine.worker.sizing import INPUTS_IGNORED
 from kernelcraft.server.app import create_server
@@ -52,6 +52,8 @@ def test_no_answer_of_a_search_names_a_command_an_enum_or_a_cut_word(rows: list[
         describe({"N": [4096, 64]}, "(4, 64)"),
         compile_timeout_words("", 120),
         mode_note("train", ["BatchNorm2d"]),
+        mode_note("train", ["Dropout"]),
+        DROPOUT_HINT.format(kinds="Dropout"),
         "the --memory-limit-gb limit was reached",
         "too large to build on this machine; `kernelcraft compile --target sm_90a` checks it",
         "ask for a new step with `kernelcraft tree status 3`",

@@ -240,17 +240,37 @@ def profile_result(
     return result
 
 
+def random_in_training(kinds: list[str]) -> list[str]:
+    """Of `perturb.mode_sensitive`'s kinds, those that draw random masks in training mode (dropout,
+    recurrent and attention layers with dropout); the norms compute batch statistics instead."""
+    return [k for k in kinds if "Norm" not in k]
+
+
+DROPOUT_HINT = (
+    "Model's {kinds} ran in training mode, drawing a fresh random mask on every call: its output is "
+    "random and no kernel computes it; model_mode='eval' (--eval-mode) judges eval mode, where "
+    "dropout is the identity"
+)
+"""Added to a numerical mismatch where Model has dropout active (a kernel written for inference
+skips it, as it should)."""
+
+
 def mode_note(mode: str, kinds: list[str]) -> str:
     """What a verdict says of the mode Model and ModelNew ran in, when it matters to the task."""
-    which = ", ".join(kinds[:4])
+    stats = [k for k in kinds if k not in random_in_training(kinds)][:4]
+    masks = random_in_training(kinds)[:4]
     if mode == "eval":
+        did = [f"{', '.join(stats)} used running statistics"] if stats else []
+        did += [f"{', '.join(masks)} ran without dropout"] if masks else []
         return (
-            f"ran Model and ModelNew in eval mode (model_mode='eval'): {which} used running statistics "
-            "and no dropout; KernelBench's harness runs them in training mode"
+            f"ran Model and ModelNew in eval mode (model_mode='eval'): {'; '.join(did)}; KernelBench's "
+            "harness runs them in training mode"
         )
+    did = [f"{', '.join(stats)} used batch statistics"] if stats else []
+    did += [f"{', '.join(masks)} drew random masks (Model's output is random)"] if masks else []
     return (
-        f"ran Model and ModelNew in training mode, as KernelBench's harness does: {which} used batch "
-        "statistics (and dropout, if any, was active); model_mode='eval' (--eval-mode) judges eval mode"
+        f"ran Model and ModelNew in training mode, as KernelBench's harness does: {'; '.join(did)}; "
+        "model_mode='eval' (--eval-mode) judges eval mode"
     )
 
 

@@ -92,3 +92,16 @@ def test_plain_verify_output_shows_the_tolerance_and_the_notes(tmp_path: Path) -
     lines = done.stdout.splitlines()
     assert lines[0].startswith("PASSED") and lines[1].startswith("tolerance: float32: atol=rtol=0.0001")
     assert any(line.startswith("note: ran Model and ModelNew in training mode") for line in lines)
+
+
+def test_a_mismatch_where_model_has_dropout_in_training_mode_says_its_output_is_random() -> None:
+    """A kernel written for inference skips dropout; against Model's random training-mode output
+    it can only fail, and the words must say why and what judges it (eval mode)."""
+    from kernelcraft.engine.host.verdicts import DROPOUT_HINT, mode_note, random_in_training
+
+    kinds = ["BatchNorm2d", "Dropout", "MultiheadAttention"]
+    assert random_in_training(kinds) == ["Dropout", "MultiheadAttention"]
+    note = mode_note("train", kinds)
+    assert "BatchNorm2d used batch statistics; Dropout, MultiheadAttention drew random masks" in note
+    assert "Dropout drew" not in mode_note("train", ["BatchNorm2d"])
+    assert "no kernel computes it" in DROPOUT_HINT.format(kinds="Dropout")

@@ -32,11 +32,13 @@ from kernelcraft.engine.host.job.workers import JobWorkers, Stop
 from kernelcraft.engine.host.references import ReferencePool
 from kernelcraft.engine.host.verdicts import (
     DECOY_MESSAGE,
+    DROPOUT_HINT,
     device_label,
     evidence_from,
     fill_failed,
     mode_note,
     not_profiled_after,
+    random_in_training,
     verify_result,
 )
 from kernelcraft.engine.machine.gpulock import Device
@@ -321,6 +323,13 @@ class Job:
         ev = evidence_from(compared.evidence, "outputs differ")
         if out.tf32_dots and compared.failure_class == FailureClass.NUMERICAL_MISMATCH.value:
             ev.message = f"{ev.message}. {TF32_HINT.format(n=out.tf32_dots)}"
+        masks = random_in_training(st.ready.mode_sensitive) if st.ready is not None else []
+        if (
+            masks
+            and st.spec.model_mode == "train"
+            and compared.failure_class == FailureClass.NUMERICAL_MISMATCH.value
+        ):
+            ev.message = f"{ev.message}. {DROPOUT_HINT.format(kinds=', '.join(masks[:3]))}"
         if small:
             ev.message = f"{ev.message} ({scaled.NOTE})"
         if configs:
