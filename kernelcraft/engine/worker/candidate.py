@@ -80,6 +80,7 @@ class CandidateWorker(CandidateStages):
         it: (the Program's dump, the kept tensors it names, why it could not be written). The kept
         tensors stay alive until the process ends: the reference reads them at the end of verify."""
         self.sent: Any = None
+        self.timed_kept: Any = None
         """The last outputs sent: kept alive until the next run (the reference reads them through
         CUDA IPC handles on a GPU)."""
 

@@ -38,6 +38,7 @@ class CandidateStages(Worker):
     found_launches: dict[str, int]
     harness_stream: Any
     job: Any
+    timed_kept: Any
 
     def restore_stream(self) -> bool:
         """Set the harness's stream current again; True when the candidate had changed it."""
@@ -167,6 +168,9 @@ class CandidateStages(Worker):
                 )
             timed = Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
             if audit is not None:
+                # held until the next request: on a GPU the outputs travel as CUDA IPC handles
+                # into this process's memory, which the reference reads after this answer
+                self.timed_kept = audit.kept
                 timed.audited = [k.seed for k in audit.kept]
                 timed.audit_outputs = [
                     self.tensors.pack(k.output, blobs, cuda_ipc=self.cuda_ipc) for k in audit.kept
