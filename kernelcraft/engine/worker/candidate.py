@@ -80,7 +80,6 @@ class CandidateWorker(CandidateStages):
         it: (the Program's dump, the kept tensors it names, why it could not be written). The kept
         tensors stay alive until the process ends: the reference reads them at the end of verify."""
         self.sent: Any = None
-        self.timed_kept: Any = None
         """The last outputs sent: kept alive until the next run (the reference reads them through
         CUDA IPC handles on a GPU)."""
 
@@ -102,11 +101,10 @@ class CandidateWorker(CandidateStages):
             elif isinstance(req, Warmup):
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(self.warmup())
-            elif isinstance(req, TimeCandidate):
-                answer, blobs = self.time_candidate(req)
-                if not isinstance(answer, Verdict) and self.check_harness("timing forward"):
+            elif isinstance(req, TimeCandidate):  # (a harness changed while timed: its verdict sent)
+                if (timed := self.time_candidate(req)) and self.check_harness("timing forward"):
                     return
-                self.send(answer, blobs)
+                self.send(*timed)
             elif isinstance(req, Knockout):
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(*self.knockout())
