@@ -312,6 +312,7 @@ class ReferenceWorker(Worker):
         runs the candidate's kernels in this process, and a kernel may write beyond its buffers."""
         from kernelcraft.base.failures import FailureClass
         from kernelcraft.engine.replay.program import Program
+        from kernelcraft.engine.worker import freshdraw
 
         assert self.job is not None
 
@@ -337,7 +338,9 @@ class ReferenceWorker(Worker):
         # out the same) is wrong for the other but rarely.
         seeds = (req.seed, (req.seed * 0x9E3779B97F4A7C15 + 1) % (1 << 62))
         for seed in seeds[: req.draws]:
-            replayed = self.fresh_draw(program, kept, req.input_set, req.scale, seed, allowed, refused)
+            replayed = freshdraw.fresh_draw(
+                self, program, kept, req.input_set, req.scale, seed, allowed, refused
+            )
             if replayed.failure_class is not None or replayed.note is not None:
                 return replayed
         return Replayed()
@@ -388,66 +391,6 @@ class ReferenceWorker(Worker):
             if verdict is not None:
                 return Compared(failure_class=verdict[0].value, evidence=verdict[1].model_dump())
         return Compared()
-
-    def fresh_draw(
-        self,
-        program: Any,
-        kept: list[Any],
-        input_set: int,
-        scale: float | None,
-        seed: int,
-        allowed: Any,
-        refused: Any,
-    ) -> Replayed:
-        """One fresh draw of the inputs (scaled as the trial's were), the record re-run on it,
-        compared with Model's outputs."""
-        from kernelcraft.engine.checks.compare import compare_outputs
-        from kernelcraft.engine.replay import fresh, kernelsource, untouched
-
-        assert self.job is not None
-        torch = self.torch
-        # (the interpreter's kernels reach all of this process's memory: Model's answer after them)
-        inputs, expected = self.expected(input_set, seed, scale, answer=self.device.startswith("cuda"))
-        watch = None if expected is not None else untouched.Watch(self.model, inputs)
-        expected = (
-            None if expected is None else self._map(expected, lambda t: t.detach().to("cpu", copy=True))
-        )
-        leaves = [
-            torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
-            for x in self.tensors.leaves(inputs)
-            if isinstance(x, torch.Tensor)
-        ]
-        why, note = fresh.input_shapes(program, self.made_shapes.get(input_set, []), self.shapes(leaves))
-        if why is not None or note is not None:
-            return refused(why) if why is not None else Replayed(note=note)
-        try:
-            got = fresh.run_program(program, leaves, [k.clone() for k in kept], allowed)
-            self.sync()
-        except (fresh.Refused, kernelsource.KernelRefused) as e:
-            return refused(str(e))
-        except Exception as e:  # noqa: BLE001 - what the candidate's record raises is its verdict
-            return refused(
-                "forward's recorded Triton launches and PyTorch ops, re-run on fresh inputs the candidate "
-                f"never saw, raised {error_line(e)[:400]}: forward's host code computed something the "
-                "harness cannot re-derive from the inputs"
-            )
-        if watch is not None and (wrote := watch.changed()) is not None:
-            return refused(wrote)
-        expected = untouched.answer(self, inputs) if expected is None else expected
-        reference = self._map(self.tensors.leaves(expected), lambda t: t.to(self.device))
-        verdict = compare_outputs(reference, list(got), self.job.correctness)
-        if verdict is None:
-            return Replayed()
-        _cls, ev = verdict
-        return refused(
-            "forward's recorded Triton launches and PyTorch ops, re-run on fresh inputs the candidate never "
-            f"saw (in the reference worker, kernels rebuilt from their source), gave a wrong answer ({ev.message}): "
-            "part of forward's answer came from its host code (a scalar or fill value computed from the "
-            "inputs in Python or numpy), not from its kernels. Compute the answer in Triton kernels; hand "
-            "kernels only sizes, strides, constants and values read back from their own outputs"
-            + (fresh.READS_HINT if fresh.reads_back(program) else ""),
-            output_index=ev.output_index,
-        )
 
     def roofline(self, req: ComputeRoofline) -> RooflineCounted:
         """FLOPs and bytes of the reference. In the interpreter the trials use small inputs, so the

@@ -192,7 +192,7 @@ def test_a_kernel_that_copies_the_references_answer_from_its_memory_fails_the_fr
     """Under the interpreter a kernel's pointer is a raw address of the process running it: with
     Model's answer for the fresh inputs computed before the re-run, a kernel computing two rows of
     six found the rest by scanning below its input and passed as correct (4 of 11 runs).
-    The reference now computes its answer after the kernels ran (`replay/untouched.py`)."""
+    The record now re-runs in a child forked before the answer exists (`replay/untouched.py`)."""
     job = job_for(
         PROBES / "task_rowsum.py", PROBES / "fresh_reads_reference_memory.py", trials=1, gpu_check=None
     )
