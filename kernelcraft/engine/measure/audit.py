@@ -15,6 +15,11 @@ that for compute-bound work, not for a memory-bound op that copies a cached answ
   call returned (events) or was captured (graph): forward cannot know, while it runs, whether its
   answer is the one checked. A kept output is cloned (after the sample's end event) with the seed
   its inputs were drawn from.
+- **A witness call.** After the round, forward runs once more on a fresh draw as a trial runs
+  (ops recorded, launches counted, fresh memory poisoned: `CandidateWorker.call`), late in the
+  process's count of calls like the timed ones: a forward that turns to PyTorch (cuBLAS) after a
+  count of calls, whose right answers the output check cannot fault, is `pytorch_fallback` there.
+  Its output is checked with the kept ones.
 - **Checked elsewhere.** The job sends the seeds and outputs to the reference worker, which draws
   the same inputs from the same seeds, runs Model and compares (`ReferenceWorker.audit_timed`):
   the verdict is decided where the candidate's code does not run.
@@ -37,8 +42,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from kernelcraft.engine.wire.bounds import TIMED_KEPT
 
-KEEP = TIMED_KEPT
-"""Timed calls checked per round (as many as a `Timed` frame may carry the outputs of)."""
+KEEP = TIMED_KEPT - 1
+"""Timed calls checked per round; with the witness call, as many as a `Timed` frame may carry."""
 POOL = 8
 """Fresh draws a graph's rotating sets are refreshed from, per round."""
 DRAW_BUDGET_S = 0.25
@@ -131,6 +136,14 @@ class TimedAudit:
         return j if j < self.keep else None
 
     # ---- "cuda_events": a fresh draw per call ----
+
+    def witness_seed(self) -> int:
+        """The seed of the round's witness call's draw."""
+        return self._rng.getrandbits(62)
+
+    def witnessed(self, seed: int, out: Any) -> None:
+        """The witness call on the draw of `seed` returned `out`: checked with the kept calls."""
+        self.kept.append(Kept(seed, _clone(out)))
 
     def spent(self, calls: int) -> bool:
         """Whether a round that made `calls` timed calls should end: its draws took

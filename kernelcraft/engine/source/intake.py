@@ -17,7 +17,7 @@ Smaller inputs in the interpreter: a task may define `get_cpu_inputs()` (and
 `get_cpu_input_sets()`) returning shapes small enough for Triton's CPU interpreter; the engine
 uses them instead of `get_inputs()` / `get_input_sets()` when it runs without a GPU. KernelBench
 files, which have neither, run unchanged with their own shapes. Workers import a source by path
-(`worker/loading.py`).
+(`worker/common.import_source`).
 """
 
 from __future__ import annotations

@@ -42,8 +42,9 @@ RUNS_PER_OUTPUTS = 2
 KEPT_COPIES = 2
 """The parameters' bytes an `Outputs` frame may carry for the fresh-input replay, in copies."""
 
-TIMED_KEPT = 2
-"""The timed calls a `Timed` frame may carry the outputs of, for the reference to check (`measure/audit.py`)."""
+TIMED_KEPT = 3
+"""The calls a `Timed` frame may carry the outputs of, for the reference to check: two timed calls
+and the round's witness call (`measure/audit.py`)."""
 
 COMPILED_FILES_BYTES = 64 * 1024**2
 """What a candidate's Triton cache may send back at the end of a job (`machine/kernelcache.py`)."""

@@ -101,8 +101,8 @@ class CandidateWorker(CandidateStages):
             elif isinstance(req, Warmup):
                 self.inputs = self.unpack_cloned(req.inputs, frame.blobs)
                 self.send(self.warmup())
-            elif isinstance(req, TimeCandidate):  # (a harness changed while timed: its verdict sent)
-                if (timed := self.time_candidate(req)) and self.check_harness("timing forward"):
+            elif isinstance(req, TimeCandidate):  # None: the witness call's verdict was sent
+                if (timed := self.time_candidate(req)) is None or self.check_harness("timing forward"):
                     return
                 self.send(*timed)
             elif isinstance(req, Knockout):
@@ -133,7 +133,7 @@ class CandidateWorker(CandidateStages):
 
         from kernelcraft.engine.checks import perturb
         from kernelcraft.engine.watch import fakecuda, guard
-        from kernelcraft.engine.worker.loading import import_source
+        from kernelcraft.engine.worker.common import import_source
 
         self.job = job
         if job.interpret:

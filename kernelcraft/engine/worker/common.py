@@ -9,9 +9,12 @@ roles subclass it: `ReferenceWorker` (`worker/reference.py`) and `CandidateWorke
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import socket
+import sys
 import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kernelcraft.engine.wire.protocol import Load, Progress, Reply, TaskFailed
@@ -134,8 +137,6 @@ class Worker:
     # ---- shared by both roles ----
 
     def load_task(self, job: Load, workdir: Path) -> Any:
-        from kernelcraft.engine.worker.loading import import_source
-
         return import_source(job.task_source, workdir, "kernelcraft_task")
 
     def init_inputs(self, task: Any, seed0: int) -> list[Any]:
@@ -218,3 +219,18 @@ def initial_digests(torch: Any, model: Any) -> dict[str, str]:
                 digest = hashlib.sha256(head.numpy().tobytes()).hexdigest()[:16]
                 out[f"{prefix}.{key}" if prefix else key] = digest
     return out
+
+
+def import_source(source: str, directory: Path, module_name: str) -> ModuleType:
+    """Write `source` to `directory/module_name.py` and import it as `module_name`: Triton's
+    `@triton.jit` reads its kernels' source from a file. The checks the parent makes before any
+    process starts are the intake's (`source/intake.py`)."""
+    path = directory / f"{module_name}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -139,7 +139,7 @@ class ReferenceWorker(Worker):
         big for it: `self.task` becomes the shrunk copy); the figures for the job."""
         from kernelcraft.engine.source.multiples import Multiples
         from kernelcraft.engine.worker import sizing
-        from kernelcraft.engine.worker.loading import import_source
+        from kernelcraft.engine.worker.common import import_source
 
         free, total = sizing.device_memory(self.device)
         try:

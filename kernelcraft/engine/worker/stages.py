@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from kernelcraft.base.failures import FailureClass
@@ -39,6 +40,8 @@ class CandidateStages(Worker):
     harness_stream: Any
     job: Any
     timed_kept: Any
+    call: Callable[..., tuple[Any, list[str]] | None]
+    """`CandidateWorker.call`: forward as a trial runs it (ops recorded, launches counted)."""
 
     def restore_stream(self) -> bool:
         """Set the harness's stream current again; True when the candidate had changed it."""
@@ -144,9 +147,10 @@ class CandidateStages(Worker):
             shapes=shapes[:600],
         )
 
-    def time_candidate(self, req: TimeCandidate) -> tuple[Reply, list[bytes]]:
-        """One round of timing; with `req.audit`, on fresh inputs, with the kept calls' outputs
-        in the frame's blobs for the reference to check (`measure/audit.py`)."""
+    def time_candidate(self, req: TimeCandidate) -> tuple[Reply, list[bytes]] | None:
+        """One round of timing; with `req.audit`, on fresh inputs, then a witness call, with the
+        kept calls' outputs in the frame's blobs for the reference to check (`measure/audit.py`).
+        None when the witness call failed (its verdict was sent)."""
         inputs = self.inputs
         blobs: list[bytes] = []
         try:
@@ -167,6 +171,12 @@ class CandidateStages(Worker):
                     audit=audit,
                 )
             timed = Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
+            if audit is not None and audit.active:  # the witness: one more call, recorded as a trial
+                seed = audit.witness_seed()
+                witnessed = self.call(self.make_inputs(self.task, self.job, 0, seed), float("nan"))
+                if witnessed is None:
+                    return None  # its verdict was sent
+                audit.witnessed(seed, witnessed[0])
             if audit is not None:
                 # held until the next request: on a GPU the outputs travel as CUDA IPC handles
                 # into this process's memory, which the reference reads after this answer

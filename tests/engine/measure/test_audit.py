@@ -167,8 +167,9 @@ def test_a_graph_call_captured_as_a_copy_of_an_earlier_answer_is_kept_wrong() ->
 
 def test_a_timed_frame_may_carry_the_kept_outputs_and_no_more() -> None:
     b = bounds.for_task(inputs_bytes=1 << 20, outputs_bytes=1 << 20)
-    assert KEEP == bounds.TIMED_KEPT
-    assert KEEP * (1 << 20) <= b.blobs["timed"] < (KEEP + 1) * (1 << 20) * bounds.HEADROOM
+    assert KEEP + 1 == bounds.TIMED_KEPT  # the kept timed calls and the round's witness call
+    kept = bounds.TIMED_KEPT * (1 << 20)
+    assert kept <= b.blobs["timed"] < kept + (1 << 20) * (1 + bounds.HEADROOM)
     assert bounds.starting().blobs["timed"] == bounds.UNSIZED_BLOB_BYTES
 
 
@@ -202,3 +203,13 @@ def test_a_capture_that_fails_leaves_the_round_to_events_with_a_fresh_reservoir(
     for _ in range(3):
         audit.called(audit.call_args([torch.zeros(64)])[0] * 2.0)
     assert len(audit.kept) == KEEP  # the capture's 50 offers no longer make the events' keeps rare
+
+
+def test_the_witness_calls_output_is_checked_with_the_kept_ones() -> None:
+    audit = TimedAudit(draw, secret=4)
+    for _ in range(6):
+        audit.called(audit.call_args([torch.zeros(64)])[0] * 2.0)
+    seed = audit.witness_seed()
+    audit.witnessed(seed, draw(seed)[0] * 2.0)
+    assert len(audit.kept) == KEEP + 1 and audit.kept[-1].seed == seed
+    assert seed not in [k.seed for k in audit.kept[:-1]]

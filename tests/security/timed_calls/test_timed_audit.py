@@ -58,6 +58,14 @@ def test_a_forward_that_copies_an_earlier_answer_while_timed_fails_its_profile(
     assert r.failure_class == "forbidden_construct", r
 
 
+def test_a_forward_that_turns_to_pytorch_after_a_count_of_calls_fails_its_profile(
+    gpu_eval, job_for, static_checks_off
+) -> None:
+    r = gpu_eval(job_for(WIDE, PROBES / "timed_torch_after_count.py", stages=["verify", "profile"], trials=1))
+    assert r.verify is not None and r.verify.correct, r.verify  # verification never saw call 31
+    assert r.profile is not None and r.profile.failure_class == "pytorch_fallback", r.profile
+
+
 @pytest.mark.parametrize(
     ("task", "candidate"),
     [(SMALL, CHEATS / "good.py"), (WIDE, CHEATS / "good.py"), (SMALL, PROBES / "honest_kept_buffer.py")],
