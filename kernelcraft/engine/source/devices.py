@@ -110,24 +110,35 @@ def _names_cuda(call: ast.Call) -> bool:
 
 def no_cpu_way(source: str) -> list[tuple[int, str]]:
     """(line, text) of each place in host code (kernels aside) that has no CPU way: an assertion on
-    the tensors' device, a raise in a branch on it, a `.cuda()` or a device named "cuda". Empty
-    when there is none (or the source does not parse)."""
+    the tensors' device, a raise in a branch on it, a `.cuda()` or a device named "cuda" (unless
+    the host code also branches on the tensors' device without raising: a CPU way of its own).
+    Empty when there is none (or the source does not parse)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
     kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_kernel(n)]
     inside = {id(n) for k in kernels for n in ast.walk(k)}
+    host = [node for node in ast.walk(tree) if id(node) not in inside]
+    # A branch on the tensors' device that does not raise is a CPU way the candidate wrote (the
+    # cookbook's softmax runs its two-pass kernel there, where the GPU's spin-waiting one would
+    # never end in the interpreter): its CUDA calls are then the GPU branch's, not the only way.
+    cpu_way = any(
+        isinstance(node, ast.If | ast.IfExp | ast.While)
+        and _asks_device(node.test)
+        and not any(isinstance(x, ast.Raise) for x in ast.walk(node))
+        and "cuda.is_available" not in ast.unparse(node.test)
+        and "cuda.device_count" not in ast.unparse(node.test)
+        for node in host
+    )
     found: dict[int, str] = {}
-    for node in ast.walk(tree):
-        if id(node) in inside:
-            continue
+    for node in host:
         if isinstance(node, ast.Assert) and _asks_device(node.test):
             hit = True
         elif isinstance(node, ast.If) and _asks_device(node.test):
             hit = any(isinstance(s, ast.Raise) for s in [*node.body, *node.orelse])
         else:
-            hit = isinstance(node, ast.Call) and _names_cuda(node)
+            hit = not cpu_way and isinstance(node, ast.Call) and _names_cuda(node)
         if hit:
             found.setdefault(getattr(node, "lineno", 0), ast.unparse(node).splitlines()[0][:100])
     return sorted(found.items())

@@ -103,3 +103,19 @@ def test_host_code_without_a_cpu_way_is_named_by_its_assertions_raises_and_cuda_
     (note,) = devices.note(source)
     assert "has no CPU way (line 6 `assert x.is_cuda, 'GPU only'`" in note and "the GPU's way" in note
     assert devices.no_cpu_way(BRANCHING) == [] and devices.no_cpu_way("def (") == []
+
+
+def test_host_code_with_a_cpu_way_of_its_own_keeps_it_though_its_gpu_branch_names_cuda() -> None:
+    """The cookbook's softmax: on the CPU it picks its two-pass kernel; only its GPU branch asks
+    `torch.cuda` for the SM count. Run the GPU's way in the interpreter, its one-pass kernel's
+    programs spin-wait on each other forever (a 120 s harness limit in CI)."""
+    source = """
+import torch
+
+def chunk(x):
+    if x.device.type == "cpu":
+        return 0
+    return torch.cuda.get_device_properties(x.device).multi_processor_count
+"""
+    assert devices.no_cpu_way(source) == []
+    assert devices.no_cpu_way(source.replace('if x.device.type == "cpu":\n        return 0\n', "")) != []
