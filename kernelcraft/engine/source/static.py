@@ -208,8 +208,21 @@ def side_stream(node: ast.AST, cand: Candidate) -> Iterator[Hit]:
     found = module_attr(node, cand)
     if found is not None:
         names, root, _ = found
-        if root.startswith("torch") and names[-1] in STREAM_ATTRS:
+        if root.startswith("torch") and names[-1] in STREAM_ATTRS and not _current_made_current(node, cand):
             yield Hit(node, ".".join(names), why)
+
+
+def _current_made_current(node: ast.AST, cand: Candidate) -> bool:
+    """`torch.cuda.stream(torch.cuda.current_stream())`: the current stream made current, a no-op
+    that users write around launches (the worker's stream check still runs after every call)."""
+    call = cand.parents.get(id(node))
+    if not (isinstance(call, ast.Call) and call.func is node and len(call.args) == 1 and not call.keywords):
+        return False
+    arg = call.args[0]
+    if not (isinstance(arg, ast.Call) and not arg.args and not arg.keywords):
+        return False
+    inner = module_attr(arg.func, cand)
+    return inner is not None and inner[1].startswith("torch") and inner[0][-1] == "current_stream"
 
 
 @rule("computed-torch-getattr")

@@ -164,7 +164,12 @@ NEAR: dict[str, list[str]] = {
         "def load(p):\n    try:\n        return open(p)\n    except OSError:\n        return None\n",
     ],
     "dynamic-builtin": ["model.eval()\n", "compile_options = {}\n"],
-    "side-stream": ["import torch\ns = torch.cuda.current_stream()\n", "import mylib\nmylib.Stream()\n"],
+    "side-stream": [
+        "import torch\ns = torch.cuda.current_stream()\n",
+        "import mylib\nmylib.Stream()\n",
+        # the current stream made current: a no-op users write around launches
+        "import torch\nwith torch.cuda.stream(torch.cuda.current_stream()):\n    pass\n",
+    ],
     "computed-torch-getattr": [
         "import torch\ndt = getattr(torch, 'float' + '16')\n",
         "import torch\nw = getattr(self, name)\n",
