@@ -34,7 +34,7 @@ from kernelcraft.agent.loop.session import ToolSession
 from kernelcraft.base.config import Settings
 from kernelcraft.base.errors import InfrastructureError, UsageError
 from kernelcraft.base.knobs import Knobs, ServerSettings
-from kernelcraft.cli.agent import render_level
+from kernelcraft.cli.levelwords import render_level
 from kernelcraft.engine.host.evaluator import ProgressCallback
 from kernelcraft.schema.evaluation import EvalJob, EvalResult
 from kernelcraft.server.app import create_server
