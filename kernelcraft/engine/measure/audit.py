@@ -59,6 +59,11 @@ class Kept:
     output: Any
 
 
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    """The tensors among `obj`'s leaves, in order (a set of arguments, an output)."""
+    return [t for t in tree_flatten(obj)[0] if isinstance(t, torch.Tensor)]
+
+
 def _clone(out: Any) -> Any:
     return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, out)
 
@@ -107,7 +112,7 @@ class TimedAudit:
         self._held: list[int] = []
         self._captured: list[tuple[int, Any, list[int], int]] = []
         self._writer: dict[int, int] = {}
-        self._last: tuple[int, Any, list[int], int] | None = None
+        self._last: tuple[int, Any] | None = None
 
     def restart(self) -> None:
         """Forget what a failed capture offered: the round goes on with events."""
@@ -135,15 +140,16 @@ class TimedAudit:
         j = self._rng.randrange(self._seen)
         return j if j < self.keep else None
 
-    # ---- "cuda_events": a fresh draw per call ----
-
-    def witness_seed(self) -> int:
-        """The seed of the round's witness call's draw."""
-        return self._rng.getrandbits(62)
+    def witness_draw(self) -> tuple[int, Sequence[Any]]:
+        """The round's witness call's inputs: a fresh draw, and its seed."""
+        seed = self._rng.getrandbits(62)
+        return seed, self._draw(seed)
 
     def witnessed(self, seed: int, out: Any) -> None:
         """The witness call on the draw of `seed` returned `out`: checked with the kept calls."""
         self.kept.append(Kept(seed, _clone(out)))
+
+    # ---- "cuda_events": a fresh draw per call ----
 
     def spent(self, calls: int) -> bool:
         """Whether a round that made `calls` timed calls should end: its draws took
@@ -179,10 +185,10 @@ class TimedAudit:
         """Capture recorded a call on set `set_index` returning `out` (graph memory, holding what
         the call wrote at every replay); it may be kept (its memory then stays the call's)."""
         call = self._seen
-        ptrs = [t.untyped_storage().data_ptr() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        ptrs = [t.untyped_storage().data_ptr() for t in _tensors(out)]
         for p in ptrs:
             self._writer[p] = call
-        self._last = (set_index, out, ptrs, call)
+        self._last = (set_index, out)
         slot = self._slot()
         if slot is not None:
             self._captured[slot : slot + 1] = [(set_index, out, ptrs, call)]
@@ -198,14 +204,11 @@ class TimedAudit:
                     self._pool = []
                     return
                 seed, fresh = drawn
-                self._pool.append(
-                    (seed, [t for t in tree_flatten(list(fresh))[0] if isinstance(t, torch.Tensor)])
-                )
+                self._pool.append((seed, _tensors(list(fresh))))
         self._held = []
         for args in sets:
             j = self._rng.randrange(len(self._pool))
-            targets = [t for t in tree_flatten(list(args))[0] if isinstance(t, torch.Tensor)]
-            for dst, src in zip(targets, self._pool[j][1], strict=True):
+            for dst, src in zip(_tensors(list(args)), self._pool[j][1], strict=True):
                 dst.copy_(src)
             self._held.append(j)
         self.calls += 1
@@ -219,7 +222,7 @@ class TimedAudit:
             kept = []
             for set_index, out, ptrs, call in self._captured:
                 if any(self._writer.get(p, call) > call for p in ptrs) and self._last is not None:
-                    set_index, out = self._last[0], self._last[1]
+                    set_index, out = self._last
                 kept.append(Kept(self._pool[self._held[set_index]][0], _clone(out)))
             self.kept = kept
         self._captured, self._writer, self._last = [], {}, None

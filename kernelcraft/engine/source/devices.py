@@ -25,6 +25,13 @@ import re
 
 _DEVICE_ATTRS = {"is_cuda", "is_cpu", "is_meta"}
 _DEVICE_CALLS = {"is_available", "device_count"}
+
+
+def _asks_torch_cuda(test: str) -> bool:
+    """A device test (its text) that asks `torch.cuda`, not the tensors: the CPU's way everywhere."""
+    return any(f"cuda.{call}" in test for call in _DEVICE_CALLS)
+
+
 _BUILTINS = frozenset(dir(builtins))
 
 
@@ -127,8 +134,7 @@ def no_cpu_way(source: str) -> list[tuple[int, str]]:
         isinstance(node, ast.If | ast.IfExp | ast.While)
         and _asks_device(node.test)
         and not any(isinstance(x, ast.Raise) for x in ast.walk(node))
-        and "cuda.is_available" not in ast.unparse(node.test)
-        and "cuda.device_count" not in ast.unparse(node.test)
+        and not _asks_torch_cuda(ast.unparse(node.test))
         for node in host
     )
     found: dict[int, str] = {}
@@ -163,7 +169,7 @@ def note(source: str) -> list[str]:
         for line, test, called in found[:4]
     )
     if not any(
-        "cuda.is_available" in test or "cuda.device_count" in test for _line, test, _called in found
+        _asks_torch_cuda(test) for _line, test, _called in found
     ):  # a test of the tensors' device: compile's tensors say CUDA (watch/fakecuda.py)
         return [
             f"forward branches on the device ({lines}): these CPU trials ran the interpreter's way; "

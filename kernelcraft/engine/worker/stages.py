@@ -172,8 +172,8 @@ class CandidateStages(Worker):
                 )
             timed = Timed(candidate=Samples(times_us=r.times_us, method=r.method, sets=r.sets))
             if audit is not None and audit.active:  # the witness: one more call, recorded as a trial
-                seed = audit.witness_seed()
-                witnessed = self.call(self.make_inputs(self.task, self.job, 0, seed), float("nan"))
+                seed, drawn = audit.witness_draw()
+                witnessed = self.call(list(drawn), float("nan"))
                 if witnessed is None:
                     return None  # its verdict was sent
                 audit.witnessed(seed, witnessed[0])

@@ -209,7 +209,8 @@ def test_the_witness_calls_output_is_checked_with_the_kept_ones() -> None:
     audit = TimedAudit(draw, secret=4)
     for _ in range(6):
         audit.called(audit.call_args([torch.zeros(64)])[0] * 2.0)
-    seed = audit.witness_seed()
-    audit.witnessed(seed, draw(seed)[0] * 2.0)
+    seed, drawn = audit.witness_draw()
+    assert torch.equal(drawn[0], draw(seed)[0])
+    audit.witnessed(seed, drawn[0] * 2.0)
     assert len(audit.kept) == KEEP + 1 and audit.kept[-1].seed == seed
     assert seed not in [k.seed for k in audit.kept[:-1]]
